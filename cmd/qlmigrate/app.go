@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+
+	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
+	"github.com/qlcontrol/controlcore/internal/migrate"
+	"github.com/qlcontrol/controlcore/roles"
+)
+
+// app holds the global flags and what they resolve to.
+type app struct {
+	databaseURL string
+	rolePrefix  string
+	format      string
+
+	names roles.Names
+	conn  *dbconn.Config
+}
+
+// validate checks every global flag and parses the connection settings without connecting.
+func (a *app) validate() error {
+	if a.format != "text" && a.format != "json" {
+		return cli.Usagef("--format %q: want text or json", a.format)
+	}
+	names, err := roles.NewNames(a.rolePrefix)
+	if err != nil {
+		return &cli.UsageError{Err: err}
+	}
+	a.names = names
+	conn, err := dbconn.Resolve(a.databaseURL)
+	if err != nil {
+		return err
+	}
+	a.conn = conn
+	return nil
+}
+
+func (a *app) redact(s string) string {
+	if a.conn == nil {
+		return s
+	}
+	return a.conn.Redact(s)
+}
+
+func (a *app) openRunner(ctx context.Context, asOwner bool) (*migrate.Runner, error) {
+	return migrate.Open(ctx, a.conn, migrate.Options{Names: a.names, AsOwner: asOwner})
+}
+
+func (a *app) json() bool { return a.format == "json" }
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,38 @@
+// Command qlmigrate applies, audits and verifies the control-core migration stream: the tool CI
+// pipelines and DBAs run. See `qlmigrate --help`.
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/qlcontrol/controlcore/internal/cli"
+)
+
+func main() {
+	a := &app{}
+	os.Exit(cli.Run(a.rootCmd(), os.Args[1:], os.Stderr, a.redact))
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "qlmigrate",
+		Short: "Apply, audit and verify the control-core PostgreSQL migration stream",
+		Long: `qlmigrate applies the hand-written control-core migrations pg-0001 … pg-0018 (embedded in
+this binary) and checks a database against them.
+
+Connection: --database-url, else QL_DATABASE_URL, else the standard PG* variables.
+Passwords never appear in output.
+
+Exit codes: 0 success, 1 a check found a problem, 2 bad usage or configuration (nothing was
+opened), 3 cannot connect or the database failed.`,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.validate() },
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")
+	pf.StringVar(&a.rolePrefix, "role-prefix", "ql_", "prefix of the four role names: <prefix>owner, <prefix>admin, <prefix>runtime, <prefix>worker_ingress")
+	pf.StringVar(&a.format, "format", "text", "output format: text or json")
+	root.AddCommand(a.upCmd(), a.statusCmd(), a.rolesCmd())
+	return root
+}

@@ -1,0 +1,126 @@
+// Package cli holds what both binaries share at their edge: the exit-code contract, usage
+// errors, and running a cobra command tree with them.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/cobra"
+
+	"github.com/qlcontrol/controlcore/internal/dbconn"
+)
+
+// Exit codes of every command.
+const (
+	ExitOK       = 0
+	ExitProblem  = 1 // a check found a problem: drift, readiness, privileged role, lost fence …
+	ExitUsage    = 2 // bad usage or configuration, reported before any connection is opened
+	ExitDatabase = 3 // cannot connect, or the database failed
+)
+
+// UsageError is bad usage or configuration.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usagef returns a UsageError.
+func Usagef(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// ProblemError means a check ran and found a problem; its report has been printed.
+type ProblemError struct{ Err error }
+
+func (e *ProblemError) Error() string { return e.Err.Error() }
+func (e *ProblemError) Unwrap() error { return e.Err }
+
+// Problemf returns a ProblemError.
+func Problemf(format string, args ...any) error {
+	return &ProblemError{Err: fmt.Errorf(format, args...)}
+}
+
+// ExitCode maps an error onto the exit-code contract.
+func ExitCode(err error) int {
+	var (
+		usage   *UsageError
+		config  *dbconn.ConfigError
+		problem *ProblemError
+		pgErr   *pgconn.PgError
+	)
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &usage), errors.As(err, &config):
+		return ExitUsage
+	case errors.As(err, &problem):
+		return ExitProblem
+	case errors.As(err, &pgErr) && pgErr.Code == "P0001":
+		// RAISE EXCEPTION from our own SQL: a check inside a migration failed
+		return ExitProblem
+	default:
+		return ExitDatabase
+	}
+}
+
+// Run executes root with args, prints the error (redacted by redact when given) to stderr and
+// returns the exit code. SIGINT and SIGTERM cancel the command's context.
+func Run(root *cobra.Command, args []string, stderr io.Writer, redact func(string) string) int {
+	root.SilenceErrors, root.SilenceUsage = true, true
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &UsageError{Err: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
+	})
+	wrapArgs(root)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		msg := err.Error()
+		if redact != nil {
+			msg = redact(msg)
+		}
+		fmt.Fprintf(stderr, "%s: %s\n", root.Name(), msg)
+	}
+	return ExitCode(err)
+}
+
+// wrapArgs makes argument-count errors and unknown sub-commands usage errors.
+func wrapArgs(c *cobra.Command) {
+	if c.Args == nil {
+		if c.HasSubCommands() {
+			c.Args = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return Usagef("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())
+				}
+				return Usagef("%s needs a sub-command (see %s --help)", cmd.CommandPath(), cmd.CommandPath())
+			}
+			if c.RunE == nil && c.Run == nil {
+				c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Args(cmd, args) }
+			}
+		} else {
+			c.Args = cobra.NoArgs
+		}
+	}
+	inner := c.Args
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if err := inner(cmd, args); err != nil {
+			var usage *UsageError
+			if errors.As(err, &usage) {
+				return err
+			}
+			return &UsageError{Err: fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())}
+		}
+		return nil
+	}
+	for _, sub := range c.Commands() {
+		wrapArgs(sub)
+	}
+}

@@ -1,0 +1,15 @@
+-- pg-0002-projects: Projects, the unit of ownership of tasks and triggers.
+-- control-core capability v1 / projects.
+
+-- +goose Up
+CREATE TABLE control_core.projects (
+    project_id     text   PRIMARY KEY CHECK (project_id ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+    state          text   NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'archived')),
+    revision       bigint NOT NULL DEFAULT 1 CHECK (revision >= 1),
+    -- sha256 (hex) of the project's canonical content; admission re-verifies it.
+    content_digest text   NOT NULL CHECK (content_digest ~ '^[0-9a-f]{64}$'),
+    created_at_ms  bigint NOT NULL CHECK (created_at_ms > 0),
+    updated_at_ms  bigint NOT NULL CHECK (updated_at_ms >= created_at_ms)
+);
+
+SELECT control_core.advance_capability('control-core', 1, 'projects', 'pg-0002-projects');

@@ -1,0 +1,39 @@
+-- pg-0005-triggers: Trigger heads and their immutable revisions (built-in cron triggers).
+-- control-core capability v4 / triggers.
+
+-- +goose Up
+CREATE TABLE control_core.triggers (
+    project_id    text   NOT NULL REFERENCES control_core.projects (project_id),
+    trigger_id    text   NOT NULL CHECK (trigger_id ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+    head_revision bigint NOT NULL CHECK (head_revision >= 1),
+    created_at_ms bigint NOT NULL CHECK (created_at_ms > 0),
+    updated_at_ms bigint NOT NULL CHECK (updated_at_ms >= created_at_ms),
+    PRIMARY KEY (project_id, trigger_id)
+);
+
+CREATE TABLE control_core.trigger_revisions (
+    project_id     text    NOT NULL,
+    trigger_id     text    NOT NULL,
+    revision       bigint  NOT NULL CHECK (revision >= 1),
+    kind           text    NOT NULL CHECK (kind IN ('cron')),
+    cron_spec      text    NOT NULL CHECK (length(cron_spec) BETWEEN 1 AND 200),
+    timezone       text    NOT NULL CHECK (length(timezone) BETWEEN 1 AND 64),
+    misfire_policy text    NOT NULL CHECK (misfire_policy IN ('skip', 'fire_once')),
+    enabled        boolean NOT NULL,
+    task_id        text    NOT NULL,
+    task_revision  bigint  NOT NULL,
+    -- sha256 (hex) of the revision's canonical content; admission recomputes and compares it.
+    content_digest text    NOT NULL CHECK (content_digest ~ '^[0-9a-f]{64}$'),
+    created_at_ms  bigint  NOT NULL CHECK (created_at_ms > 0),
+    PRIMARY KEY (project_id, trigger_id, revision),
+    FOREIGN KEY (project_id, trigger_id) REFERENCES control_core.triggers (project_id, trigger_id),
+    FOREIGN KEY (project_id, task_id, task_revision)
+        REFERENCES control_core.task_revisions (project_id, task_id, revision)
+);
+CREATE INDEX trigger_revisions_task_idx ON control_core.trigger_revisions (project_id, task_id, task_revision);
+
+ALTER TABLE control_core.triggers
+    ADD CONSTRAINT triggers_head_revision_fkey FOREIGN KEY (project_id, trigger_id, head_revision)
+    REFERENCES control_core.trigger_revisions (project_id, trigger_id, revision) DEFERRABLE INITIALLY DEFERRED;
+
+SELECT control_core.advance_capability('control-core', 4, 'triggers', 'pg-0005-triggers');

@@ -1,0 +1,36 @@
+-- pg-0006-runs: durable Runs. A scheduled occurrence becomes exactly one Run, keyed by its
+-- idempotency key ql3:cron:v1:<triggerId>:<triggerRevision>:<scheduledForMs>.
+-- control-core capability v5 / runs.
+
+-- +goose Up
+CREATE TABLE control_core.runs (
+    run_id                 uuid   PRIMARY KEY,
+    project_id             text   NOT NULL REFERENCES control_core.projects (project_id),
+    task_id                text   NOT NULL,
+    task_revision          bigint NOT NULL,
+    execution_revision_id  uuid   NOT NULL REFERENCES control_core.execution_revisions (execution_revision_id),
+    trigger_id             text,
+    trigger_revision       bigint,
+    scheduled_for_ms       bigint CHECK (scheduled_for_ms >= 0),
+    idempotency_key        text   NOT NULL UNIQUE CHECK (length(idempotency_key) BETWEEN 1 AND 256),
+    state                  text   NOT NULL CHECK (state IN ('queued', 'dispatching', 'running', 'succeeded', 'failed', 'cancelled')),
+    -- 'runtime': admitted by the scheduler, recovered by the runtime; 'operator': started by hand.
+    owner                  text   NOT NULL CHECK (owner IN ('runtime', 'operator')),
+    queued_at_ms           bigint,
+    cancel_requested_at_ms bigint,
+    finished_at_ms         bigint,
+    created_at_ms          bigint NOT NULL CHECK (created_at_ms > 0),
+    updated_at_ms          bigint NOT NULL CHECK (updated_at_ms >= created_at_ms),
+    FOREIGN KEY (project_id, task_id, task_revision)
+        REFERENCES control_core.task_revisions (project_id, task_id, revision),
+    FOREIGN KEY (project_id, trigger_id, trigger_revision)
+        REFERENCES control_core.trigger_revisions (project_id, trigger_id, revision),
+    -- A triggered run names its trigger, revision and occurrence; a manual run names none of them.
+    CHECK ((trigger_id IS NULL) = (trigger_revision IS NULL) AND (trigger_id IS NULL) = (scheduled_for_ms IS NULL)),
+    CHECK (state <> 'queued' OR queued_at_ms IS NOT NULL)
+);
+CREATE INDEX runs_trigger_idx ON control_core.runs (project_id, trigger_id, scheduled_for_ms DESC);
+CREATE INDEX runs_task_revision_idx ON control_core.runs (project_id, task_id, task_revision);
+CREATE INDEX runs_execution_revision_idx ON control_core.runs (execution_revision_id);
+
+SELECT control_core.advance_capability('control-core', 5, 'runs', 'pg-0006-runs');

@@ -1,0 +1,35 @@
+-- pg-0014-cluster-scheduler-admission (ADR-0105): one schedule row per Trigger head, carrying the
+-- cursor and the four-part lease fence (claim_owner, claim_token, claim_version, claim_expires_at_ms).
+-- control-core capability v13 / cluster_scheduler_admission.
+
+-- +goose Up
+CREATE TABLE control_core.trigger_schedules (
+    project_id           text   NOT NULL,
+    trigger_id           text   NOT NULL,
+    -- the exact trigger revision this cursor belongs to; a new revision resets the row
+    trigger_revision     bigint NOT NULL CHECK (trigger_revision >= 1),
+    -- NULL: waiting for initialisation (the first decision sets the first occurrence)
+    next_fire_at_ms      bigint CHECK (next_fire_at_ms >= 0),
+    last_scheduled_at_ms bigint CHECK (last_scheduled_at_ms >= 0),
+    state_version        bigint NOT NULL CHECK (state_version >= 1),
+    claim_owner          text   CHECK (length(claim_owner) BETWEEN 1 AND 128),
+    claim_token          uuid,
+    claim_version        bigint NOT NULL CHECK (claim_version >= 0),
+    claim_expires_at_ms  bigint,
+    -- a lower bound of the database clock: the time of the last write (claimAcquiredAtMs while claimed)
+    updated_at_ms        bigint NOT NULL CHECK (updated_at_ms > 0),
+    PRIMARY KEY (project_id, trigger_id),
+    FOREIGN KEY (project_id, trigger_id) REFERENCES control_core.triggers (project_id, trigger_id),
+    FOREIGN KEY (project_id, trigger_id, trigger_revision)
+        REFERENCES control_core.trigger_revisions (project_id, trigger_id, revision),
+    -- a claim is all four parts or none
+    CONSTRAINT trigger_schedules_claim_fence_check CHECK (
+        (claim_owner IS NULL) = (claim_token IS NULL) AND (claim_token IS NULL) = (claim_expires_at_ms IS NULL)),
+    CONSTRAINT trigger_schedules_claim_expiry_check CHECK (claim_expires_at_ms > updated_at_ms)
+);
+
+-- The claim's index: the claim orders by exactly these columns and stops at the first due row.
+CREATE INDEX trigger_schedules_claim_idx
+    ON control_core.trigger_schedules (next_fire_at_ms NULLS FIRST, project_id, trigger_id);
+
+SELECT control_core.advance_capability('control-core', 13, 'cluster_scheduler_admission', 'pg-0014-cluster-scheduler-admission');

@@ -1,0 +1,30 @@
+-- pg-0015-database-time (ADR-0107): time comes from the database, never from a node. One
+-- function gives the statement's observation in epoch milliseconds; every *_ms column that records
+-- "when this row was written" defaults to it.
+-- control-core capability v14 / database_time.
+
+-- +goose Up
+-- statement_timestamp(): one observation per statement, the same for every row it touches.
+CREATE FUNCTION control_core.db_now_ms() RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog
+AS $$ SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint $$;
+
+ALTER TABLE control_core.projects            ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms(),
+                                             ALTER COLUMN updated_at_ms SET DEFAULT control_core.db_now_ms();
+ALTER TABLE control_core.execution_revisions ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms();
+ALTER TABLE control_core.tasks               ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms(),
+                                             ALTER COLUMN updated_at_ms SET DEFAULT control_core.db_now_ms();
+ALTER TABLE control_core.task_revisions      ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms();
+ALTER TABLE control_core.triggers            ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms(),
+                                             ALTER COLUMN updated_at_ms SET DEFAULT control_core.db_now_ms();
+ALTER TABLE control_core.trigger_revisions   ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms();
+ALTER TABLE control_core.runs                ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms(),
+                                             ALTER COLUMN updated_at_ms SET DEFAULT control_core.db_now_ms();
+ALTER TABLE control_core.attempts            ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms(),
+                                             ALTER COLUMN updated_at_ms SET DEFAULT control_core.db_now_ms();
+ALTER TABLE control_core.run_events          ALTER COLUMN at_ms SET DEFAULT control_core.db_now_ms();
+ALTER TABLE control_core.admin_audit_log     ALTER COLUMN at_ms SET DEFAULT control_core.db_now_ms();
+ALTER TABLE control_core.migration_ledger    ALTER COLUMN applied_at_ms SET DEFAULT control_core.db_now_ms();
+
+SELECT control_core.advance_capability('control-core', 14, 'database_time', 'pg-0015-database-time');

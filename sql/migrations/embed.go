@@ -1,0 +1,10 @@
+// Package migrations embeds the hand-written goose migrations pg-0001 … pg-0018 of schema
+// control_core and their integrity file, so every binary carries exactly the stream it verifies.
+package migrations
+
+import "embed"
+
+// FS holds the migration files (NNNN_slug.sql) at its root.
+//
+//go:embed *.sql
+var FS embed.FS
