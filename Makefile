@@ -1,10 +1,31 @@
+# The two set-up commands of the README: `make demo` and `make test`.
 SQLC := go tool -modfile=tools/go.mod sqlc
+GO_TEST_FLAGS ?= -count=1 -timeout 20m
 
-.PHONY: generate check-generated lint test demo
+.PHONY: all build generate check-generated lint test demo
 
+all: lint test
+
+build:
+	go build -o bin/ ./cmd/...
+
+# Regenerate db/ from sql/ (sqlc v1.31.1, pinned in tools/go.mod).
 generate:
 	$(SQLC) generate
 
+# Fails when db/ is not what sqlc generates from sql/ today.
 check-generated:
 	$(SQLC) diff
 
+lint: check-generated
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	go vet ./...
+
+# Every package test, against real PostgreSQL servers the tests start themselves.
+test:
+	go test $(GO_TEST_FLAGS) ./...
+
+# The whole thing on an embedded throwaway PostgreSQL; cleans up after itself.
+demo:
+	go run ./cmd/qlsched demo

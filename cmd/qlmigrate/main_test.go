@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/qlcontrol/controlcore/internal/testpg"
+)
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// qlmigrate builds the real binary once, so tests see exactly what users run: processes, exit
+// codes, stdout and stderr.
+func qlmigrate(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "qlmigrate-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "qlmigrate")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func run(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(qlmigrate(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run qlmigrate %v: %v", args, err)
+	}
+	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+}
+
+func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
+	t.Parallel()
+	// Nothing listens on port 1: had any of these connected, it would exit 3, not 2.
+	const unreachable = "postgres://u:hunter2@127.0.0.1:1/x"
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"no sub-command", []string{"roles"}, "needs a sub-command"},
+		{"unknown flag", []string{"up", "--frobnicate"}, "unknown flag: --frobnicate"},
+		{"bad format", []string{"status", "--format", "yaml"}, `--format "yaml": want text or json`},
+		{"negative --to", []string{"up", "--to", "-3"}, "--to -3"},
+		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, "--role-prefix"},
+		{"extra argument", []string{"status", "now"}, "unknown command"},
+		{"unparseable URL", []string{"status", "--database-url", "postgres://u:hunter2@127.0.0.1:1/x%zz"}, "cannot parse"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"--database-url", unreachable}, c.args...)
+			r := run(t, nil, args...)
+			if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", r.code, r.stderr, c.want)
+			}
+			if strings.Contains(r.stdout+r.stderr, "hunter2") {
+				t.Errorf("the password leaked: %q", r.stdout+r.stderr)
+			}
+		})
+	}
+}
+
+func TestConnectionFailureExits3AndRedactsThePassword(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"flag", nil, []string{"--database-url", "postgres://u:secret@127.0.0.1:1/x", "status"}},
+		{"flag after the command", nil, []string{"status", "--database-url", "postgres://u:secret@127.0.0.1:1/x"}},
+		{"QL_DATABASE_URL", []string{"QL_DATABASE_URL=postgres://u:secret@127.0.0.1:1/x"}, []string{"up"}},
+		{"PG variables", []string{"PGHOST=127.0.0.1", "PGPORT=1", "PGUSER=u", "PGPASSWORD=secret", "PGDATABASE=x"}, []string{"status"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := run(t, c.env, c.args...)
+			if r.code != 3 || !strings.Contains(r.stderr, "cannot connect") {
+				t.Errorf("exit %d, stderr %q; want exit 3 'cannot connect'", r.code, r.stderr)
+			}
+			if strings.Contains(r.stdout+r.stderr, "secret") {
+				t.Errorf("the password leaked: %q", r.stdout+r.stderr)
+			}
+		})
+	}
+}
+
+func TestHelpOnEveryCommand(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"status", "--help"}, {"roles", "--help"}, {"roles", "create", "--help"}} {
+		r := run(t, nil, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
+			t.Errorf("%v: exit %d, stdout %q; want exit 0 with usage", args, r.code, r.stdout)
+		}
+	}
+}
+
+// The whole bootstrap a DBA runs on a fresh database: roles create as a superuser, up as the
+// owner role, status; then again, changing nothing.
+func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
+	t.Parallel()
+	d := testpg.NewEmpty(t)
+	su, owner := d.URL(""), d.URL("ql_owner")
+
+	if r := run(t, nil, "roles", "create", "--database-url", su); r.code != 0 || !strings.Contains(r.stdout, "ql_runtime") {
+		t.Fatalf("roles create: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r := run(t, nil, "--database-url", owner, "up")
+	if r.code != 0 || !strings.Contains(r.stdout, "18 applied; control-core is at v17") {
+		t.Fatalf("up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = run(t, nil, "--database-url", owner, "status")
+	if r.code != 0 {
+		t.Fatalf("status: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"pg-0001-bootstrap", "pg-0014-cluster-scheduler-admission", "pg-0018-plugin-packages", "capability v17", "18 of 18 applied"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "pending") {
+		t.Errorf("status shows a pending migration:\n%s", r.stdout)
+	}
+	if r = run(t, nil, "--database-url", su, "up"); r.code != 0 || !strings.Contains(r.stdout, "nothing to apply") {
+		t.Errorf("second up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r = run(t, nil, "roles", "create", "--database-url", su); r.code != 0 || strings.Contains(r.stdout, "created") {
+		t.Errorf("second roles create: exit %d, want 0 and nothing created\n%s", r.code, r.stdout)
+	}
+}
+
+func TestUpWithoutRolesExplainsWhatToRun(t *testing.T) {
+	t.Parallel()
+	d := testpg.NewEmpty(t)
+	r := run(t, nil, "--database-url", d.URL(""), "up", "--role-prefix", "nobody_here_")
+	if r.code != 3 || !strings.Contains(r.stderr, "SET ROLE nobody_here_owner") || !strings.Contains(r.stderr, "roles create") {
+		t.Errorf("exit %d, stderr %q; want exit 3 explaining SET ROLE and roles create", r.code, r.stderr)
+	}
+}
+
+// An existing role with a privileged attribute is reported and left as it is.
+func TestRolesCreateNeverAltersAPrivilegedRole(t *testing.T) {
+	t.Parallel()
+	d := testpg.NewEmpty(t)
+	prefix := fmt.Sprintf("qlrc%d_", os.Getpid()) // roles are cluster-wide: a prefix of this test's own
+	args := []string{"roles", "create", "--database-url", d.URL(""), "--role-prefix", prefix}
+	if r := run(t, nil, args...); r.code != 0 || strings.Count(r.stdout, "created") != 4 {
+		t.Fatalf("first roles create: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	d.Exec(t, fmt.Sprintf("ALTER ROLE %sadmin CREATEDB BYPASSRLS", prefix))
+	r := run(t, nil, args...)
+	if r.code != 1 || !strings.Contains(r.stdout, prefix+"admin") || !strings.Contains(r.stdout, "privileged: CREATEDB BYPASSRLS") {
+		t.Fatalf("exit %d, stdout %q; want exit 1 naming %sadmin CREATEDB BYPASSRLS", r.code, r.stdout, prefix)
+	}
+	conn, err := pgx.Connect(context.Background(), d.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var createdb, bypass bool
+	if err := conn.QueryRow(context.Background(), "SELECT rolcreatedb, rolbypassrls FROM pg_roles WHERE rolname = $1", prefix+"admin").Scan(&createdb, &bypass); err != nil {
+		t.Fatal(err)
+	}
+	if !createdb || !bypass {
+		t.Errorf("roles create altered %sadmin: createdb=%v bypassrls=%v", prefix, createdb, bypass)
+	}
+}
+
+// Two `up` processes started together on an empty database: both exit 0 and every migration is
+// applied exactly once.
+func TestConcurrentUpProcessesApplyOnce(t *testing.T) {
+	t.Parallel()
+	d := testpg.NewEmpty(t)
+	var wg sync.WaitGroup
+	results := make([]result, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = run(t, nil, "--database-url", d.URL(""), "up")
+		}()
+	}
+	wg.Wait()
+	applied := 0
+	for i, r := range results {
+		if r.code != 0 {
+			t.Errorf("up #%d: exit %d\n%s%s", i, r.code, r.stdout, r.stderr)
+		}
+		applied += strings.Count(r.stdout, "applied pg-")
+	}
+	if applied != 18 {
+		t.Errorf("the two runs applied %d migrations between them, want 18", applied)
+	}
+	conn, err := pgx.Connect(context.Background(), d.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var versions, rows, ledger int
+	err = conn.QueryRow(context.Background(), `SELECT count(DISTINCT version_id), count(*),
+		(SELECT count(*) FROM control_core.migration_ledger) FROM control_core.goose_db_version WHERE version_id > 0`).Scan(&versions, &rows, &ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if versions != 18 || rows != 18 || ledger != 18 {
+		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 18 each", versions, rows, ledger)
+	}
+}

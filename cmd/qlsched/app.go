@@ -1,0 +1,41 @@
+package main
+
+import (
+	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
+)
+
+// app holds the global flags.
+type app struct {
+	databaseURL string
+	format      string
+
+	conn *dbconn.Config
+}
+
+func (a *app) validate() error {
+	if a.format != "text" && a.format != "json" {
+		return cli.Usagef("--format %q: want text or json", a.format)
+	}
+	return nil
+}
+
+// connConfig resolves the connection settings (commands that need a database call it before
+// doing anything else).
+func (a *app) connConfig() (*dbconn.Config, error) {
+	if a.conn == nil {
+		conn, err := dbconn.Resolve(a.databaseURL)
+		if err != nil {
+			return nil, err
+		}
+		a.conn = conn
+	}
+	return a.conn, nil
+}
+
+func (a *app) redact(s string) string {
+	if a.conn == nil {
+		return s
+	}
+	return a.conn.Redact(s)
+}

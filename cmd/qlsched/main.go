@@ -1,0 +1,38 @@
+// Command qlsched runs the ADR-0105 row-lease cron scheduler (one replica per process) and its
+// admin commands. See `qlsched --help`.
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/qlcontrol/controlcore/internal/cli"
+)
+
+func main() {
+	a := &app{}
+	os.Exit(cli.Run(a.rootCmd(), os.Args[1:], os.Stderr, a.redact))
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "qlsched",
+		Short: "PostgreSQL row-lease cron scheduler with atomic Run admission (ADR-0105)",
+		Long: `qlsched turns due cron occurrences into durable Runs, exactly once, on any number of replicas
+sharing one PostgreSQL database: each replica claims schedule rows under a four-part lease fence
+and admits each occurrence in one SERIALIZABLE transaction.
+
+Connection: --database-url, else QL_DATABASE_URL, else the standard PG* variables.
+Passwords never appear in output or logs.
+
+Exit codes: 0 success, 1 a check found a problem, 2 bad usage or configuration (nothing was
+opened), 3 cannot connect or the database failed.`,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.validate() },
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")
+	pf.StringVar(&a.format, "format", "text", "output format: text or json")
+	root.AddCommand(a.demoCmd())
+	return root
+}

@@ -1,0 +1,177 @@
+package migrate_test
+
+import (
+	"context"
+	"io/fs"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/migrate"
+	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/sql/migrations"
+)
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+func open(t *testing.T, d *testpg.DB, role string, fsys fs.FS) *migrate.Runner {
+	t.Helper()
+	r, err := migrate.Open(context.Background(), d.Config(t, role), migrate.Options{Names: d.Names, FS: fsys, AsOwner: true})
+	if err != nil {
+		t.Fatalf("open runner as %q: %v", role, err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := testpg.NewEmpty(t)
+	r := open(t, d, "", nil) // the superuser, which must SET ROLE ql_owner
+
+	applied, err := r.Up(ctx, 0)
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if len(applied) != 18 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[17].Migration.Name != "pg-0018-plugin-packages" {
+		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0018-plugin-packages", len(applied), applied)
+	}
+	capability, err := db.New(r.Pool).Capability(ctx, "control-core")
+	if err != nil || capability.Version != 17 || capability.Name != "plugin_packages" {
+		t.Fatalf("capability = %+v, %v; want v17 plugin_packages", capability, err)
+	}
+
+	su := d.Pool(t, "")
+	notOwned := count(t, su, `
+		SELECT count(*) FROM (
+		    SELECT relowner AS owner FROM pg_class WHERE relnamespace = 'control_core'::regnamespace
+		    UNION ALL SELECT proowner FROM pg_proc WHERE pronamespace = 'control_core'::regnamespace
+		    UNION ALL SELECT typowner FROM pg_type WHERE typnamespace = 'control_core'::regnamespace
+		    UNION ALL SELECT nspowner FROM pg_namespace WHERE nspname = 'control_core') o
+		WHERE owner <> 'ql_owner'::regrole`)
+	if notOwned != 0 {
+		t.Errorf("%d objects in control_core are not owned by ql_owner", notOwned)
+	}
+	if n := count(t, su, "SELECT count(*) FROM pg_class WHERE relnamespace = 'control_core'::regnamespace AND relkind = 'r'"); n != 20 {
+		t.Errorf("control_core has %d tables, want 20 (19 of the model + goose's version table)", n)
+	}
+
+	again, err := r.Up(ctx, 0)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second up applied %d, err %v; want nothing", len(again), err)
+	}
+	st, err := r.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if !s.Applied || s.Checksum != migrate.ChecksumOK {
+			t.Errorf("%s: applied=%v checksum=%s, want applied with checksum ok", s.Migration.Name, s.Applied, s.Checksum)
+		}
+	}
+}
+
+func TestUpToStopsThereAndStatusShowsPending(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := testpg.NewEmpty(t)
+	r := open(t, d, "ql_owner", nil)
+	if _, err := r.Up(ctx, 14); err != nil {
+		t.Fatal(err)
+	}
+	capability, err := db.New(r.Pool).Capability(ctx, "control-core")
+	if err != nil || capability.Version != 13 || capability.Name != "cluster_scheduler_admission" {
+		t.Fatalf("after --to 14: capability %+v, %v; want v13 cluster_scheduler_admission", capability, err)
+	}
+	st, err := r.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if want := s.Migration.Version <= 14; s.Applied != want {
+			t.Errorf("%s applied=%v, want %v", s.Migration.Name, s.Applied, want)
+		}
+	}
+	if _, err := r.Up(ctx, 99); err == nil || !strings.Contains(err.Error(), "no such migration") {
+		t.Errorf("up --to 99: err %v, want 'no such migration'", err)
+	}
+}
+
+func TestStatusReportsAnEditedLedgerChecksum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := testpg.New(t)
+	d.Exec(t, "UPDATE control_core.migration_ledger SET sha256 = repeat('0', 64) WHERE version = 5")
+	r := open(t, d, "ql_owner", nil)
+	st, err := r.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		want := migrate.ChecksumOK
+		if s.Migration.Version == 5 {
+			want = migrate.ChecksumChanged
+		}
+		if s.Checksum != want {
+			t.Errorf("%s checksum %s, want %s", s.Migration.Name, s.Checksum, want)
+		}
+	}
+}
+
+// A migration that fails halfway leaves neither its schema change nor its version or ledger row;
+// the migrations before it stay applied.
+func TestFailedMigrationLeavesNoPartialChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stream := fstest.MapFS{}
+	for _, f := range []string{"0001_bootstrap.sql", "0002_projects.sql"} {
+		body, err := fs.ReadFile(migrations.FS, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream[f] = &fstest.MapFile{Data: body}
+	}
+	stream["0003_breaks_halfway.sql"] = &fstest.MapFile{Data: []byte(`-- +goose Up
+CREATE TABLE control_core.half_done (x integer PRIMARY KEY);
+INSERT INTO control_core.half_done VALUES (1);
+ALTER TABLE control_core.projects ADD COLUMN half_done integer;
+SELECT 1 / 0;
+`)}
+	d := testpg.NewEmpty(t)
+	r := open(t, d, "ql_owner", stream)
+	applied, err := r.Up(ctx, 0)
+	if err == nil || !strings.Contains(err.Error(), "pg-0003-breaks-halfway failed") || !strings.Contains(err.Error(), "division by zero") {
+		t.Fatalf("up: err %v, want pg-0003-breaks-halfway failed with division by zero", err)
+	}
+	if len(applied) != 2 {
+		t.Errorf("applied %d before the failure, want 2", len(applied))
+	}
+	su := d.Pool(t, "")
+	for _, c := range []struct {
+		what, sql string
+		want      int
+	}{
+		{"table half_done", "SELECT count(*) FROM pg_class WHERE relname = 'half_done'", 0},
+		{"column projects.half_done", "SELECT count(*) FROM pg_attribute WHERE attrelid = 'control_core.projects'::regclass AND attname = 'half_done'", 0},
+		{"goose version 3", "SELECT count(*) FROM control_core.goose_db_version WHERE version_id = 3", 0},
+		{"goose versions 1-2", "SELECT count(*) FROM control_core.goose_db_version WHERE version_id IN (1, 2)", 2},
+		{"ledger rows", "SELECT count(*) FROM control_core.migration_ledger", 2},
+	} {
+		if got := count(t, su, c.sql); got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, got, c.want)
+		}
+	}
+}

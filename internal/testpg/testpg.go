@@ -1,0 +1,303 @@
+// Package testpg gives every test a real PostgreSQL database of its own, cloned from a template on
+// which the four roles exist and the whole migration stream has been applied.
+//
+// The server, once per test binary, is the first of:
+//  1. QL_TEST_DATABASE_URL: an existing server, reached as a superuser;
+//  2. a throwaway cluster from local server binaries (QL_PG_BIN, pg_config, /usr/lib/postgresql);
+//  3. testcontainers-go's postgres module, when a Docker engine answers.
+//
+// With none of them the tests fail and say how to get one. QL_TEST_SKIP_DB=1 turns that into
+// skips for people who want unit tests only; CI never sets it.
+package testpg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/internal/dbconn"
+	"github.com/qlcontrol/controlcore/internal/migrate"
+	"github.com/qlcontrol/controlcore/internal/pgcluster"
+	"github.com/qlcontrol/controlcore/roles"
+)
+
+// Password is given to the four roles so that role URLs work on servers that do not trust
+// loopback connections (QL_TEST_DATABASE_URL). Test servers only.
+const Password = "ql-test-password"
+
+// Server is the PostgreSQL of one test binary.
+type Server struct {
+	superURL string // a superuser URL; its database is replaced per use
+	Names    roles.Names
+	Source   string // where the server came from, for messages
+	template string
+	stop     func()
+	mu       sync.Mutex // CREATE DATABASE … TEMPLATE needs the template to be idle
+	seq      atomic.Int64
+}
+
+var (
+	server   *Server
+	setupErr error
+)
+
+// Main provides the server for a test binary: call it from TestMain.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	server, setupErr = start(ctx)
+	cancel()
+	code := m.Run()
+	if server != nil {
+		server.close()
+	}
+	return code
+}
+
+// Get returns the binary's server, failing (or skipping, on explicit opt-out) the test without one.
+func Get(t testing.TB) *Server {
+	t.Helper()
+	if server == nil {
+		if setupErr == nil {
+			setupErr = errors.New("testpg.Main was not called from TestMain")
+		}
+		if os.Getenv("QL_TEST_SKIP_DB") == "1" {
+			t.Skipf("QL_TEST_SKIP_DB=1: skipping a test that needs PostgreSQL (%v)", setupErr)
+		}
+		t.Fatalf("this test needs PostgreSQL: %v\n"+
+			"Get one of: QL_TEST_DATABASE_URL=postgres://superuser@host/db; PostgreSQL server binaries "+
+			"(apt-get install postgresql, or QL_PG_BIN=/path/to/bin); a running Docker engine. "+
+			"QL_TEST_SKIP_DB=1 skips these tests instead (a skip is not a pass).", setupErr)
+	}
+	return server
+}
+
+func start(ctx context.Context) (*Server, error) {
+	names, _ := roles.NewNames(roles.DefaultPrefix)
+	s := &Server{Names: names, template: fmt.Sprintf("ql_tmpl_%d", os.Getpid()), stop: func() {}}
+	switch {
+	case os.Getenv("QL_TEST_DATABASE_URL") != "":
+		s.superURL, s.Source = os.Getenv("QL_TEST_DATABASE_URL"), "QL_TEST_DATABASE_URL"
+	default:
+		c, localErr := pgcluster.Start(ctx, pgcluster.Options{})
+		if localErr == nil {
+			s.superURL, s.Source, s.stop = c.URL("postgres", "postgres"), "local binaries in "+c.BinDir, func() { _ = c.Stop() }
+			break
+		}
+		url, stop, dockerErr := startContainer(ctx)
+		if dockerErr != nil {
+			return nil, fmt.Errorf("no PostgreSQL available: local binaries: %v; Docker: %v", localErr, dockerErr)
+		}
+		s.superURL, s.Source, s.stop = url, "testcontainers", stop
+	}
+	if err := s.buildTemplate(ctx); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("prepare template database on %s: %w", s.Source, err)
+	}
+	return s, nil
+}
+
+// URL is a URL for role (empty: the superuser) on database.
+func (s *Server) URL(role, database string) string {
+	u, err := url.Parse(s.superURL)
+	if err != nil {
+		panic(fmt.Sprintf("testpg: bad server URL: %v", err))
+	}
+	u.Path = "/" + database
+	if role != "" {
+		u.User = url.UserPassword(role, Password)
+	}
+	return u.String()
+}
+
+func (s *Server) buildTemplate(ctx context.Context) error {
+	admin, err := pgx.Connect(ctx, s.URL("", "postgres"))
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+ident(s.template)); err != nil {
+		return err
+	}
+	if err := s.Bootstrap(ctx, s.template); err != nil {
+		return err
+	}
+	cfg, err := dbconn.Resolve(s.URL(s.Names.Owner, s.template))
+	if err != nil {
+		return err
+	}
+	r, err := migrate.Open(ctx, cfg, migrate.Options{Names: s.Names, AsOwner: true})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	_, err = r.Up(ctx, 0)
+	return err
+}
+
+// Bootstrap runs `roles create` on database, with test passwords for the roles. The roles are
+// cluster-wide, so this is idempotent across databases.
+func (s *Server) Bootstrap(ctx context.Context, database string) error {
+	return s.BootstrapNames(ctx, database, s.Names)
+}
+
+// BootstrapNames is Bootstrap for another set of role names (a test that changes role attributes
+// uses a prefix of its own, so that it disturbs no other test).
+func (s *Server) BootstrapNames(ctx context.Context, database string, names roles.Names) error {
+	conn, err := pgx.Connect(ctx, s.URL("", database))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	report, err := roles.Create(ctx, conn, names)
+	if err != nil {
+		return err
+	}
+	if !report.OK() {
+		return fmt.Errorf("roles create: %v", report.Roles)
+	}
+	for _, role := range names.All() {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'", ident(role), Password)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) close() {
+	if conn, err := pgx.Connect(context.Background(), s.URL("", "postgres")); err == nil {
+		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+ident(s.template)+" WITH (FORCE)")
+		_ = conn.Close(context.Background())
+	}
+	s.stop()
+}
+
+// DB is one test's database.
+type DB struct {
+	Name   string
+	Server *Server
+	Names  roles.Names
+}
+
+// New returns a database of the test's own, cloned from the migrated template (control-core v17,
+// the four roles with exactly the modelled privileges). It is dropped when the test ends.
+func New(t testing.TB) *DB {
+	t.Helper()
+	s := Get(t)
+	d := s.create(t, s.template)
+	ctx := context.Background()
+	// CREATE DATABASE does not copy the template's database ACL: install that part of the model.
+	conn, err := pgx.Connect(ctx, s.URL("", d.Name))
+	if err != nil {
+		t.Fatalf("connect to %s: %v", d.Name, err)
+	}
+	defer conn.Close(ctx)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := roles.GrantDatabase(ctx, tx, s.Names, d.Name); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL ROLE %s; GRANT CONNECT ON DATABASE %s TO %s, %s",
+			ident(s.Names.Owner), ident(d.Name), ident(s.Names.Admin), ident(s.Names.Runtime)))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("install database grants on %s: %v", d.Name, err)
+	}
+	return d
+}
+
+// NewEmpty returns an empty database of the test's own on which `roles create` has run: nothing
+// is migrated.
+func NewEmpty(t testing.TB) *DB {
+	t.Helper()
+	s := Get(t)
+	d := s.create(t, "template0")
+	if err := s.Bootstrap(context.Background(), d.Name); err != nil {
+		t.Fatalf("roles create on %s: %v", d.Name, err)
+	}
+	return d
+}
+
+func (s *Server) create(t testing.TB, template string) *DB {
+	t.Helper()
+	name := fmt.Sprintf("ql_t_%d_%d", os.Getpid(), s.seq.Add(1))
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, s.URL("", "postgres"))
+	if err != nil {
+		t.Fatalf("connect to %s server: %v", s.Source, err)
+	}
+	defer conn.Close(ctx)
+	s.mu.Lock()
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(template))
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatalf("create database %s from %s: %v", name, template, err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, s.URL("", "postgres"))
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+	})
+	return &DB{Name: name, Server: s, Names: s.Names}
+}
+
+// URL is a URL for role on this database; "" is the superuser.
+func (d *DB) URL(role string) string { return d.Server.URL(role, d.Name) }
+
+// Config is the connection configuration for role on this database.
+func (d *DB) Config(t testing.TB, role string) *dbconn.Config {
+	t.Helper()
+	cfg, err := dbconn.Resolve(d.URL(role))
+	if err != nil {
+		t.Fatalf("connection settings for %s: %v", role, err)
+	}
+	return cfg
+}
+
+// Pool opens a pool for role on this database, closed when the test ends.
+func (d *DB) Pool(t testing.TB, role string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := d.Config(t, role).Open(context.Background())
+	if err != nil {
+		t.Fatalf("open pool for %q on %s: %v", role, d.Name, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Exec runs statements as the superuser (test set-up and fault injection).
+func (d *DB) Exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, d.URL(""))
+	if err != nil {
+		t.Fatalf("connect as superuser: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("exec %q: %v", firstLine(sql), err)
+	}
+}
+
+func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
