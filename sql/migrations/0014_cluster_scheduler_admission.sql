@@ -28,8 +28,12 @@ CREATE TABLE control_core.trigger_schedules (
     CONSTRAINT trigger_schedules_claim_expiry_check CHECK (claim_expires_at_ms > updated_at_ms)
 );
 
--- The claim's index: the claim orders by exactly these columns and stops at the first due row.
+-- The claim's index. The claim orders by next_fire_at_ms NULLS FIRST, project_id, trigger_id;
+-- since cursors are never negative, coalesce(next_fire_at_ms, -1) is that exact order with the
+-- uninitialised rows first, and "due or uninitialised" becomes one range condition
+-- (coalesce(next_fire_at_ms, -1) <= now): an ordered index range scan that stops at the first
+-- claimable row, instead of a BitmapOr over IS NULL and <= followed by a sort of the whole backlog.
 CREATE INDEX trigger_schedules_claim_idx
-    ON control_core.trigger_schedules (next_fire_at_ms NULLS FIRST, project_id, trigger_id);
+    ON control_core.trigger_schedules ((coalesce(next_fire_at_ms, -1)), project_id, trigger_id);
 
 SELECT control_core.advance_capability('control-core', 13, 'cluster_scheduler_admission', 'pg-0014-cluster-scheduler-admission');
