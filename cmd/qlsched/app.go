@@ -1,6 +1,8 @@
 package main
 
 import (
+	"log/slog"
+
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/dbconn"
 )
@@ -9,6 +11,10 @@ import (
 type app struct {
 	databaseURL string
 	format      string
+	logFormat   string
+	logLevelStr string
+
+	logLevel slog.Level
 
 	conn *dbconn.Config
 }
@@ -16,6 +22,12 @@ type app struct {
 func (a *app) validate() error {
 	if a.format != "text" && a.format != "json" {
 		return cli.Usagef("--format %q: want text or json", a.format)
+	}
+	if a.logFormat != "text" && a.logFormat != "json" {
+		return cli.Usagef("--log-format %q: want text or json", a.logFormat)
+	}
+	if err := a.logLevel.UnmarshalText([]byte(a.logLevelStr)); err != nil {
+		return cli.Usagef("--log-level %q: want debug, info, warn or error", a.logLevelStr)
 	}
 	return nil
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/internal/migrate"
@@ -22,12 +25,14 @@ func (a *app) demoCmd() *cobra.Command {
 		duration time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "demo",
+		Use:   "demo [--replicas 2] [--duration 20s]",
 		Short: "Run the whole stack on an embedded throwaway PostgreSQL, then remove it",
 		Long: `demo starts a throwaway PostgreSQL from this machine's server binaries (QL_PG_BIN,
 pg_config or /usr/lib/postgresql/*/bin), creates the four roles, applies the migration stream as
-the owner role, and prints the migration status. Everything it started is stopped and removed at
-the end, also on Ctrl-C.`,
+the owner role, publishes a project, a task and a few cron triggers as the admin role, and runs
+--replicas scheduler replicas (each with its own pool, as the runtime role) for --duration with a
+progress line. It then prints the admitted runs and the exactly-once audit, and stops and removes
+everything it started, also on Ctrl-C.`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if replicas < 1 || replicas > 8 {
 				return cli.Usagef("--replicas %d: want 1 … 8", replicas)
@@ -38,7 +43,7 @@ the end, also on Ctrl-C.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(cmd.Context(), cmd.OutOrStdout())
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), replicas, duration)
 		},
 	}
 	cmd.Flags().IntVar(&replicas, "replicas", 2, "scheduler replicas to run (1 … 8)")
@@ -46,7 +51,16 @@ the end, also on Ctrl-C.`,
 	return cmd
 }
 
-func runDemo(ctx context.Context, out io.Writer) error {
+// demoTriggers are the sample triggers: every second, every 2 s catching up once, every 5 s
+// skipping after an outage, and a daily one that initialises and waits.
+var demoTriggers = []coordinator.TriggerSpec{
+	{Trigger: "every-second", Cron: "* * * * * *", TimeZone: "UTC", Misfire: coordinator.MisfireSkip},
+	{Trigger: "every-2s", Cron: "*/2 * * * * *", TimeZone: "Europe/Berlin", Misfire: coordinator.MisfireFireOnce},
+	{Trigger: "every-5s", Cron: "*/5 * * * * *", TimeZone: "America/New_York", Misfire: coordinator.MisfireSkip},
+	{Trigger: "nightly", Cron: "0 3 * * *", TimeZone: "Asia/Tokyo", Misfire: coordinator.MisfireFireOnce},
+}
+
+func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Duration) error {
 	step := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
 	step("starting a throwaway PostgreSQL")
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
@@ -64,8 +78,9 @@ func runDemo(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return &dbconn.ConnectError{Err: err}
 	}
-	defer su.Close(context.Background())
-	if _, err := su.Exec(ctx, "CREATE DATABASE control"); err != nil {
+	_, err = su.Exec(ctx, "CREATE DATABASE control")
+	su.Close(context.Background())
+	if err != nil {
 		return err
 	}
 	step("qlmigrate roles create")
@@ -83,26 +98,130 @@ func runDemo(ctx context.Context, out io.Writer) error {
 	}
 
 	step("qlmigrate up (as %s)", names.Owner)
-	cfg, err := dbconn.Resolve(cluster.URL(names.Owner, "control"))
+	r, err := migrate.Open(ctx, mustResolve(cluster.URL(names.Owner, "control")), migrate.Options{Names: names, AsOwner: true})
 	if err != nil {
 		return err
 	}
-	r, err := migrate.Open(ctx, cfg, migrate.Options{Names: names, AsOwner: true})
-	if err != nil {
-		return err
-	}
-	defer r.Close()
 	applied, err := r.Up(ctx, 0)
+	r.Close()
 	if err != nil {
 		return err
 	}
-	step("applied %d migrations", len(applied))
-	status, err := r.Status(ctx)
+	step("applied %d migrations: pg-0001 … pg-0018, control-core v17", len(applied))
+
+	step("publishing project demo, task hello and %d triggers (as %s)", len(demoTriggers), names.Admin)
+	adminPool, err := mustResolve(cluster.URL(names.Admin, "control")).Open(ctx)
 	if err != nil {
 		return err
 	}
-	for _, s := range status {
-		fmt.Fprintf(out, "    %-40s %s  checksum %s\n", s.Migration.Name, s.AppliedAt.UTC().Format(time.RFC3339), s.Checksum)
+	defer adminPool.Close()
+	pub := coordinator.NewPublisher(adminPool)
+	if err := pub.CreateProject(ctx, "demo"); err != nil {
+		return err
 	}
+	if _, err := pub.PublishTask(ctx, "demo", "hello", []byte(`{"image":"example/hello:1","args":["--greet","world"]}`)); err != nil {
+		return err
+	}
+	for _, t := range demoTriggers {
+		t.Project, t.Task, t.Enabled = "demo", "hello", true
+		if _, err := pub.PublishTrigger(ctx, t); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "    %-14s %-16q %-18s misfire %s\n", t.Trigger, t.Cron, t.TimeZone, t.Misfire)
+	}
+
+	step("running %d replicas for %s (as %s, cadence 250ms)", replicas, duration, names.Runtime)
+	runCtx, stopRun := context.WithTimeout(ctx, duration)
+	defer stopRun()
+	var coords []*coordinator.Coordinator
+	var lifecycles []*coordinator.Lifecycle
+	for i := range replicas {
+		pool, err := mustResolve(cluster.URL(names.Runtime, "control")).Open(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if err := coordinator.CheckReadiness(ctx, pool); err != nil {
+			return err
+		}
+		cfg := coordinator.DefaultConfig(fmt.Sprintf("demo-replica-%d", i+1))
+		cfg.Cadence = 250 * time.Millisecond
+		co := coordinator.New(cfg, coordinator.NewStore(pool), slog.New(slog.DiscardHandler))
+		lc := coordinator.NewLifecycle(co, cfg)
+		if err := lc.Start(ctx); err != nil {
+			return err
+		}
+		coords, lifecycles = append(coords, co), append(lifecycles, lc)
+	}
+	started := time.Now()
+	tick := time.NewTicker(time.Second)
+	for done := false; !done; {
+		select {
+		case <-runCtx.Done():
+			done = true
+		case <-tick.C:
+		}
+		var sum coordinator.Snapshot
+		for _, co := range coords {
+			st := co.Stats.Snapshot()
+			sum.Claims += st.Claims
+			sum.Admits += st.Admits
+			sum.Skips += st.Skips
+			sum.Releases += st.Releases
+			sum.Races += st.Races
+			sum.Errors += st.Errors
+		}
+		fmt.Fprintf(out, "\r    %4.0fs  claims %-5d admits %-5d skips %-3d releases %-3d races %-3d errors %-3d",
+			time.Since(started).Seconds(), sum.Claims, sum.Admits, sum.Skips, sum.Releases, sum.Races, sum.Errors)
+	}
+	tick.Stop()
+	fmt.Fprintln(out)
+	for _, lc := range lifecycles {
+		if err := lc.Stop(context.Background()); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	for i, co := range coords {
+		st := co.Stats.Snapshot()
+		fmt.Fprintf(out, "    replica %d: claims %d, admits %d, skips %d, releases %d, races %d, retries %d, errors %d\n",
+			i+1, st.Claims, st.Admits, st.Skips, st.Releases, st.Races, st.Retries, st.Errors)
+	}
+
+	step("admitted runs (newest 8)")
+	runs, err := db.New(adminPool).ListRuns(ctx, db.ListRunsParams{MaxRows: 8})
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		fmt.Fprintf(out, "    %s  %-13s scheduled %s  lag %4dms  %s  attempts %d events %d\n", r.RunID, r.TriggerID.String,
+			time.UnixMilli(r.ScheduledForMs.Int64).UTC().Format("15:04:05.000"), r.QueuedAtMs.Int64-r.ScheduledForMs.Int64,
+			r.State, r.Attempts, r.Events)
+	}
+	step("exactly-once audit")
+	audit, err := db.New(adminPool).AuditExactlyOnce(ctx)
+	if err != nil {
+		return err
+	}
+	problems := 0
+	for _, a := range audit {
+		fmt.Fprintf(out, "    %-13s runs %-4d occurrences %-4d duplicates %d  misshapen %d  lag p50 %4.0fms max %4dms\n",
+			a.TriggerID, a.Runs, a.Occurrences, a.Duplicates, a.Misshapen, a.LagP50Ms, a.LagMaxMs)
+		problems += int(a.Duplicates + a.Misshapen)
+	}
+	if problems != 0 {
+		return cli.Problemf("exactly-once audit failed: %d duplicate or misshapen runs", problems)
+	}
+	fmt.Fprintln(out, "    every occurrence admitted exactly once: 1 Run, 1 Attempt, 2 Events each")
 	return nil
+}
+
+func mustResolve(url string) *dbconn.Config {
+	cfg, err := dbconn.Resolve(url)
+	if err != nil {
+		panic(err) // URLs built here always parse
+	}
+	return cfg
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	_ "time/tzdata" // every binary resolves zones identically, also in minimal containers
 
 	"github.com/spf13/cobra"
 
@@ -33,6 +34,8 @@ opened), 3 cannot connect or the database failed.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")
 	pf.StringVar(&a.format, "format", "text", "output format: text or json")
-	root.AddCommand(a.demoCmd())
+	pf.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text (terminals) or json (collectors)")
+	pf.StringVar(&a.logLevelStr, "log-level", "info", "log level: debug, info, warn or error")
+	root.AddCommand(a.runCmd(), a.projectCmd(), a.taskCmd(), a.triggerCmd(), a.runsCmd(), a.demoCmd())
 	return root
 }

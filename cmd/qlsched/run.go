@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/cli"
+)
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "qlsched"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+func (a *app) runCmd() *cobra.Command {
+	cfg := coordinator.DefaultConfig(defaultOwner())
+	var httpAddr string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run one scheduler replica until SIGTERM or SIGINT",
+		Long: `run starts one replica of the scheduler, connected as the runtime role (ql_runtime):
+
+  1. configuration: every bound is checked before anything is opened (exit 2);
+  2. readiness: control-core must be at v17 and the connected role must hold exactly the runtime's
+     privileges (SELECT/UPDATE on trigger_schedules and no INSERT, INSERT on runs, attempts and
+     run events); otherwise it refuses to start (exit 1) and claims nothing;
+  3. startup recovery: runtime-owned queued/dispatching Runs that are not in the pristine admitted
+     shape fail closed (see docs/scheduling.md);
+  4. the lifecycle: a round every --cadence claims at most --budget due schedule rows, each under a
+     --lease, and admits, skips or releases each one under its fence; rounds never overlap;
+  5. HTTP admission on --http-addr: /healthz (alive) and /readyz (ready, running, admitting).
+
+SIGTERM or SIGINT withdraws admission first (/readyz fails), then stops the lifecycle (the round
+in progress finishes its claim in hand; at most --drain-timeout), closes the pool and exits 0.
+
+Any number of replicas may run against one database; there is no leader.`,
+		Example: `  QL_DATABASE_URL=postgres://ql_runtime@db/control qlsched run --owner "$(hostname)"`,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return &cli.UsageError{Err: err}
+			}
+			if _, _, err := net.SplitHostPort(httpAddr); err != nil {
+				return cli.Usagef("--http-addr %q: want host:port (port 0 picks a free one)", httpAddr)
+			}
+			_, err := a.connConfig()
+			return err
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.run(cmd.Context(), cfg, httpAddr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Owner, "owner", cfg.Owner, "claim owner written into every fence; unique per replica (default: hostname-pid)")
+	f.IntVar(&cfg.Budget, "budget", cfg.Budget, fmt.Sprintf("claims per round, 1 … %d", coordinator.MaxBudget))
+	f.DurationVar(&cfg.Cadence, "cadence", cfg.Cadence, "time between round starts, 10ms … 1m")
+	f.DurationVar(&cfg.Lease, "lease", cfg.Lease, "claim lease, at least 1s and 2 × cadence")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long stop waits for the round in progress, 1s … 10m")
+	f.IntVar(&cfg.AdmitRetries, "admit-retries", cfg.AdmitRetries, "serialization-failure retries per admit, 0 … 20")
+	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:9464", "listen address of /healthz and /readyz")
+	return cmd
+}
+
+func (a *app) run(ctx context.Context, cfg coordinator.Config, httpAddr string) error {
+	log := a.logger().With("owner", cfg.Owner)
+	pool, err := a.conn.Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := coordinator.CheckReadiness(ctx, pool); err != nil {
+		var notReady *coordinator.ReadinessError
+		if errors.As(err, &notReady) {
+			return &cli.ProblemError{Err: err}
+		}
+		return err
+	}
+	rep, err := coordinator.Recover(ctx, pool, log)
+	if err != nil {
+		return err
+	}
+	log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped)
+
+	co := coordinator.New(cfg, coordinator.NewStore(pool), log)
+	lc := coordinator.NewLifecycle(co, cfg)
+	if err := lc.Start(ctx); err != nil {
+		return err
+	}
+	var admitting atomic.Bool
+	ln, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		_ = lc.Stop(context.Background())
+		return cli.Usagef("--http-addr %s: %v", httpAddr, err)
+	}
+	srv := &http.Server{Handler: healthHandler(&admitting), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	admitting.Store(true)
+	log.Info("replica running", "http_addr", ln.Addr().String(), "budget", cfg.Budget, "cadence", cfg.Cadence.String(),
+		"lease", cfg.Lease.String(), "database", a.conn.Describe())
+
+	<-ctx.Done()
+	// Stop in reverse: withdraw admission, stop and drain the scheduler, then the rest.
+	admitting.Store(false)
+	log.Info("stopping: admission withdrawn, draining")
+	stopErr := lc.Stop(context.Background())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	st := co.Stats.Snapshot()
+	log.Info("stopped", "claims", st.Claims, "admits", st.Admits, "skips", st.Skips, "releases", st.Releases,
+		"races", st.Races, "retries", st.Retries, "errors", st.Errors, "drain_error", errString(stopErr))
+	return nil
+}
+
+func healthHandler(admitting *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !admitting.Load() {
+			http.Error(w, "not admitting", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func (a *app) logger() *slog.Logger {
+	opts := &slog.HandlerOptions{Level: a.logLevel}
+	if a.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}

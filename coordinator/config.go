@@ -1,0 +1,69 @@
+package coordinator
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Defaults and bounds of the ADR's bounded lifecycle.
+const (
+	DefaultBudget       = 16
+	MaxBudget           = 256 // hard cap of claims per round
+	DefaultLease        = 30 * time.Second
+	MinLease            = time.Second
+	DefaultCadence      = time.Second
+	MinCadence          = 10 * time.Millisecond
+	MaxCadence          = time.Minute
+	DefaultDrainTimeout = 10 * time.Second
+	MinDrainTimeout     = time.Second
+	MaxDrainTimeout     = 10 * time.Minute
+	DefaultAdmitRetries = 5 // serialization failures retried per admit
+	MaxAdmitRetries     = 20
+)
+
+// Config bounds one replica's coordinator. Validate runs before any connection is opened.
+type Config struct {
+	Owner        string        // claim_owner written into the fence; unique per replica
+	Budget       int           // claims per round, 1 … 256
+	Lease        time.Duration // claim lease, ≥ 1 s and ≥ 2 × Cadence
+	Cadence      time.Duration // time between round starts, 10 ms … 1 min
+	DrainTimeout time.Duration // how long Stop waits for the current round, 1 s … 10 min
+	AdmitRetries int           // serialization-failure retries per admit, 0 … 20
+}
+
+// DefaultConfig returns the ADR's defaults for owner.
+func DefaultConfig(owner string) Config {
+	return Config{Owner: owner, Budget: DefaultBudget, Lease: DefaultLease, Cadence: DefaultCadence,
+		DrainTimeout: DefaultDrainTimeout, AdmitRetries: DefaultAdmitRetries}
+}
+
+var ownerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$`)
+
+// ConfigError names the setting that is out of bounds.
+type ConfigError struct {
+	Flag, Value, Want string
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("--%s %s: want %s", e.Flag, e.Value, e.Want) }
+
+// Validate checks every bound.
+func (c Config) Validate() error {
+	switch {
+	case !ownerPattern.MatchString(c.Owner):
+		return &ConfigError{"owner", fmt.Sprintf("%q", c.Owner), "1 to 128 characters of [A-Za-z0-9_.:@-], starting with a letter or digit"}
+	case c.Budget < 1 || c.Budget > MaxBudget:
+		return &ConfigError{"budget", fmt.Sprint(c.Budget), fmt.Sprintf("1 … %d claims per round", MaxBudget)}
+	case c.Cadence < MinCadence || c.Cadence > MaxCadence:
+		return &ConfigError{"cadence", c.Cadence.String(), fmt.Sprintf("%s … %s", MinCadence, MaxCadence)}
+	case c.Lease < MinLease || c.Lease < 2*c.Cadence:
+		return &ConfigError{"lease", c.Lease.String(), fmt.Sprintf("at least %s and at least 2 × cadence (%s)", MinLease, 2*c.Cadence)}
+	case c.Lease%time.Millisecond != 0:
+		return &ConfigError{"lease", c.Lease.String(), "whole milliseconds"}
+	case c.DrainTimeout < MinDrainTimeout || c.DrainTimeout > MaxDrainTimeout:
+		return &ConfigError{"drain-timeout", c.DrainTimeout.String(), fmt.Sprintf("%s … %s", MinDrainTimeout, MaxDrainTimeout)}
+	case c.AdmitRetries < 0 || c.AdmitRetries > MaxAdmitRetries:
+		return &ConfigError{"admit-retries", fmt.Sprint(c.AdmitRetries), fmt.Sprintf("0 … %d", MaxAdmitRetries)}
+	}
+	return nil
+}

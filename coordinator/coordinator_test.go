@@ -1,0 +1,318 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+func TestConfigBounds(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		mutate func(*Config)
+		flag   string
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"budget 0", func(c *Config) { c.Budget = 0 }, "--budget"},
+		{"budget 257", func(c *Config) { c.Budget = 257 }, "--budget"},
+		{"budget 256", func(c *Config) { c.Budget = 256 }, ""},
+		{"lease 0", func(c *Config) { c.Lease = 0 }, "--lease"},
+		{"lease under 2 x cadence", func(c *Config) { c.Cadence = 10 * time.Second; c.Lease = 15 * time.Second }, "--lease"},
+		{"cadence 5ms", func(c *Config) { c.Cadence = 5 * time.Millisecond }, "--cadence"},
+		{"cadence 2m", func(c *Config) { c.Cadence = 2 * time.Minute; c.Lease = 5 * time.Minute }, "--cadence"},
+		{"drain 0", func(c *Config) { c.DrainTimeout = 0 }, "--drain-timeout"},
+		{"drain 11m", func(c *Config) { c.DrainTimeout = 11 * time.Minute }, "--drain-timeout"},
+		{"owner with a space", func(c *Config) { c.Owner = "a b" }, "--owner"},
+		{"owner empty", func(c *Config) { c.Owner = "" }, "--owner"},
+	}
+	for _, tc := range cases {
+		cfg := DefaultConfig("replica-1")
+		tc.mutate(&cfg)
+		err := cfg.Validate()
+		switch {
+		case tc.flag == "" && err != nil:
+			t.Errorf("%s: %v, want valid", tc.name, err)
+		case tc.flag != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.flag)):
+			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.flag)
+		}
+	}
+}
+
+func TestRoundHonoursTheBudgetAndTheHardCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	for i := range 300 {
+		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", MisfireSkip)
+	}
+	small := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 5 })
+	if n := small.Round(ctx, nil); n != 5 {
+		t.Errorf("budget 5 claimed %d", n)
+	}
+	big := f.coordinator("r2", f.rt, func(c *Config) { c.Budget = MaxBudget })
+	if n := big.Round(ctx, nil); n != MaxBudget {
+		t.Errorf("budget %d claimed %d", MaxBudget, n)
+	}
+	// 300 - 5 - 256 = 39 left for the next round
+	if n := big.Round(ctx, nil); n != 39 {
+		t.Errorf("third round claimed %d, want the remaining 39", n)
+	}
+	if bad := DefaultConfig("x"); func() bool { bad.Budget = MaxBudget + 1; return bad.Validate() == nil }() {
+		t.Error("budget above the hard cap validated")
+	}
+}
+
+// Run identities are allocated only for admits: init, not-due, skip and lost races allocate none.
+func TestRunIdentityOnlyForAnAdmit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.trigger("init", "* * * * *", MisfireSkip)
+	f.trigger("due", "* * * * *", MisfireSkip)
+	f.trigger("skipped", "* * * * *", MisfireSkip)
+	f.trigger("catchup", "* * * * *", MisfireFireOnce)
+	f.setCursor("due", -time.Second)
+	f.setCursor("skipped", -time.Hour)
+	f.setCursor("catchup", -time.Hour)
+	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 10 })
+	var allocated atomic.Int64
+	co.NewRunID = func() uuid.UUID { allocated.Add(1); return uuid.New() }
+	co.Round(ctx, nil)
+	st := co.Stats.Snapshot()
+	if st.Claims != 4 || st.Admits != 2 || st.Skips != 1 || st.Releases != 1 {
+		t.Errorf("stats %+v; want 4 claims, 2 admits (due, catch-up), 1 skip, 1 release (init)", st)
+	}
+	if allocated.Load() != st.Admits {
+		t.Errorf("%d run identities allocated for %d admits", allocated.Load(), st.Admits)
+	}
+	if n := f.audit(); n != 2 {
+		t.Errorf("%d runs, want 2", n)
+	}
+}
+
+func TestRacesAreCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.trigger("a", "* * * * *", MisfireSkip)
+	f.setCursor("a", -time.Second)
+	slow := f.coordinator("slow", f.rt)
+	claim := must(slow.store.Claim(ctx, "slow", 30*time.Second)).of(t)
+	f.expireClaim("a")
+	fast := f.coordinator("fast", f.rt)
+	fast.Round(ctx, nil)
+	slow.handle(ctx, claim) // the stale holder decides and admits late
+	if s, fs := slow.Stats.Snapshot(), fast.Stats.Snapshot(); s.Races != 1 || s.Admits != 0 || fs.Admits != 1 {
+		t.Errorf("slow %+v, fast %+v; want slow: 1 race 0 admits, fast: 1 admit", s, fs)
+	}
+	if n := f.audit(); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+}
+
+// Two replicas with independent pools (different backend PIDs, different owners) on the same
+// triggers: initialisation is claimed once; one due occurrence becomes exactly 1 Run, 1 Attempt
+// and 2 Events.
+func TestTwoPoolsSingleClaimAndExactlyOneRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.trigger("a", "* * * * *", MisfireSkip)
+	poolA, poolB := f.d.Pool(t, "ql_runtime"), f.d.Pool(t, "ql_runtime")
+	var pidA, pidB int
+	must(0, poolA.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA)).of(t)
+	must(0, poolB.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidB)).of(t)
+	if pidA == pidB {
+		t.Fatalf("both pools on backend %d", pidA)
+	}
+	a, b := f.coordinator("replica-a", poolA), f.coordinator("replica-b", poolB)
+	both := func() {
+		var wg sync.WaitGroup
+		for _, co := range []*Coordinator{a, b} {
+			wg.Add(1)
+			go func() { defer wg.Done(); co.Round(ctx, nil) }()
+		}
+		wg.Wait()
+	}
+	both()
+	if claims := a.Stats.Claims.Load() + b.Stats.Claims.Load(); claims != 1 {
+		t.Errorf("initialisation claimed %d times, want once", claims)
+	}
+	f.setCursor("a", -time.Second)
+	both()
+	if admits := a.Stats.Admits.Load() + b.Stats.Admits.Load(); admits != 1 {
+		t.Errorf("%d admits for one occurrence", admits)
+	}
+	if n := f.audit(); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+	if f.count("SELECT count(*) FROM control_core.attempts") != 1 || f.count("SELECT count(*) FROM control_core.run_events") != 2 {
+		t.Error("want exactly 1 attempt and 2 events")
+	}
+}
+
+// The claim holder's pool is closed mid-claim. Another replica cannot take the row before the
+// claim expires by database time, and takes it over after.
+func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.trigger("a", "* * * * *", MisfireSkip)
+	f.setCursor("a", -time.Second)
+	holderPool := f.d.Pool(t, "ql_runtime")
+	held := must(NewStore(holderPool).Claim(ctx, "holder", 2*time.Second)).of(t)
+	holderPool.Close()
+
+	taker := NewStore(f.rt)
+	deadline := time.Now().Add(30 * time.Second)
+	var took *Claim
+	for took == nil && time.Now().Before(deadline) {
+		var err error
+		if took, err = taker.Claim(ctx, "taker", 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if took == nil {
+			time.Sleep(50 * time.Millisecond) // polling a database condition, not synchronising goroutines
+		}
+	}
+	if took == nil {
+		t.Fatal("no takeover within 30 s of a 2 s lease")
+	}
+	if took.NowMs < held.ClaimExpiresAtMs.Int64 {
+		t.Errorf("taken over at db time %d, before the claim expired at %d", took.NowMs, held.ClaimExpiresAtMs.Int64)
+	}
+	if took.ClaimVersion != held.ClaimVersion+1 {
+		t.Errorf("claim version %d, want %d", took.ClaimVersion, held.ClaimVersion+1)
+	}
+	if _, out, err := taker.Admit(ctx, took, took.NextFireAtMs.Int64, took.NextFireAtMs.Int64+60_000, uuid.New(), 3); err != nil || out != Written {
+		t.Fatalf("admit after takeover: %v %v", out, err)
+	}
+	if n := f.audit(); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+}
+
+func TestLifecycleStartStopDoubleStop(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.trigger("a", "* * * * *", MisfireSkip)
+	co := f.coordinator("r1", f.rt, func(c *Config) { c.Cadence = 10 * time.Millisecond })
+	lc := NewLifecycle(co, DefaultConfig("r1"))
+	lc.cadence = 10 * time.Millisecond
+	rounds := make(chan int, 100)
+	lc.OnRound = func(n int) {
+		select {
+		case rounds <- n:
+		default:
+		}
+	}
+	if err := lc.Stop(context.Background()); err != nil {
+		t.Errorf("stop before start: %v", err)
+	}
+	if err := lc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.Start(context.Background()); err == nil {
+		t.Error("second start accepted")
+	}
+	for range 3 {
+		<-rounds
+	}
+	if err := lc.Stop(context.Background()); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	select {
+	case <-lc.Done():
+	default:
+		t.Error("loop still running after Stop returned")
+	}
+	if err := lc.Stop(context.Background()); err != nil {
+		t.Errorf("second stop: %v", err)
+	}
+	if co.Stats.Claims.Load() != 1 {
+		t.Errorf("claims %d, want 1 (initialisation)", co.Stats.Claims.Load())
+	}
+}
+
+// Rounds never overlap, even when a round takes longer than the cadence.
+func TestLifecycleRoundsNeverOverlap(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for i := range 20 {
+		f.trigger(fmt.Sprintf("t%d", i), "* * * * *", MisfireSkip)
+	}
+	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 1 })
+	lc := NewLifecycle(co, DefaultConfig("r1"))
+	lc.cadence = time.Millisecond // far below one round's duration
+	var inRound, maxInRound atomic.Int32
+	lc.onRoundStart = func() {
+		n := inRound.Add(1)
+		if n > maxInRound.Load() {
+			maxInRound.Store(n)
+		}
+		time.Sleep(2 * time.Millisecond) // each round outlasts the cadence
+	}
+	rounds := make(chan struct{}, 1000)
+	lc.OnRound = func(int) {
+		inRound.Add(-1)
+		rounds <- struct{}{}
+	}
+	if err := lc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		<-rounds
+	}
+	if err := lc.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if maxInRound.Load() != 1 {
+		t.Errorf("up to %d rounds ran at once, want 1", maxInRound.Load())
+	}
+}
+
+// Stop drains within its bound: a round stuck on a lock is cancelled after the drain timeout.
+func TestLifecycleStopIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.trigger("a", "* * * * *", MisfireSkip)
+	f.setCursor("a", -time.Second)
+	// Another session locks run_events: the round's admit blocks on it.
+	blocker := must(f.su.Begin(ctx)).of(t)
+	defer blocker.Rollback(ctx)
+	if _, err := blocker.Exec(ctx, "LOCK TABLE control_core.run_events IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	co := f.coordinator("r1", f.rt)
+	cfg := DefaultConfig("r1")
+	cfg.DrainTimeout = time.Second
+	lc := NewLifecycle(co, cfg)
+	if err := lc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// wait until the admit is blocked on the lock
+	for f.count(`SELECT count(*) FROM pg_stat_activity WHERE usename = 'ql_runtime' AND wait_event_type = 'Lock'`) == 0 {
+		time.Sleep(10 * time.Millisecond) // polling a database condition
+	}
+	start := time.Now()
+	err := lc.Stop(ctx)
+	took := time.Since(start)
+	if !errors.Is(err, ErrDrainTimeout) {
+		t.Errorf("stop: %v, want ErrDrainTimeout", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("stop took %s with a 1 s drain bound", took)
+	}
+	if n := f.count("SELECT count(*) FROM control_core.runs"); n != 0 {
+		t.Errorf("%d runs after a cancelled admit", n)
+	}
+}

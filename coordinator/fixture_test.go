@@ -1,0 +1,138 @@
+package coordinator
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/internal/testpg"
+)
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+// fixture is one test database with the publisher connected as ql_admin, the runtime as
+// ql_runtime, and a superuser pool for arranging and asserting.
+type fixture struct {
+	t     *testing.T
+	d     *testpg.DB
+	admin *Publisher
+	su    *pgxpool.Pool
+	rt    *pgxpool.Pool
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	d := testpg.New(t)
+	f := &fixture{t: t, d: d, admin: NewPublisher(d.Pool(t, "ql_admin")), su: d.Pool(t, ""), rt: d.Pool(t, "ql_runtime")}
+	ctx := context.Background()
+	if err := f.admin.CreateProject(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.PublishTask(ctx, "p", "task", []byte(`{"image":"example/job:1","args":["--once"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// trigger publishes an enabled trigger on task "task".
+func (f *fixture) trigger(id, cron string, misfire MisfirePolicy) TriggerPublished {
+	f.t.Helper()
+	pub, err := f.admin.PublishTrigger(context.Background(), TriggerSpec{Project: "p", Trigger: id, Task: "task",
+		Cron: cron, TimeZone: "UTC", Misfire: misfire, Enabled: true})
+	if err != nil {
+		f.t.Fatalf("publish trigger %s: %v", id, err)
+	}
+	return pub
+}
+
+// setCursor puts a trigger's cursor at db-now + offset (arranging time, as a test may).
+func (f *fixture) setCursor(trigger string, offset time.Duration) int64 {
+	f.t.Helper()
+	var cursor int64
+	err := f.su.QueryRow(context.Background(), `UPDATE control_core.trigger_schedules
+		SET next_fire_at_ms = control_core.db_now_ms() + $2::bigint, state_version = state_version + 1
+		WHERE project_id = 'p' AND trigger_id = $1 RETURNING next_fire_at_ms`, trigger, offset.Milliseconds()).Scan(&cursor)
+	if err != nil {
+		f.t.Fatalf("set cursor of %s: %v", trigger, err)
+	}
+	return cursor
+}
+
+// expireClaim moves a held claim's expiry into the past, as if its lease had run out.
+func (f *fixture) expireClaim(trigger string) {
+	f.t.Helper()
+	f.exec(`UPDATE control_core.trigger_schedules SET updated_at_ms = control_core.db_now_ms() - 10, claim_expires_at_ms = control_core.db_now_ms() - 9
+		WHERE project_id = 'p' AND trigger_id = $1 AND claim_token IS NOT NULL`, trigger)
+}
+
+func (f *fixture) exec(sql string, args ...any) {
+	f.t.Helper()
+	if _, err := f.su.Exec(context.Background(), sql, args...); err != nil {
+		f.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (f *fixture) count(sql string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.su.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		f.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// audit checks the exactly-once shape of every admitted occurrence: per Run 1 Attempt and 2
+// Events, no idempotency key twice, no occurrence twice. It returns the number of Runs.
+func (f *fixture) audit() int {
+	f.t.Helper()
+	bad := f.count(`SELECT count(*) FROM control_core.runs r
+		WHERE (SELECT count(*) FROM control_core.attempts a WHERE a.run_id = r.run_id) <> 1
+		   OR (SELECT count(*) FROM control_core.run_events e WHERE e.run_id = r.run_id) <> 2`)
+	dup := f.count(`SELECT count(*) FROM (SELECT trigger_id, scheduled_for_ms FROM control_core.runs
+		GROUP BY 1, 2 HAVING count(*) > 1) d`)
+	if bad != 0 || dup != 0 {
+		f.t.Errorf("audit: %d runs without exactly 1 attempt and 2 events, %d duplicate occurrences", bad, dup)
+	}
+	return f.count("SELECT count(*) FROM control_core.runs")
+}
+
+// coordinator returns a coordinator for owner on its own runtime pool.
+func (f *fixture) coordinator(owner string, pool *pgxpool.Pool, mutate ...func(*Config)) *Coordinator {
+	f.t.Helper()
+	cfg := DefaultConfig(owner)
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		f.t.Fatal(err)
+	}
+	return New(cfg, NewStore(pool), testLogger())
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("QL_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// must(f()).of(t) fails the test when f returned an error, else gives f's value.
+func must[T any](v T, err error) result[T] { return result[T]{v, err} }
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+func (r result[T]) of(t *testing.T) T {
+	t.Helper()
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.v
+}

@@ -1,0 +1,125 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// ErrDrainTimeout means Stop gave up waiting for the current round and cancelled it. Claims it
+// held are not lost: they expire after the lease and another replica takes them over.
+var ErrDrainTimeout = errors.New("round did not drain in time; cancelled")
+
+// Lifecycle runs a Coordinator's rounds at a fixed cadence, one at a time. Rounds never overlap:
+// a round that overruns the cadence delays the next one. The loop is owned by Start/Stop; it does
+// not keep the process alive on its own (the composition root decides when to exit).
+type Lifecycle struct {
+	c       *Coordinator
+	cadence time.Duration
+	drain   time.Duration
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	started bool
+	stop    chan struct{} // closed by Stop: finish the claim in hand, claim nothing more
+	done    chan struct{} // closed when the loop has exited
+	cancel  context.CancelFunc
+	// OnRound, when set, is called after every round with the number of rows it claimed.
+	OnRound func(claimed int)
+	// onRoundStart is a test seam called as each round begins.
+	onRoundStart func()
+}
+
+// NewLifecycle wraps c with the cadence and drain bound of cfg.
+func NewLifecycle(c *Coordinator, cfg Config) *Lifecycle {
+	return &Lifecycle{c: c, cadence: cfg.Cadence, drain: cfg.DrainTimeout, log: c.log}
+}
+
+// Start begins the rounds. It returns an error if the lifecycle was already started.
+func (l *Lifecycle) Start(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started {
+		return errors.New("lifecycle already started")
+	}
+	l.started = true
+	l.stop, l.done = make(chan struct{}), make(chan struct{})
+	// The rounds' context outlives ctx's cancellation only until Stop's drain bound: Stop, not
+	// the caller's context, decides when in-flight queries are cut.
+	roundCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.cancel = cancel
+	go l.loop(roundCtx, l.stop, l.done)
+	return nil
+}
+
+func (l *Lifecycle) loop(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-timer.C:
+		}
+		started := time.Now()
+		claimed := l.round(ctx, stop)
+		if l.OnRound != nil {
+			l.OnRound(claimed)
+		}
+		timer.Reset(max(0, l.cadence-time.Since(started)))
+	}
+}
+
+// round runs one round, turning a panic into a counted, logged error: the timer never dies.
+func (l *Lifecycle) round(ctx context.Context, stop <-chan struct{}) (claimed int) {
+	defer func() {
+		if r := recover(); r != nil {
+			l.c.Stats.Errors.Add(1)
+			l.log.Error("round panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	if l.onRoundStart != nil {
+		l.onRoundStart()
+	}
+	return l.c.Round(ctx, stop)
+}
+
+// Stop withdraws the lifecycle: no new round starts, the current round finishes the claim in
+// hand and stops claiming. Stop waits at most the drain timeout, then cancels the round's
+// queries and returns ErrDrainTimeout. Calling Stop again, or before Start, returns nil.
+func (l *Lifecycle) Stop(ctx context.Context) error {
+	l.mu.Lock()
+	if !l.started || l.stop == nil {
+		l.mu.Unlock()
+		return nil
+	}
+	stop, done, cancel := l.stop, l.done, l.cancel
+	l.stop = nil
+	l.mu.Unlock()
+
+	close(stop)
+	timer := time.NewTimer(l.drain)
+	defer timer.Stop()
+	select {
+	case <-done:
+		cancel()
+		return nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	cancel()
+	<-done // cancelled queries return promptly
+	return ErrDrainTimeout
+}
+
+// Done is closed once the loop has exited after Stop.
+func (l *Lifecycle) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done
+}

@@ -1,0 +1,140 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/db"
+)
+
+// RecoveryReport says what startup recovery found and did.
+type RecoveryReport struct {
+	Candidates   int // runtime-owned queued/dispatching Runs not in the pristine admitted shape
+	FailedClosed int
+	Skipped      int // changed concurrently (the dispatcher acted first): left alone
+}
+
+// recoveryBatch bounds one read of the recovery source.
+const recoveryBatch = 500
+
+// Recover runs startup recovery before the lifecycle starts. The recovery source (the
+// RecoveryCandidates query) excludes exactly the pristine shape an admit leaves, which the
+// dispatcher can still claim normally; every other runtime-owned queued/dispatching shape is a
+// candidate and fails closed.
+//
+// "Fails closed" means: the Run and its newest Attempt are marked failed, with the observed shape
+// in the Attempt's error and a run.recovery_failed event. Nothing is re-admitted, re-queued or
+// dispatched: a half-dispatched Attempt might already be executing somewhere, so running it again
+// could run it twice; an operator (or a retry policy outside the scheduler) decides what next.
+// Each candidate is fenced on the states and updated_at_ms recovery observed, so a concurrent
+// change wins and the candidate is skipped.
+func Recover(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (RecoveryReport, error) {
+	var rep RecoveryReport
+	q := db.New(pool)
+	seen := map[[16]byte]bool{}
+	for {
+		rows, err := q.RecoveryCandidates(ctx, recoveryBatch)
+		if err != nil {
+			return rep, fmt.Errorf("read recovery source: %w", err)
+		}
+		progressed := false
+		for _, r := range rows {
+			if seen[r.RunID] {
+				continue
+			}
+			seen[r.RunID] = true
+			progressed = true
+			rep.Candidates++
+			ok, err := failClosed(ctx, pool, r)
+			if err != nil {
+				return rep, err
+			}
+			if ok {
+				rep.FailedClosed++
+				log.Warn("startup recovery failed a run closed", "run_id", r.RunID, "run_state", r.RunState,
+					"attempt_state", r.AttemptState.String)
+			} else {
+				rep.Skipped++
+			}
+		}
+		if len(rows) < recoveryBatch || !progressed {
+			return rep, nil
+		}
+	}
+}
+
+func failClosed(ctx context.Context, pool *pgxpool.Pool, r db.RecoveryCandidatesRow) (bool, error) {
+	written := false
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		_, err := db.New(tx).FailClosed(ctx, db.FailClosedParams{
+			AttemptID: r.AttemptID, RunID: r.RunID, AttemptState: r.AttemptState,
+			AttemptUpdatedAtMs: r.AttemptUpdatedAtMs, RunState: r.RunState, RunUpdatedAtMs: r.RunUpdatedAtMs,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		written = err == nil
+		return err
+	})
+	if isSerializationFailure(err) {
+		return false, nil // changed under us: the other writer wins
+	}
+	if err != nil {
+		return false, fmt.Errorf("fail run %s closed: %w", r.RunID, err)
+	}
+	return written, nil
+}
+
+// ReadinessError lists why the runtime may not start.
+type ReadinessError struct{ Problems []string }
+
+func (e *ReadinessError) Error() string {
+	return fmt.Sprintf("database not ready for the scheduler: %v", e.Problems)
+}
+
+// RequiredCapability is the control-core version this scheduler runs on.
+const RequiredCapability = 17
+
+// CheckReadiness fails closed unless control-core is at v17 and the connected role holds exactly
+// what the runtime uses (and not INSERT on trigger_schedules).
+func CheckReadiness(ctx context.Context, pool *pgxpool.Pool) error {
+	schemaOK, err := db.New(pool).SchemaExists(ctx)
+	if err != nil {
+		return fmt.Errorf("readiness: %w", err)
+	}
+	if !schemaOK {
+		return &ReadinessError{Problems: []string{"control_core is not installed (or not visible to this role): run qlmigrate up"}}
+	}
+	r, err := db.New(pool).RuntimeReadiness(ctx)
+	if err != nil {
+		return fmt.Errorf("readiness: %w", err)
+	}
+	var p []string
+	if r.Capability != RequiredCapability {
+		p = append(p, fmt.Sprintf("control-core is at v%d, want v%d: run qlmigrate up", r.Capability, RequiredCapability))
+	}
+	for _, c := range []struct {
+		ok   bool
+		what string
+	}{
+		{r.SchedulesRw, "SELECT, UPDATE on control_core.trigger_schedules"},
+		{!r.SchedulesInsert, "no INSERT on control_core.trigger_schedules (the runtime must not create schedules)"},
+		{r.RunsRw, "SELECT, INSERT, UPDATE on control_core.runs"},
+		{r.AttemptsRw, "SELECT, INSERT, UPDATE on control_core.attempts"},
+		{r.EventsRw, "SELECT, INSERT on control_core.run_events"},
+		{r.DbTime, "EXECUTE on control_core.db_now_ms()"},
+	} {
+		if !c.ok {
+			p = append(p, "the connected role needs "+c.what)
+		}
+	}
+	if len(p) > 0 {
+		return &ReadinessError{Problems: p}
+	}
+	return nil
+}

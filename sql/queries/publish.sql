@@ -1,0 +1,115 @@
+-- Publisher queries: run by the admin role, each command in one transaction. Content digests are
+-- sha256 (hex) over the jsonb text rendering of a revision's content, computed here and
+-- recomputed by the admit (see scheduler.sql), so a digest that no longer matches its row is caught.
+
+-- name: LockProject :one
+-- The audited Project lock of pg-0018: serialises publishes per project and leaves an audit row.
+SELECT control_core.lock_project(@project_id::text, @reason::text)::bigint AS revision;
+
+-- name: CreateProject :one
+INSERT INTO control_core.projects (project_id, state, revision, content_digest)
+VALUES (@project_id::text, 'active', 1,
+        encode(sha256(convert_to(jsonb_build_object('project_id', @project_id::text, 'state', 'active', 'revision', 1)::text, 'UTF8')), 'hex'))
+ON CONFLICT (project_id) DO NOTHING
+RETURNING project_id, revision, content_digest, created_at_ms;
+
+-- name: GetProject :one
+SELECT project_id, state, revision, content_digest FROM control_core.projects WHERE project_id = $1;
+
+-- name: AuditAdmin :exec
+INSERT INTO control_core.admin_audit_log (audit_id, action, project_id, subject, detail)
+VALUES (gen_random_uuid(), @action::text, @project_id::text, @subject::text, @detail::jsonb);
+
+-- name: UpsertExecutionRevision :one
+-- Execution revisions are immutable and content-addressed per project: publishing the same spec
+-- again reuses the row.
+WITH ins AS (
+    INSERT INTO control_core.execution_revisions (execution_revision_id, project_id, executor_kind, spec, digest)
+    VALUES (gen_random_uuid(), @project_id::text, 'remote_worker', @spec::jsonb,
+            encode(sha256(convert_to((@spec::jsonb)::text, 'UTF8')), 'hex'))
+    ON CONFLICT (project_id, digest) DO NOTHING
+    RETURNING execution_revision_id, digest
+)
+SELECT execution_revision_id, digest FROM ins
+UNION ALL
+SELECT e.execution_revision_id, e.digest FROM control_core.execution_revisions e
+WHERE e.project_id = @project_id::text AND e.digest = encode(sha256(convert_to((@spec::jsonb)::text, 'UTF8')), 'hex')
+LIMIT 1;
+
+-- name: BumpTaskHead :one
+INSERT INTO control_core.tasks (project_id, task_id, head_revision)
+VALUES (@project_id::text, @task_id::text, 1)
+ON CONFLICT (project_id, task_id) DO UPDATE
+    SET head_revision = control_core.tasks.head_revision + 1,
+        updated_at_ms = greatest(control_core.tasks.updated_at_ms, control_core.db_now_ms())
+RETURNING head_revision;
+
+-- name: InsertTaskRevision :one
+INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest)
+SELECT @project_id::text, @task_id::text, @revision::bigint, e.execution_revision_id,
+       encode(sha256(convert_to(jsonb_build_object(
+           'task_id', @task_id::text, 'revision', @revision::bigint,
+           'execution_revision_id', e.execution_revision_id, 'execution_digest', e.digest)::text, 'UTF8')), 'hex')
+FROM control_core.execution_revisions e
+WHERE e.execution_revision_id = @execution_revision_id::uuid
+RETURNING revision, content_digest;
+
+-- name: GetTaskHead :one
+SELECT head_revision FROM control_core.tasks WHERE project_id = $1 AND task_id = $2 FOR SHARE;
+
+-- name: BumpTriggerHead :one
+INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
+VALUES (@project_id::text, @trigger_id::text, 1)
+ON CONFLICT (project_id, trigger_id) DO UPDATE
+    SET head_revision = control_core.triggers.head_revision + 1,
+        updated_at_ms = greatest(control_core.triggers.updated_at_ms, control_core.db_now_ms())
+RETURNING head_revision;
+
+-- name: InsertTriggerRevision :one
+INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
+                                            misfire_policy, enabled, task_id, task_revision, content_digest)
+VALUES (@project_id::text, @trigger_id::text, @revision::bigint, 'cron', @cron_spec::text, @timezone::text,
+        @misfire_policy::text, @enabled::boolean, @task_id::text, @task_revision::bigint,
+        encode(sha256(convert_to(jsonb_build_object(
+            'kind', 'cron', 'cron_spec', @cron_spec::text, 'timezone', @timezone::text,
+            'misfire_policy', @misfire_policy::text, 'enabled', @enabled::boolean,
+            'task_id', @task_id::text, 'task_revision', @task_revision::bigint)::text, 'UTF8')), 'hex'))
+RETURNING revision, content_digest;
+
+-- name: UpsertSchedule :one
+-- One schedule row per trigger head. A new revision clears the cursor and the claim and increments
+-- state_version and claim_version, so every claim taken under an older revision fails its fence.
+INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
+                                            last_scheduled_at_ms, state_version, claim_version, updated_at_ms)
+VALUES (@project_id::text, @trigger_id::text, @trigger_revision::bigint, NULL, NULL, 1, 0, control_core.db_now_ms())
+ON CONFLICT (project_id, trigger_id) DO UPDATE
+    SET trigger_revision    = EXCLUDED.trigger_revision,
+        next_fire_at_ms     = NULL,
+        claim_owner         = NULL,
+        claim_token         = NULL,
+        claim_expires_at_ms = NULL,
+        claim_version       = control_core.trigger_schedules.claim_version + 1,
+        state_version       = control_core.trigger_schedules.state_version + 1,
+        updated_at_ms       = greatest(control_core.trigger_schedules.updated_at_ms, control_core.db_now_ms())
+RETURNING state_version, claim_version;
+
+-- name: ListTriggers :many
+SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled,
+       tr.task_id, tr.task_revision, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
+       s.claim_owner, s.claim_version, s.claim_expires_at_ms, control_core.db_now_ms()::bigint AS now_ms
+FROM control_core.trigger_schedules s
+JOIN control_core.trigger_revisions tr
+  ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+WHERE (sqlc.narg(project_id)::text IS NULL OR s.project_id = sqlc.narg(project_id)::text)
+ORDER BY s.project_id, s.trigger_id;
+
+-- name: ListRuns :many
+SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
+       r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms,
+       (SELECT count(*) FROM control_core.attempts a WHERE a.run_id = r.run_id)::bigint AS attempts,
+       (SELECT count(*) FROM control_core.run_events e WHERE e.run_id = r.run_id)::bigint AS events
+FROM control_core.runs r
+WHERE (sqlc.narg(project_id)::text IS NULL OR r.project_id = sqlc.narg(project_id)::text)
+  AND (sqlc.narg(trigger_id)::text IS NULL OR r.trigger_id = sqlc.narg(trigger_id)::text)
+ORDER BY r.created_at_ms DESC, r.run_id
+LIMIT @max_rows::integer;

@@ -1,0 +1,267 @@
+-- Scheduler queries: run by the runtime role. Time is always the database's, observed once per
+-- statement by control_core.db_now_ms() (ADR-0107).
+
+-- name: ClaimDue :one
+-- The ADR-0105 claim, one statement committed on its own: the first row, in the order
+-- next_fire_at_ms NULLS FIRST, project_id, trigger_id, of an active project and an enabled cron
+-- trigger revision that is due or waiting for initialisation and carries no valid claim; locked
+-- with SKIP LOCKED so replicas never wait on each other; stamped with the four-part fence and a
+-- new state_version. coalesce(next_fire_at_ms, -1) is that order (cursors are never negative) and
+-- lets trigger_schedules_claim_idx serve it as one range scan. RETURNING carries everything the
+-- decision and the admit need, so the claim is the only read.
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+candidate AS (
+    SELECT s.project_id, s.trigger_id
+    FROM control_core.trigger_schedules s
+    JOIN control_core.projects p ON p.project_id = s.project_id
+    JOIN control_core.trigger_revisions tr
+      ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+    CROSS JOIN obs
+    WHERE coalesce(s.next_fire_at_ms, -1) <= obs.now_ms
+      AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= obs.now_ms)
+      AND p.state = 'active'
+      AND tr.kind = 'cron'
+      AND tr.enabled
+    ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+    FOR UPDATE OF s SKIP LOCKED
+    LIMIT 1
+)
+UPDATE control_core.trigger_schedules s
+SET claim_owner         = @owner::text,
+    claim_token         = gen_random_uuid(),
+    claim_version       = s.claim_version + 1,
+    claim_expires_at_ms = greatest(obs.now_ms, s.updated_at_ms) + @lease_ms::bigint,
+    state_version       = s.state_version + 1,
+    updated_at_ms       = greatest(obs.now_ms, s.updated_at_ms)
+FROM candidate, obs, control_core.projects p, control_core.trigger_revisions tr,
+     control_core.task_revisions kr, control_core.execution_revisions er
+WHERE s.project_id = candidate.project_id AND s.trigger_id = candidate.trigger_id
+  AND p.project_id = s.project_id
+  AND tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+  AND kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
+  AND er.execution_revision_id = kr.execution_revision_id
+RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.last_scheduled_at_ms,
+          s.state_version, s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+          s.updated_at_ms AS claimed_at_ms, obs.now_ms,
+          p.revision AS project_revision, p.content_digest AS project_digest,
+          tr.cron_spec, tr.timezone, tr.misfire_policy, tr.content_digest AS trigger_digest,
+          tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
+          er.execution_revision_id, er.digest AS execution_digest;
+
+-- name: Admit :one
+-- The atomic admission, run alone in a SERIALIZABLE transaction. The first CTE re-locks the
+-- schedule row and re-verifies, item by item: the full four-part fence against database time, the
+-- schedule's revision, state_version and cursor, the decision's candidate (due, not before the
+-- cursor) and next fire time, the project, trigger and task revisions and their content digests
+-- (as claimed and as recomputed from the rows), and the pinned remote_worker execution revision's
+-- digest. Only when every item holds does it insert the queued Run, its claimed remote_worker
+-- Attempt and the events run.created and run.queued, and advance the cursor while clearing the
+-- claim. No row back means nothing was written; AdmitDiagnosis says which item failed.
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+verified AS (
+    SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
+    FROM control_core.trigger_schedules s
+    CROSS JOIN obs
+    JOIN control_core.projects p ON p.project_id = s.project_id
+    JOIN control_core.triggers t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+    JOIN control_core.trigger_revisions tr
+      ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+    JOIN control_core.task_revisions kr
+      ON kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
+    JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
+    WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text
+      -- the fence
+      AND s.claim_owner = @claim_owner::text AND s.claim_token = @claim_token::uuid
+      AND s.claim_version = @claim_version::bigint AND s.claim_expires_at_ms > obs.now_ms
+      -- the schedule as claimed
+      AND s.trigger_revision = @trigger_revision::bigint AND s.state_version = @state_version::bigint
+      AND s.next_fire_at_ms = @cursor_ms::bigint
+      -- the decision
+      AND @scheduled_for_ms::bigint >= s.next_fire_at_ms AND @scheduled_for_ms::bigint <= obs.now_ms
+      AND @next_fire_at_ms::bigint > @scheduled_for_ms::bigint
+      -- revisions and digests
+      AND p.state = 'active' AND p.revision = @project_revision::bigint AND p.content_digest = @project_digest::text
+      AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
+              'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
+      AND t.head_revision = s.trigger_revision
+      AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = @trigger_digest::text
+      AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
+              'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
+              'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
+              'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
+      AND kr.content_digest = @task_digest::text
+      AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
+              'task_id', kr.task_id, 'revision', kr.revision,
+              'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
+      AND er.execution_revision_id = @execution_revision_id::uuid
+      AND er.executor_kind = 'remote_worker' AND er.digest = @execution_digest::text
+      AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex')
+    FOR UPDATE OF s
+),
+run AS (
+    INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
+                                   trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
+                                   queued_at_ms, created_at_ms, updated_at_ms)
+    SELECT @run_id::uuid, v.project_id, v.task_id, v.task_revision, v.execution_revision_id, v.trigger_id,
+           v.trigger_revision, @scheduled_for_ms::bigint,
+           'ql3:cron:v1:' || v.trigger_id || ':' || v.trigger_revision || ':' || @scheduled_for_ms::bigint,
+           'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
+    FROM verified v CROSS JOIN obs
+    RETURNING run_id, project_id, trigger_id, queued_at_ms
+),
+attempt AS (
+    INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
+    SELECT gen_random_uuid(), run.run_id, 1, 'remote_worker', 'claimed', run.queued_at_ms, run.queued_at_ms
+    FROM run
+    RETURNING attempt_id
+),
+events AS (
+    INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms)
+    SELECT gen_random_uuid(), run.run_id, e.seq, e.type, run.queued_at_ms
+    FROM run CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS e (seq, type)
+    RETURNING event_id
+)
+UPDATE control_core.trigger_schedules s
+SET next_fire_at_ms      = @next_fire_at_ms::bigint,
+    last_scheduled_at_ms = @scheduled_for_ms::bigint,
+    state_version        = s.state_version + 1,
+    claim_owner          = NULL,
+    claim_token          = NULL,
+    claim_expires_at_ms  = NULL,
+    updated_at_ms        = greatest(s.updated_at_ms, run.queued_at_ms)
+FROM run
+WHERE s.project_id = run.project_id AND s.trigger_id = run.trigger_id
+RETURNING run.run_id, (SELECT attempt_id FROM attempt) AS attempt_id, run.queued_at_ms AS admitted_at_ms,
+          (SELECT count(*) FROM events)::bigint AS events;
+
+-- name: AdmitDiagnosis :one
+-- Why an admit wrote nothing: each item of the admit's verification on its own. Read-only; run
+-- only on the failure path.
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
+SELECT
+    (s.claim_owner IS NOT DISTINCT FROM @claim_owner::text AND s.claim_token IS NOT DISTINCT FROM @claim_token::uuid
+        AND s.claim_version = @claim_version::bigint)::boolean AS fence_held,
+    coalesce(s.claim_expires_at_ms > obs.now_ms, false)::boolean AS fence_live,
+    (s.trigger_revision = @trigger_revision::bigint AND s.state_version = @state_version::bigint
+        AND s.next_fire_at_ms IS NOT DISTINCT FROM sqlc.narg(cursor_ms)::bigint)::boolean AS schedule_unchanged,
+    coalesce(p.state = 'active' AND p.revision = @project_revision::bigint AND p.content_digest = @project_digest::text
+        AND t.head_revision = s.trigger_revision AND tr.enabled AND tr.content_digest = @trigger_digest::text
+        AND kr.content_digest = @task_digest::text AND er.digest = @execution_digest::text, false)::boolean AS revisions_unchanged,
+    coalesce(p.content_digest = encode(sha256(convert_to(jsonb_build_object(
+              'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
+        AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
+              'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
+              'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
+              'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
+        AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
+              'task_id', kr.task_id, 'revision', kr.revision,
+              'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
+        AND er.executor_kind = 'remote_worker'
+        AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex'), false)::boolean AS digests_valid,
+    obs.now_ms
+FROM control_core.trigger_schedules s
+CROSS JOIN obs
+LEFT JOIN control_core.projects p ON p.project_id = s.project_id
+LEFT JOIN control_core.triggers t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+LEFT JOIN control_core.trigger_revisions tr
+  ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+LEFT JOIN control_core.task_revisions kr
+  ON kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
+LEFT JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
+WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text;
+
+-- name: AdvanceClaimed :one
+-- Init (first cursor), skip (advance only) and release (cursor unchanged) all end a claim the
+-- same way: under the full fence, against database time, with a new state_version. No row back
+-- means the fence was lost: a race, and nothing was written.
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
+UPDATE control_core.trigger_schedules s
+SET next_fire_at_ms     = @next_fire_at_ms::bigint,
+    state_version       = s.state_version + 1,
+    claim_owner         = NULL,
+    claim_token         = NULL,
+    claim_expires_at_ms = NULL,
+    updated_at_ms       = greatest(s.updated_at_ms, obs.now_ms)
+FROM obs
+WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text
+  AND s.claim_owner = @claim_owner::text AND s.claim_token = @claim_token::uuid
+  AND s.claim_version = @claim_version::bigint AND s.claim_expires_at_ms > obs.now_ms
+  AND s.trigger_revision = @trigger_revision::bigint AND s.state_version = @state_version::bigint
+  AND s.next_fire_at_ms IS NOT DISTINCT FROM sqlc.narg(cursor_ms)::bigint
+  AND (s.next_fire_at_ms IS NULL OR @next_fire_at_ms::bigint >= s.next_fire_at_ms)
+RETURNING s.state_version;
+
+-- name: RuntimeReadiness :one
+-- What `qlsched run` needs before it claims anything: control-core v17, and exactly the runtime
+-- privileges it uses (and not INSERT on schedules, which would mean the model drifted).
+SELECT coalesce((SELECT version FROM control_core.capabilities WHERE component = 'control-core'), -1)::integer AS capability,
+       has_table_privilege('control_core.trigger_schedules', 'SELECT, UPDATE')::boolean AS schedules_rw,
+       has_table_privilege('control_core.trigger_schedules', 'INSERT')::boolean AS schedules_insert,
+       has_table_privilege('control_core.runs', 'SELECT, INSERT, UPDATE')::boolean AS runs_rw,
+       has_table_privilege('control_core.attempts', 'SELECT, INSERT, UPDATE')::boolean AS attempts_rw,
+       has_table_privilege('control_core.run_events', 'SELECT, INSERT')::boolean AS events_rw,
+       has_function_privilege('control_core.db_now_ms()', 'EXECUTE')::boolean AS db_time;
+
+-- name: RecoveryCandidates :many
+-- The startup recovery source: runtime-owned Runs still queued or dispatching, except exactly the
+-- pristine shape admission leaves and the dispatcher may still claim normally: the Run queued, not
+-- cancelled, queued_at_ms set; its newest Attempt the one admission created (attempt 1, so no newer
+-- Attempt exists), a claimed remote_worker Attempt whose worker,
+-- session, lease, offer, callback, start, result and error fields all still hold their initial
+-- (NULL) values. Anything else (a drifted field, an Attempt already dispatching, no Attempt)
+-- is a candidate.
+SELECT r.run_id, r.state AS run_state, r.updated_at_ms AS run_updated_at_ms,
+       a.attempt_id AS attempt_id, a.state AS attempt_state, a.updated_at_ms AS attempt_updated_at_ms
+FROM control_core.runs r
+LEFT JOIN control_core.attempts a
+  ON a.run_id = r.run_id
+ AND a.attempt_no = (SELECT max(x.attempt_no) FROM control_core.attempts x WHERE x.run_id = r.run_id)
+WHERE r.owner = 'runtime' AND r.state IN ('queued', 'dispatching')
+  AND NOT coalesce(
+        r.state = 'queued' AND r.cancel_requested_at_ms IS NULL AND r.queued_at_ms IS NOT NULL
+        AND a.attempt_no = 1 AND a.state = 'claimed' AND a.executor_kind = 'remote_worker'
+        AND a.worker_id IS NULL AND a.worker_session_id IS NULL AND a.run_lease_id IS NULL AND a.offer_id IS NULL
+        AND a.callback_token_hash IS NULL AND a.started_at_ms IS NULL AND a.finished_at_ms IS NULL
+        AND a.result IS NULL AND a.error IS NULL, false)
+ORDER BY r.queued_at_ms, r.run_id
+LIMIT @max_rows::integer;
+
+-- name: FailClosed :one
+-- Fail one recovery candidate closed, fenced on the shape recovery observed (states and
+-- updated_at_ms of both rows; run in a REPEATABLE READ transaction, so a concurrent change is a
+-- serialization failure), so a change by the dispatcher wins and this writes nothing: the
+-- newest Attempt (if any) and the Run become failed, nothing is re-dispatched or re-admitted, and
+-- a run.recovery_failed event records what was found.
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+att AS (
+    UPDATE control_core.attempts a
+    SET state = 'failed', finished_at_ms = obs.now_ms, updated_at_ms = greatest(a.updated_at_ms, obs.now_ms),
+        error = jsonb_build_object('reason', 'startup_recovery_failed_closed', 'observed_state', a.state)
+    FROM obs
+    WHERE a.attempt_id = sqlc.narg(attempt_id)::uuid AND a.run_id = @run_id::uuid
+      AND a.state = sqlc.narg(attempt_state)::text AND a.updated_at_ms = sqlc.narg(attempt_updated_at_ms)::bigint
+      AND EXISTS (SELECT 1 FROM control_core.runs r
+                  WHERE r.run_id = @run_id::uuid AND r.owner = 'runtime'
+                    AND r.state = @run_state::text AND r.updated_at_ms = @run_updated_at_ms::bigint)
+    RETURNING a.attempt_id
+),
+run AS (
+    UPDATE control_core.runs r
+    SET state = 'failed', finished_at_ms = obs.now_ms, updated_at_ms = greatest(r.updated_at_ms, obs.now_ms)
+    FROM obs
+    WHERE r.run_id = @run_id::uuid AND r.owner = 'runtime'
+      AND r.state = @run_state::text AND r.updated_at_ms = @run_updated_at_ms::bigint
+      AND (sqlc.narg(attempt_id)::uuid IS NULL OR EXISTS (SELECT 1 FROM att))
+    RETURNING r.run_id, obs.now_ms
+),
+event AS (
+    INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms, detail)
+    SELECT gen_random_uuid(), run.run_id,
+           (SELECT coalesce(max(e.seq), 0) + 1 FROM control_core.run_events e WHERE e.run_id = run.run_id),
+           'run.recovery_failed', run.now_ms,
+           jsonb_build_object('run_state', @run_state::text, 'attempt_id', sqlc.narg(attempt_id)::uuid,
+                              'attempt_state', sqlc.narg(attempt_state)::text)
+    FROM run
+    RETURNING event_id
+)
+SELECT run.run_id, (SELECT count(*) FROM event)::bigint AS events FROM run;
