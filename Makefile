@@ -21,6 +21,7 @@ lint: check-generated
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
+	go run ./cmd/qlmigrate hash --check
 
 # Every package test, against real PostgreSQL servers the tests start themselves.
 test:

@@ -33,6 +33,6 @@ opened), 3 cannot connect or the database failed.`,
 	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")
 	pf.StringVar(&a.rolePrefix, "role-prefix", "ql_", "prefix of the four role names: <prefix>owner, <prefix>admin, <prefix>runtime, <prefix>worker_ingress")
 	pf.StringVar(&a.format, "format", "text", "output format: text or json")
-	root.AddCommand(a.upCmd(), a.statusCmd(), a.rolesCmd())
+	root.AddCommand(a.upCmd(), a.statusCmd(), a.rolesCmd(), a.verifyCmd(), a.grantsCmd(), a.hashCmd())
 	return root
 }

@@ -4,7 +4,7 @@ package migrations
 
 import "embed"
 
-// FS holds the migration files (NNNN_slug.sql) at its root.
+// FS holds the migration files (NNNN_slug.sql) and their integrity file (migrations.sum) at its root.
 //
-//go:embed *.sql
+//go:embed *.sql migrations.sum
 var FS embed.FS

@@ -1,0 +1,176 @@
+package checksums_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/qlcontrol/controlcore/checksums"
+	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/sql/migrations"
+)
+
+var update = flag.Bool("update", false, "rewrite readiness_contract.txt from a freshly migrated database")
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+// readFacts reads the readiness facts of d the way verify does: one read-only transaction whose
+// search_path is pg_catalog only.
+func readFacts(t *testing.T, d *testpg.DB) []checksums.Fact {
+	t.Helper()
+	ctx := context.Background()
+	var facts []checksums.Fact
+	err := pgx.BeginTxFunc(ctx, d.Pool(t, ""), pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
+			return err
+		}
+		var err error
+		facts, err = checksums.ReadReadiness(ctx, db.New(tx))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("read readiness: %v", err)
+	}
+	return facts
+}
+
+// The committed contract is exactly what the migrations produce: regenerate it with -update
+// after adding a migration, and review the diff.
+func TestReadinessContractMatchesAFreshMigration(t *testing.T) {
+	t.Parallel()
+	got := checksums.RenderContract(readFacts(t, testpg.New(t)))
+	if *update {
+		if err := os.WriteFile("readiness_contract.txt", got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile("readiness_contract.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("readiness_contract.txt differs from a fresh migration's catalogs; if a migration changed the schema on purpose, run\n"+
+			"  go test ./checksums -run TestReadinessContractMatchesAFreshMigration -update\nand review the diff. Fresh catalogs:\n%s", got)
+	}
+	contract, err := checksums.Contract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drift := checksums.CompareReadiness(contract, readFacts(t, testpg.New(t)), checksums.Locator{}); len(drift) != 0 {
+		t.Fatalf("a fresh v17 database drifts from the contract: %+v", drift)
+	}
+}
+
+// The objects the hot queries and the composition root depend on are in the contract, so that
+// regenerating it can never drop one silently.
+func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
+	t.Parallel()
+	text := string(mustRead(t, "readiness_contract.txt"))
+	for _, want := range []string{
+		"index trigger_schedules_claim_idx CREATE INDEX trigger_schedules_claim_idx ON control_core.trigger_schedules USING btree (",
+		"index runs_recovery_idx CREATE INDEX runs_recovery_idx ON control_core.runs USING btree (",
+		"constraint runs_idempotency_key_key UNIQUE (idempotency_key)",
+		"constraint trigger_schedules_claim_fence_check CHECK",
+		"constraint trigger_schedules_pkey PRIMARY KEY (project_id, trigger_id)",
+		"column claim_token uuid null",
+		"function control_core.db_now_ms()",
+		"function control_core.advance_capability(text, integer, text, text)",
+		"function control_core.lock_project(text, text)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("readiness_contract.txt lacks %q", want)
+		}
+	}
+	contract, err := checksums.Contract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := 0
+	for _, f := range contract {
+		if f.Kind == "table" {
+			tables++
+		}
+	}
+	if tables != 19 {
+		t.Errorf("the contract lists %d tables, want the 19 of control-core v17", tables)
+	}
+}
+
+func TestReadinessDriftNamesTheObject(t *testing.T) {
+	t.Parallel()
+	contract, err := checksums.Contract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := checksums.Load(migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc := checksums.NewLocator(migrations.FS, list)
+	cases := []struct {
+		name, sql, kind, object, fix string
+	}{
+		{"dropped column", "ALTER TABLE control_core.runs DROP COLUMN cancel_requested_at_ms",
+			"missing_column", "control_core.runs.cancel_requested_at_ms", "pg-0006-runs"},
+		{"nullability", "ALTER TABLE control_core.trigger_schedules ALTER COLUMN state_version DROP NOT NULL",
+			"changed_column", "control_core.trigger_schedules.state_version", "SET NOT NULL"},
+		{"type", "ALTER TABLE control_core.projects ALTER COLUMN revision TYPE integer",
+			"changed_column", "control_core.projects.revision", "bigint not null"},
+		{"dropped index", "DROP INDEX control_core.trigger_schedules_claim_idx",
+			"missing_index", "control_core.trigger_schedules_claim_idx", "CREATE INDEX trigger_schedules_claim_idx"},
+		{"dropped unique", "ALTER TABLE control_core.runs DROP CONSTRAINT runs_idempotency_key_key",
+			"missing_constraint", "runs_idempotency_key_key on control_core.runs", "ADD CONSTRAINT runs_idempotency_key_key UNIQUE (idempotency_key)"},
+		{"dropped check", "ALTER TABLE control_core.trigger_schedules DROP CONSTRAINT trigger_schedules_claim_fence_check",
+			"missing_constraint", "trigger_schedules_claim_fence_check on control_core.trigger_schedules", "ADD CONSTRAINT trigger_schedules_claim_fence_check CHECK"},
+		{"dropped table", "DROP TABLE control_core.project_plugin_bindings",
+			"missing_table", "control_core.project_plugin_bindings", "pg-0018-plugin-packages"},
+		{"dropped function", "DROP FUNCTION control_core.lock_project(text, text)",
+			"missing_function", "control_core.lock_project(text, text)", "pg-0018-plugin-packages"},
+		{"function made security definer", "ALTER FUNCTION control_core.db_now_ms() SECURITY DEFINER",
+			"changed_security", "control_core.db_now_ms()", "pg-0015-database-time"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d := testpg.New(t)
+			d.Exec(t, c.sql)
+			drift := checksums.CompareReadiness(contract, readFacts(t, d), loc)
+			var found []string
+			for _, f := range drift {
+				found = append(found, f.Kind+" "+f.Object)
+				if f.Kind == c.kind && f.Object == c.object && !f.Note {
+					if !strings.Contains(f.Fix, c.fix) {
+						t.Errorf("fix %q does not contain %q", f.Fix, c.fix)
+					}
+					return
+				}
+			}
+			t.Errorf("want drift %s %s, got %v", c.kind, c.object, found)
+		})
+	}
+	t.Run("extra index is a note", func(t *testing.T) {
+		t.Parallel()
+		d := testpg.New(t)
+		d.Exec(t, "CREATE INDEX runs_state_idx ON control_core.runs (state)")
+		drift := checksums.CompareReadiness(contract, readFacts(t, d), loc)
+		if len(drift) != 1 || !drift[0].Note || drift[0].Object != "control_core.runs_state_idx" {
+			t.Errorf("want one note naming control_core.runs_state_idx, got %+v", drift)
+		}
+	})
+}
+
+func mustRead(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

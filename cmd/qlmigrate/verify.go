@@ -1,0 +1,71 @@
+package main
+
+import (
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
+	"github.com/qlcontrol/controlcore/internal/verify"
+)
+
+func (a *app) verifyCmd() *cobra.Command {
+	var allowPending bool
+	cmd := &cobra.Command{
+		Use:   "verify [--allow-pending]",
+		Short: "Fail closed on any drift: integrity, ledger, versions, capability, readiness, privileges",
+		Long: `verify checks a database against the migration stream embedded in this binary and against the
+models, and reports every finding grouped by check, naming the object and the fix:
+
+  integrity         the binary's embedded migrations match its embedded migrations.sum
+  ledger            every applied migration's checksum-ledger row holds the sha256 of the file in
+                    this binary (an edited file is drift) and goose's table agrees with the ledger
+  unknown_versions  no version is applied that this binary does not know
+  pending           every migration is applied (--allow-pending: pending ones are notes, the
+                    capability must match the last applied migration, and readiness and
+                    privileges, defined for the complete stream, are skipped)
+  capability        control-core is at the capability the last migration sets (v17 / plugin_packages)
+  readiness         every table, column (type, nullability, default), key, CHECK constraint, index
+                    and function of checksums/readiness_contract.txt exists as written there
+  privileges        the catalogs hold exactly the privilege model of roles/model.go: database,
+                    schema, table, sequence, function and column ACLs, default privileges,
+                    ownership, role attributes and memberships (missing and extra are both drift)
+
+It only reads, in one read-only transaction. Connect as the owner role or a superuser (goose's
+version table and the ledger are the owner's). "qlmigrate grants --sql" prints the statements
+that remove privilege drift.
+
+Exit codes: 0 no drift, 1 drift, 2 bad usage, 3 cannot connect or the database failed.
+--format json prints the report described in docs/verify-json.md (schema qlmigrate.verify/v1).`,
+		Example: `  qlmigrate verify --database-url postgres://ql_owner@db.internal/control
+  qlmigrate verify --allow-pending --format json`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			conn, err := pgx.ConnectConfig(ctx, a.conn.Pool.ConnConfig)
+			if err != nil {
+				return &dbconn.ConnectError{Err: a.conn.RedactError(err)}
+			}
+			defer conn.Close(ctx)
+			report, err := verify.Run(ctx, conn, verify.Options{Names: a.names, AllowPending: allowPending})
+			if err != nil {
+				return err
+			}
+			report.Target = a.conn.Describe()
+			out := cmd.OutOrStdout()
+			if a.json() {
+				err = writeJSON(out, report)
+			} else {
+				err = verify.WriteText(out, report)
+			}
+			if err != nil {
+				return err
+			}
+			if !report.OK {
+				return cli.Problemf("%d drift finding(s)", report.Summary.Drift)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&allowPending, "allow-pending", false, "report pending migrations as notes instead of drift (a rollout in progress)")
+	return cmd
+}

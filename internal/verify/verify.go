@@ -1,0 +1,356 @@
+// Package verify runs every check of `qlmigrate verify` on one database and reports each finding
+// with the object it names and its fix. The checks themselves live with what they check:
+// checksums (integrity file, ledger, migration stream, readiness contract) and roles (the exact
+// privilege model); this package only orders them, reads the catalogs once, in one read-only
+// transaction, and renders the report (text, or the JSON of docs/verify-json.md).
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/qlcontrol/controlcore/checksums"
+	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/roles"
+	"github.com/qlcontrol/controlcore/sql/migrations"
+)
+
+// SchemaVersion identifies the JSON report's schema (docs/verify-json.md). It changes only when
+// a field is removed or changes meaning; fields may be added.
+const SchemaVersion = "qlmigrate.verify/v1"
+
+// Component is the capability component the stream moves.
+const Component = "control-core"
+
+// Check names, in report order.
+const (
+	CheckIntegrity  = "integrity"
+	CheckLedger     = "ledger"
+	CheckUnknown    = "unknown_versions"
+	CheckPending    = "pending"
+	CheckCapability = "capability"
+	CheckReadiness  = "readiness"
+	CheckPrivileges = "privileges"
+)
+
+// Options configure one verification.
+type Options struct {
+	Names roles.Names
+	// AllowPending turns pending migrations into notes (a rollout where the binary is ahead of
+	// the database); the capability is then expected to match the last applied migration, and
+	// readiness and privileges, defined for the complete stream, are skipped.
+	AllowPending bool
+	// FS holds the migrations and their integrity file; nil means the stream embedded in the binary.
+	FS fs.FS
+}
+
+// Status of one check.
+type Status string
+
+const (
+	StatusOK      Status = "ok"
+	StatusDrift   Status = "drift"
+	StatusSkipped Status = "skipped"
+)
+
+// Severity of one finding.
+type Severity string
+
+const (
+	SeverityDrift Severity = "drift" // fails verify
+	SeverityNote  Severity = "note"  // reported only
+)
+
+// Finding is one thing a check found, naming the object and the fix.
+type Finding struct {
+	Severity Severity `json:"severity"`
+	Kind     string   `json:"kind"`
+	Object   string   `json:"object"`
+	Message  string   `json:"message"`
+	Fix      string   `json:"fix,omitempty"`
+	SQL      []string `json:"sql,omitempty"`
+}
+
+// Check is the outcome of one check.
+type Check struct {
+	Name     string    `json:"name"`
+	Status   Status    `json:"status"`
+	Reason   string    `json:"reason,omitempty"` // why it was skipped
+	Findings []Finding `json:"findings"`
+}
+
+// Expected is what the binary expects of the database.
+type Expected struct {
+	Component  string `json:"component"`
+	Capability int32  `json:"capability"`
+	Name       string `json:"name"`
+	Migration  string `json:"migration"`
+	Migrations int    `json:"migrations"`
+}
+
+// Summary counts the findings.
+type Summary struct {
+	Drift int `json:"drift"`
+	Notes int `json:"notes"`
+}
+
+// Report is the whole verification.
+type Report struct {
+	Schema        string   `json:"schema"`
+	OK            bool     `json:"ok"`
+	Target        string   `json:"target,omitempty"` // user@host:port/database, never a password
+	Database      string   `json:"database"`
+	ServerVersion string   `json:"server_version"`
+	AllowPending  bool     `json:"allow_pending"`
+	Expected      Expected `json:"expected"`
+	Checks        []Check  `json:"checks"`
+	Summary       Summary  `json:"summary"`
+	ElapsedMs     float64  `json:"elapsed_ms"`
+}
+
+// Beginner starts the read-only transaction verify reads in (*pgx.Conn, *pgxpool.Pool).
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// PermissionError means the connected role may not read what verify must read.
+type PermissionError struct {
+	Owner string
+	Err   error
+}
+
+func (e *PermissionError) Error() string {
+	return fmt.Sprintf("%v; verify reads goose's version table and the checksum ledger, which only %s may read: connect as %s (or a member of it, or a superuser)",
+		e.Err, e.Owner, e.Owner)
+}
+func (e *PermissionError) Unwrap() error { return e.Err }
+
+// appliedVersions reads goose's version table. goose creates that table at run time, so sqlc,
+// which takes the schema from sql/migrations, cannot type a query on it: hence a string here.
+// goose v3 inserts a row per applied version and deletes it on down; older goose recorded a down
+// as an is_applied = false row, so the newest row of each version decides.
+const appliedVersions = `SELECT version_id FROM (
+    SELECT DISTINCT ON (version_id) version_id, is_applied
+    FROM control_core.goose_db_version
+    WHERE version_id > 0
+    ORDER BY version_id, id DESC) v
+WHERE is_applied
+ORDER BY version_id`
+
+// Run verifies the database behind conn against the binary's migrations and the models.
+func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
+	start := time.Now()
+	fsys := opts.FS
+	if fsys == nil {
+		fsys = migrations.FS
+	}
+	list, err := checksums.Load(fsys)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, errors.New("the migration stream is empty")
+	}
+	last := list[len(list)-1]
+	r := &Report{Schema: SchemaVersion, AllowPending: opts.AllowPending, Expected: expectedOf(last, len(list))}
+
+	problems, err := checksums.CheckSum(fsys)
+	if err != nil {
+		return nil, err
+	}
+	r.add(CheckIntegrity, "", fromChecksums(checksums.IntegrityDrift(problems)))
+
+	// One read-only transaction: every check sees the same snapshot. search_path is pg_catalog
+	// only, so the server renders every name schema-qualified whatever the role's settings.
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only; nothing to keep
+	if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
+		return nil, err
+	}
+	q := db.New(tx)
+	info, err := q.ControlCoreObjects(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read catalogs: %w", err)
+	}
+	r.Database, r.ServerVersion = info.Database, info.ServerVersion
+
+	var stream checksums.Stream
+	if info.GooseTableExists {
+		rows, err := tx.Query(ctx, appliedVersions)
+		if err != nil {
+			return nil, permission(opts.Names, fmt.Errorf("read goose versions: %w", err))
+		}
+		stream.Applied, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, permission(opts.Names, fmt.Errorf("read goose versions: %w", err))
+		}
+	}
+	var ledgerFindings []Finding
+	switch {
+	case info.LedgerExists:
+		rows, err := q.ListLedger(ctx)
+		if err != nil {
+			return nil, permission(opts.Names, fmt.Errorf("read checksum ledger: %w", err))
+		}
+		for _, row := range rows {
+			stream.Ledger = append(stream.Ledger, checksums.LedgerRow{Version: row.Version, Name: row.Name, SHA256: row.Sha256})
+		}
+	case info.SchemaExists && len(stream.Applied) > 0:
+		ledgerFindings = append(ledgerFindings, Finding{Severity: SeverityDrift, Kind: "missing_ledger", Object: "control_core.migration_ledger",
+			Message: "the checksum ledger table is missing although migrations are applied: nothing proves what ran",
+			Fix:     "restore control_core.migration_ledger from a backup (pg-0001-bootstrap defines it)"})
+	}
+	ledger, unknown, pending := checksums.StreamDrift(list, stream)
+	r.add(CheckLedger, "", append(ledgerFindings, fromChecksums(ledger)...))
+	r.add(CheckUnknown, "", fromChecksums(unknown))
+	pendingFindings := fromChecksums(pending)
+	if opts.AllowPending {
+		for i := range pendingFindings {
+			pendingFindings[i].Severity = SeverityNote
+		}
+	}
+	r.add(CheckPending, "", pendingFindings)
+
+	// Capability: v17 for the complete stream; with --allow-pending, the one the last applied
+	// migration set.
+	want := r.Expected
+	if opts.AllowPending && len(pending) > 0 {
+		applied := map[int64]bool{}
+		for _, v := range stream.Applied {
+			applied[v] = true
+		}
+		want = Expected{}
+		for i, m := range list {
+			if applied[m.Version] {
+				want = expectedOf(m, i+1)
+			}
+		}
+	}
+	r.add(CheckCapability, "", capability(ctx, q, info.CapabilitiesExists, want))
+
+	switch {
+	case !info.SchemaExists:
+		r.skip(CheckReadiness, "schema control_core does not exist (run `qlmigrate up`)")
+		r.skip(CheckPrivileges, "schema control_core does not exist (run `qlmigrate up`)")
+	case len(pending) > 0:
+		why := fmt.Sprintf("%d migration(s) pending: readiness and privileges are defined for %s v%d", len(pending), Component, r.Expected.Capability)
+		r.skip(CheckReadiness, why)
+		r.skip(CheckPrivileges, why)
+	default:
+		contract, err := checksums.Contract()
+		if err != nil {
+			return nil, err
+		}
+		facts, err := checksums.ReadReadiness(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("readiness: %w", err)
+		}
+		r.add(CheckReadiness, "", fromChecksums(checksums.CompareReadiness(contract, facts, checksums.NewLocator(fsys, list))))
+		audit, err := roles.Read(ctx, q, opts.Names)
+		if err != nil {
+			return nil, fmt.Errorf("privileges: %w", err)
+		}
+		r.add(CheckPrivileges, "", fromRoles(audit))
+	}
+	r.ElapsedMs = float64(time.Since(start).Microseconds()) / 1000
+	return r, nil
+}
+
+func expectedOf(m checksums.Migration, n int) Expected {
+	slug := strings.TrimSuffix(m.File[5:], ".sql") // 0018_plugin_packages.sql → plugin_packages
+	return Expected{Component: Component, Capability: int32(m.Version - 1), Name: slug, Migration: m.Name, Migrations: n}
+}
+
+func capability(ctx context.Context, q *db.Queries, exists bool, want Expected) []Finding {
+	wantText := fmt.Sprintf("v%d / %s (%s)", want.Capability, want.Name, want.Migration)
+	if want.Migration == "" {
+		return nil // nothing applied and pending allowed: nothing to expect yet
+	}
+	if !exists {
+		return []Finding{{Severity: SeverityDrift, Kind: "missing_capability", Object: "control_core.capabilities",
+			Message: fmt.Sprintf("%s has no capability table; expected %s", Component, wantText),
+			Fix:     "run `qlmigrate up`"}}
+	}
+	got, err := q.Capability(ctx, Component)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return []Finding{{Severity: SeverityDrift, Kind: "missing_capability", Object: Component,
+			Message: fmt.Sprintf("capability %s has no row; expected %s", Component, wantText),
+			Fix:     "run `qlmigrate up`; if every migration is applied, restore the row from a backup"}}
+	}
+	if err != nil {
+		return []Finding{{Severity: SeverityDrift, Kind: "unreadable_capability", Object: Component,
+			Message: fmt.Sprintf("cannot read capability %s: %v", Component, err), Fix: "grant the connected role SELECT on control_core.capabilities, or connect as the owner role"}}
+	}
+	if got.Version == want.Capability && got.Name == want.Name && got.Migration == want.Migration {
+		return nil
+	}
+	return []Finding{{Severity: SeverityDrift, Kind: "capability_changed", Object: Component,
+		Message: fmt.Sprintf("capability %s is v%d / %s (%s); this binary expects %s", Component, got.Version, got.Name, got.Migration, wantText),
+		Fix: fmt.Sprintf("the capability moves only with its migration: if the database is behind, run `qlmigrate up`; if it was changed by hand, "+
+			"UPDATE control_core.capabilities SET version = %d, name = '%s', migration = '%s' WHERE component = '%s' after checking the schema",
+			want.Capability, want.Name, want.Migration, Component)}}
+}
+
+func permission(names roles.Names, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		return &PermissionError{Owner: names.Owner, Err: err}
+	}
+	return err
+}
+
+func fromChecksums(ds []checksums.Drift) []Finding {
+	out := make([]Finding, 0, len(ds))
+	for _, d := range ds {
+		sev := SeverityDrift
+		if d.Note {
+			sev = SeverityNote
+		}
+		out = append(out, Finding{Severity: sev, Kind: d.Kind, Object: d.Object, Message: d.Message, Fix: d.Fix})
+	}
+	return out
+}
+
+func fromRoles(a *roles.Audit) []Finding {
+	out := make([]Finding, 0, len(a.Drift)+len(a.Notes))
+	for _, d := range a.Drift {
+		out = append(out, Finding{Severity: SeverityDrift, Kind: d.Kind, Object: d.Object, Message: d.Message,
+			Fix: strings.Join(d.SQL, " "), SQL: d.SQL})
+	}
+	for _, d := range a.Notes {
+		out = append(out, Finding{Severity: SeverityNote, Kind: d.Kind, Object: d.Object, Message: d.Message})
+	}
+	return out
+}
+
+func (r *Report) add(name, reason string, findings []Finding) {
+	c := Check{Name: name, Status: StatusOK, Reason: reason, Findings: findings}
+	if c.Findings == nil {
+		c.Findings = []Finding{}
+	}
+	for _, f := range findings {
+		if f.Severity == SeverityDrift {
+			c.Status = StatusDrift
+			r.Summary.Drift++
+		} else {
+			r.Summary.Notes++
+		}
+	}
+	r.Checks = append(r.Checks, c)
+	r.OK = r.Summary.Drift == 0
+}
+
+func (r *Report) skip(name, reason string) {
+	r.Checks = append(r.Checks, Check{Name: name, Status: StatusSkipped, Reason: reason, Findings: []Finding{}})
+	r.OK = r.Summary.Drift == 0
+}

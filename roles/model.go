@@ -1,0 +1,172 @@
+package roles
+
+// The expected privilege model of control-core v17, as data a DBA can read against
+// sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql and
+// `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
+// `qlmigrate grants` compare the catalogs with it exactly: a privilege the model does not list is
+// drift as much as one it lists and the database lacks.
+//
+// Roles are named by their part (Owner, Admin, Runtime, WorkerIngress); Names maps them onto the
+// configured prefix. PUBLIC holds nothing anywhere: not on the database, not on the schema, not on
+// any table, sequence, function or type, and not through default privileges.
+//
+// What the model says beyond the grants listed below:
+//   - Ownership: the owner role owns schema control_core and every object in it (tables, goose's
+//     control_core.goose_db_version and its sequence, functions, types). The database itself is
+//     owned by whoever created it (usually the DBA's role); its owner keeps its own implicit
+//     privileges.
+//   - Owners' own privileges: an owner holds every privilege its object kind has, as the server
+//     defines them (read with acldefault at verify time: PostgreSQL 17 added MAINTAIN to tables,
+//     so a v17 server expects it and a v15 server does not; neither breaks).
+//   - Objects the model does not name (a table someone added to control_core): owner only.
+//   - Column privileges: none, on any control_core table.
+//   - Privileges of the four roles on anything outside control_core (another schema, a table in
+//     public, a function in pg_catalog, a language): none.
+//   - Default privileges: exactly one entry, the owner role's global entry for functions without
+//     PUBLIC's EXECUTE (ALTER DEFAULT PRIVILEGES FOR ROLE ql_owner REVOKE EXECUTE ON FUNCTIONS FROM
+//     PUBLIC, pg-0013); no other entry for the four roles, for schema control_core, or granting to
+//     one of the four roles.
+//   - Role attributes (Attributes): LOGIN, and none of SUPERUSER, CREATEDB, CREATEROLE,
+//     REPLICATION, BYPASSRLS.
+//   - Memberships: none of the four roles is a member of any role (of each other, of a predefined
+//     role such as pg_read_all_data, of anything): such a membership is drift. Memberships *in* the
+//     four roles held by other roles are not the four roles' privileges and are reported as notes:
+//     since PostgreSQL 16 a non-superuser CREATEROLE role that runs `roles create` is implicitly
+//     granted ADMIN membership in every role it creates (grantor: the bootstrap superuser), and a
+//     DBA or a connection pooler may be made a member of ql_owner to run migrations. Those belong
+//     to the creator or the DBA; `grants` lists them so that they are seen.
+
+// Part is a grantee by its part in the model, independent of the role prefix.
+type Part string
+
+const (
+	Owner         Part = "owner"
+	Admin         Part = "admin"
+	Runtime       Part = "runtime"
+	WorkerIngress Part = "worker_ingress"
+	Public        Part = "PUBLIC"
+	// DatabaseOwner is the database's owner (pg_database.datdba), whoever that is.
+	DatabaseOwner Part = "database owner"
+)
+
+// DatabaseGrant is one grant on the control-core database.
+type DatabaseGrant struct {
+	To              Part
+	Privileges      []string
+	WithGrantOption bool
+	GrantedBy       Part
+	Source          string
+}
+
+// DatabaseGrants: PUBLIC loses its default CONNECT and TEMPORARY; worker ingress gets nothing,
+// not even CONNECT.
+var DatabaseGrants = []DatabaseGrant{
+	{To: Owner, Privileges: []string{"CONNECT", "CREATE"}, WithGrantOption: true, GrantedBy: DatabaseOwner,
+		Source: "qlmigrate roles create (GrantDatabase)"},
+	{To: Admin, Privileges: []string{"CONNECT"}, GrantedBy: Owner, Source: "pg-0017-exact-grants"},
+	{To: Runtime, Privileges: []string{"CONNECT"}, GrantedBy: Owner, Source: "pg-0017-exact-grants"},
+}
+
+// SchemaUsage: who may use schema control_core besides its owner (pg-0017).
+var SchemaUsage = []Part{Admin, Runtime}
+
+// TableGrant is what the admin and runtime roles may do with one table of control_core (granted
+// by the owner role, without grant option). Worker ingress and PUBLIC hold nothing on any table.
+type TableGrant struct {
+	Table   string
+	Admin   []string
+	Runtime []string
+	Source  string
+}
+
+var (
+	sel = []string{"SELECT"}
+	siu = []string{"SELECT", "INSERT", "UPDATE"}
+	si  = []string{"SELECT", "INSERT"}
+)
+
+// Tables is every table of control_core (v17, 20 with goose's version table).
+var Tables = []TableGrant{
+	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
+	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},
+	{Table: "migration_ledger", Source: "owner only"},
+	// goose's own version table, created by `up` in control_core: owner only.
+	{Table: "goose_db_version", Source: "owner only"},
+	// the publisher writes projects, tasks, triggers and their immutable revisions
+	{Table: "projects", Admin: siu, Runtime: sel, Source: "pg-0017"},
+	{Table: "execution_revisions", Admin: si, Runtime: sel, Source: "pg-0017"},
+	{Table: "tasks", Admin: siu, Runtime: sel, Source: "pg-0017"},
+	{Table: "task_revisions", Admin: si, Runtime: sel, Source: "pg-0017"},
+	{Table: "triggers", Admin: siu, Runtime: sel, Source: "pg-0017"},
+	{Table: "trigger_revisions", Admin: si, Runtime: sel, Source: "pg-0017"},
+	// ADR-0105: the admin role creates and resets schedule rows; the runtime role only reads and
+	// updates them (claim, advance, release): no INSERT, no DELETE.
+	{Table: "trigger_schedules", Admin: siu, Runtime: []string{"SELECT", "UPDATE"}, Source: "pg-0017"},
+	// admission and recovery: the runtime role inserts Runs, Attempts and events
+	{Table: "runs", Admin: sel, Runtime: siu, Source: "pg-0017"},
+	{Table: "attempts", Admin: sel, Runtime: siu, Source: "pg-0017"},
+	{Table: "run_events", Admin: sel, Runtime: si, Source: "pg-0017"},
+	// the dispatcher's durable contract, kept by the runtime role
+	{Table: "worker_sessions", Admin: sel, Runtime: siu, Source: "pg-0017"},
+	{Table: "run_leases", Admin: sel, Runtime: siu, Source: "pg-0017"},
+	{Table: "dispatch_offers", Admin: sel, Runtime: siu, Source: "pg-0017"},
+	// every admin action leaves an audit row
+	{Table: "admin_audit_log", Admin: si, Source: "pg-0017"},
+	// pg-0018: admin-only Plugin Package tables
+	{Table: "plugin_packages", Admin: []string{"SELECT", "INSERT", "UPDATE", "DELETE"}, Source: "pg-0018"},
+	{Table: "plugin_package_versions", Admin: []string{"SELECT", "INSERT", "UPDATE", "DELETE"}, Source: "pg-0018"},
+	{Table: "project_plugin_bindings", Admin: []string{"SELECT", "INSERT", "UPDATE", "DELETE"}, Source: "pg-0018"},
+}
+
+// FunctionGrant is who may EXECUTE one function of control_core besides its owner.
+type FunctionGrant struct {
+	Function string // control_core.name(argument types), as the catalogs render it
+	Execute  []Part
+	Source   string
+}
+
+// Functions is every function of control_core. PUBLIC's default EXECUTE is revoked from each
+// (pg-0013 for those that existed then, the default privilege for those created later).
+var Functions = []FunctionGrant{
+	{Function: "control_core.advance_capability(text, integer, text, text)", Source: "pg-0001; migrations only"},
+	{Function: "control_core.db_now_ms()", Execute: []Part{Admin, Runtime}, Source: "pg-0017"},
+	{Function: "control_core.lock_project(text, text)", Execute: []Part{Admin}, Source: "pg-0018: the audited Project lock is admin-only"},
+}
+
+// DefaultPrivilege is the one default-ACL entry the model has: for functions the owner role
+// creates, in any schema, only the owner may EXECUTE (PUBLIC's default EXECUTE is revoked).
+var DefaultPrivilege = struct {
+	ForRole    Part
+	ObjectType string // pg_default_acl.defaclobjtype: f = functions
+	Grants     []Part // who holds EXECUTE by default
+	Source     string
+}{ForRole: Owner, ObjectType: "f", Grants: []Part{Owner}, Source: "pg-0013-role-baseline"}
+
+// Attributes are the attributes every one of the four roles must have (true) or lack (false).
+var Attributes = []struct {
+	Name string // as in CREATE ROLE; the opposite is NO<Name>
+	Want bool
+}{
+	{"LOGIN", true},
+	{"SUPERUSER", false},
+	{"CREATEDB", false},
+	{"CREATEROLE", false},
+	{"REPLICATION", false},
+	{"BYPASSRLS", false},
+}
+
+// Role returns the name of part under names ("PUBLIC" for Public).
+func (n Names) Role(p Part) string {
+	switch p {
+	case Owner:
+		return n.Owner
+	case Admin:
+		return n.Admin
+	case Runtime:
+		return n.Runtime
+	case WorkerIngress:
+		return n.WorkerIngress
+	default:
+		return string(p)
+	}
+}
