@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -23,25 +24,40 @@ type Stats struct {
 	Corrupt  atomic.Int64 // admits refused because a digest no longer matches its row
 	Retries  atomic.Int64 // serialization failures retried
 	Errors   atomic.Int64 // anything else that went wrong (logged)
+	// Takeovers counts claims that replaced an expired claim of some replica (this one included).
+	Takeovers atomic.Int64
 }
 
 // Snapshot is a plain copy of Stats.
 type Snapshot struct {
-	Rounds, Claims, Admits, Skips, Releases, Races, Stale, Corrupt, Retries, Errors int64
+	Rounds, Claims, Admits, Skips, Releases, Races, Stale, Corrupt, Retries, Errors, Takeovers int64
 }
 
 // Snapshot copies the counters.
 func (s *Stats) Snapshot() Snapshot {
 	return Snapshot{s.Rounds.Load(), s.Claims.Load(), s.Admits.Load(), s.Skips.Load(), s.Releases.Load(),
-		s.Races.Load(), s.Stale.Load(), s.Corrupt.Load(), s.Retries.Load(), s.Errors.Load()}
+		s.Races.Load(), s.Stale.Load(), s.Corrupt.Load(), s.Retries.Load(), s.Errors.Load(), s.Takeovers.Load()}
+}
+
+// Observer receives measurements as they happen (for metrics); nil fields are skipped. Set it
+// before the lifecycle starts.
+type Observer struct {
+	Round func(d time.Duration, claimed int)
+	Claim func(d time.Duration)
+	// Admitted gets the admission lag: the admit's database time minus the scheduled time.
+	Admitted func(lag time.Duration)
+	// Error gets the class of a counted error: claim, admit, init, release, skip, decide, corrupt.
+	Error func(class string)
 }
 
 // Coordinator runs rounds for one replica.
 type Coordinator struct {
-	cfg   Config
-	store *Store
-	log   *slog.Logger
-	Stats Stats
+	// Observe receives measurements.
+	Observe Observer
+	cfg     Config
+	store   *Store
+	log     *slog.Logger
+	Stats   Stats
 	// NewRunID allocates a Run identity; it is called only for an admit.
 	NewRunID func() uuid.UUID
 
@@ -63,9 +79,12 @@ func New(cfg Config, store *Store, log *slog.Logger) *Coordinator {
 // returns how many rows it claimed. Claiming stops early when no row is claimable or when stop
 // is closed (the claim in hand is still finished). Errors are counted and logged, never returned
 // to the caller's loop.
-func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) int {
+func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed int) {
 	c.Stats.Rounds.Add(1)
-	claimed := 0
+	if c.Observe.Round != nil {
+		start := time.Now()
+		defer func() { c.Observe.Round(time.Since(start), claimed) }()
+	}
 	for claimed < c.cfg.Budget {
 		select {
 		case <-stop:
@@ -75,7 +94,11 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) int {
 		if ctx.Err() != nil {
 			return claimed
 		}
+		start := time.Now()
 		claim, err := c.store.Claim(ctx, c.cfg.Owner, c.cfg.Lease)
+		if c.Observe.Claim != nil && err == nil {
+			c.Observe.Claim(time.Since(start))
+		}
 		if err != nil {
 			c.fail("claim", err)
 			return claimed
@@ -85,24 +108,31 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) int {
 		}
 		claimed++
 		c.Stats.Claims.Add(1)
+		if claim.Takeover {
+			c.Stats.Takeovers.Add(1)
+			c.log.Info("took over an expired claim", "project", claim.ProjectID, "trigger", claim.TriggerID,
+				"revision", claim.TriggerRevision, "next_fire_at_ms", claim.NextFireAtMs.Int64)
+		}
 		c.handle(ctx, claim)
 	}
 	return claimed
 }
 
 func (c *Coordinator) handle(ctx context.Context, claim *Claim) {
-	log := c.log.With("project", claim.ProjectID, "trigger", claim.TriggerID, "revision", claim.TriggerRevision)
+	// every line about a schedule names it, its revision, its occurrence and (via c.log) the owner
+	log := c.log.With("project", claim.ProjectID, "trigger", claim.TriggerID, "revision", claim.TriggerRevision,
+		"next_fire_at_ms", claim.NextFireAtMs.Int64)
 	sched, err := c.schedule(claim.CronSpec, claim.Timezone)
 	if err != nil {
 		// A published spec that no longer parses is corrupt: fail closed. The claim is left to
 		// expire, which also spaces out the retries.
-		c.Stats.Corrupt.Add(1)
+		c.corrupt()
 		log.Error("unusable cron spec or time zone; claim left to expire", "err", err)
 		return
 	}
 	policy, err := ParseMisfirePolicy(claim.MisfirePolicy)
 	if err != nil {
-		c.Stats.Corrupt.Add(1)
+		c.corrupt()
 		log.Error("unusable misfire policy; claim left to expire", "err", err)
 		return
 	}
@@ -130,7 +160,11 @@ func (c *Coordinator) admit(ctx context.Context, log *slog.Logger, claim *Claim,
 		c.fail("admit", err, "project", claim.ProjectID, "trigger", claim.TriggerID, "scheduled_for_ms", d.ScheduledForMs)
 	case outcome == Written:
 		c.Stats.Admits.Add(1)
-		log.Debug("admitted", "run_id", admitted.RunID, "lag_ms", admitted.AdmittedAtMs-d.ScheduledForMs, "catch_up", d.CatchUp)
+		lag := time.Duration(admitted.AdmittedAtMs-d.ScheduledForMs) * time.Millisecond
+		if c.Observe.Admitted != nil {
+			c.Observe.Admitted(lag)
+		}
+		log.Debug("admitted", "run_id", admitted.RunID, "lag_ms", lag.Milliseconds(), "catch_up", d.CatchUp)
 	case outcome == Race:
 		c.Stats.Races.Add(1)
 		log.Info("admit lost its fence (race)")
@@ -138,7 +172,7 @@ func (c *Coordinator) admit(ctx context.Context, log *slog.Logger, claim *Claim,
 		c.Stats.Stale.Add(1)
 		log.Info("admit refused: a revision changed since the claim; claim left to expire")
 	case outcome == Corrupt:
-		c.Stats.Corrupt.Add(1)
+		c.corrupt()
 		log.Error("admit refused: a content or execution digest does not match its row; claim left to expire")
 	}
 }
@@ -162,7 +196,17 @@ func (c *Coordinator) fail(what string, err error, attrs ...any) {
 		return // stopping
 	}
 	c.Stats.Errors.Add(1)
+	if c.Observe.Error != nil {
+		c.Observe.Error(what)
+	}
 	c.log.Error(what+" failed", append(attrs, "err", err)...)
+}
+
+func (c *Coordinator) corrupt() {
+	c.Stats.Corrupt.Add(1)
+	if c.Observe.Error != nil {
+		c.Observe.Error("corrupt")
+	}
 }
 
 // schedule parses (spec, zone) once per coordinator.

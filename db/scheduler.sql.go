@@ -301,7 +301,8 @@ const claimDue = `-- name: ClaimDue :one
 
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 candidate AS (
-    SELECT s.project_id, s.trigger_id
+    -- takeover: the row still carried a claim, which has expired
+    SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover
     FROM control_core.trigger_schedules s
     JOIN control_core.projects p ON p.project_id = s.project_id
     JOIN control_core.trigger_revisions tr
@@ -336,7 +337,7 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
           p.revision AS project_revision, p.content_digest AS project_digest,
           tr.cron_spec, tr.timezone, tr.misfire_policy, tr.content_digest AS trigger_digest,
           tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
-          er.execution_revision_id, er.digest AS execution_digest
+          er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover
 `
 
 type ClaimDueParams struct {
@@ -368,6 +369,7 @@ type ClaimDueRow struct {
 	TaskDigest          string        `json:"task_digest"`
 	ExecutionRevisionID uuid.UUID     `json:"execution_revision_id"`
 	ExecutionDigest     string        `json:"execution_digest"`
+	Takeover            bool          `json:"takeover"`
 }
 
 // Scheduler queries: run by the runtime role. Time is always the database's, observed once per
@@ -406,6 +408,7 @@ func (q *Queries) ClaimDue(ctx context.Context, arg ClaimDueParams) (ClaimDueRow
 		&i.TaskDigest,
 		&i.ExecutionRevisionID,
 		&i.ExecutionDigest,
+		&i.Takeover,
 	)
 	return i, err
 }

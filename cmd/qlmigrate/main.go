@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	_ "time/tzdata" // every binary resolves zones identically, also in minimal containers
 
 	"github.com/spf13/cobra"
 

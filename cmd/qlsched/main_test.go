@@ -229,3 +229,139 @@ func get(t *testing.T, url string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+var metricLine = regexp.MustCompile(`(?m)^(qlsched_[a-z_]+)(?:\{[^}]*\})? ([0-9.e+-]+)$`)
+
+// The operator's view over real HTTP: /metrics after a short run carries every metric with
+// plausible values (admits equal to the Runs in the database), /readyz fails before the process
+// exits on SIGTERM, and qlsched status shows the project.
+func TestMetricsReadinessFlipAndStatus(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	admin := []string{"--database-url", d.URL("ql_admin")}
+	for _, args := range [][]string{
+		{"project", "create", "--project", "ops"},
+		{"task", "publish", "--project", "ops", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		{"trigger", "publish", "--project", "ops", "--trigger", "a", "--task", "k", "--cron", "* * * * * *"},
+		{"trigger", "publish", "--project", "ops", "--trigger", "b", "--task", "k", "--cron", "*/2 * * * * *"},
+	} {
+		if r := run(t, append(args, admin...)...); r.code != 0 {
+			t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
+		}
+	}
+	cmd := exec.Command(qlsched(t), "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
+		"--cadence", "50ms", "--owner", "ops-1", "--withdraw-grace", "1s", "--backlog-interval", "1s", "--log-format", "json")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(stderr)
+	var addr string
+	for addr == "" && lines.Scan() {
+		if m := regexp.MustCompile(`"http_addr":"([^"]+)"`).FindStringSubmatch(lines.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatal("no http_addr logged")
+	}
+	go io.Copy(io.Discard, stderr)
+	base := "http://" + addr
+	// wait for 4 admits, then read /metrics
+	var values map[string]float64
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		values = scrape(t, base+"/metrics")
+		if values["qlsched_admits_total"] >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admits %v after 20 s", values["qlsched_admits_total"])
+		}
+		time.Sleep(100 * time.Millisecond) // polling the process's own counters
+	}
+	for _, name := range []string{"qlsched_rounds_total", "qlsched_claims_total", "qlsched_admits_total", "qlsched_skips_total",
+		"qlsched_releases_total", "qlsched_races_total", "qlsched_serialization_retries_total", "qlsched_errors_total",
+		"qlsched_lease_takeovers_total", "qlsched_round_duration_seconds_count", "qlsched_admission_lag_seconds_count",
+		"qlsched_admission_lag_seconds_sum", "qlsched_claim_duration_seconds_count", "qlsched_backlog_schedules",
+		"qlsched_backlog_oldest_age_seconds", "qlsched_ready"} {
+		if _, ok := values[name]; !ok {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if values["qlsched_ready"] != 1 || values["qlsched_releases_total"] < 2 || values["qlsched_errors_total"] != 0 ||
+		values["qlsched_claims_total"] < values["qlsched_admits_total"]+values["qlsched_releases_total"] {
+		t.Errorf("implausible values: %v", values)
+	}
+	if lagAvg := values["qlsched_admission_lag_seconds_sum"] / values["qlsched_admission_lag_seconds_count"]; lagAvg < 0 || lagAvg > 1 {
+		t.Errorf("mean admission lag %.3fs with a 50ms cadence", lagAvg)
+	}
+	// Quiesce (disable both triggers), then the process's admits must equal the Runs in the database.
+	for _, tr := range []string{"a", "b"} {
+		if r := run(t, "trigger", "publish", "--project", "ops", "--trigger", tr, "--task", "k", "--cron", "* * * * * *", "--disabled", admin[0], admin[1]); r.code != 0 {
+			t.Fatalf("disable %s: %s", tr, r.stderr)
+		}
+	}
+	conn, err := pgx.Connect(context.Background(), d.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var runs float64
+		if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM control_core.runs").Scan(&runs); err != nil {
+			t.Fatal(err)
+		}
+		admits := scrape(t, base+"/metrics")["qlsched_admits_total"]
+		if admits == runs {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics counts %v admits, the database holds %v runs", admits, runs)
+		}
+		time.Sleep(50 * time.Millisecond) // polling until the last in-flight admit is visible on both sides
+	}
+	status := run(t, "status", admin[0], admin[1])
+	if status.code != 0 || !strings.Contains(status.stdout, "ops") || !strings.Contains(status.stdout, "LIVE CLAIMS") {
+		t.Errorf("status: exit %d\n%s", status.code, status.stdout)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sawNotReady := false
+	for deadline := time.Now().Add(5 * time.Second); !sawNotReady && time.Now().Before(deadline); {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			break // the server is gone
+		}
+		resp.Body.Close()
+		sawNotReady = resp.StatusCode == http.StatusServiceUnavailable
+	}
+	if !sawNotReady {
+		t.Error("/readyz never failed between SIGTERM and exit")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+}
+
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	values := map[string]float64{}
+	for _, m := range metricLine.FindAllStringSubmatch(string(body), -1) {
+		var v float64
+		fmt.Sscan(m[2], &v)
+		values[m[1]] += v
+	}
+	return values
+}

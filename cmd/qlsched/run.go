@@ -11,10 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/metrics"
 )
 
 func defaultOwner() string {
@@ -27,7 +30,11 @@ func defaultOwner() string {
 
 func (a *app) runCmd() *cobra.Command {
 	cfg := coordinator.DefaultConfig(defaultOwner())
-	var httpAddr string
+	var (
+		httpAddr        string
+		withdrawGrace   time.Duration
+		backlogInterval time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run one scheduler replica until SIGTERM or SIGINT",
@@ -41,10 +48,12 @@ func (a *app) runCmd() *cobra.Command {
      shape fail closed (see docs/scheduling.md);
   4. the lifecycle: a round every --cadence claims at most --budget due schedule rows, each under a
      --lease, and admits, skips or releases each one under its fence; rounds never overlap;
-  5. HTTP admission on --http-addr: /healthz (alive) and /readyz (ready, running, admitting).
+  5. HTTP admission on --http-addr: /healthz (alive), /readyz (ready, running, admitting) and
+     /metrics (Prometheus; see the README for names and example alerts).
 
-SIGTERM or SIGINT withdraws admission first (/readyz fails), then stops the lifecycle (the round
-in progress finishes its claim in hand; at most --drain-timeout), closes the pool and exits 0.
+SIGTERM or SIGINT withdraws admission first (/readyz fails), waits --withdraw-grace so load
+balancers and probes notice, then stops the lifecycle (the round in progress finishes its claim
+in hand; at most --drain-timeout), closes the pool and exits 0.
 
 Any number of replicas may run against one database; there is no leader.`,
 		Example: `  QL_DATABASE_URL=postgres://ql_runtime@db/control qlsched run --owner "$(hostname)"`,
@@ -55,11 +64,17 @@ Any number of replicas may run against one database; there is no leader.`,
 			if _, _, err := net.SplitHostPort(httpAddr); err != nil {
 				return cli.Usagef("--http-addr %q: want host:port (port 0 picks a free one)", httpAddr)
 			}
+			if withdrawGrace < 0 || withdrawGrace > time.Minute {
+				return cli.Usagef("--withdraw-grace %s: want 0s … 1m", withdrawGrace)
+			}
+			if backlogInterval < time.Second || backlogInterval > 10*time.Minute {
+				return cli.Usagef("--backlog-interval %s: want 1s … 10m", backlogInterval)
+			}
 			_, err := a.connConfig()
 			return err
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.run(cmd.Context(), cfg, httpAddr)
+			return a.run(cmd.Context(), cfg, runOptions{httpAddr, withdrawGrace, backlogInterval})
 		},
 	}
 	f := cmd.Flags()
@@ -69,11 +84,19 @@ Any number of replicas may run against one database; there is no leader.`,
 	f.DurationVar(&cfg.Lease, "lease", cfg.Lease, "claim lease, at least 1s and 2 × cadence")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long stop waits for the round in progress, 1s … 10m")
 	f.IntVar(&cfg.AdmitRetries, "admit-retries", cfg.AdmitRetries, "serialization-failure retries per admit, 0 … 20")
-	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:9464", "listen address of /healthz and /readyz")
+	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:9464", "listen address of /healthz, /readyz and /metrics (port 0: any free port, logged)")
+	f.DurationVar(&withdrawGrace, "withdraw-grace", 0, "on stop, how long /readyz fails before the lifecycle stops, 0s … 1m")
+	f.DurationVar(&backlogInterval, "backlog-interval", 5*time.Second, "how often the backlog gauge may query the database, 1s … 10m")
 	return cmd
 }
 
-func (a *app) run(ctx context.Context, cfg coordinator.Config, httpAddr string) error {
+type runOptions struct {
+	httpAddr        string
+	withdrawGrace   time.Duration
+	backlogInterval time.Duration
+}
+
+func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) error {
 	log := a.logger().With("owner", cfg.Owner)
 	pool, err := a.conn.Open(ctx)
 	if err != nil {
@@ -99,12 +122,13 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, httpAddr string) 
 		return err
 	}
 	var admitting atomic.Bool
-	ln, err := net.Listen("tcp", httpAddr)
+	m := metrics.New(co, cfg.Owner, admitting.Load, backlogFunc(pool), opts.backlogInterval)
+	ln, err := net.Listen("tcp", opts.httpAddr)
 	if err != nil {
 		_ = lc.Stop(context.Background())
-		return cli.Usagef("--http-addr %s: %v", httpAddr, err)
+		return cli.Usagef("--http-addr %s: %v", opts.httpAddr, err)
 	}
-	srv := &http.Server{Handler: healthHandler(&admitting), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: httpHandler(&admitting, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	admitting.Store(true)
 	log.Info("replica running", "http_addr", ln.Addr().String(), "budget", cfg.Budget, "cadence", cfg.Cadence.String(),
@@ -113,7 +137,9 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, httpAddr string) 
 	<-ctx.Done()
 	// Stop in reverse: withdraw admission, stop and drain the scheduler, then the rest.
 	admitting.Store(false)
-	log.Info("stopping: admission withdrawn, draining")
+	log.Info("stopping: admission withdrawn", "withdraw_grace", opts.withdrawGrace.String())
+	time.Sleep(opts.withdrawGrace) // let probes and load balancers see /readyz fail
+	log.Info("draining", "drain_timeout", cfg.DrainTimeout.String())
 	stopErr := lc.Stop(context.Background())
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -124,8 +150,9 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, httpAddr string) 
 	return nil
 }
 
-func healthHandler(admitting *atomic.Bool) http.Handler {
+func httpHandler(admitting *atomic.Bool, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -137,6 +164,21 @@ func healthHandler(admitting *atomic.Bool) http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	return mux
+}
+
+// backlogFunc counts due and unclaimed schedules with the claim's index, capped at 100,000.
+func backlogFunc(pool *pgxpool.Pool) metrics.BacklogFunc {
+	return func(ctx context.Context) (int64, time.Duration, error) {
+		b, err := db.New(pool).Backlog(ctx, 100_000)
+		if err != nil {
+			return 0, 0, err
+		}
+		var age time.Duration
+		if b.OldestDueMs >= 0 && b.DueUnclaimed > 0 {
+			age = time.Duration(b.NowMs-b.OldestDueMs) * time.Millisecond
+		}
+		return b.DueUnclaimed, age, nil
+	}
 }
 
 func errString(err error) string {

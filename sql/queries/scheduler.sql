@@ -11,7 +11,8 @@
 -- decision and the admit need, so the claim is the only read.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 candidate AS (
-    SELECT s.project_id, s.trigger_id
+    -- takeover: the row still carried a claim, which has expired
+    SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover
     FROM control_core.trigger_schedules s
     JOIN control_core.projects p ON p.project_id = s.project_id
     JOIN control_core.trigger_revisions tr
@@ -46,7 +47,7 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
           p.revision AS project_revision, p.content_digest AS project_digest,
           tr.cron_spec, tr.timezone, tr.misfire_policy, tr.content_digest AS trigger_digest,
           tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
-          er.execution_revision_id, er.digest AS execution_digest;
+          er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover;
 
 -- name: Admit :one
 -- The atomic admission, run alone in a SERIALIZABLE transaction. The first CTE re-locks the

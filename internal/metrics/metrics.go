@@ -1,0 +1,113 @@
+// Package metrics exposes one replica's scheduler counters and measurements in the Prometheus
+// format on /metrics. Counters are read from the coordinator's own Stats at scrape time (one
+// source of truth); histograms are fed by its Observer; the backlog gauge is a bounded database
+// query run at most once per interval, whatever the scrape rate.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/qlcontrol/controlcore/coordinator"
+)
+
+// BacklogFunc returns the due-and-unclaimed schedule count and the oldest due occurrence's age.
+type BacklogFunc func(ctx context.Context) (due int64, oldestAge time.Duration, err error)
+
+// Metrics is the registry of one replica.
+type Metrics struct {
+	reg *prometheus.Registry
+}
+
+// New registers the metrics of co. backlog is called at most once per interval.
+func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog BacklogFunc, interval time.Duration) *Metrics {
+	reg := prometheus.NewRegistry()
+	constLabels := prometheus.Labels{"owner": owner}
+	counter := func(name, help string, read func(coordinator.Snapshot) int64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: constLabels},
+			func() float64 { return float64(read(co.Stats.Snapshot())) }))
+	}
+	counter("qlsched_rounds_total", "Coordinator rounds run.", func(s coordinator.Snapshot) int64 { return s.Rounds })
+	counter("qlsched_claims_total", "Schedule rows claimed.", func(s coordinator.Snapshot) int64 { return s.Claims })
+	counter("qlsched_admits_total", "Runs admitted (one per occurrence).", func(s coordinator.Snapshot) int64 { return s.Admits })
+	counter("qlsched_skips_total", "Claims ended by the skip misfire policy (cursor advanced, no Run).", func(s coordinator.Snapshot) int64 { return s.Skips })
+	counter("qlsched_releases_total", "Claims ended without a Run: initialisation or not yet due.", func(s coordinator.Snapshot) int64 { return s.Releases })
+	counter("qlsched_races_total", "Fenced writes that found the fence or the schedule changed (nothing written).", func(s coordinator.Snapshot) int64 { return s.Races })
+	counter("qlsched_stale_total", "Admits refused because a revision changed since the claim.", func(s coordinator.Snapshot) int64 { return s.Stale })
+	counter("qlsched_serialization_retries_total", "SERIALIZABLE admit attempts retried after a serialization failure.", func(s coordinator.Snapshot) int64 { return s.Retries })
+	counter("qlsched_lease_takeovers_total", "Claims that replaced an expired claim.", func(s coordinator.Snapshot) int64 { return s.Takeovers })
+
+	errorsByClass := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qlsched_errors_total", ConstLabels: constLabels,
+		Help: "Counted errors by class: claim, admit, init, release, skip, decide, corrupt."}, []string{"class"})
+	for _, class := range []string{"claim", "admit", "init", "release", "skip", "decide", "corrupt"} {
+		errorsByClass.WithLabelValues(class) // present at 0 from the start
+	}
+	roundSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_round_duration_seconds", ConstLabels: constLabels,
+		Help: "Duration of a coordinator round.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	claimSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_claim_duration_seconds", ConstLabels: constLabels,
+		Help: "Duration of one claim statement.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)})
+	lagSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_admission_lag_seconds", ConstLabels: constLabels,
+		Help: "Admit database time minus the occurrence's scheduled time.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)})
+	reg.MustRegister(errorsByClass, roundSeconds, claimSeconds, lagSeconds)
+	co.Observe = coordinator.Observer{
+		Round:    func(d time.Duration, _ int) { roundSeconds.Observe(d.Seconds()) },
+		Claim:    func(d time.Duration) { claimSeconds.Observe(d.Seconds()) },
+		Admitted: func(lag time.Duration) { lagSeconds.Observe(lag.Seconds()) },
+		Error:    func(class string) { errorsByClass.WithLabelValues(class).Inc() },
+	}
+
+	b := &backlogCache{fn: backlog, interval: interval}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_backlog_schedules", ConstLabels: constLabels,
+		Help: "Due and unclaimed schedule rows (capped count), refreshed at most once per interval."},
+		func() float64 { due, _ := b.get(); return float64(due) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_backlog_oldest_age_seconds", ConstLabels: constLabels,
+		Help: "Age of the oldest due and unclaimed occurrence (0 when none)."},
+		func() float64 { _, age := b.get(); return age.Seconds() }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_ready", ConstLabels: constLabels,
+		Help: "1 while the replica is ready and admitting, else 0."},
+		func() float64 {
+			if ready() {
+				return 1
+			}
+			return 0
+		}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Metrics{reg: reg}
+}
+
+// Handler serves the registry.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// backlogCache runs the backlog query at most once per interval.
+type backlogCache struct {
+	fn       BacklogFunc
+	interval time.Duration
+
+	mu  sync.Mutex
+	at  time.Time
+	due int64
+	age time.Duration
+}
+
+func (b *backlogCache) get() (int64, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fn != nil && time.Since(b.at) >= b.interval {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		due, age, err := b.fn(ctx)
+		cancel()
+		b.at = time.Now()
+		if err == nil {
+			b.due, b.age = due, age
+		}
+	}
+	return b.due, b.age
+}
