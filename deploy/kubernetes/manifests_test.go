@@ -1,0 +1,97 @@
+// Package kubernetes holds the deployment manifests; this test validates them against the
+// Kubernetes API types (strict decoding: an unknown or misspelt field fails) and against qlsched
+// itself (every flag the Deployment passes exists; the probes hit the endpoints qlsched serves).
+package kubernetes
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func decode(t *testing.T, file string, into any) {
+	t.Helper()
+	body, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(body, into); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
+func TestManifestsDecodeStrictly(t *testing.T) {
+	files, _ := filepath.Glob("*.yaml")
+	if len(files) != 4 {
+		t.Fatalf("found %d manifests, want 4: %v", len(files), files)
+	}
+	var ns corev1.Namespace
+	decode(t, "namespace.yaml", &ns)
+	var job batchv1.Job
+	decode(t, "migrate-job.yaml", &job)
+	var dep appsv1.Deployment
+	decode(t, "qlsched-deployment.yaml", &dep)
+	var pdb policyv1.PodDisruptionBudget
+	decode(t, "qlsched-pdb.yaml", &pdb)
+
+	for _, obj := range []struct{ kind, want, ns string }{
+		{job.Kind, "Job", job.Namespace}, {dep.Kind, "Deployment", dep.Namespace}, {pdb.Kind, "PodDisruptionBudget", pdb.Namespace},
+	} {
+		if obj.kind != obj.want || obj.ns != ns.Name {
+			t.Errorf("%s in namespace %q, want %s in %q", obj.kind, obj.ns, obj.want, ns.Name)
+		}
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
+		t.Errorf("replicas %v, want 3", dep.Spec.Replicas)
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Error("want a readiness probe on /readyz and a liveness probe on /healthz")
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+		t.Error("want cpu and memory requests")
+	}
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() < 1 || pdb.Spec.MinAvailable.IntValue() >= 3 {
+		t.Errorf("PodDisruptionBudget minAvailable %v, want 1 … 2 of 3", pdb.Spec.MinAvailable)
+	}
+	for k, v := range dep.Spec.Selector.MatchLabels {
+		if dep.Spec.Template.Labels[k] != v || pdb.Spec.Selector.MatchLabels[k] != v {
+			t.Errorf("selector %s=%s does not match the pod template and the PDB", k, v)
+		}
+	}
+	if got := *dep.Spec.Template.Spec.TerminationGracePeriodSeconds; got < 15 {
+		t.Errorf("terminationGracePeriodSeconds %d is shorter than withdraw grace + drain timeout (15 s)", got)
+	}
+
+	// Every flag the Deployment passes is a flag of `qlsched run`.
+	bin := filepath.Join(t.TempDir(), "qlsched")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/qlsched").CombinedOutput(); err != nil {
+		t.Fatalf("build qlsched: %v\n%s", err, out)
+	}
+	var help bytes.Buffer
+	cmd := exec.Command(bin, "run", "--help")
+	cmd.Stdout = &help
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Args[0] != "qlsched" || c.Args[1] != "run" {
+		t.Fatalf("args %v, want qlsched run …", c.Args)
+	}
+	flag := regexp.MustCompile(`^--([a-z-]+)=`)
+	for _, arg := range c.Args[2:] {
+		m := flag.FindStringSubmatch(arg)
+		if m == nil || !strings.Contains(help.String(), "--"+m[1]+" ") {
+			t.Errorf("argument %q is not a qlsched run flag", arg)
+		}
+	}
+}
