@@ -1,4 +1,11 @@
 // Package checksums knows the migration files by version, name and sha256, and records that
 // sha256 in the database's checksum ledger inside the same transaction as the migration itself,
 // so a version is never recorded as applied without the exact bytes that ran.
+//
+// It also holds what verify checks about the stream and the schema: the integrity file
+// sql/migrations/migrations.sum (an edited, added, removed or renamed migration is caught in the
+// repository and in the binary), the comparison of the ledger and goose's versions with the
+// binary's migrations (edited checksum, unknown applied version, pending migration), and the
+// readiness contract of control-core v17 (readiness_contract.txt) with its comparison against the
+// catalogs, each difference naming the object and its fix.
 package checksums
