@@ -202,7 +202,9 @@ func TestMigration0017AbortsOnAMissingOrPrivilegedRole(t *testing.T) {
 		{"bypassrls", func(n roles.Names) string { return "ALTER ROLE " + n.Owner + " BYPASSRLS" },
 			func(n roles.Names) string { return fmt.Sprintf("role %s must be NOSUPERUSER", n.Owner) }},
 		{"nologin", func(n roles.Names) string { return "ALTER ROLE " + n.Admin + " NOLOGIN" },
-			func(n roles.Names) string { return fmt.Sprintf("pg-0017-exact-grants: role %s must be a LOGIN role", n.Admin) }},
+			func(n roles.Names) string {
+				return fmt.Sprintf("pg-0017-exact-grants: role %s must be a LOGIN role", n.Admin)
+			}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
