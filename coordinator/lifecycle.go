@@ -71,8 +71,25 @@ func (l *Lifecycle) loop(ctx context.Context, stop <-chan struct{}, done chan<- 
 		if l.OnRound != nil {
 			l.OnRound(claimed)
 		}
-		timer.Reset(max(0, l.cadence-time.Since(started)))
+		timer.Reset(l.nextDelay(ctx, started, claimed))
 	}
+}
+
+// nextDelay keeps the cadence between round starts, except that a round that ran out of
+// claimable rows (claimed < budget) wakes the coordinator when the next row falls due, if that is
+// sooner: an occurrence is then admitted at its time instead of up to one cadence later. The
+// delay never drops below MinCadence, so rows that are due but held by other replicas do not
+// make it spin. Rounds still never overlap and each still claims at most the budget.
+func (l *Lifecycle) nextDelay(ctx context.Context, started time.Time, claimed int) time.Duration {
+	delay := max(0, l.cadence-time.Since(started))
+	if claimed >= l.c.cfg.Budget || ctx.Err() != nil {
+		return delay
+	}
+	dueIn, err := l.c.store.NextDueIn(ctx)
+	if err != nil {
+		return delay // counted by the next round's claim if the database is really gone
+	}
+	return min(delay, max(dueIn, MinCadence))
 }
 
 // round runs one round, turning a panic into a counted, logged error: the timer never dies.

@@ -122,13 +122,62 @@ func (s *Store) Admit(ctx context.Context, c *Claim, scheduledFor, next int64, r
 }
 
 func (s *Store) admitOnce(ctx context.Context, p db.AdmitParams) (db.AdmitRow, error) {
-	var row db.AdmitRow
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
-		var err error
-		row, err = s.q.WithTx(tx).Admit(ctx, p)
-		return err
-	})
-	return row, err
+	return db.New(serializableTrip{s.pool}).Admit(ctx, p)
+}
+
+// serializableTrip runs one sqlc query as its own SERIALIZABLE transaction in a single round
+// trip: BEGIN ISOLATION LEVEL SERIALIZABLE, the query and COMMIT go out as one pipeline. The
+// admit is a single statement, so this is exactly the ADR's one SERIALIZABLE transaction, at a
+// third of the round trips of Begin/Query/Commit. When the query fails, the server skips the
+// COMMIT and the connection is left in a failed transaction; the pool then discards it.
+type serializableTrip struct{ pool *pgxpool.Pool }
+
+func (t serializableTrip) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	return &tripRow{br: t.pool.SendBatch(ctx, b)}
+}
+
+func (t serializableTrip) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errors.New("serializableTrip: only single-row queries are supported")
+}
+
+func (t serializableTrip) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errors.New("serializableTrip: only single-row queries are supported")
+}
+
+type tripRow struct{ br pgx.BatchResults }
+
+// Scan reads BEGIN, the row and COMMIT in order; an error anywhere wins over the row, and
+// ErrNoRows is returned only when the (empty) transaction committed.
+func (r *tripRow) Scan(dest ...any) error {
+	_, err := r.br.Exec()
+	if err == nil {
+		err = r.br.QueryRow().Scan(dest...)
+	}
+	if err == nil || errors.Is(err, pgx.ErrNoRows) {
+		if _, cerr := r.br.Exec(); cerr != nil {
+			err = cerr
+		}
+	}
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// NextDueIn is how long until the earliest claimable row falls due, by database time.
+func (s *Store) NextDueIn(ctx context.Context) (time.Duration, error) {
+	ms, err := s.q.NextDueIn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("next due time: %w", err)
+	}
+	if ms > int64(time.Hour/time.Millisecond) {
+		return time.Hour, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // diagnose tells why an admit wrote nothing.
