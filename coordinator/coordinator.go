@@ -46,6 +46,8 @@ type Observer struct {
 	Claim func(d time.Duration)
 	// Admitted gets the admission lag: the admit's database time minus the scheduled time.
 	Admitted func(lag time.Duration)
+	// AdmitCall gets the duration of every admit call, whatever its outcome (retries included).
+	AdmitCall func(d time.Duration)
 	// Error gets the class of a counted error: claim, admit, init, release, skip, decide, corrupt.
 	Error func(class string)
 }
@@ -153,7 +155,11 @@ func (c *Coordinator) handle(ctx context.Context, claim *Claim) {
 
 func (c *Coordinator) admit(ctx context.Context, log *slog.Logger, claim *Claim, d Decision) {
 	log = log.With("scheduled_for_ms", d.ScheduledForMs)
+	start := time.Now()
 	admitted, outcome, err := c.store.Admit(ctx, claim, d.ScheduledForMs, d.NextFireAtMs, c.NewRunID(), c.cfg.AdmitRetries)
+	if c.Observe.AdmitCall != nil {
+		c.Observe.AdmitCall(time.Since(start))
+	}
 	c.Stats.Retries.Add(int64(admitted.Retries))
 	switch {
 	case err != nil:

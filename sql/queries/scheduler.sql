@@ -11,18 +11,17 @@
 -- decision and the admit need, so the claim is the only read.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 candidate AS (
-    -- takeover: the row still carried a claim, which has expired
-    SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover
+    -- The project and trigger conditions are per-row subqueries, not joins, on purpose: the
+    -- planner then has nothing to reorder and always walks the claim's index in order, stopping
+    -- at the first claimable row. As joins, a large due fraction made it hash-join and sort the
+    -- whole backlog (seconds at 1,000,000 rows) for a LIMIT 1.
+    SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover -- takeover: an expired claim
     FROM control_core.trigger_schedules s
-    JOIN control_core.projects p ON p.project_id = s.project_id
-    JOIN control_core.trigger_revisions tr
-      ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-    CROSS JOIN obs
-    WHERE coalesce(s.next_fire_at_ms, -1) <= obs.now_ms
-      AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= obs.now_ms)
-      AND p.state = 'active'
-      AND tr.kind = 'cron'
-      AND tr.enabled
+    WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
+      AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= control_core.db_now_ms())
+      AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id) = 'active'
+      AND (SELECT tr.kind = 'cron' AND tr.enabled FROM control_core.trigger_revisions tr
+           WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
     FOR UPDATE OF s SKIP LOCKED
     LIMIT 1

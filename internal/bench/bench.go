@@ -1,0 +1,479 @@
+// Package bench measures the scheduler on a real PostgreSQL: admissions per second against the
+// ceiling of the same write set without fences (same server, same run, same concurrency),
+// claim/admit latency, admission lag, serialization retries, races and duplicates.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
+	"github.com/qlcontrol/controlcore/internal/migrate"
+	"github.com/qlcontrol/controlcore/internal/pgcluster"
+	"github.com/qlcontrol/controlcore/roles"
+)
+
+// Scenarios.
+const (
+	// Backlog: every trigger is due at once; replicas admit as fast as they can. The ceiling runs
+	// the same write set first.
+	Backlog = "backlog"
+	// Steady: triggers fire once a minute at seconds spread over the minute; the measure is the
+	// admission lag below capacity.
+	Steady = "steady"
+)
+
+// Config of one bench run.
+type Config struct {
+	URL      string // empty: start a throwaway durable cluster
+	Scenario string
+	Triggers int
+	Every    string // backlog: "minute" (each row once) or "second" (continuous demand)
+	Replicas int
+	Duration time.Duration
+	Budget   int
+	Cadence  time.Duration
+}
+
+// Validate checks the bounds before anything starts.
+func (c Config) Validate() error {
+	switch {
+	case c.Scenario != Backlog && c.Scenario != Steady:
+		return fmt.Errorf("--scenario %q: want backlog or steady", c.Scenario)
+	case c.Triggers < 1 || c.Triggers > 1_000_000:
+		return fmt.Errorf("--triggers %d: want 1 … 1000000", c.Triggers)
+	case c.Every != "second" && c.Every != "minute":
+		return fmt.Errorf("--every %q: want second or minute", c.Every)
+	case c.Replicas < 1 || c.Replicas > 64:
+		return fmt.Errorf("--replicas %d: want 1 … 64", c.Replicas)
+	case c.Duration < time.Second || c.Duration > time.Hour:
+		return fmt.Errorf("--duration %s: want 1s … 1h", c.Duration)
+	}
+	cfg := coordinator.DefaultConfig("bench")
+	cfg.Budget, cfg.Cadence = c.Budget, c.Cadence
+	cfg.Lease = max(cfg.Lease, 2*c.Cadence)
+	return cfg.Validate()
+}
+
+// Report is what a run measured. JSON field names are a stable interface.
+type Report struct {
+	Mode             string  `json:"mode"`
+	Scenario         string  `json:"scenario"`
+	Server           string  `json:"server"`
+	Triggers         int     `json:"triggers"`
+	Replicas         int     `json:"replicas"`
+	Budget           int     `json:"budget"`
+	CadenceMs        float64 `json:"cadence_ms"`
+	Seconds          float64 `json:"seconds"`
+	Admits           int64   `json:"admits"`
+	AdmitsPerSecond  float64 `json:"admits_per_second"`
+	CeilingPerSecond float64 `json:"ceiling_per_second"`
+	Ratio            float64 `json:"ratio"`
+	RetryRate        float64 `json:"retry_rate"`
+	Retries          int64   `json:"retries"`
+	Races            int64   `json:"races"`
+	Releases         int64   `json:"releases"`
+	Skips            int64   `json:"skips"`
+	Errors           int64   `json:"errors"`
+	Duplicates       int64   `json:"duplicates"`
+	LagP50Ms         float64 `json:"lag_p50_ms"`
+	LagP99Ms         float64 `json:"lag_p99_ms"`
+	ClaimP50Ms       float64 `json:"claim_p50_ms"`
+	ClaimP99Ms       float64 `json:"claim_p99_ms"`
+	AdmitP50Ms       float64 `json:"admit_p50_ms"`
+	AdmitP99Ms       float64 `json:"admit_p99_ms"`
+	CPUPercent       float64 `json:"cpu_percent"`
+	RSSMiB           float64 `json:"rss_mib"`
+	PeakRSSMiB       float64 `json:"peak_rss_mib"`
+}
+
+// Run sets up, measures and reports. progress gets one line per phase.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
+	rep := Report{Mode: "single", Scenario: cfg.Scenario, Triggers: cfg.Triggers, Replicas: cfg.Replicas,
+		Budget: cfg.Budget, CadenceMs: float64(cfg.Cadence.Microseconds()) / 1000}
+	say := func(format string, args ...any) { fmt.Fprintf(progress, "bench: "+format+"\n", args...) }
+
+	url := cfg.URL
+	if url == "" {
+		say("starting a throwaway PostgreSQL (fsync on)")
+		cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: map[string]string{"max_connections": "300"}})
+		if err != nil {
+			return rep, err
+		}
+		defer cluster.Stop()
+		if url, err = prepare(ctx, cluster); err != nil {
+			return rep, err
+		}
+	}
+	conn, err := dbconn.Resolve(url)
+	if err != nil {
+		return rep, err
+	}
+	admin, err := conn.Open(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer admin.Close()
+	if err := admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&rep.Server); err != nil {
+		return rep, err
+	}
+
+	project := "bench-" + strconv.FormatInt(time.Now().UnixMilli(), 36)
+	say("publishing %d triggers in project %s", cfg.Triggers, project)
+	period, err := publish(ctx, admin, project, cfg)
+	if err != nil {
+		return rep, err
+	}
+
+	pools := make([]*pgxpool.Pool, cfg.Replicas)
+	for i := range pools {
+		pc := conn.Pool.Copy()
+		pc.MaxConns = 4
+		if pools[i], err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+			return rep, err
+		}
+		defer pools[i].Close()
+	}
+
+	if cfg.Scenario == Backlog {
+		say("ceiling: the same write set, READ COMMITTED, no fence, %d workers", cfg.Replicas)
+		n, secs, err := ceiling(ctx, admin, pools, project, period, cfg.Duration)
+		if err != nil {
+			return rep, err
+		}
+		rep.CeilingPerSecond = float64(n) / secs
+		say("ceiling: %d in %.1fs = %.0f/s", n, secs, rep.CeilingPerSecond)
+		if err := setDue(ctx, admin, project, period); err != nil {
+			return rep, err
+		}
+	} else {
+		// Initialise every cursor first (a claim each), so the measured phase sees only on-time
+		// occurrences, not the one-off initialisation backlog.
+		say("initialising every trigger's cursor")
+		init := cfg
+		init.Budget, init.Cadence = coordinator.MaxBudget, coordinator.MinCadence
+		if _, err := runReplicas(ctx, pools, init, func(s coordinator.Snapshot) bool { return s.Releases >= int64(cfg.Triggers) }); err != nil {
+			return rep, err
+		}
+	}
+
+	var ru0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	say("scheduler: %d replicas, budget %d, cadence %s, for up to %s", cfg.Replicas, cfg.Budget, cfg.Cadence, cfg.Duration)
+	startMs := dbNow(ctx, admin)
+	res, err := runReplicas(ctx, pools, cfg, func(s coordinator.Snapshot) bool {
+		return cfg.Scenario == Backlog && cfg.Every == "minute" && s.Admits >= int64(cfg.Triggers)
+	})
+	if err != nil {
+		return rep, err
+	}
+	var ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	rep.Seconds = res.seconds
+	rep.Admits, rep.Retries, rep.Races, rep.Releases, rep.Skips, rep.Errors = res.stats.Admits, res.stats.Retries,
+		res.stats.Races, res.stats.Releases, res.stats.Skips, res.stats.Errors
+	rep.AdmitsPerSecond = float64(rep.Admits) / res.seconds
+	if rep.CeilingPerSecond > 0 {
+		rep.Ratio = rep.AdmitsPerSecond / rep.CeilingPerSecond
+	}
+	if rep.Admits > 0 {
+		rep.RetryRate = float64(rep.Retries) / float64(rep.Admits)
+	}
+	rep.ClaimP50Ms, rep.ClaimP99Ms = res.claims.percentiles()
+	rep.AdmitP50Ms, rep.AdmitP99Ms = res.admits.percentiles()
+	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
+	rep.CPUPercent = 100 * cpu.Seconds() / res.seconds
+	rep.RSSMiB, rep.PeakRSSMiB = rss()
+
+	q := db.New(admin)
+	lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs})
+	if err != nil {
+		return rep, err
+	}
+	rep.LagP50Ms, rep.LagP99Ms = lag.P50Ms, lag.P99Ms
+	if rep.Duplicates, err = q.BenchDuplicates(ctx, project); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// prepare creates the database, the roles and the schema on a throwaway cluster and returns a
+// superuser URL of it (the bench publishes and claims; readiness is not its subject).
+func prepare(ctx context.Context, c *pgcluster.Cluster) (string, error) {
+	su, err := pgx.Connect(ctx, c.URL("postgres", "postgres"))
+	if err != nil {
+		return "", err
+	}
+	_, err = su.Exec(ctx, "CREATE DATABASE bench")
+	su.Close(ctx)
+	if err != nil {
+		return "", err
+	}
+	names, _ := roles.NewNames(roles.DefaultPrefix)
+	conn, err := pgx.Connect(ctx, c.URL("postgres", "bench"))
+	if err != nil {
+		return "", err
+	}
+	_, err = roles.Create(ctx, conn, names)
+	conn.Close(ctx)
+	if err != nil {
+		return "", err
+	}
+	cfg, err := dbconn.Resolve(c.URL("postgres", "bench"))
+	if err != nil {
+		return "", err
+	}
+	r, err := migrate.Open(ctx, cfg, migrate.Options{Names: names, AsOwner: true})
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	if _, err := r.Up(ctx, 0); err != nil {
+		return "", err
+	}
+	return c.URL("postgres", "bench"), nil
+}
+
+// publish creates the project, a task and the triggers (4 publishers in parallel) and returns
+// the period of the triggers.
+func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config) (time.Duration, error) {
+	pub := coordinator.NewPublisher(pool)
+	if err := pub.CreateProject(ctx, project); err != nil {
+		return 0, err
+	}
+	if _, err := pub.PublishTask(ctx, project, "job", []byte(`{"image":"bench/job:1"}`)); err != nil {
+		return 0, err
+	}
+	period := time.Minute
+	spec := func(i int) string { return "* * * * *" }
+	switch {
+	case cfg.Scenario == Steady:
+		spec = func(i int) string { return fmt.Sprintf("%d * * * * *", i%60) }
+	case cfg.Every == "second":
+		period, spec = time.Second, func(int) string { return "* * * * * *" }
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < cfg.Triggers; i = int(next.Add(1)) - 1 {
+				_, err := pub.PublishTrigger(ctx, coordinator.TriggerSpec{Project: project, Trigger: fmt.Sprintf("t%07d", i),
+					Task: "job", Cron: spec(i), TimeZone: "UTC", Misfire: coordinator.MisfireFireOnce, Enabled: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	if cfg.Scenario == Backlog {
+		return period, setDue(ctx, pool, project, period)
+	}
+	return period, nil
+}
+
+// setDue puts every row at the current period's occurrence: all due, none missed.
+func setDue(ctx context.Context, pool *pgxpool.Pool, project string, period time.Duration) error {
+	now := dbNow(ctx, pool)
+	p := period.Milliseconds()
+	_, err := db.New(pool).BenchSetDue(ctx, db.BenchSetDueParams{ProjectID: project, DueMs: now / p * p})
+	return err
+}
+
+func dbNow(ctx context.Context, pool *pgxpool.Pool) int64 {
+	var ms int64
+	_ = pool.QueryRow(ctx, "SELECT control_core.db_now_ms()").Scan(&ms)
+	return ms
+}
+
+// ceiling drives claim + unfenced READ COMMITTED admit on every pool until nothing is claimable
+// (or the duration passes) and returns how many it admitted in how many seconds.
+func ceiling(ctx context.Context, admin *pgxpool.Pool, pools []*pgxpool.Pool, project string, period, limit time.Duration) (int64, float64, error) {
+	var n atomic.Int64
+	var firstErr error
+	var once sync.Once
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, pool := range pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			store, q := coordinator.NewStore(pool), db.New(pool)
+			owner := fmt.Sprintf("ceiling-%d", i)
+			for ctx.Err() == nil {
+				c, err := store.Claim(ctx, owner, 30*time.Second)
+				if err == nil && c == nil {
+					return
+				}
+				if err == nil {
+					_, err = q.CeilingAdmit(ctx, db.CeilingAdmitParams{
+						NextFireAtMs: c.NextFireAtMs.Int64 + period.Milliseconds(), ScheduledForMs: c.NextFireAtMs.Int64,
+						ProjectID: c.ProjectID, TriggerID: c.TriggerID, TaskID: c.TaskID, TaskRevision: c.TaskRevision,
+						ExecutionRevisionID: c.ExecutionRevisionID, TriggerRevision: c.TriggerRevision})
+				}
+				if err != nil {
+					if ctx.Err() == nil {
+						once.Do(func() { firstErr = err })
+					}
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return n.Load(), time.Since(start).Seconds(), firstErr
+}
+
+type replicaResult struct {
+	seconds        float64
+	stats          coordinator.Snapshot
+	claims, admits *samples
+}
+
+// runReplicas runs one lifecycle per pool until done(admits) or the duration passes.
+func runReplicas(ctx context.Context, pools []*pgxpool.Pool, cfg Config, done func(coordinator.Snapshot) bool) (replicaResult, error) {
+	res := replicaResult{claims: &samples{}, admits: &samples{}}
+	var coords []*coordinator.Coordinator
+	var lifecycles []*coordinator.Lifecycle
+	for i, pool := range pools {
+		cc := coordinator.DefaultConfig(fmt.Sprintf("bench-replica-%d", i))
+		cc.Budget, cc.Cadence = cfg.Budget, cfg.Cadence
+		co := coordinator.New(cc, coordinator.NewStore(pool), slog.New(slog.DiscardHandler))
+		co.Observe = coordinator.Observer{
+			Claim:     func(d time.Duration) { res.claims.add(d) },
+			AdmitCall: func(d time.Duration) { res.admits.add(d) },
+		}
+		coords, lifecycles = append(coords, co), append(lifecycles, coordinator.NewLifecycle(co, cc))
+	}
+	start := time.Now()
+	for _, lc := range lifecycles {
+		if err := lc.Start(ctx); err != nil {
+			return res, err
+		}
+	}
+	deadline := time.NewTimer(cfg.Duration)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	total := func() (s coordinator.Snapshot) {
+		for _, co := range coords {
+			x := co.Stats.Snapshot()
+			s.Claims += x.Claims
+			s.Admits += x.Admits
+			s.Retries += x.Retries
+			s.Races += x.Races
+			s.Releases += x.Releases
+			s.Skips += x.Skips
+			s.Errors += x.Errors
+		}
+		return s
+	}
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-deadline.C:
+			break loop
+		case <-tick.C:
+			if done(total()) {
+				break loop
+			}
+		}
+	}
+	res.seconds = time.Since(start).Seconds()
+	for _, lc := range lifecycles {
+		_ = lc.Stop(context.Background())
+	}
+	res.stats = total()
+	return res, ctx.Err()
+}
+
+// samples collects latencies for percentiles.
+type samples struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *samples) add(d time.Duration) {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+}
+
+func (s *samples) percentiles() (p50, p99 float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.d) == 0 {
+		return 0, 0
+	}
+	sort.Slice(s.d, func(i, j int) bool { return s.d[i] < s.d[j] })
+	at := func(q float64) float64 { return float64(s.d[int(q*float64(len(s.d)-1))].Microseconds()) / 1000 }
+	return at(0.5), at(0.99)
+}
+
+// rss reads the process's resident set (now and peak) in MiB.
+func rss() (now, peak float64) {
+	body, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			now = kb / 1024
+		case "VmHWM:":
+			peak = kb / 1024
+		}
+	}
+	return now, peak
+}
+
+// Text renders a report for a terminal.
+func (r Report) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "scenario %s, mode %s, PostgreSQL %s: %d triggers, %d replicas, budget %d, cadence %gms, %.1fs\n",
+		r.Scenario, r.Mode, r.Server, r.Triggers, r.Replicas, r.Budget, r.CadenceMs, r.Seconds)
+	fmt.Fprintf(&b, "  admits        %d  (%.0f/s)\n", r.Admits, r.AdmitsPerSecond)
+	if r.CeilingPerSecond > 0 {
+		fmt.Fprintf(&b, "  ceiling       %.0f/s   ratio %.2f\n", r.CeilingPerSecond, r.Ratio)
+	}
+	fmt.Fprintf(&b, "  retries       %d  (%.2f%% of admits)   races %d   releases %d   skips %d   errors %d   duplicates %d\n",
+		r.Retries, 100*r.RetryRate, r.Races, r.Releases, r.Skips, r.Errors, r.Duplicates)
+	fmt.Fprintf(&b, "  claim         p50 %.2fms  p99 %.2fms\n", r.ClaimP50Ms, r.ClaimP99Ms)
+	fmt.Fprintf(&b, "  admit         p50 %.2fms  p99 %.2fms\n", r.AdmitP50Ms, r.AdmitP99Ms)
+	fmt.Fprintf(&b, "  lag           p50 %.0fms  p99 %.0fms  (admit db time - scheduled time)\n", r.LagP50Ms, r.LagP99Ms)
+	fmt.Fprintf(&b, "  process       cpu %.0f%%  rss %.1f MiB (peak %.1f MiB)\n", r.CPUPercent, r.RSSMiB, r.PeakRSSMiB)
+	return b.String()
+}

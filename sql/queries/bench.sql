@@ -1,0 +1,55 @@
+-- Queries of `qlsched bench` only.
+
+-- name: BenchSetDue :execrows
+-- Put every schedule row of a project at the occurrence due_ms (on time, not missed): a backlog
+-- of due rows. Run as the runtime role, which may UPDATE schedules.
+UPDATE control_core.trigger_schedules
+SET next_fire_at_ms = @due_ms::bigint, state_version = state_version + 1,
+    updated_at_ms = greatest(updated_at_ms, control_core.db_now_ms())
+WHERE project_id = @project_id::text AND claim_token IS NULL;
+
+-- name: CeilingAdmit :execrows
+-- The ceiling's write set: the admit's inserts and cursor advance with no fence, no revision or
+-- digest checks, run as one READ COMMITTED statement. Keys carry a "ceiling:" prefix so they
+-- never collide with real admissions.
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+run AS (
+    INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
+                                   trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
+                                   queued_at_ms, created_at_ms, updated_at_ms)
+    SELECT gen_random_uuid(), @project_id::text, @task_id::text, @task_revision::bigint, @execution_revision_id::uuid,
+           @trigger_id::text, @trigger_revision::bigint, @scheduled_for_ms::bigint,
+           'ceiling:' || @trigger_id::text || ':' || @trigger_revision::bigint || ':' || @scheduled_for_ms::bigint,
+           'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
+    FROM obs
+    RETURNING run_id, queued_at_ms
+),
+attempt AS (
+    INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
+    SELECT gen_random_uuid(), run.run_id, 1, 'remote_worker', 'claimed', run.queued_at_ms, run.queued_at_ms FROM run
+),
+events AS (
+    INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms)
+    SELECT gen_random_uuid(), run.run_id, e.seq, e.type, run.queued_at_ms
+    FROM run CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS e (seq, type)
+)
+UPDATE control_core.trigger_schedules s
+SET next_fire_at_ms = @next_fire_at_ms::bigint, last_scheduled_at_ms = @scheduled_for_ms::bigint,
+    state_version = s.state_version + 1, claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
+    updated_at_ms = greatest(s.updated_at_ms, run.queued_at_ms)
+FROM run
+WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text;
+
+-- name: BenchLag :one
+-- Admission lag percentiles of a project's real admissions (not the ceiling's) since since_ms.
+SELECT count(*)::bigint AS runs,
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms), 0)::float8 AS p50_ms,
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms), 0)::float8 AS p99_ms,
+       coalesce(max(queued_at_ms) - min(queued_at_ms), 0)::bigint AS span_ms
+FROM control_core.runs
+WHERE project_id = @project_id::text AND idempotency_key LIKE 'ql3:%' AND queued_at_ms >= @since_ms::bigint;
+
+-- name: BenchDuplicates :one
+SELECT count(*)::bigint FROM (
+    SELECT 1 FROM control_core.runs WHERE project_id = @project_id::text AND idempotency_key LIKE 'ql3:%'
+    GROUP BY trigger_id, trigger_revision, scheduled_for_ms HAVING count(*) > 1) d;
