@@ -97,7 +97,7 @@ func (s *Store) Admit(ctx context.Context, c *Claim, scheduledFor, next int64, r
 		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs.Int64,
 		ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
 		TaskDigest: c.TaskDigest, ExecutionRevisionID: c.ExecutionRevisionID, ExecutionDigest: c.ExecutionDigest,
-		RunID: runID,
+		RunID: runID, RowCtid: c.RowCtid,
 	}
 	var res Admitted
 	for attempt := 0; ; attempt++ {

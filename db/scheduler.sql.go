@@ -25,32 +25,32 @@ verified AS (
     JOIN control_core.task_revisions kr
       ON kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
     JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
-    WHERE s.project_id = $3::text AND s.trigger_id = $4::text
+    WHERE s.ctid = CAST($3::text AS tid) AND s.project_id = $4::text AND s.trigger_id = $5::text
       -- the fence
-      AND s.claim_owner = $5::text AND s.claim_token = $6::uuid
-      AND s.claim_version = $7::bigint AND s.claim_expires_at_ms > obs.now_ms
+      AND s.claim_owner = $6::text AND s.claim_token = $7::uuid
+      AND s.claim_version = $8::bigint AND s.claim_expires_at_ms > obs.now_ms
       -- the schedule as claimed
-      AND s.trigger_revision = $8::bigint AND s.state_version = $9::bigint
-      AND s.next_fire_at_ms = $10::bigint
+      AND s.trigger_revision = $9::bigint AND s.state_version = $10::bigint
+      AND s.next_fire_at_ms = $11::bigint
       -- the decision
       AND $2::bigint >= s.next_fire_at_ms AND $2::bigint <= obs.now_ms
       AND $1::bigint > $2::bigint
       -- revisions and digests
-      AND p.state = 'active' AND p.revision = $11::bigint AND p.content_digest = $12::text
+      AND p.state = 'active' AND p.revision = $12::bigint AND p.content_digest = $13::text
       AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
               'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
       AND t.head_revision = s.trigger_revision
-      AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = $13::text
+      AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = $14::text
       AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
               'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
               'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
               'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
-      AND kr.content_digest = $14::text
+      AND kr.content_digest = $15::text
       AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
               'task_id', kr.task_id, 'revision', kr.revision,
               'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
-      AND er.execution_revision_id = $15::uuid
-      AND er.executor_kind = 'remote_worker' AND er.digest = $16::text
+      AND er.execution_revision_id = $16::uuid
+      AND er.executor_kind = 'remote_worker' AND er.digest = $17::text
       AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex')
     FOR UPDATE OF s
 ),
@@ -58,7 +58,7 @@ run AS (
     INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
                                    trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
                                    queued_at_ms, created_at_ms, updated_at_ms)
-    SELECT $17::uuid, v.project_id, v.task_id, v.task_revision, v.execution_revision_id, v.trigger_id,
+    SELECT $18::uuid, v.project_id, v.task_id, v.task_revision, v.execution_revision_id, v.trigger_id,
            v.trigger_revision, $2::bigint,
            'ql3:cron:v1:' || v.trigger_id || ':' || v.trigger_revision || ':' || $2::bigint,
            'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
@@ -86,7 +86,7 @@ SET next_fire_at_ms      = $1::bigint,
     claim_expires_at_ms  = NULL,
     updated_at_ms        = greatest(s.updated_at_ms, run.queued_at_ms)
 FROM run
-WHERE s.project_id = run.project_id AND s.trigger_id = run.trigger_id
+WHERE s.ctid = CAST($3::text AS tid) AND s.project_id = run.project_id AND s.trigger_id = run.trigger_id
 RETURNING run.run_id, (SELECT attempt_id FROM attempt) AS attempt_id, run.queued_at_ms AS admitted_at_ms,
           (SELECT count(*) FROM events)::bigint AS events
 `
@@ -94,6 +94,7 @@ RETURNING run.run_id, (SELECT attempt_id FROM attempt) AS attempt_id, run.queued
 type AdmitParams struct {
 	NextFireAtMs        int64     `json:"next_fire_at_ms"`
 	ScheduledForMs      int64     `json:"scheduled_for_ms"`
+	RowCtid             string    `json:"row_ctid"`
 	ProjectID           string    `json:"project_id"`
 	TriggerID           string    `json:"trigger_id"`
 	ClaimOwner          string    `json:"claim_owner"`
@@ -126,10 +127,17 @@ type AdmitRow struct {
 // digest. Only when every item holds does it insert the queued Run, its claimed remote_worker
 // Attempt and the events run.created and run.queued, and advance the cursor while clearing the
 // claim. No row back means nothing was written; AdmitDiagnosis says which item failed.
+//
+// The schedule row is addressed by the ctid the claim returned (and its key), not through the
+// primary key: under SERIALIZABLE a B-tree scan takes a predicate lock on the whole leaf page, so
+// concurrent admits of neighbouring triggers, each reading its leaf page and writing a new index
+// entry into it, form read/write cycles and abort each other. A TID scan locks only the tuple. If
+// the row changed since the claim, the tuple at that ctid is no longer visible: no row, a race.
 func (q *Queries) Admit(ctx context.Context, arg AdmitParams) (AdmitRow, error) {
 	row := q.db.QueryRow(ctx, admit,
 		arg.NextFireAtMs,
 		arg.ScheduledForMs,
+		arg.RowCtid,
 		arg.ProjectID,
 		arg.TriggerID,
 		arg.ClaimOwner,
@@ -336,7 +344,8 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
           p.revision AS project_revision, p.content_digest AS project_digest,
           tr.cron_spec, tr.timezone, tr.misfire_policy, tr.content_digest AS trigger_digest,
           tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
-          er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover
+          er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover,
+          s.ctid::text AS row_ctid
 `
 
 type ClaimDueParams struct {
@@ -369,6 +378,7 @@ type ClaimDueRow struct {
 	ExecutionRevisionID uuid.UUID     `json:"execution_revision_id"`
 	ExecutionDigest     string        `json:"execution_digest"`
 	Takeover            bool          `json:"takeover"`
+	RowCtid             string        `json:"row_ctid"`
 }
 
 // Scheduler queries: run by the runtime role. Time is always the database's, observed once per
@@ -408,6 +418,7 @@ func (q *Queries) ClaimDue(ctx context.Context, arg ClaimDueParams) (ClaimDueRow
 		&i.ExecutionRevisionID,
 		&i.ExecutionDigest,
 		&i.Takeover,
+		&i.RowCtid,
 	)
 	return i, err
 }

@@ -48,6 +48,7 @@ CPU and RSS. --format json prints one object.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Log = a.logger()
 			rep, err := bench.Run(cmd.Context(), cfg, cmd.ErrOrStderr())
 			if err != nil {
 				return err

@@ -48,6 +48,7 @@ type Config struct {
 	Duration time.Duration
 	Budget   int
 	Cadence  time.Duration
+	Log      *slog.Logger // the replicas' diagnostics; nil discards them
 }
 
 // Validate checks the bounds before anything starts.
@@ -364,7 +365,7 @@ func runReplicas(ctx context.Context, pools []*pgxpool.Pool, cfg Config, done fu
 	for i, pool := range pools {
 		cc := coordinator.DefaultConfig(fmt.Sprintf("bench-replica-%d", i))
 		cc.Budget, cc.Cadence = cfg.Budget, cfg.Cadence
-		co := coordinator.New(cc, coordinator.NewStore(pool), slog.New(slog.DiscardHandler))
+		co := coordinator.New(cc, coordinator.NewStore(pool), cfg.Log)
 		co.Observe = coordinator.Observer{
 			Claim:     func(d time.Duration) { res.claims.add(d) },
 			AdmitCall: func(d time.Duration) { res.admits.add(d) },

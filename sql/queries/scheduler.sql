@@ -46,7 +46,8 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
           p.revision AS project_revision, p.content_digest AS project_digest,
           tr.cron_spec, tr.timezone, tr.misfire_policy, tr.content_digest AS trigger_digest,
           tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
-          er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover;
+          er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover,
+          s.ctid::text AS row_ctid;
 
 -- name: Admit :one
 -- The atomic admission, run alone in a SERIALIZABLE transaction. The first CTE re-locks the
@@ -57,6 +58,12 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
 -- digest. Only when every item holds does it insert the queued Run, its claimed remote_worker
 -- Attempt and the events run.created and run.queued, and advance the cursor while clearing the
 -- claim. No row back means nothing was written; AdmitDiagnosis says which item failed.
+--
+-- The schedule row is addressed by the ctid the claim returned (and its key), not through the
+-- primary key: under SERIALIZABLE a B-tree scan takes a predicate lock on the whole leaf page, so
+-- concurrent admits of neighbouring triggers, each reading its leaf page and writing a new index
+-- entry into it, form read/write cycles and abort each other. A TID scan locks only the tuple. If
+-- the row changed since the claim, the tuple at that ctid is no longer visible: no row, a race.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 verified AS (
     SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
@@ -69,7 +76,7 @@ verified AS (
     JOIN control_core.task_revisions kr
       ON kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
     JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
-    WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text
+    WHERE s.ctid = CAST(sqlc.arg(row_ctid)::text AS tid) AND s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text
       -- the fence
       AND s.claim_owner = @claim_owner::text AND s.claim_token = @claim_token::uuid
       AND s.claim_version = @claim_version::bigint AND s.claim_expires_at_ms > obs.now_ms
@@ -130,7 +137,7 @@ SET next_fire_at_ms      = @next_fire_at_ms::bigint,
     claim_expires_at_ms  = NULL,
     updated_at_ms        = greatest(s.updated_at_ms, run.queued_at_ms)
 FROM run
-WHERE s.project_id = run.project_id AND s.trigger_id = run.trigger_id
+WHERE s.ctid = CAST(sqlc.arg(row_ctid)::text AS tid) AND s.project_id = run.project_id AND s.trigger_id = run.trigger_id
 RETURNING run.run_id, (SELECT attempt_id FROM attempt) AS attempt_id, run.queued_at_ms AS admitted_at_ms,
           (SELECT count(*) FROM events)::bigint AS events;
 
