@@ -79,7 +79,7 @@ func TestClaimUsesTheIndexAtOneMillionSchedules(t *testing.T) {
 	f := newFixture(t)
 	// The rows are consistent; replica mode only skips the per-row foreign-key triggers, which
 	// would make this set-up take minutes.
-	f.exec(`SET session_replication_role = replica;
+	f.d.Exec(t, `SET session_replication_role = replica;
 		BEGIN;
 		INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
 		    SELECT 'p', 't' || g, 1 FROM generate_series(1, 1000000) g;
