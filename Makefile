@@ -2,7 +2,7 @@
 SQLC := go tool -modfile=tools/go.mod sqlc
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build generate check-generated lint test demo
+.PHONY: all build generate check-generated lint test test-matrix demo
 
 all: lint test
 
@@ -26,6 +26,13 @@ lint: check-generated
 # Every package test, against real PostgreSQL servers the tests start themselves.
 test:
 	go test $(GO_TEST_FLAGS) ./...
+
+# The whole suite once per PostgreSQL major (server binaries from scripts/pg-bin.sh, cached
+# outside the repository), then a table: major, passed, failed, skipped, time, SELECT version().
+# MAJORS="15 18" chooses; fails on any failed or skipped test.
+MAJORS ?= 15 16 17 18
+test-matrix:
+	GO_TEST_FLAGS="$(GO_TEST_FLAGS)" scripts/test-matrix.sh $(MAJORS)
 
 # The whole thing on an embedded throwaway PostgreSQL; cleans up after itself.
 demo:

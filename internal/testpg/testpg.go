@@ -40,10 +40,14 @@ type Server struct {
 	superURL string // a superuser URL; its database is replaced per use
 	Names    roles.Names
 	Source   string // where the server came from, for messages
-	template string
-	stop     func()
-	mu       sync.Mutex // CREATE DATABASE … TEMPLATE needs the template to be idle
-	seq      atomic.Int64
+	// Version is the server's SELECT version(); VersionNum its server_version_num (180004), for
+	// tests of behaviour that differs between majors.
+	Version    string
+	VersionNum int
+	template   string
+	stop       func()
+	mu         sync.Mutex // CREATE DATABASE … TEMPLATE needs the template to be idle
+	seq        atomic.Int64
 }
 
 var (
@@ -107,7 +111,44 @@ func start(ctx context.Context) (*Server, error) {
 		s.stop()
 		return nil, fmt.Errorf("prepare template database on %s: %w", s.Source, err)
 	}
+	if err := s.recordVersion(ctx); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("server version of %s: %w", s.Source, err)
+	}
 	return s, nil
+}
+
+// Major is the server's major version (15, 16, …).
+func (s *Server) Major() int { return s.VersionNum / 10000 }
+
+// recordVersion reads SELECT version() and, when QL_TEST_SERVER_LOG names a file, appends one
+// line to it: "<server_version_num>\t<version()>\t<source>". make test-matrix reads that file
+// to print the exact server version and to check that every test binary ran on the major it asked
+// for.
+func (s *Server) recordVersion(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, s.URL("", "postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, "SELECT version(), current_setting('server_version_num')::int").
+		Scan(&s.Version, &s.VersionNum); err != nil {
+		return err
+	}
+	path := os.Getenv("QL_TEST_SERVER_LOG")
+	if path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	// one write of one short line: O_APPEND keeps concurrent test binaries' lines whole
+	_, err = fmt.Fprintf(f, "%d\t%s\t%s\n", s.VersionNum, s.Version, s.Source)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // URL is a URL for role (empty: the superuser) on database.
