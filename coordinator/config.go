@@ -30,12 +30,18 @@ type Config struct {
 	Cadence      time.Duration // time between round starts, 10 ms … 1 min
 	DrainTimeout time.Duration // how long Stop waits for the current round, 1 s … 10 min
 	AdmitRetries int           // serialization-failure retries per admit, 0 … 20
+	// AdmitBatch is how many rows one claim statement takes and one SERIALIZABLE transaction
+	// admits (each row fenced and verified on its own); 1, the default, is the ADR's one-row
+	// claim. 1 … Budget.
+	AdmitBatch int
 }
+
+func (c Config) batch() int { return max(c.AdmitBatch, 1) }
 
 // DefaultConfig returns the ADR's defaults for owner.
 func DefaultConfig(owner string) Config {
 	return Config{Owner: owner, Budget: DefaultBudget, Lease: DefaultLease, Cadence: DefaultCadence,
-		DrainTimeout: DefaultDrainTimeout, AdmitRetries: DefaultAdmitRetries}
+		DrainTimeout: DefaultDrainTimeout, AdmitRetries: DefaultAdmitRetries, AdmitBatch: 1}
 }
 
 var ownerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$`)
@@ -62,6 +68,8 @@ func (c Config) Validate() error {
 		return &ConfigError{"lease", c.Lease.String(), "whole milliseconds"}
 	case c.DrainTimeout < MinDrainTimeout || c.DrainTimeout > MaxDrainTimeout:
 		return &ConfigError{"drain-timeout", c.DrainTimeout.String(), fmt.Sprintf("%s … %s", MinDrainTimeout, MaxDrainTimeout)}
+	case c.AdmitBatch < 1 || c.AdmitBatch > c.Budget:
+		return &ConfigError{"admit-batch", fmt.Sprint(c.AdmitBatch), fmt.Sprintf("1 … budget (%d)", c.Budget)}
 	case c.AdmitRetries < 0 || c.AdmitRetries > MaxAdmitRetries:
 		return &ConfigError{"admit-retries", fmt.Sprint(c.AdmitRetries), fmt.Sprintf("0 … %d", MaxAdmitRetries)}
 	}

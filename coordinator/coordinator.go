@@ -77,10 +77,11 @@ func New(cfg Config, store *Store, log *slog.Logger) *Coordinator {
 		schedules: map[[2]string]*Schedule{}}
 }
 
-// Round claims at most Budget rows, one at a time, and ends each claim under its fence. It
-// returns how many rows it claimed. Claiming stops early when no row is claimable or when stop
-// is closed (the claim in hand is still finished). Errors are counted and logged, never returned
-// to the caller's loop.
+// Round claims at most Budget rows and ends each claim under its fence. Rows are claimed
+// AdmitBatch at a time (1: the ADR's one-row claim) and the fired ones among them admitted in one
+// transaction. It returns how many rows it claimed. Claiming stops early when no row is
+// claimable or when stop is closed (the claims in hand are still finished). Errors are counted
+// and logged, never returned to the caller's loop.
 func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed int) {
 	c.Stats.Rounds.Add(1)
 	if c.Observe.Round != nil {
@@ -96,88 +97,113 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed 
 		if ctx.Err() != nil {
 			return claimed
 		}
+		n := min(c.cfg.batch(), c.cfg.Budget-claimed)
 		start := time.Now()
-		claim, err := c.store.Claim(ctx, c.cfg.Owner, c.cfg.Lease)
-		if c.Observe.Claim != nil && err == nil {
-			c.Observe.Claim(time.Since(start))
-		}
+		claims, err := c.store.ClaimBatch(ctx, c.cfg.Owner, c.cfg.Lease, n)
 		if err != nil {
 			c.fail("claim", err)
 			return claimed
 		}
-		if claim == nil {
-			return claimed
+		if c.Observe.Claim != nil {
+			c.Observe.Claim(time.Since(start))
 		}
-		claimed++
-		c.Stats.Claims.Add(1)
-		if claim.Takeover {
-			c.Stats.Takeovers.Add(1)
-			c.log.Info("took over an expired claim", "project", claim.ProjectID, "trigger", claim.TriggerID,
-				"revision", claim.TriggerRevision, "next_fire_at_ms", claim.NextFireAtMs.Int64)
+		claimed += len(claims)
+		c.Stats.Claims.Add(int64(len(claims)))
+		c.handle(ctx, claims)
+		if len(claims) < n {
+			return claimed // nothing more is claimable now
 		}
-		c.handle(ctx, claim)
 	}
 	return claimed
 }
 
-func (c *Coordinator) handle(ctx context.Context, claim *Claim) {
-	// every line about a schedule names it, its revision, its occurrence and (via c.log) the owner
-	log := c.log.With("project", claim.ProjectID, "trigger", claim.TriggerID, "revision", claim.TriggerRevision,
-		"next_fire_at_ms", claim.NextFireAtMs.Int64)
+// handle decides every claim, ends the ones without a Run on their own, and admits the fired
+// ones together.
+func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
+	var (
+		fires     []AdmitItem
+		decisions []Decision
+		logs      []*slog.Logger
+	)
+	for _, claim := range claims {
+		// every line about a schedule names it, its revision, its occurrence and (via c.log) the owner
+		log := c.log.With("project", claim.ProjectID, "trigger", claim.TriggerID, "revision", claim.TriggerRevision,
+			"next_fire_at_ms", claim.NextFireAtMs.Int64)
+		if claim.Takeover {
+			c.Stats.Takeovers.Add(1)
+			log.Info("took over an expired claim")
+		}
+		d, ok := c.decide(log, claim)
+		if !ok {
+			continue
+		}
+		switch d.Kind {
+		case DecisionFire:
+			fires = append(fires, AdmitItem{Claim: claim, ScheduledFor: d.ScheduledForMs, Next: d.NextFireAtMs, RunID: c.NewRunID()})
+			decisions, logs = append(decisions, d), append(logs, log.With("scheduled_for_ms", d.ScheduledForMs))
+		case DecisionSkip:
+			c.advance(ctx, log, claim, d.NextFireAtMs, &c.Stats.Skips, "skip", "missed", d.Missed)
+		case DecisionInit:
+			c.advance(ctx, log, claim, d.NextFireAtMs, &c.Stats.Releases, "init")
+		case DecisionNotDue:
+			c.advance(ctx, log, claim, claim.NextFireAtMs.Int64, &c.Stats.Releases, "release")
+		default:
+			c.fail("decide", fmt.Errorf("unknown decision %q for %s/%s", d.Kind, claim.ProjectID, claim.TriggerID))
+		}
+	}
+	if len(fires) == 0 {
+		return
+	}
+	start := time.Now()
+	results := c.store.AdmitBatch(ctx, fires, c.cfg.AdmitRetries)
+	if c.Observe.AdmitCall != nil {
+		c.Observe.AdmitCall(time.Since(start))
+	}
+	retries := 0
+	for i, r := range results {
+		retries = max(retries, r.Retries) // the batch's transaction was retried, not each item
+		c.admitted(logs[i], fires[i], decisions[i], r)
+	}
+	c.Stats.Retries.Add(int64(retries))
+}
+
+// decide parses the claim's schedule and runs the pure decision. A published spec, zone or
+// policy that no longer parses is corrupt: it fails closed, and the claim is left to expire,
+// which also spaces out the retries.
+func (c *Coordinator) decide(log *slog.Logger, claim *Claim) (Decision, bool) {
 	sched, err := c.schedule(claim.CronSpec, claim.Timezone)
 	if err != nil {
-		// A published spec that no longer parses is corrupt: fail closed. The claim is left to
-		// expire, which also spaces out the retries.
 		c.corrupt()
 		log.Error("unusable cron spec or time zone; claim left to expire", "err", err)
-		return
+		return Decision{}, false
 	}
 	policy, err := ParseMisfirePolicy(claim.MisfirePolicy)
 	if err != nil {
 		c.corrupt()
 		log.Error("unusable misfire policy; claim left to expire", "err", err)
-		return
+		return Decision{}, false
 	}
-	d := Decide(sched, policy, cursorOf(claim), claim.NowMs)
-	switch d.Kind {
-	case DecisionFire:
-		c.admit(ctx, log, claim, d)
-	case DecisionSkip:
-		c.advance(ctx, log, claim, d.NextFireAtMs, &c.Stats.Skips, "skip", "missed", d.Missed)
-	case DecisionInit:
-		c.advance(ctx, log, claim, d.NextFireAtMs, &c.Stats.Releases, "init")
-	case DecisionNotDue:
-		c.advance(ctx, log, claim, claim.NextFireAtMs.Int64, &c.Stats.Releases, "release")
-	default:
-		c.fail("decide", fmt.Errorf("unknown decision %q for %s/%s", d.Kind, claim.ProjectID, claim.TriggerID))
-	}
+	return Decide(sched, policy, cursorOf(claim), claim.NowMs), true
 }
 
-func (c *Coordinator) admit(ctx context.Context, log *slog.Logger, claim *Claim, d Decision) {
-	log = log.With("scheduled_for_ms", d.ScheduledForMs)
-	start := time.Now()
-	admitted, outcome, err := c.store.Admit(ctx, claim, d.ScheduledForMs, d.NextFireAtMs, c.NewRunID(), c.cfg.AdmitRetries)
-	if c.Observe.AdmitCall != nil {
-		c.Observe.AdmitCall(time.Since(start))
-	}
-	c.Stats.Retries.Add(int64(admitted.Retries))
+func (c *Coordinator) admitted(log *slog.Logger, it AdmitItem, d Decision, r AdmitResult) {
 	switch {
-	case err != nil:
-		c.fail("admit", err, "project", claim.ProjectID, "trigger", claim.TriggerID, "scheduled_for_ms", d.ScheduledForMs)
-	case outcome == Written:
+	case r.Err != nil:
+		c.fail("admit", r.Err, "project", it.Claim.ProjectID, "trigger", it.Claim.TriggerID, "scheduled_for_ms", it.ScheduledFor)
+	case r.Outcome == Written:
 		c.Stats.Admits.Add(1)
-		lag := time.Duration(admitted.AdmittedAtMs-d.ScheduledForMs) * time.Millisecond
+		lag := time.Duration(r.AdmittedAtMs-it.ScheduledFor) * time.Millisecond
 		if c.Observe.Admitted != nil {
 			c.Observe.Admitted(lag)
 		}
-		log.Debug("admitted", "run_id", admitted.RunID, "lag_ms", lag.Milliseconds(), "catch_up", d.CatchUp)
-	case outcome == Race:
+		log.Debug("admitted", "run_id", r.RunID, "lag_ms", lag.Milliseconds(), "catch_up", d.CatchUp)
+	case r.Outcome == Race:
 		c.Stats.Races.Add(1)
 		log.Info("admit lost its fence (race)")
-	case outcome == Stale:
+	case r.Outcome == Stale:
 		c.Stats.Stale.Add(1)
 		log.Info("admit refused: a revision changed since the claim; claim left to expire")
-	case outcome == Corrupt:
+	case r.Outcome == Corrupt:
 		c.corrupt()
 		log.Error("admit refused: a content or execution digest does not match its row; claim left to expire")
 	}

@@ -109,7 +109,7 @@ func TestRacesAreCounted(t *testing.T) {
 	f.expireClaim("a")
 	fast := f.coordinator("fast", f.rt)
 	fast.Round(ctx, nil)
-	slow.handle(ctx, claim) // the stale holder decides and admits late
+	slow.handle(ctx, []*Claim{claim}) // the stale holder decides and admits late
 	if s, fs := slow.Stats.Snapshot(), fast.Stats.Snapshot(); s.Races != 1 || s.Admits != 0 || fs.Admits != 1 {
 		t.Errorf("slow %+v, fast %+v; want slow: 1 race 0 admits, fast: 1 admit", s, fs)
 	}

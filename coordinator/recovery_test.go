@@ -95,7 +95,7 @@ func TestClaimUsesTheIndexAtOneMillionSchedules(t *testing.T) {
 		ANALYZE control_core.trigger_schedules, control_core.trigger_revisions, control_core.projects;`)
 	conn := must(f.rt.Acquire(ctx)).of(t)
 	defer conn.Release()
-	rows, err := conn.Query(ctx, "EXPLAIN "+claimDueSQL(), "explain", int64(30000))
+	rows, err := conn.Query(ctx, "EXPLAIN "+claimDueSQL(), "explain", int64(30000), int32(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +124,8 @@ func claimDueSQL() string {
 		panic(err)
 	}
 	q := string(body)
-	q = q[strings.Index(q, "-- name: ClaimDue :one"):]
+	q = q[strings.Index(q, "-- name: ClaimDue "):]
 	q = q[:strings.Index(q[1:], "-- name:")]
 	q = strings.TrimSuffix(strings.TrimSpace(q), ";")
-	return strings.NewReplacer("@owner::text", "$1::text", "@lease_ms::bigint", "$2::bigint").Replace(q)
+	return strings.NewReplacer("@owner::text", "$1::text", "@lease_ms::bigint", "$2::bigint", "@max_rows::integer", "$3::integer").Replace(q)
 }

@@ -53,14 +53,25 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, q: db.New(p
 
 // Claim takes the next claimable schedule row for owner with lease, or returns nil when none is.
 func (s *Store) Claim(ctx context.Context, owner string, lease time.Duration) (*Claim, error) {
-	row, err := s.q.ClaimDue(ctx, db.ClaimDueParams{Owner: owner, LeaseMs: lease.Milliseconds()})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+	claims, err := s.ClaimBatch(ctx, owner, lease, 1)
+	if err != nil || len(claims) == 0 {
+		return nil, err
 	}
+	return claims[0], nil
+}
+
+// ClaimBatch takes up to n claimable rows in the claim's order with one statement (committed
+// alone), each stamped with its own full four-part fence. n = 1 is the ADR's claim.
+func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duration, n int) ([]*Claim, error) {
+	rows, err := s.q.ClaimDue(ctx, db.ClaimDueParams{Owner: owner, LeaseMs: lease.Milliseconds(), MaxRows: int32(n)})
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	return &row, nil
+	claims := make([]*Claim, len(rows))
+	for i := range rows {
+		claims[i] = &rows[i]
+	}
+	return claims, nil
 }
 
 // Advance ends a claim without a Run: init (first cursor), skip (advance only) or release
@@ -91,82 +102,195 @@ type Admitted struct {
 // serialization failure up to retries times. Outcome Written comes with the Run; Race, Stale and
 // Corrupt mean nothing was written (diagnosed after the fact, off the happy path).
 func (s *Store) Admit(ctx context.Context, c *Claim, scheduledFor, next int64, runID uuid.UUID, retries int) (Admitted, Outcome, error) {
-	params := db.AdmitParams{
-		NextFireAtMs: next, ScheduledForMs: scheduledFor, ProjectID: c.ProjectID, TriggerID: c.TriggerID,
-		ClaimOwner: c.ClaimOwner.String, ClaimToken: c.ClaimToken.UUID, ClaimVersion: c.ClaimVersion,
-		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs.Int64,
-		ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
-		TaskDigest: c.TaskDigest, ExecutionRevisionID: c.ExecutionRevisionID, ExecutionDigest: c.ExecutionDigest,
-		RunID: runID, RowCtid: c.RowCtid,
-	}
-	var res Admitted
-	for attempt := 0; ; attempt++ {
-		row, err := s.admitOnce(ctx, params)
-		if err == nil {
-			res.RunID, res.AttemptID, res.AdmittedAtMs = row.RunID, row.AttemptID, row.AdmittedAtMs.Int64
-			return res, Written, nil
+	res := s.AdmitBatch(ctx, []AdmitItem{{Claim: c, ScheduledFor: scheduledFor, Next: next, RunID: runID}}, retries)[0]
+	return res.Admitted, res.Outcome, res.Err
+}
+
+// AdmitItem is one occurrence to admit under its claim.
+type AdmitItem struct {
+	Claim              *Claim
+	ScheduledFor, Next int64
+	RunID              uuid.UUID
+}
+
+// AdmitResult is how one item ended: Written (with the Run), Race, Stale or Corrupt (nothing
+// written for it), or Err.
+type AdmitResult struct {
+	Admitted
+	Outcome Outcome
+	Err     error
+}
+
+// AdmitBatch admits every item in ONE SERIALIZABLE transaction, sent as one pipeline: BEGIN, the
+// admit statement once per item, COMMIT. Each statement verifies its own row's fence, revisions
+// and digests exactly as a single admit does; an item whose checks fail writes nothing and is
+// diagnosed on its own, while the others commit. A serialization failure retries the whole batch
+// (bounded); any other error aborts the transaction, so the items are then admitted one by one
+// to isolate the failing one.
+func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) []AdmitResult {
+	results := make([]AdmitResult, len(items))
+	params := make([]db.AdmitParams, len(items))
+	for i, it := range items {
+		c := it.Claim
+		params[i] = db.AdmitParams{
+			NextFireAtMs: it.Next, ScheduledForMs: it.ScheduledFor, ProjectID: c.ProjectID, TriggerID: c.TriggerID,
+			ClaimOwner: c.ClaimOwner.String, ClaimToken: c.ClaimToken.UUID, ClaimVersion: c.ClaimVersion,
+			TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs.Int64,
+			ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
+			TaskDigest: c.TaskDigest, ExecutionRevisionID: c.ExecutionRevisionID, ExecutionDigest: c.ExecutionDigest,
+			RunID: it.RunID, RowCtid: c.RowCtid,
 		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			outcome, derr := s.diagnose(ctx, c)
-			return res, outcome, derr
+	}
+	retried := 0
+	for attempt := 0; ; attempt++ {
+		rows, empty, err := s.admitOnce(ctx, params)
+		if err == nil {
+			for i := range items {
+				results[i].Retries = retried
+				if empty[i] {
+					results[i].Outcome, results[i].Err = s.diagnose(ctx, items[i].Claim)
+					continue
+				}
+				results[i].Outcome = Written
+				results[i].RunID, results[i].AttemptID, results[i].AdmittedAtMs = rows[i].RunID, rows[i].AttemptID, rows[i].AdmittedAtMs.Int64
+			}
+			return results
 		}
 		if isSerializationFailure(err) && attempt < retries {
-			res.Retries++
+			retried++
 			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return res, "", err
+				return fill(results, retried, err)
 			}
 			continue
 		}
-		return res, "", fmt.Errorf("admit %s/%s at %d: %w", c.ProjectID, c.TriggerID, scheduledFor, err)
-	}
-}
-
-func (s *Store) admitOnce(ctx context.Context, p db.AdmitParams) (db.AdmitRow, error) {
-	return db.New(serializableTrip{s.pool}).Admit(ctx, p)
-}
-
-// serializableTrip runs one sqlc query as its own SERIALIZABLE transaction in a single round
-// trip: BEGIN ISOLATION LEVEL SERIALIZABLE, the query and COMMIT go out as one pipeline. The
-// admit is a single statement, so this is exactly the ADR's one SERIALIZABLE transaction, at a
-// third of the round trips of Begin/Query/Commit. When the query fails, the server skips the
-// COMMIT and the connection is left in a failed transaction; the pool then discards it.
-type serializableTrip struct{ pool *pgxpool.Pool }
-
-func (t serializableTrip) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
-	b.Queue(sql, args...)
-	b.Queue("COMMIT")
-	return &tripRow{br: t.pool.SendBatch(ctx, b)}
-}
-
-func (t serializableTrip) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	return pgconn.CommandTag{}, errors.New("serializableTrip: only single-row queries are supported")
-}
-
-func (t serializableTrip) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return nil, errors.New("serializableTrip: only single-row queries are supported")
-}
-
-type tripRow struct{ br pgx.BatchResults }
-
-// Scan reads BEGIN, the row and COMMIT in order; an error anywhere wins over the row, and
-// ErrNoRows is returned only when the (empty) transaction committed.
-func (r *tripRow) Scan(dest ...any) error {
-	_, err := r.br.Exec()
-	if err == nil {
-		err = r.br.QueryRow().Scan(dest...)
-	}
-	if err == nil || errors.Is(err, pgx.ErrNoRows) {
-		if _, cerr := r.br.Exec(); cerr != nil {
-			err = cerr
+		if len(items) > 1 && !isSerializationFailure(err) && ctx.Err() == nil {
+			for i, it := range items { // isolate the item that fails
+				results[i] = s.AdmitBatch(ctx, []AdmitItem{it}, retries)[0]
+				results[i].Retries += retried
+			}
+			return results
 		}
+		c := items[0].Claim
+		return fill(results, retried, fmt.Errorf("admit %s/%s at %d: %w", c.ProjectID, c.TriggerID, items[0].ScheduledFor, err))
 	}
-	if cerr := r.br.Close(); err == nil {
+}
+
+func fill(results []AdmitResult, retried int, err error) []AdmitResult {
+	for i := range results {
+		results[i].Err, results[i].Retries = err, retried
+	}
+	return results
+}
+
+// admitOnce sends the batch and reads every result; empty[i] marks an item whose verification
+// wrote nothing. Results count only if the transaction committed (err == nil).
+func (s *Store) admitOnce(ctx context.Context, params []db.AdmitParams) (rows []db.AdmitRow, empty []bool, err error) {
+	rows, empty = make([]db.AdmitRow, len(params)), make([]bool, len(params))
+	br := db.New(serializableTx{s.pool}).Admit(ctx, params)
+	br.QueryRow(func(i int, row db.AdmitRow, rerr error) {
+		switch {
+		case rerr == nil:
+			rows[i] = row
+		case errors.Is(rerr, pgx.ErrNoRows):
+			empty[i] = true
+		case err == nil:
+			err = rerr
+		}
+	})
+	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	return rows, empty, err
 }
+
+// serializableTx wraps a batch of sqlc queries in one SERIALIZABLE transaction sent as a single
+// pipeline: BEGIN ISOLATION LEVEL SERIALIZABLE, the queries, COMMIT: one round trip instead of
+// three, for one admit or many. When a query fails, the server skips the rest (COMMIT included)
+// and the connection is left in a failed transaction, which the pool then discards.
+type serializableTx struct{ pool *pgxpool.Pool }
+
+func (t serializableTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	tx := &pgx.Batch{}
+	tx.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
+	tx.QueuedQueries = append(tx.QueuedQueries, b.QueuedQueries...)
+	tx.Queue("COMMIT")
+	return &txResults{br: t.pool.SendBatch(ctx, tx)}
+}
+
+var errOnlyBatches = errors.New("serializableTx: only batches are supported")
+
+func (serializableTx) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errOnlyBatches
+}
+
+func (serializableTx) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errOnlyBatches
+}
+
+func (serializableTx) QueryRow(context.Context, string, ...any) pgx.Row {
+	return errRow{errOnlyBatches}
+}
+
+// txResults hides BEGIN and COMMIT: the caller reads its own results; Close reads COMMIT and
+// returns its error, so nothing the caller read counts unless Close returned nil.
+type txResults struct {
+	br            pgx.BatchResults
+	begun, closed bool
+	err           error
+}
+
+func (r *txResults) begin() error {
+	if !r.begun {
+		r.begun = true
+		_, r.err = r.br.Exec()
+	}
+	return r.err
+}
+
+func (r *txResults) Exec() (pgconn.CommandTag, error) {
+	if err := r.begin(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return r.br.Exec()
+}
+
+func (r *txResults) Query() (pgx.Rows, error) {
+	if err := r.begin(); err != nil {
+		return nil, err
+	}
+	return r.br.Query()
+}
+
+func (r *txResults) QueryRow() pgx.Row {
+	if err := r.begin(); err != nil {
+		return errRow{err}
+	}
+	return r.br.QueryRow()
+}
+
+// Close reads COMMIT (unless BEGIN failed) and closes the pipeline. Idempotent.
+func (r *txResults) Close() error {
+	if r.closed {
+		return r.err
+	}
+	r.closed = true
+	if r.begin() == nil {
+		if _, err := r.br.Exec(); err != nil {
+			r.err = err
+		}
+	}
+	if err := r.br.Close(); r.err == nil {
+		r.err = err
+	}
+	return r.err
+}
+
+// Tx: the transaction here is the batch's own BEGIN … COMMIT, not a pgx.Tx.
+func (r *txResults) Tx() pgx.Tx { return nil }
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // NextDueIn is how long until the earliest claimable row falls due, by database time.
 func (s *Store) NextDueIn(ctx context.Context) (time.Duration, error) {

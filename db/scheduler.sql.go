@@ -12,158 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const admit = `-- name: Admit :one
-WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
-verified AS (
-    SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
-    FROM control_core.trigger_schedules s
-    CROSS JOIN obs
-    JOIN control_core.projects p ON p.project_id = s.project_id
-    JOIN control_core.triggers t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
-    JOIN control_core.trigger_revisions tr
-      ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-    JOIN control_core.task_revisions kr
-      ON kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
-    JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
-    WHERE s.ctid = CAST($3::text AS tid) AND s.project_id = $4::text AND s.trigger_id = $5::text
-      -- the fence
-      AND s.claim_owner = $6::text AND s.claim_token = $7::uuid
-      AND s.claim_version = $8::bigint AND s.claim_expires_at_ms > obs.now_ms
-      -- the schedule as claimed
-      AND s.trigger_revision = $9::bigint AND s.state_version = $10::bigint
-      AND s.next_fire_at_ms = $11::bigint
-      -- the decision
-      AND $2::bigint >= s.next_fire_at_ms AND $2::bigint <= obs.now_ms
-      AND $1::bigint > $2::bigint
-      -- revisions and digests
-      AND p.state = 'active' AND p.revision = $12::bigint AND p.content_digest = $13::text
-      AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
-      AND t.head_revision = s.trigger_revision
-      AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = $14::text
-      AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
-              'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
-              'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
-      AND kr.content_digest = $15::text
-      AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'task_id', kr.task_id, 'revision', kr.revision,
-              'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
-      AND er.execution_revision_id = $16::uuid
-      AND er.executor_kind = 'remote_worker' AND er.digest = $17::text
-      AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex')
-    FOR UPDATE OF s
-),
-run AS (
-    INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
-                                   trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
-                                   queued_at_ms, created_at_ms, updated_at_ms)
-    SELECT $18::uuid, v.project_id, v.task_id, v.task_revision, v.execution_revision_id, v.trigger_id,
-           v.trigger_revision, $2::bigint,
-           'ql3:cron:v1:' || v.trigger_id || ':' || v.trigger_revision || ':' || $2::bigint,
-           'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
-    FROM verified v CROSS JOIN obs
-    RETURNING run_id, project_id, trigger_id, queued_at_ms
-),
-attempt AS (
-    INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
-    SELECT gen_random_uuid(), run.run_id, 1, 'remote_worker', 'claimed', run.queued_at_ms, run.queued_at_ms
-    FROM run
-    RETURNING attempt_id
-),
-events AS (
-    INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms)
-    SELECT gen_random_uuid(), run.run_id, e.seq, e.type, run.queued_at_ms
-    FROM run CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS e (seq, type)
-    RETURNING event_id
-)
-UPDATE control_core.trigger_schedules s
-SET next_fire_at_ms      = $1::bigint,
-    last_scheduled_at_ms = $2::bigint,
-    state_version        = s.state_version + 1,
-    claim_owner          = NULL,
-    claim_token          = NULL,
-    claim_expires_at_ms  = NULL,
-    updated_at_ms        = greatest(s.updated_at_ms, run.queued_at_ms)
-FROM run
-WHERE s.ctid = CAST($3::text AS tid) AND s.project_id = run.project_id AND s.trigger_id = run.trigger_id
-RETURNING run.run_id, (SELECT attempt_id FROM attempt) AS attempt_id, run.queued_at_ms AS admitted_at_ms,
-          (SELECT count(*) FROM events)::bigint AS events
-`
-
-type AdmitParams struct {
-	NextFireAtMs        int64     `json:"next_fire_at_ms"`
-	ScheduledForMs      int64     `json:"scheduled_for_ms"`
-	RowCtid             string    `json:"row_ctid"`
-	ProjectID           string    `json:"project_id"`
-	TriggerID           string    `json:"trigger_id"`
-	ClaimOwner          string    `json:"claim_owner"`
-	ClaimToken          uuid.UUID `json:"claim_token"`
-	ClaimVersion        int64     `json:"claim_version"`
-	TriggerRevision     int64     `json:"trigger_revision"`
-	StateVersion        int64     `json:"state_version"`
-	CursorMs            int64     `json:"cursor_ms"`
-	ProjectRevision     int64     `json:"project_revision"`
-	ProjectDigest       string    `json:"project_digest"`
-	TriggerDigest       string    `json:"trigger_digest"`
-	TaskDigest          string    `json:"task_digest"`
-	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
-	ExecutionDigest     string    `json:"execution_digest"`
-	RunID               uuid.UUID `json:"run_id"`
-}
-
-type AdmitRow struct {
-	RunID        uuid.UUID   `json:"run_id"`
-	AttemptID    uuid.UUID   `json:"attempt_id"`
-	AdmittedAtMs pgtype.Int8 `json:"admitted_at_ms"`
-	Events       int64       `json:"events"`
-}
-
-// The atomic admission, run alone in a SERIALIZABLE transaction. The first CTE re-locks the
-// schedule row and re-verifies, item by item: the full four-part fence against database time, the
-// schedule's revision, state_version and cursor, the decision's candidate (due, not before the
-// cursor) and next fire time, the project, trigger and task revisions and their content digests
-// (as claimed and as recomputed from the rows), and the pinned remote_worker execution revision's
-// digest. Only when every item holds does it insert the queued Run, its claimed remote_worker
-// Attempt and the events run.created and run.queued, and advance the cursor while clearing the
-// claim. No row back means nothing was written; AdmitDiagnosis says which item failed.
-//
-// The schedule row is addressed by the ctid the claim returned (and its key), not through the
-// primary key: under SERIALIZABLE a B-tree scan takes a predicate lock on the whole leaf page, so
-// concurrent admits of neighbouring triggers, each reading its leaf page and writing a new index
-// entry into it, form read/write cycles and abort each other. A TID scan locks only the tuple. If
-// the row changed since the claim, the tuple at that ctid is no longer visible: no row, a race.
-func (q *Queries) Admit(ctx context.Context, arg AdmitParams) (AdmitRow, error) {
-	row := q.db.QueryRow(ctx, admit,
-		arg.NextFireAtMs,
-		arg.ScheduledForMs,
-		arg.RowCtid,
-		arg.ProjectID,
-		arg.TriggerID,
-		arg.ClaimOwner,
-		arg.ClaimToken,
-		arg.ClaimVersion,
-		arg.TriggerRevision,
-		arg.StateVersion,
-		arg.CursorMs,
-		arg.ProjectRevision,
-		arg.ProjectDigest,
-		arg.TriggerDigest,
-		arg.TaskDigest,
-		arg.ExecutionRevisionID,
-		arg.ExecutionDigest,
-		arg.RunID,
-	)
-	var i AdmitRow
-	err := row.Scan(
-		&i.RunID,
-		&i.AttemptID,
-		&i.AdmittedAtMs,
-		&i.Events,
-	)
-	return i, err
-}
-
 const admitDiagnosis = `-- name: AdmitDiagnosis :one
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
 SELECT
@@ -305,7 +153,7 @@ func (q *Queries) AdvanceClaimed(ctx context.Context, arg AdvanceClaimedParams) 
 	return state_version, err
 }
 
-const claimDue = `-- name: ClaimDue :one
+const claimDue = `-- name: ClaimDue :many
 
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 candidate AS (
@@ -322,7 +170,7 @@ candidate AS (
            WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
     FOR UPDATE OF s SKIP LOCKED
-    LIMIT 1
+    LIMIT $3::integer -- 1: the ADR's claim; more: batch admission (each row fenced alike)
 )
 UPDATE control_core.trigger_schedules s
 SET claim_owner         = $1::text,
@@ -351,6 +199,7 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
 type ClaimDueParams struct {
 	Owner   string `json:"owner"`
 	LeaseMs int64  `json:"lease_ms"`
+	MaxRows int32  `json:"max_rows"`
 }
 
 type ClaimDueRow struct {
@@ -390,37 +239,50 @@ type ClaimDueRow struct {
 // new state_version. coalesce(next_fire_at_ms, -1) is that order (cursors are never negative) and
 // lets trigger_schedules_claim_idx serve it as one range scan. RETURNING carries everything the
 // decision and the admit need, so the claim is the only read.
-func (q *Queries) ClaimDue(ctx context.Context, arg ClaimDueParams) (ClaimDueRow, error) {
-	row := q.db.QueryRow(ctx, claimDue, arg.Owner, arg.LeaseMs)
-	var i ClaimDueRow
-	err := row.Scan(
-		&i.ProjectID,
-		&i.TriggerID,
-		&i.TriggerRevision,
-		&i.NextFireAtMs,
-		&i.LastScheduledAtMs,
-		&i.StateVersion,
-		&i.ClaimOwner,
-		&i.ClaimToken,
-		&i.ClaimVersion,
-		&i.ClaimExpiresAtMs,
-		&i.ClaimedAtMs,
-		&i.NowMs,
-		&i.ProjectRevision,
-		&i.ProjectDigest,
-		&i.CronSpec,
-		&i.Timezone,
-		&i.MisfirePolicy,
-		&i.TriggerDigest,
-		&i.TaskID,
-		&i.TaskRevision,
-		&i.TaskDigest,
-		&i.ExecutionRevisionID,
-		&i.ExecutionDigest,
-		&i.Takeover,
-		&i.RowCtid,
-	)
-	return i, err
+func (q *Queries) ClaimDue(ctx context.Context, arg ClaimDueParams) ([]ClaimDueRow, error) {
+	rows, err := q.db.Query(ctx, claimDue, arg.Owner, arg.LeaseMs, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimDueRow{}
+	for rows.Next() {
+		var i ClaimDueRow
+		if err := rows.Scan(
+			&i.ProjectID,
+			&i.TriggerID,
+			&i.TriggerRevision,
+			&i.NextFireAtMs,
+			&i.LastScheduledAtMs,
+			&i.StateVersion,
+			&i.ClaimOwner,
+			&i.ClaimToken,
+			&i.ClaimVersion,
+			&i.ClaimExpiresAtMs,
+			&i.ClaimedAtMs,
+			&i.NowMs,
+			&i.ProjectRevision,
+			&i.ProjectDigest,
+			&i.CronSpec,
+			&i.Timezone,
+			&i.MisfirePolicy,
+			&i.TriggerDigest,
+			&i.TaskID,
+			&i.TaskRevision,
+			&i.TaskDigest,
+			&i.ExecutionRevisionID,
+			&i.ExecutionDigest,
+			&i.Takeover,
+			&i.RowCtid,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const failClosed = `-- name: FailClosed :one

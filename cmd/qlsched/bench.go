@@ -12,7 +12,7 @@ import (
 
 func (a *app) benchCmd() *cobra.Command {
 	cfg := bench.Config{Scenario: bench.Backlog, Triggers: 10000, Every: "minute", Replicas: 4,
-		Duration: 30 * time.Second, Budget: 256, Cadence: 10 * time.Millisecond}
+		Duration: 30 * time.Second, Budget: 256, Cadence: 10 * time.Millisecond, Batch: 1}
 	cmd := &cobra.Command{
 		Use:   "bench [--scenario backlog|steady] [--triggers N] [--replicas R] [--duration D]",
 		Short: "Measure admission throughput against the database's ceiling, latency and lag",
@@ -70,5 +70,6 @@ CPU and RSS. --format json prints one object.`,
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long the replicas run at most")
 	f.IntVar(&cfg.Budget, "budget", cfg.Budget, "claims per round per replica, 1 … 256")
 	f.DurationVar(&cfg.Cadence, "cadence", cfg.Cadence, "time between round starts, 10ms … 1m")
+	f.IntVar(&cfg.Batch, "admit-batch", cfg.Batch, "batch admission: rows per claim and per admit transaction (1: single mode)")
 	return cmd
 }

@@ -84,6 +84,7 @@ Any number of replicas may run against one database; there is no leader.`,
 	f.DurationVar(&cfg.Lease, "lease", cfg.Lease, "claim lease, at least 1s and 2 × cadence")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long stop waits for the round in progress, 1s … 10m")
 	f.IntVar(&cfg.AdmitRetries, "admit-retries", cfg.AdmitRetries, "serialization-failure retries per admit, 0 … 20")
+	f.IntVar(&cfg.AdmitBatch, "admit-batch", cfg.AdmitBatch, "batch admission: rows per claim statement and per SERIALIZABLE admit transaction, 1 … budget (1: the ADR's one-row claim)")
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:9464", "listen address of /healthz, /readyz and /metrics (port 0: any free port, logged)")
 	f.DurationVar(&withdrawGrace, "withdraw-grace", 0, "on stop, how long /readyz fails before the lifecycle stops, 0s … 1m")
 	f.DurationVar(&backlogInterval, "backlog-interval", 5*time.Second, "how often the backlog gauge may query the database, 1s … 10m")

@@ -48,6 +48,7 @@ type Config struct {
 	Duration time.Duration
 	Budget   int
 	Cadence  time.Duration
+	Batch    int          // rows per claim and admit transaction; 1: the ADR's single mode
 	Log      *slog.Logger // the replicas' diagnostics; nil discards them
 }
 
@@ -66,7 +67,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--duration %s: want 1s … 1h", c.Duration)
 	}
 	cfg := coordinator.DefaultConfig("bench")
-	cfg.Budget, cfg.Cadence = c.Budget, c.Cadence
+	cfg.Budget, cfg.Cadence, cfg.AdmitBatch = c.Budget, c.Cadence, c.Batch
 	cfg.Lease = max(cfg.Lease, 2*c.Cadence)
 	return cfg.Validate()
 }
@@ -79,6 +80,7 @@ type Report struct {
 	Triggers         int     `json:"triggers"`
 	Replicas         int     `json:"replicas"`
 	Budget           int     `json:"budget"`
+	Batch            int     `json:"admit_batch"`
 	CadenceMs        float64 `json:"cadence_ms"`
 	Seconds          float64 `json:"seconds"`
 	Admits           int64   `json:"admits"`
@@ -105,7 +107,11 @@ type Report struct {
 
 // Run sets up, measures and reports. progress gets one line per phase.
 func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
-	rep := Report{Mode: "single", Scenario: cfg.Scenario, Triggers: cfg.Triggers, Replicas: cfg.Replicas,
+	mode := "single"
+	if cfg.Batch > 1 {
+		mode = "batch"
+	}
+	rep := Report{Mode: mode, Batch: cfg.Batch, Scenario: cfg.Scenario, Triggers: cfg.Triggers, Replicas: cfg.Replicas,
 		Budget: cfg.Budget, CadenceMs: float64(cfg.Cadence.Microseconds()) / 1000}
 	say := func(format string, args ...any) { fmt.Fprintf(progress, "bench: "+format+"\n", args...) }
 
@@ -167,7 +173,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		// occurrences, not the one-off initialisation backlog.
 		say("initialising every trigger's cursor")
 		init := cfg
-		init.Budget, init.Cadence = coordinator.MaxBudget, coordinator.MinCadence
+		init.Budget, init.Cadence, init.Batch = coordinator.MaxBudget, coordinator.MinCadence, coordinator.MaxBudget
 		if _, err := runReplicas(ctx, pools, init, func(s coordinator.Snapshot) bool { return s.Releases >= int64(cfg.Triggers) }); err != nil {
 			return rep, err
 		}
@@ -364,7 +370,7 @@ func runReplicas(ctx context.Context, pools []*pgxpool.Pool, cfg Config, done fu
 	var lifecycles []*coordinator.Lifecycle
 	for i, pool := range pools {
 		cc := coordinator.DefaultConfig(fmt.Sprintf("bench-replica-%d", i))
-		cc.Budget, cc.Cadence = cfg.Budget, cfg.Cadence
+		cc.Budget, cc.Cadence, cc.AdmitBatch = cfg.Budget, cfg.Cadence, max(cfg.Batch, 1)
 		co := coordinator.New(cc, coordinator.NewStore(pool), cfg.Log)
 		co.Observe = coordinator.Observer{
 			Claim:     func(d time.Duration) { res.claims.add(d) },
@@ -464,8 +470,8 @@ func rss() (now, peak float64) {
 // Text renders a report for a terminal.
 func (r Report) Text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s, mode %s, PostgreSQL %s: %d triggers, %d replicas, budget %d, cadence %gms, %.1fs\n",
-		r.Scenario, r.Mode, r.Server, r.Triggers, r.Replicas, r.Budget, r.CadenceMs, r.Seconds)
+	fmt.Fprintf(&b, "scenario %s, mode %s (admit batch %d), PostgreSQL %s: %d triggers, %d replicas, budget %d, cadence %gms, %.1fs\n",
+		r.Scenario, r.Mode, r.Batch, r.Server, r.Triggers, r.Replicas, r.Budget, r.CadenceMs, r.Seconds)
 	fmt.Fprintf(&b, "  admits        %d  (%.0f/s)\n", r.Admits, r.AdmitsPerSecond)
 	if r.CeilingPerSecond > 0 {
 		fmt.Fprintf(&b, "  ceiling       %.0f/s   ratio %.2f\n", r.CeilingPerSecond, r.Ratio)

@@ -1,7 +1,7 @@
 -- Scheduler queries: run by the runtime role. Time is always the database's, observed once per
 -- statement by control_core.db_now_ms() (ADR-0107).
 
--- name: ClaimDue :one
+-- name: ClaimDue :many
 -- The ADR-0105 claim, one statement committed on its own: the first row, in the order
 -- next_fire_at_ms NULLS FIRST, project_id, trigger_id, of an active project and an enabled cron
 -- trigger revision that is due or waiting for initialisation and carries no valid claim; locked
@@ -24,7 +24,7 @@ candidate AS (
            WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
     FOR UPDATE OF s SKIP LOCKED
-    LIMIT 1
+    LIMIT @max_rows::integer -- 1: the ADR's claim; more: batch admission (each row fenced alike)
 )
 UPDATE control_core.trigger_schedules s
 SET claim_owner         = @owner::text,
@@ -49,7 +49,7 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
           er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover,
           s.ctid::text AS row_ctid;
 
--- name: Admit :one
+-- name: Admit :batchone
 -- The atomic admission, run alone in a SERIALIZABLE transaction. The first CTE re-locks the
 -- schedule row and re-verifies, item by item: the full four-part fence against database time, the
 -- schedule's revision, state_version and cursor, the decision's candidate (due, not before the
