@@ -1,5 +1,10 @@
 // Package dbconn turns a --database-url flag, QL_DATABASE_URL or the standard PG* variables into a
 // pgx pool configuration, and keeps the secrets of that configuration out of every message.
+//
+// Every configuration it returns is bounded in time (see Timeouts and docs/operations.md): a
+// connection attempt, a statement, a transaction left idle, a reply that never comes and a peer
+// that vanished from the network are each noticed within a fixed time, by the client and by the
+// server, so a partitioned replica cannot wait forever and a dead one cannot hold locks forever.
 package dbconn
 
 import (
@@ -19,9 +24,10 @@ type Source string
 
 // Config is a parsed connection configuration and the secrets to redact from messages about it.
 type Config struct {
-	Pool    *pgxpool.Config
-	Source  Source
-	secrets []string
+	Pool     *pgxpool.Config
+	Source   Source
+	secrets  []string
+	timeouts Timeouts
 }
 
 // ConfigError means the connection settings themselves are unusable (exit code 2: no connection
@@ -31,7 +37,8 @@ type ConfigError struct{ Err error }
 func (e *ConfigError) Error() string { return "connection settings: " + e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// ConnectTimeout bounds every connection attempt, so an unreachable server fails fast.
+// ConnectTimeout bounds every connection attempt, so an unreachable server fails fast (the
+// default of Timeouts.Connect, and the largest connect_timeout a URL may ask for).
 const ConnectTimeout = 10 * time.Second
 
 var urlPassword = regexp.MustCompile(`://[^:/@\s]*:([^@\s]*)@`)
@@ -59,10 +66,13 @@ func Resolve(flagURL string) (*Config, error) {
 	if pw := cfg.ConnConfig.Password; pw != "" {
 		secrets = append(secrets, pw)
 	}
-	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > ConnectTimeout {
-		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
+	t, err := timeoutsFrom(cfg)
+	if err != nil {
+		return nil, &ConfigError{Err: errors.New(redact(fmt.Sprintf("%s: %v", src, err), secrets))}
 	}
-	return &Config{Pool: cfg, Source: src, secrets: secrets}, nil
+	c := &Config{Pool: cfg, Source: src, secrets: secrets}
+	c.SetTimeouts(t)
+	return c, nil
 }
 
 // Redact replaces every secret of the configuration in s.
