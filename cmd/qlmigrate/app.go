@@ -35,6 +35,12 @@ func (a *app) validate() error {
 	if err != nil {
 		return err
 	}
+	// A migration on a large table may rightly run longer than the runtime's statement bound:
+	// unless the URL asks for one, qlmigrate sets none (keepalives still notice a dead peer).
+	if t := conn.Timeouts(); t.Statement == dbconn.DefaultStatementTimeout {
+		t.Statement, t.Response = 0, 0
+		conn.SetTimeouts(t)
+	}
 	a.conn = conn
 	return nil
 }
