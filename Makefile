@@ -37,3 +37,25 @@ test-matrix:
 # The whole thing on an embedded throwaway PostgreSQL; cleans up after itself.
 demo:
 	go run ./cmd/qlsched demo
+
+# The fault and HA gates of issue #5 (internal/faults, build tag "faults", so `make test` does not
+# run them twice) and the fault proxy's own tests: backend termination, physical promotion,
+# raw-wire COMMIT-response loss, network partition, and a short chaos soak (the CI_CHAOS
+# settings). Each gate starts its own PostgreSQL servers and fails, never skips, when it cannot.
+.PHONY: test-faults chaos
+FAULTS_TEST_FLAGS ?= -count=1 -timeout 30m -v
+CI_CHAOS ?= QL_CHAOS_DURATION=75s QL_CHAOS_REPLICAS=3 QL_CHAOS_TRIGGERS=100
+test-faults:
+	go vet -tags faults ./internal/faults/
+	@bash -o pipefail -c 'log=$$(mktemp); $(CI_CHAOS) go test -tags faults $(FAULTS_TEST_FLAGS) ./internal/faultproxy/ ./internal/faults/ 2>&1 | tee "$$log"; status=$$?; \
+	  if grep -q -- "--- SKIP" "$$log"; then echo "test-faults: a gate was skipped, and a skip is not a pass"; status=1; fi; rm -f "$$log"; exit $$status'
+
+# The long chaos soak: CHAOS_REPLICAS `qlsched run` processes, CHAOS_TRIGGERS every-second
+# triggers, random SIGKILL / SIGSTOP+SIGCONT / restarts for CHAOS_DURATION, then the audit and its
+# summary. QL_CHAOS_SEED=N fixes the driver's random choices (not their timing).
+CHAOS_DURATION ?= 10m
+CHAOS_REPLICAS ?= 4
+CHAOS_TRIGGERS ?= 500
+chaos:
+	QL_CHAOS_DURATION=$(CHAOS_DURATION) QL_CHAOS_REPLICAS=$(CHAOS_REPLICAS) QL_CHAOS_TRIGGERS=$(CHAOS_TRIGGERS) \
+	  nice go test -tags faults -count=1 -timeout 120m -v -run '^TestChaosSoak$$' ./internal/faults/
