@@ -302,12 +302,17 @@ func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config
 	return period, nil
 }
 
-// setDue puts every row at the current period's occurrence: all due, none missed.
+// setDue puts every row at the current period's occurrence: all due, none missed. It then
+// vacuums the schedule table, so the ceiling and the replicas each start on a table without the
+// previous phase's dead row versions (best effort: the role may not own the table).
 func setDue(ctx context.Context, pool *pgxpool.Pool, project string, period time.Duration) error {
 	now := dbNow(ctx, pool)
 	p := period.Milliseconds()
-	_, err := db.New(pool).BenchSetDue(ctx, db.BenchSetDueParams{ProjectID: project, DueMs: now / p * p})
-	return err
+	if _, err := db.New(pool).BenchSetDue(ctx, db.BenchSetDueParams{ProjectID: project, DueMs: now / p * p}); err != nil {
+		return err
+	}
+	_, _ = pool.Exec(ctx, "VACUUM (ANALYZE) control_core.trigger_schedules")
+	return nil
 }
 
 func dbNow(ctx context.Context, pool *pgxpool.Pool) int64 {
