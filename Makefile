@@ -59,3 +59,13 @@ CHAOS_TRIGGERS ?= 500
 chaos:
 	QL_CHAOS_DURATION=$(CHAOS_DURATION) QL_CHAOS_REPLICAS=$(CHAOS_REPLICAS) QL_CHAOS_TRIGGERS=$(CHAOS_TRIGGERS) \
 	  nice go test -tags faults -count=1 -timeout 120m -v -run '^TestChaosSoak$$' ./internal/faults/
+
+# The performance figures of docs/performance.md, each on its own throwaway PostgreSQL (fsync on),
+# in under 5 minutes: the 4-replica backlog against its ceiling, the below-capacity lag, and
+# batch admission.
+.PHONY: bench
+bench:
+	go build -o bin/qlsched ./cmd/qlsched
+	bin/qlsched bench --scenario backlog --triggers 10000 --replicas 4 --budget 256 --cadence 10ms --duration 30s
+	bin/qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 65s
+	bin/qlsched bench --scenario backlog --triggers 10000 --replicas 1 --budget 256 --cadence 10ms --admit-batch 64 --duration 30s
