@@ -365,3 +365,65 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	}
 	return values
 }
+
+var removingDir = regexp.MustCompile(`removing (\S+)`)
+
+// The demo runs end to end on its own throwaway PostgreSQL and leaves nothing behind: not when it
+// finishes, not when it is interrupted.
+func TestDemoCleansUpAfterItselfAlsoOnCtrlC(t *testing.T) {
+	t.Parallel()
+	for _, interrupt := range []bool{false, true} {
+		cmd := exec.Command(qlsched(t), "demo", "--duration", "4s")
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if interrupt {
+			for deadline := time.Now().Add(60 * time.Second); !strings.Contains(out.String(), "running 2 replicas"); {
+				if time.Now().After(deadline) {
+					t.Fatalf("demo never started its replicas:\n%s", out.String())
+				}
+				time.Sleep(50 * time.Millisecond) // polling the demo's own progress output
+			}
+			_ = cmd.Process.Signal(os.Interrupt)
+		}
+		err := cmd.Wait()
+		code := cmd.ProcessState.ExitCode()
+		switch {
+		case !interrupt && (err != nil || !strings.Contains(out.String(), "every occurrence admitted exactly once")):
+			t.Fatalf("demo: exit %d\n%s", code, out.String())
+		case interrupt && code != 130:
+			t.Fatalf("interrupted demo: exit %d, want 130\n%s", code, out.String())
+		}
+		m := removingDir.FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("the demo did not say what it removed:\n%s", out.String())
+		}
+		cluster := filepath.Dir(m[1])
+		if _, err := os.Stat(cluster); !os.IsNotExist(err) {
+			t.Errorf("interrupt=%v: %s still exists (%v)", interrupt, cluster, err)
+		}
+		if ps, _ := exec.Command("pgrep", "-f", m[1]).Output(); len(bytes.TrimSpace(ps)) > 0 {
+			t.Errorf("interrupt=%v: a process still runs on %s: %s", interrupt, m[1], ps)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer the test may read while the child process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -23,6 +23,9 @@ const (
 	ExitProblem  = 1 // a check found a problem: drift, readiness, privileged role, lost fence …
 	ExitUsage    = 2 // bad usage or configuration, reported before any connection is opened
 	ExitDatabase = 3 // cannot connect, or the database failed
+	// ExitInterrupted: SIGINT or SIGTERM stopped a command that does not treat them as its normal
+	// end (qlsched run does, and exits 0); what it started has been cleaned up.
+	ExitInterrupted = 130
 )
 
 // UsageError is bad usage or configuration.
@@ -82,6 +85,10 @@ func Run(root *cobra.Command, args []string, stderr io.Writer, redact func(strin
 	defer stop()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "%s: interrupted\n", root.Name())
+		return ExitInterrupted
+	}
 	if err != nil {
 		msg := err.Error()
 		if redact != nil {
