@@ -76,7 +76,7 @@ func TestRunIdentityOnlyForAnAdmit(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	f.trigger("init", "* * * * *", MisfireSkip)
-	f.trigger("due", "* * * * *", MisfireSkip)
+	f.trigger("due", "* * * * *", MisfireFireOnce) // fire_once: one Run even if a minute boundary passes
 	f.trigger("skipped", "* * * * *", MisfireSkip)
 	f.trigger("catchup", "* * * * *", MisfireFireOnce)
 	f.setCursor("due", -time.Second)
@@ -102,7 +102,7 @@ func TestRacesAreCounted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", MisfireFireOnce) // one Run even if a minute boundary passes
 	f.setCursor("a", -time.Second)
 	slow := f.coordinator("slow", f.rt)
 	claim := must(slow.store.Claim(ctx, "slow", 30*time.Second)).of(t)
@@ -125,7 +125,7 @@ func TestTwoPoolsSingleClaimAndExactlyOneRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", MisfireFireOnce) // one Run even if a minute boundary passes
 	poolA, poolB := f.d.Pool(t, "ql_runtime"), f.d.Pool(t, "ql_runtime")
 	var pidA, pidB int
 	must(0, poolA.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA)).of(t)
@@ -284,7 +284,7 @@ func TestLifecycleStopIsBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", MisfireFireOnce) // an admit even if a minute boundary passes
 	f.setCursor("a", -time.Second)
 	// Another session locks run_events: the round's admit blocks on it.
 	blocker := must(f.su.Begin(ctx)).of(t)
@@ -300,7 +300,11 @@ func TestLifecycleStopIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// wait until the admit is blocked on the lock
-	for f.count(`SELECT count(*) FROM pg_stat_activity WHERE usename = 'ql_runtime' AND wait_event_type = 'Lock'`) == 0 {
+	for deadline := time.Now().Add(30 * time.Second); f.count(`SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND usename = 'ql_runtime' AND wait_event_type = 'Lock'`) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the round's admit never blocked on the locked table")
+		}
 		time.Sleep(10 * time.Millisecond) // polling a database condition
 	}
 	start := time.Now()
