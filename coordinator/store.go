@@ -125,8 +125,8 @@ type AdmitResult struct {
 // admit statement once per item, COMMIT. Each statement verifies its own row's fence, revisions
 // and digests exactly as a single admit does; an item whose checks fail writes nothing and is
 // diagnosed on its own, while the others commit. A serialization failure retries the whole batch
-// (bounded); any other error aborts the transaction, so the items are then admitted one by one
-// to isolate the failing one.
+// (bounded); any other error, or a serialization failure that outlasts the retries, aborts the
+// transaction, so the items are then admitted one by one to isolate the failing one.
 func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) []AdmitResult {
 	results := make([]AdmitResult, len(items))
 	params := make([]db.AdmitParams, len(items))
@@ -163,7 +163,11 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 			}
 			continue
 		}
-		if len(items) > 1 && !isSerializationFailure(err) && ctx.Err() == nil {
+		// Any other error aborted the batch (or, for a lost connection, left its outcome
+		// unknown), and so does a serialization failure once its retries are spent: admit the
+		// items one by one, each under its own fence, rather than leave every claim of the batch
+		// to expire (a whole lease of lost occurrences for each of its triggers).
+		if len(items) > 1 && ctx.Err() == nil {
 			for i, it := range items { // isolate the item that fails
 				results[i] = s.AdmitBatch(ctx, []AdmitItem{it}, retries)[0]
 				results[i].Retries += retried
