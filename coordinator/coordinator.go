@@ -33,10 +33,18 @@ type Snapshot struct {
 	Rounds, Claims, Admits, Skips, Releases, Races, Stale, Corrupt, Retries, Errors, Takeovers int64
 }
 
-// Snapshot copies the counters.
+// Snapshot copies the counters. Outcomes are read before Claims and Claims before Rounds: a
+// claim is counted before its outcome and a round before its claims, so a snapshot taken while
+// the coordinator runs still has Claims >= Admits+Skips+Releases+… and never a claim without its
+// round.
 func (s *Stats) Snapshot() Snapshot {
-	return Snapshot{s.Rounds.Load(), s.Claims.Load(), s.Admits.Load(), s.Skips.Load(), s.Releases.Load(),
-		s.Races.Load(), s.Stale.Load(), s.Corrupt.Load(), s.Retries.Load(), s.Errors.Load(), s.Takeovers.Load()}
+	var out Snapshot
+	out.Admits, out.Skips, out.Releases = s.Admits.Load(), s.Skips.Load(), s.Releases.Load()
+	out.Races, out.Stale, out.Corrupt = s.Races.Load(), s.Stale.Load(), s.Corrupt.Load()
+	out.Retries, out.Errors, out.Takeovers = s.Retries.Load(), s.Errors.Load(), s.Takeovers.Load()
+	out.Claims = s.Claims.Load()
+	out.Rounds = s.Rounds.Load()
+	return out
 }
 
 // Observer receives measurements as they happen (for metrics); nil fields are skipped. Set it

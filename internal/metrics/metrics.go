@@ -29,19 +29,7 @@ type Metrics struct {
 func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog BacklogFunc, interval time.Duration) *Metrics {
 	reg := prometheus.NewRegistry()
 	constLabels := prometheus.Labels{"owner": owner}
-	counter := func(name, help string, read func(coordinator.Snapshot) int64) {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: constLabels},
-			func() float64 { return float64(read(co.Stats.Snapshot())) }))
-	}
-	counter("qlsched_rounds_total", "Coordinator rounds run.", func(s coordinator.Snapshot) int64 { return s.Rounds })
-	counter("qlsched_claims_total", "Schedule rows claimed.", func(s coordinator.Snapshot) int64 { return s.Claims })
-	counter("qlsched_admits_total", "Runs admitted (one per occurrence).", func(s coordinator.Snapshot) int64 { return s.Admits })
-	counter("qlsched_skips_total", "Claims ended by the skip misfire policy (cursor advanced, no Run).", func(s coordinator.Snapshot) int64 { return s.Skips })
-	counter("qlsched_releases_total", "Claims ended without a Run: initialisation or not yet due.", func(s coordinator.Snapshot) int64 { return s.Releases })
-	counter("qlsched_races_total", "Fenced writes that found the fence or the schedule changed (nothing written).", func(s coordinator.Snapshot) int64 { return s.Races })
-	counter("qlsched_stale_total", "Admits refused because a revision changed since the claim.", func(s coordinator.Snapshot) int64 { return s.Stale })
-	counter("qlsched_serialization_retries_total", "SERIALIZABLE admit attempts retried after a serialization failure.", func(s coordinator.Snapshot) int64 { return s.Retries })
-	counter("qlsched_lease_takeovers_total", "Claims that replaced an expired claim.", func(s coordinator.Snapshot) int64 { return s.Takeovers })
+	reg.MustRegister(newStatsCollector(co, constLabels))
 
 	errorsByClass := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qlsched_errors_total", ConstLabels: constLabels,
 		Help: "Counted errors by class: claim, admit, init, release, skip, decide, corrupt."}, []string{"class"})
@@ -79,6 +67,48 @@ func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog B
 		}))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Metrics{reg: reg}
+}
+
+// statsCollector exports the coordinator's counters from one Snapshot per scrape, so that the
+// relations between them (claims >= admits + skips + releases) hold within every scrape.
+type statsCollector struct {
+	co       *coordinator.Coordinator
+	counters []statsCounter
+}
+
+type statsCounter struct {
+	desc *prometheus.Desc
+	read func(coordinator.Snapshot) int64
+}
+
+func newStatsCollector(co *coordinator.Coordinator, labels prometheus.Labels) *statsCollector {
+	c := &statsCollector{co: co}
+	add := func(name, help string, read func(coordinator.Snapshot) int64) {
+		c.counters = append(c.counters, statsCounter{prometheus.NewDesc(name, help, nil, labels), read})
+	}
+	add("qlsched_rounds_total", "Coordinator rounds run.", func(s coordinator.Snapshot) int64 { return s.Rounds })
+	add("qlsched_claims_total", "Schedule rows claimed.", func(s coordinator.Snapshot) int64 { return s.Claims })
+	add("qlsched_admits_total", "Runs admitted (one per occurrence).", func(s coordinator.Snapshot) int64 { return s.Admits })
+	add("qlsched_skips_total", "Claims ended by the skip misfire policy (cursor advanced, no Run).", func(s coordinator.Snapshot) int64 { return s.Skips })
+	add("qlsched_releases_total", "Claims ended without a Run: initialisation or not yet due.", func(s coordinator.Snapshot) int64 { return s.Releases })
+	add("qlsched_races_total", "Fenced writes that found the fence or the schedule changed (nothing written).", func(s coordinator.Snapshot) int64 { return s.Races })
+	add("qlsched_stale_total", "Admits refused because a revision changed since the claim.", func(s coordinator.Snapshot) int64 { return s.Stale })
+	add("qlsched_serialization_retries_total", "SERIALIZABLE admit attempts retried after a serialization failure.", func(s coordinator.Snapshot) int64 { return s.Retries })
+	add("qlsched_lease_takeovers_total", "Claims that replaced an expired claim.", func(s coordinator.Snapshot) int64 { return s.Takeovers })
+	return c
+}
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, k := range c.counters {
+		ch <- k.desc
+	}
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.co.Stats.Snapshot()
+	for _, k := range c.counters {
+		ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.read(s)))
+	}
 }
 
 // Handler serves the registry.
