@@ -121,38 +121,27 @@ type AdmitResult struct {
 	Err     error
 }
 
-// AdmitBatch admits every item in ONE SERIALIZABLE transaction, sent as one pipeline: BEGIN, the
-// admit statement once per item, COMMIT. Each statement verifies its own row's fence, revisions
-// and digests exactly as a single admit does; an item whose checks fail writes nothing and is
-// diagnosed on its own, while the others commit. A serialization failure retries the whole batch
-// (bounded); any other error, or a serialization failure that outlasts the retries, aborts the
-// transaction, so the items are then admitted one by one to isolate the failing one.
+// AdmitBatch admits every item in ONE SERIALIZABLE transaction, sent as one pipeline (BEGIN,
+// the admit, COMMIT). One item runs the ADR's admit statement; more run AdmitMany, the same
+// checks for every row in one set-based statement. Each row is verified on its own: an item whose
+// checks fail writes nothing and is diagnosed on its own, while the others commit. A
+// serialization failure retries the whole batch (bounded); any other error, or a serialization
+// failure that outlasts the retries, aborts the transaction, so the items are then admitted one
+// by one to isolate the failing one.
 func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) []AdmitResult {
 	results := make([]AdmitResult, len(items))
-	params := make([]db.AdmitParams, len(items))
-	for i, it := range items {
-		c := it.Claim
-		params[i] = db.AdmitParams{
-			NextFireAtMs: it.Next, ScheduledForMs: it.ScheduledFor, ProjectID: c.ProjectID, TriggerID: c.TriggerID,
-			ClaimOwner: c.ClaimOwner.String, ClaimToken: c.ClaimToken.UUID, ClaimVersion: c.ClaimVersion,
-			TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs.Int64,
-			ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
-			TaskDigest: c.TaskDigest, ExecutionRevisionID: c.ExecutionRevisionID, ExecutionDigest: c.ExecutionDigest,
-			RunID: it.RunID, RowCtid: c.RowCtid,
-		}
-	}
 	retried := 0
 	for attempt := 0; ; attempt++ {
-		rows, empty, err := s.admitOnce(ctx, params)
+		written, err := s.admitOnce(ctx, items)
 		if err == nil {
 			for i := range items {
 				results[i].Retries = retried
-				if empty[i] {
+				if written[i] == nil {
 					results[i].Outcome, results[i].Err = s.diagnose(ctx, items[i].Claim)
 					continue
 				}
-				results[i].Outcome = Written
-				results[i].RunID, results[i].AttemptID, results[i].AdmittedAtMs = rows[i].RunID, rows[i].AttemptID, rows[i].AdmittedAtMs.Int64
+				results[i].Outcome, results[i].Admitted.RunID = Written, written[i].RunID
+				results[i].AttemptID, results[i].AdmittedAtMs = written[i].AttemptID, written[i].AdmittedAtMs.Int64
 			}
 			return results
 		}
@@ -186,25 +175,66 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 	return results
 }
 
-// admitOnce sends the batch and reads every result; empty[i] marks an item whose verification
-// wrote nothing. Results count only if the transaction committed (err == nil).
-func (s *Store) admitOnce(ctx context.Context, params []db.AdmitParams) (rows []db.AdmitRow, empty []bool, err error) {
-	rows, empty = make([]db.AdmitRow, len(params)), make([]bool, len(params))
-	br := db.New(serializableTx{s.pool}).Admit(ctx, params)
-	br.QueryRow(func(i int, row db.AdmitRow, rerr error) {
-		switch {
-		case rerr == nil:
-			rows[i] = row
-		case errors.Is(rerr, pgx.ErrNoRows):
-			empty[i] = true
-		case err == nil:
+// admitOnce runs one SERIALIZABLE transaction admitting items and returns, per item, what was
+// written, or nil where the item's verification wrote nothing. Results count only if the
+// transaction committed (err == nil).
+func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db.AdmitRow, err error) {
+	written = make([]*db.AdmitRow, len(items))
+	q := db.New(serializableTx{s.pool})
+	if len(items) == 1 {
+		it, c := items[0], items[0].Claim
+		br := q.Admit(ctx, []db.AdmitParams{{
+			NextFireAtMs: it.Next, ScheduledForMs: it.ScheduledFor, ProjectID: c.ProjectID, TriggerID: c.TriggerID,
+			ClaimOwner: c.ClaimOwner.String, ClaimToken: c.ClaimToken.UUID, ClaimVersion: c.ClaimVersion,
+			TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs.Int64,
+			ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
+			TaskDigest: c.TaskDigest, ExecutionRevisionID: c.ExecutionRevisionID, ExecutionDigest: c.ExecutionDigest,
+			RunID: it.RunID, RowCtid: c.RowCtid,
+		}})
+		br.QueryRow(func(_ int, row db.AdmitRow, rerr error) {
+			switch {
+			case rerr == nil:
+				written[0] = &row
+			case !errors.Is(rerr, pgx.ErrNoRows):
+				err = rerr
+			}
+		})
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return written, err
+	}
+	var p db.AdmitManyParams
+	for _, it := range items {
+		c := it.Claim
+		p.RowCtids, p.ProjectIds, p.TriggerIds = append(p.RowCtids, c.RowCtid), append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID)
+		p.ClaimOwners, p.ClaimTokens = append(p.ClaimOwners, c.ClaimOwner.String), append(p.ClaimTokens, c.ClaimToken.UUID)
+		p.ClaimVersions, p.TriggerRevisions = append(p.ClaimVersions, c.ClaimVersion), append(p.TriggerRevisions, c.TriggerRevision)
+		p.StateVersions, p.CursorsMs = append(p.StateVersions, c.StateVersion), append(p.CursorsMs, c.NextFireAtMs.Int64)
+		p.ScheduledForMs, p.NextFireAtMs = append(p.ScheduledForMs, it.ScheduledFor), append(p.NextFireAtMs, it.Next)
+		p.ProjectRevisions, p.ProjectDigests = append(p.ProjectRevisions, c.ProjectRevision), append(p.ProjectDigests, c.ProjectDigest)
+		p.TriggerDigests, p.TaskDigests = append(p.TriggerDigests, c.TriggerDigest), append(p.TaskDigests, c.TaskDigest)
+		p.ExecutionRevisionIds, p.ExecutionDigests = append(p.ExecutionRevisionIds, c.ExecutionRevisionID), append(p.ExecutionDigests, c.ExecutionDigest)
+		p.RunIds = append(p.RunIds, it.RunID)
+	}
+	br := q.AdmitMany(ctx, []db.AdmitManyParams{p})
+	br.Query(func(_ int, rows []db.AdmitManyRow, rerr error) {
+		if rerr != nil {
 			err = rerr
+			return
+		}
+		for _, r := range rows {
+			if r.Ord < 1 || int(r.Ord) > len(items) || written[r.Ord-1] != nil {
+				err = fmt.Errorf("admit batch: result for item %d of %d is out of range or repeated", r.Ord, len(items))
+				return
+			}
+			written[r.Ord-1] = &db.AdmitRow{RunID: r.RunID, AttemptID: r.AttemptID, AdmittedAtMs: pgtype.Int8{Int64: r.AdmittedAtMs, Valid: true}}
 		}
 	})
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return rows, empty, err
+	return written, err
 }
 
 // serializableTx wraps a batch of sqlc queries in one SERIALIZABLE transaction sent as a single
@@ -355,4 +385,3 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-var _ = pgtype.Int8{}
