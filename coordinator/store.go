@@ -384,4 +384,3 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
-
