@@ -1,6 +1,7 @@
 // Package checksums knows the migration files by version, name and sha256, and records that
-// sha256 in the database's checksum ledger inside the same transaction as the migration itself,
-// so a version is never recorded as applied without the exact bytes that ran.
+// sha256 in the database's checksum ledger inside the same transaction as the migration itself
+// (for a NO TRANSACTION migration, in one transaction with its version row: see LedgerStore), so
+// a version is never recorded as applied without the exact bytes that ran.
 //
 // It also holds what verify checks about the stream and the schema: the integrity file
 // sql/migrations/migrations.sum (an edited, added, removed or renamed migration is caught in the

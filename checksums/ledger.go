@@ -2,20 +2,25 @@ package checksums
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 
 	"github.com/pressly/goose/v3/database"
 )
 
-// LedgerStore is goose's PostgreSQL version store plus the checksum ledger: goose calls Insert on
-// the migration's own transaction, so the version row and the ledger row commit or roll back
-// together with the migration's statements.
+// LedgerStore is goose's PostgreSQL version store plus the checksum ledger. Insert writes the
+// version row and the ledger row in one transaction, so neither is ever recorded without the
+// other:
 //
-// Every migration of the stream is transactional (none uses "NO TRANSACTION"); a
-// non-transactional migration would get its version and ledger rows in one transaction of their
-// own after its statements, so a crash in between leaves it pending (re-run, hence it must be
-// idempotent) and never recorded without a checksum.
+//   - a transactional migration (every migration of the stream): goose passes Insert the
+//     migration's own *sql.Tx, so both rows commit or roll back together with the migration's
+//     statements;
+//   - a "-- +goose NO TRANSACTION" migration: goose runs its statements in autocommit on its
+//     locked *sql.Conn and then passes Insert that same connection; Insert opens a transaction
+//     of its own there for the two rows. The statements are not covered: a failure or crash
+//     after some of them leaves those applied and the migration pending, so the next `up` runs
+//     it again (such a migration must be written to be re-runnable, e.g. IF NOT EXISTS).
 type LedgerStore struct {
 	database.Store
 	byVersion map[int64]Migration
@@ -39,8 +44,37 @@ func NewLedgerStore(table string, migrations []Migration) (*LedgerStore, error) 
 const insertLedger = `INSERT INTO control_core.migration_ledger (version, name, sha256, applied_at_ms)
 VALUES ($1, $2, $3, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint)`
 
-// Insert records the version and, for real migrations, its checksum in the same transaction.
+// txBeginner is what goose passes Insert outside a migration transaction: the session's
+// *sql.Conn for a NO TRANSACTION SQL migration (or the *sql.DB for a Go one).
+type txBeginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// Insert records the version and, for real migrations, its checksum in one transaction: the
+// migration's own when goose passes one, otherwise a transaction of Insert's own on the same
+// connection (see LedgerStore).
 func (s *LedgerStore) Insert(ctx context.Context, db database.DBTxConn, req database.InsertRequest) error {
+	if _, inTx := db.(*sql.Tx); inTx {
+		return s.insert(ctx, db, req)
+	}
+	b, ok := db.(txBeginner)
+	if !ok {
+		return fmt.Errorf("checksum ledger: version %d: goose passed a %T, which can open no transaction", req.Version, db)
+	}
+	tx, err := b.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("checksum ledger: begin the transaction for version %d: %w", req.Version, err)
+	}
+	if err := s.insert(ctx, tx, req); err != nil {
+		return errors.Join(err, tx.Rollback())
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("checksum ledger: commit version %d: %w", req.Version, err)
+	}
+	return nil
+}
+
+func (s *LedgerStore) insert(ctx context.Context, db database.DBTxConn, req database.InsertRequest) error {
 	if err := s.Store.Insert(ctx, db, req); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 // Package migrate applies the control-core migration stream with goose, under goose's session
 // advisory lock, as the owner role, recording each migration's checksum in the ledger inside the
-// migration's own transaction.
+// migration's own transaction (for a NO TRANSACTION migration: in one transaction with its
+// version row, after its statements; see checksums.LedgerStore).
 package migrate
 
 import (
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"testing/fstest"
 	"time"
 
@@ -45,6 +47,9 @@ type Runner struct {
 	provider   *goose.Provider
 	Migrations []checksums.Migration
 	byVersion  map[int64]checksums.Migration
+	// noTx holds the versions annotated "-- +goose NO TRANSACTION": a failure in one of them
+	// may leave part of it applied, and the error must say so.
+	noTx map[int64]bool
 }
 
 // Open connects and prepares goose. Close releases the connections.
@@ -58,12 +63,16 @@ func Open(ctx context.Context, cfg *dbconn.Config, opts Options) (*Runner, error
 		return nil, err
 	}
 	rewritten := fstest.MapFS{}
+	noTx := map[int64]bool{}
 	for _, m := range list {
 		body, err := fs.ReadFile(fsys, m.File)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("read migration %s: %w", m.File, err)
 		}
 		rewritten[m.File] = &fstest.MapFile{Data: opts.Names.Rewrite(body)}
+		if nonTransactional(body) {
+			noTx[m.Version] = true
+		}
 	}
 
 	poolCfg := cfg.Pool.Copy()
@@ -101,7 +110,23 @@ func Open(ctx context.Context, cfg *dbconn.Config, opts Options) (*Runner, error
 	for _, m := range list {
 		by[m.Version] = m
 	}
-	return &Runner{Pool: pool, sqlDB: sqlDB, provider: provider, Migrations: list, byVersion: by}, nil
+	return &Runner{Pool: pool, sqlDB: sqlDB, provider: provider, Migrations: list, byVersion: by, noTx: noTx}, nil
+}
+
+// nonTransactional reports whether a migration carries goose's "-- +goose NO TRANSACTION"
+// annotation, recognised as goose's parser does: a line starting with "--" that names +goose,
+// whose rest is the annotation in any case.
+func nonTransactional(body []byte) bool {
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "--") || !strings.Contains(line, "+goose") {
+			continue
+		}
+		cmd := strings.Replace(strings.ReplaceAll(line, "--", ""), "+goose", "", 1)
+		if strings.EqualFold(strings.TrimSpace(cmd), "NO TRANSACTION") {
+			return true
+		}
+	}
+	return false
 }
 
 // RoleError means the session could not become the owner role.
@@ -144,7 +169,9 @@ type Applied struct {
 
 // Up applies every pending migration up to and including version to (0: all). Each migration
 // runs in its own transaction with its version and ledger rows; a failing one leaves nothing
-// behind, and the ones before it stay applied.
+// behind, and the ones before it stay applied. A NO TRANSACTION migration is the exception: its
+// statements autocommit one by one, so a failure may leave some of them applied (it stays
+// pending, with neither a version nor a ledger row, and the next Up runs it again).
 func (r *Runner) Up(ctx context.Context, to int64) ([]Applied, error) {
 	if to != 0 {
 		if _, ok := r.byVersion[to]; !ok {
@@ -166,7 +193,13 @@ func (r *Runner) Up(ctx context.Context, to int64) ([]Applied, error) {
 	var partial *goose.PartialError
 	if errors.As(err, &partial) {
 		results = partial.Applied
-		err = fmt.Errorf("%s failed, nothing of it was applied: %w", r.byVersion[partial.Failed.Source.Version].Name, partial.Err)
+		failed := partial.Failed.Source.Version
+		if r.noTx[failed] {
+			err = fmt.Errorf("%s failed; it runs without a transaction (NO TRANSACTION), so the statements before the failure may have been applied; "+
+				"it is not recorded as applied and the next up runs it again: %w", r.byVersion[failed].Name, partial.Err)
+		} else {
+			err = fmt.Errorf("%s failed, nothing of it was applied: %w", r.byVersion[failed].Name, partial.Err)
+		}
 	}
 	applied := make([]Applied, 0, len(results))
 	for _, res := range results {

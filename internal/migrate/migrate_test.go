@@ -175,3 +175,79 @@ SELECT 1 / 0;
 		}
 	}
 }
+
+// A "-- +goose NO TRANSACTION" migration runs its statements in autocommit on goose's locked
+// connection and then records itself there: the version row and the ledger row must still commit
+// together (one transaction of the ledger store's own), never one without the other.
+func TestNonTransactionalMigrationRecordsVersionAndLedgerTogether(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, body string
+		wantErr    []string // empty: the migration applies
+		versions   int      // goose rows for version 3
+		ledger     string   // the ledger's name for version 3, "" for none
+	}{
+		{
+			// CREATE INDEX CONCURRENTLY fails inside a transaction block: that it applies proves
+			// goose ran the file outside one.
+			name:     "applies with both rows",
+			body:     "-- +goose NO TRANSACTION\n-- +goose Up\nCREATE INDEX CONCURRENTLY IF NOT EXISTS projects_state_no_tx_idx ON control_core.projects (state);\n",
+			versions: 1, ledger: "pg-0003-no-tx",
+		},
+		{
+			// The migration takes the ledger row of its own version, so the ledger insert that
+			// follows goose's version insert fails: the version row must roll back with it.
+			name:     "a failed ledger row takes the version row with it",
+			body:     "-- +goose NO TRANSACTION\n-- +goose Up\nINSERT INTO control_core.migration_ledger (version, name, sha256, applied_at_ms) VALUES (3, 'pg-0003-squatter', repeat('0', 64), 1);\n",
+			wantErr:  []string{"pg-0003-no-tx failed", "NO TRANSACTION", "may have been applied", "duplicate key"},
+			versions: 0, ledger: "pg-0003-squatter",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			stream := fstest.MapFS{}
+			for _, f := range []string{"0001_bootstrap.sql", "0002_projects.sql"} {
+				body, err := fs.ReadFile(migrations.FS, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				stream[f] = &fstest.MapFile{Data: body}
+			}
+			stream["0003_no_tx.sql"] = &fstest.MapFile{Data: []byte(c.body)}
+			d := testpg.NewEmpty(t)
+			r := open(t, d, "ql_owner", stream)
+			applied, err := r.Up(ctx, 0)
+			if len(c.wantErr) == 0 {
+				if err != nil || len(applied) != 3 {
+					t.Fatalf("up: applied %d, err %v; want 3 and no error", len(applied), err)
+				}
+			} else {
+				if err == nil {
+					t.Fatalf("up: no error, want one saying %q", c.wantErr)
+				}
+				for _, w := range c.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("up: err %q, want it to say %q", err, w)
+					}
+				}
+			}
+			su := d.Pool(t, "")
+			if got := count(t, su, "SELECT count(*) FROM control_core.goose_db_version WHERE version_id = 3"); got != c.versions {
+				t.Errorf("goose version rows for 3: %d, want %d", got, c.versions)
+			}
+			var name string
+			err = su.QueryRow(ctx, "SELECT coalesce((SELECT name FROM control_core.migration_ledger WHERE version = 3), '')").Scan(&name)
+			if err != nil || name != c.ledger {
+				t.Errorf("ledger row for 3: %q, %v; want %q", name, err, c.ledger)
+			}
+			if c.ledger == "pg-0003-no-tx" {
+				want := r.Migrations[2].SHA256
+				if got := count(t, su, "SELECT count(*) FROM control_core.migration_ledger WHERE version = 3 AND sha256 = $1", want); got != 1 {
+					t.Errorf("ledger row for 3 does not hold the file's sha256 %s", want)
+				}
+			}
+		})
+	}
+}
