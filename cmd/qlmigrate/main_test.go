@@ -80,6 +80,7 @@ func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
 		{"unknown flag", []string{"up", "--frobnicate"}, "unknown flag: --frobnicate"},
 		{"bad format", []string{"status", "--format", "yaml"}, `--format "yaml": want text or json`},
 		{"negative --to", []string{"up", "--to", "-3"}, "--to -3"},
+		{"--to beyond the last migration", []string{"up", "--to", "19"}, "--to 19: the stream has versions 1 … 18"},
 		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, "--role-prefix"},
 		{"extra argument", []string{"status", "now"}, "unknown command"},
 		{"unparseable URL", []string{"status", "--database-url", "postgres://u:hunter2@127.0.0.1:1/x%zz"}, "cannot parse"},

@@ -5,8 +5,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/sql/migrations"
 )
 
 func (a *app) upCmd() *cobra.Command {
@@ -18,12 +20,23 @@ func (a *app) upCmd() *cobra.Command {
 its version row and checksum-ledger row, under goose's session advisory lock (a concurrent up
 waits, then finds nothing to do). Every session runs SET ROLE <prefix>owner first, so the owner
 role owns every object even when you connect as a superuser. A failing migration leaves no part
-of itself behind; the ones before it stay applied.`,
+of itself behind; the ones before it stay applied. (A migration marked "-- +goose NO
+TRANSACTION", of which the stream has none, runs statement by statement: its version and
+ledger rows still commit together, but a failure may leave some of its statements applied.)`,
 		Example: `  qlmigrate up --database-url postgres://ql_owner@db.internal/control
   qlmigrate up --to 14`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if to < 0 {
 				return cli.Usagef("--to %d: want a migration version, 1 or more", to)
+			}
+			// The stream is embedded, so a version it does not have is bad usage, caught before
+			// anything is opened.
+			list, err := checksums.Load(migrations.FS)
+			if err != nil {
+				return fmt.Errorf("read the embedded migrations: %w", err)
+			}
+			if last := list[len(list)-1].Version; to > last {
+				return cli.Usagef("--to %d: the stream has versions 1 … %d", to, last)
 			}
 			return nil
 		},
@@ -34,9 +47,6 @@ of itself behind; the ones before it stay applied.`,
 				return err
 			}
 			defer r.Close()
-			if to > int64(len(r.Migrations)) {
-				return cli.Usagef("--to %d: the stream has versions 1 … %d", to, len(r.Migrations))
-			}
 			applied, upErr := r.Up(ctx, to)
 			capability, capErr := db.New(r.Pool).Capability(ctx, "control-core")
 			out := cmd.OutOrStdout()
