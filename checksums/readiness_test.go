@@ -76,7 +76,7 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 	for _, want := range []string{
 		"index trigger_schedules_claim_idx CREATE INDEX trigger_schedules_claim_idx ON control_core.trigger_schedules USING btree (",
 		"index runs_recovery_idx CREATE INDEX runs_recovery_idx ON control_core.runs USING btree (",
-		"constraint runs_idempotency_key_key UNIQUE (idempotency_key)",
+		"constraint runs_idempotency_key_key UNIQUE (project_id, idempotency_key)",
 		"constraint trigger_schedules_claim_fence_check CHECK",
 		"constraint trigger_schedules_pkey PRIMARY KEY (project_id, trigger_id)",
 		"column claim_token uuid null",
@@ -126,7 +126,7 @@ func TestReadinessDriftNamesTheObject(t *testing.T) {
 		{"dropped index", "DROP INDEX control_core.trigger_schedules_claim_idx",
 			"missing_index", "control_core.trigger_schedules_claim_idx", "CREATE INDEX trigger_schedules_claim_idx"},
 		{"dropped unique", "ALTER TABLE control_core.runs DROP CONSTRAINT runs_idempotency_key_key",
-			"missing_constraint", "runs_idempotency_key_key on control_core.runs", "ADD CONSTRAINT runs_idempotency_key_key UNIQUE (idempotency_key)"},
+			"missing_constraint", "runs_idempotency_key_key on control_core.runs", "ADD CONSTRAINT runs_idempotency_key_key UNIQUE (project_id, idempotency_key)"},
 		{"dropped check", "ALTER TABLE control_core.trigger_schedules DROP CONSTRAINT trigger_schedules_claim_fence_check",
 			"missing_constraint", "trigger_schedules_claim_fence_check on control_core.trigger_schedules", "ADD CONSTRAINT trigger_schedules_claim_fence_check CHECK"},
 		{"dropped table", "DROP TABLE control_core.project_plugin_bindings",

@@ -166,7 +166,7 @@ func TestAdmitManyAddressesRowsByTID(t *testing.T) {
 	// 256 placeholder items: the plan's shape depends on the batch size, not on the values
 	var args []string
 	for _, typ := range []string{"text", "text", "text", "text", "uuid", "bigint", "bigint", "bigint", "bigint",
-		"bigint", "bigint", "bigint", "text", "text", "text", "uuid", "text", "uuid"} {
+		"bigint", "bigint", "bigint", "bigint", "text", "text", "text", "uuid", "text", "uuid"} {
 		args = append(args, fmt.Sprintf("array_fill(NULL::%s, ARRAY[256])", typ))
 	}
 	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {

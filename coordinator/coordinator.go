@@ -191,7 +191,9 @@ func (c *Coordinator) decide(log *slog.Logger, claim *Claim) (Decision, bool) {
 		log.Error("unusable misfire policy; claim left to expire", "err", err)
 		return Decision{}, false
 	}
-	return Decide(sched, policy, cursorOf(claim), claim.NowMs), true
+	// The observation is the claim's claimAcquiredAtMs, the clock's lower bound the claim wrote
+	// (ADR-0107), so the admit can verify the decision against the row itself.
+	return Decide(sched, policy, cursorOf(claim), claim.ClaimedAtMs), true
 }
 
 func (c *Coordinator) admitted(log *slog.Logger, it AdmitItem, d Decision, r AdmitResult) {

@@ -106,7 +106,9 @@ func (s *Store) Admit(ctx context.Context, c *Claim, scheduledFor, next int64, r
 	return res.Admitted, res.Outcome, res.Err
 }
 
-// AdmitItem is one occurrence to admit under its claim.
+// AdmitItem is one occurrence to admit under its claim. The decision behind it must have been
+// made at the claim's observation of database time, ClaimedAtMs (claimAcquiredAtMs): the admit
+// verifies ScheduledFor <= ClaimedAtMs < Next.
 type AdmitItem struct {
 	Claim              *Claim
 	ScheduledFor, Next int64
@@ -189,7 +191,7 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db
 			TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs.Int64,
 			ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
 			TaskDigest: c.TaskDigest, ExecutionRevisionID: c.ExecutionRevisionID, ExecutionDigest: c.ExecutionDigest,
-			RunID: it.RunID, RowCtid: c.RowCtid,
+			RunID: it.RunID, RowCtid: c.RowCtid, ObservedAtMs: c.ClaimedAtMs,
 		}})
 		br.QueryRow(func(_ int, row db.AdmitRow, rerr error) {
 			switch {
@@ -212,6 +214,7 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db
 		p.ClaimVersions, p.TriggerRevisions = append(p.ClaimVersions, c.ClaimVersion), append(p.TriggerRevisions, c.TriggerRevision)
 		p.StateVersions, p.CursorsMs = append(p.StateVersions, c.StateVersion), append(p.CursorsMs, c.NextFireAtMs.Int64)
 		p.ScheduledForMs, p.NextFireAtMs = append(p.ScheduledForMs, it.ScheduledFor), append(p.NextFireAtMs, it.Next)
+		p.ObservedAtMs = append(p.ObservedAtMs, c.ClaimedAtMs)
 		p.ProjectRevisions, p.ProjectDigests = append(p.ProjectRevisions, c.ProjectRevision), append(p.ProjectDigests, c.ProjectDigest)
 		p.TriggerDigests, p.TaskDigests = append(p.TriggerDigests, c.TriggerDigest), append(p.TaskDigests, c.TaskDigest)
 		p.ExecutionRevisionIds, p.ExecutionDigests = append(p.ExecutionRevisionIds, c.ExecutionRevisionID), append(p.ExecutionDigests, c.ExecutionDigest)

@@ -300,3 +300,196 @@ func TestRuntimeRoleCannotCreateSchedules(t *testing.T) {
 		t.Errorf("DELETE as ql_runtime: %v, want permission denied (42501)", err)
 	}
 }
+
+// The claim takes only rows of an active project and an enabled trigger, and breaks a tie of
+// equal cursors by project_id, then trigger_id.
+func TestClaimFiltersAndTieBreak(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	if err := f.admin.CreateProject(ctx, "a-first"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.PublishTask(ctx, "a-first", "task", []byte(`{"image":"example/job:1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"z", "m", "off"} {
+		f.trigger(id, "* * * * *", MisfireSkip)
+	}
+	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "a-first", Trigger: "z", Task: "task",
+		Cron: "* * * * *", TimeZone: "UTC", Misfire: MisfireSkip, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "p", Trigger: "off", Task: "task",
+		Cron: "* * * * *", TimeZone: "UTC", Misfire: MisfireSkip, Enabled: false}); err != nil {
+		t.Fatal(err)
+	}
+	// every row at the same cursor, so only the tie-break orders them
+	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = control_core.db_now_ms() - 1000, state_version = state_version + 1`)
+	s := NewStore(f.rt)
+	var got []string
+	for c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t); c != nil; c = must(s.Claim(ctx, "r1", 30*time.Second)).of(t) {
+		got = append(got, c.ProjectID+"/"+c.TriggerID)
+	}
+	if fmt.Sprint(got) != "[a-first/z p/m p/z]" {
+		t.Errorf("claimed %v, want [a-first/z p/m p/z] (project, then trigger; the disabled trigger never)", got)
+	}
+	// An archived project's rows are not claimable either.
+	f.exec(`UPDATE control_core.trigger_schedules SET claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
+		state_version = state_version + 1 WHERE project_id = 'a-first'`)
+	f.exec(`UPDATE control_core.projects SET state = 'archived' WHERE project_id = 'a-first'`)
+	if c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t); c != nil {
+		t.Errorf("claimed %s/%s of an archived project", c.ProjectID, c.TriggerID)
+	}
+}
+
+// ABA, item by item: a copy of the live claim that differs only in its token, or only in its
+// claim version, loses the fence; the untouched copy wins.
+func TestAdmitChecksTokenAndVersionOnTheirOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.trigger("a", "* * * * *", MisfireSkip)
+	f.setCursor("a", -time.Second)
+	s := NewStore(f.rt)
+	live := must(s.Claim(ctx, "replica", 30*time.Second)).of(t)
+	otherToken, otherVersion := *live, *live
+	otherToken.ClaimToken.UUID = uuid.New()
+	otherVersion.ClaimVersion--
+	for name, c := range map[string]*Claim{"token": &otherToken, "version": &otherVersion} {
+		if _, out, err := s.Admit(ctx, c, c.NextFireAtMs.Int64, c.NextFireAtMs.Int64+60_000, uuid.New(), 3); err != nil || out != Race {
+			t.Errorf("admit with another %s: %v, %v; want a race", name, out, err)
+		}
+		if out, err := s.Advance(ctx, c, c.NextFireAtMs.Int64+60_000); err != nil || out != Race {
+			t.Errorf("skip with another %s: %v, %v; want a race", name, out, err)
+		}
+	}
+	if _, out, err := s.Admit(ctx, live, live.NextFireAtMs.Int64, live.NextFireAtMs.Int64+60_000, uuid.New(), 3); err != nil || out != Written {
+		t.Fatalf("admit under the live fence: %v, %v; want written", out, err)
+	}
+	if n := f.audit(); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+}
+
+// The admit verifies the decision against the claim's observation of database time
+// (claimAcquiredAtMs): an observation other than the claim's, a candidate not yet due at it, or a
+// next fire time not after it writes nothing, and the claim stays held.
+func TestAdmitVerifiesTheDecisionsObservation(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		forge  func(c *Claim) (scheduled, next int64)
+		wantOK bool
+	}{
+		{"as decided", func(c *Claim) (int64, int64) { return c.NextFireAtMs.Int64, c.ClaimedAtMs + 1 }, true},
+		{"another observation", func(c *Claim) (int64, int64) {
+			c.ClaimedAtMs += 5000
+			return c.NextFireAtMs.Int64, c.ClaimedAtMs + 1
+		}, false},
+		{"candidate after the observation", func(c *Claim) (int64, int64) { return c.ClaimedAtMs + 1, c.ClaimedAtMs + 60_000 }, false},
+		{"next fire time not after the observation", func(c *Claim) (int64, int64) { return c.NextFireAtMs.Int64, c.ClaimedAtMs }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			f := newFixture(t)
+			f.trigger("a", "* * * * *", MisfireSkip)
+			f.setCursor("a", -2*time.Second)
+			s := NewStore(f.rt)
+			claim := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
+			c := *claim
+			scheduled, next := tc.forge(&c)
+			_, out, err := s.Admit(ctx, &c, scheduled, next, uuid.New(), 3)
+			if tc.wantOK {
+				if err != nil || out != Written {
+					t.Fatalf("admit: %v, %v; want written", out, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrAdmitInvalid) {
+				t.Errorf("admit: %v, %v; want ErrAdmitInvalid", out, err)
+			}
+			if n := f.count("SELECT count(*) FROM control_core.runs"); n != 0 {
+				t.Errorf("%d runs, want 0", n)
+			}
+			if f.count("SELECT count(*) FROM control_core.trigger_schedules WHERE claim_token = $1", claim.ClaimToken.UUID) != 1 {
+				t.Error("the claim is no longer held")
+			}
+		})
+	}
+}
+
+// Trigger ids are unique per project only: the same trigger id in two projects, firing at the
+// same time, gets one Run in each (the idempotency key is unique per project).
+func TestSameTriggerIDInTwoProjectsAdmitsBoth(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	if err := f.admin.CreateProject(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.PublishTask(ctx, "q", "task", []byte(`{"image":"example/job:1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	f.trigger("nightly", "0 3 * * *", MisfireSkip)
+	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "q", Trigger: "nightly", Task: "task",
+		Cron: "0 3 * * *", TimeZone: "UTC", Misfire: MisfireSkip, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = (control_core.db_now_ms() - 1000) / 1000 * 1000,
+		state_version = state_version + 1`)
+	s := NewStore(f.rt)
+	for range 2 {
+		if _, _, out := fireOnce(t, s, "r1"); out != Written {
+			t.Fatalf("admit: %s, want written", out)
+		}
+	}
+	if n := f.count(`SELECT count(DISTINCT project_id) FROM control_core.runs`); n != 2 {
+		t.Errorf("runs in %d projects, want 2", n)
+	}
+	if n := f.count(`SELECT count(DISTINCT idempotency_key) FROM control_core.runs`); n != 1 {
+		t.Errorf("%d distinct keys, want 1 (the ADR's key names no project)", n)
+	}
+}
+
+// A serialization failure is retried, a bounded number of times: a concurrent update of the
+// schedule row, committed while the admit waits for its row lock, fails the admit with 40001;
+// the retry then finds the row changed and reports a race. Nothing is written.
+func TestAdmitRetriesASerializationFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.trigger("a", "* * * * *", MisfireSkip)
+	f.setCursor("a", -time.Second)
+	s := NewStore(f.rt)
+	c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
+	tx := must(f.su.Begin(ctx)).of(t)
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `UPDATE control_core.trigger_schedules SET state_version = state_version + 1 WHERE trigger_id = 'a'`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan AdmitResult, 1)
+	go func() {
+		done <- s.AdmitBatch(ctx, []AdmitItem{{Claim: c, ScheduledFor: c.NextFireAtMs.Int64, Next: c.ClaimedAtMs + 60_000, RunID: uuid.New()}}, 2)[0]
+	}()
+	// wait until the admit is blocked on the row lock the transaction holds
+	for f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND usename = 'ql_runtime'`) == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("admit ended before it waited on the lock: %+v", r)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.Err != nil || r.Outcome != Race || r.Retries != 1 {
+		t.Errorf("admit: outcome %s, retries %d, err %v; want a race after 1 retry", r.Outcome, r.Retries, r.Err)
+	}
+	if n := f.count("SELECT count(*) FROM control_core.runs"); n != 0 {
+		t.Errorf("%d runs, want 0", n)
+	}
+}

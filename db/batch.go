@@ -38,25 +38,28 @@ verified AS (
       -- the schedule as claimed
       AND s.trigger_revision = $9::bigint AND s.state_version = $10::bigint
       AND s.next_fire_at_ms = $11::bigint
-      -- the decision
-      AND $2::bigint >= s.next_fire_at_ms AND $2::bigint <= obs.now_ms
-      AND $1::bigint > $2::bigint
+      -- the decision, made at the claim's observation of database time: the claim's
+      -- updated_at_ms, claimAcquiredAtMs (ADR-0107). The candidate is due at that observation and
+      -- not before the cursor, the next fire time lies after it, and the candidate is due now.
+      AND s.updated_at_ms = $12::bigint
+      AND $2::bigint >= s.next_fire_at_ms AND $2::bigint <= $12::bigint
+      AND $1::bigint > $12::bigint AND $2::bigint <= obs.now_ms
       -- revisions and digests
-      AND p.state = 'active' AND p.revision = $12::bigint AND p.content_digest = $13::text
+      AND p.state = 'active' AND p.revision = $13::bigint AND p.content_digest = $14::text
       AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
               'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
       AND t.head_revision = s.trigger_revision
-      AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = $14::text
+      AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = $15::text
       AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
               'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
               'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
               'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
-      AND kr.content_digest = $15::text
+      AND kr.content_digest = $16::text
       AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
               'task_id', kr.task_id, 'revision', kr.revision,
               'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
-      AND er.execution_revision_id = $16::uuid
-      AND er.executor_kind = 'remote_worker' AND er.digest = $17::text
+      AND er.execution_revision_id = $17::uuid
+      AND er.executor_kind = 'remote_worker' AND er.digest = $18::text
       AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex')
     FOR UPDATE OF s
 ),
@@ -64,7 +67,7 @@ run AS (
     INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
                                    trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
                                    queued_at_ms, created_at_ms, updated_at_ms)
-    SELECT $18::uuid, v.project_id, v.task_id, v.task_revision, v.execution_revision_id, v.trigger_id,
+    SELECT $19::uuid, v.project_id, v.task_id, v.task_revision, v.execution_revision_id, v.trigger_id,
            v.trigger_revision, $2::bigint,
            'ql3:cron:v1:' || v.trigger_id || ':' || v.trigger_revision || ':' || $2::bigint,
            'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
@@ -115,6 +118,7 @@ type AdmitParams struct {
 	TriggerRevision     int64     `json:"trigger_revision"`
 	StateVersion        int64     `json:"state_version"`
 	CursorMs            int64     `json:"cursor_ms"`
+	ObservedAtMs        int64     `json:"observed_at_ms"`
 	ProjectRevision     int64     `json:"project_revision"`
 	ProjectDigest       string    `json:"project_digest"`
 	TriggerDigest       string    `json:"trigger_digest"`
@@ -133,8 +137,8 @@ type AdmitRow struct {
 
 // The atomic admission, run alone in a SERIALIZABLE transaction. The first CTE re-locks the
 // schedule row and re-verifies, item by item: the full four-part fence against database time, the
-// schedule's revision, state_version and cursor, the decision's candidate (due, not before the
-// cursor) and next fire time, the project, trigger and task revisions and their content digests
+// schedule's revision, state_version and cursor, the decision's observation time (the claim's
+// claimAcquiredAtMs), candidate (due at it, not before the cursor) and next fire time (after it), the project, trigger and task revisions and their content digests
 // (as claimed and as recomputed from the rows), and the pinned remote_worker execution revision's
 // digest. Only when every item holds does it insert the queued Run, its claimed remote_worker
 // Attempt and the events run.created and run.queued, and advance the cursor while clearing the
@@ -160,6 +164,7 @@ func (q *Queries) Admit(ctx context.Context, arg []AdmitParams) *AdmitBatchResul
 			a.TriggerRevision,
 			a.StateVersion,
 			a.CursorMs,
+			a.ObservedAtMs,
 			a.ProjectRevision,
 			a.ProjectDigest,
 			a.TriggerDigest,
@@ -205,7 +210,7 @@ func (b *AdmitBatchResults) Close() error {
 const admitMany = `-- name: AdmitMany :batchmany
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (
-    SELECT row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version, trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms, project_revision, project_digest, trigger_digest, task_digest, execution_revision_id, execution_digest, run_id, ord
+    SELECT row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version, trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms, observed_at_ms, project_revision, project_digest, trigger_digest, task_digest, execution_revision_id, execution_digest, run_id, ord
     FROM ROWS FROM (unnest($1::text[]),
                     unnest($2::text[]),
                     unnest($3::text[]),
@@ -218,15 +223,16 @@ item AS (
                     unnest($10::bigint[]),
                     unnest($11::bigint[]),
                     unnest($12::bigint[]),
-                    unnest($13::text[]),
+                    unnest($13::bigint[]),
                     unnest($14::text[]),
                     unnest($15::text[]),
-                    unnest($16::uuid[]),
-                    unnest($17::text[]),
-                    unnest($18::uuid[]))
+                    unnest($16::text[]),
+                    unnest($17::uuid[]),
+                    unnest($18::text[]),
+                    unnest($19::uuid[]))
          WITH ORDINALITY AS i (row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version,
                                trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms,
-                               project_revision, project_digest, trigger_digest, task_digest,
+                               observed_at_ms, project_revision, project_digest, trigger_digest, task_digest,
                                execution_revision_id, execution_digest, run_id, ord)
 ),
 verified AS (
@@ -253,9 +259,10 @@ verified AS (
       -- the schedule as claimed
       AND s.trigger_revision = i.trigger_revision AND s.state_version = i.state_version
       AND s.next_fire_at_ms = i.cursor_ms
-      -- the decision
-      AND i.scheduled_for_ms >= s.next_fire_at_ms AND i.scheduled_for_ms <= obs.now_ms
-      AND i.next_fire_at_ms > i.scheduled_for_ms
+      -- the decision, at the claim's observation (see the admit)
+      AND s.updated_at_ms = i.observed_at_ms
+      AND i.scheduled_for_ms >= s.next_fire_at_ms AND i.scheduled_for_ms <= i.observed_at_ms
+      AND i.next_fire_at_ms > i.observed_at_ms AND i.scheduled_for_ms <= obs.now_ms
       -- revisions and digests
       AND p.state = 'active' AND p.revision = i.project_revision AND p.content_digest = i.project_digest
       AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
@@ -326,6 +333,7 @@ type AdmitManyParams struct {
 	CursorsMs            []int64     `json:"cursors_ms"`
 	ScheduledForMs       []int64     `json:"scheduled_for_ms"`
 	NextFireAtMs         []int64     `json:"next_fire_at_ms"`
+	ObservedAtMs         []int64     `json:"observed_at_ms"`
 	ProjectRevisions     []int64     `json:"project_revisions"`
 	ProjectDigests       []string    `json:"project_digests"`
 	TriggerDigests       []string    `json:"trigger_digests"`
@@ -366,6 +374,7 @@ func (q *Queries) AdmitMany(ctx context.Context, arg []AdmitManyParams) *AdmitMa
 			a.CursorsMs,
 			a.ScheduledForMs,
 			a.NextFireAtMs,
+			a.ObservedAtMs,
 			a.ProjectRevisions,
 			a.ProjectDigests,
 			a.TriggerDigests,

@@ -156,7 +156,7 @@ func TestVerifyFindsSchemaDrift(t *testing.T) {
 		{"dropped recovery index", "DROP INDEX control_core.runs_recovery_idx",
 			"readiness", []string{"control_core.runs_recovery_idx", "CREATE INDEX runs_recovery_idx"}},
 		{"dropped idempotency unique", "ALTER TABLE control_core.runs DROP CONSTRAINT runs_idempotency_key_key",
-			"readiness", []string{"runs_idempotency_key_key on control_core.runs", "UNIQUE (idempotency_key)"}},
+			"readiness", []string{"runs_idempotency_key_key on control_core.runs", "UNIQUE (project_id, idempotency_key)"}},
 		{"dropped CHECK constraint", "ALTER TABLE control_core.trigger_schedules DROP CONSTRAINT trigger_schedules_claim_fence_check",
 			"readiness", []string{"trigger_schedules_claim_fence_check on control_core.trigger_schedules", "ADD CONSTRAINT trigger_schedules_claim_fence_check CHECK"}},
 		{"dropped function", "DROP FUNCTION control_core.lock_project(text, text)",

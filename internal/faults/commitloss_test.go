@@ -58,7 +58,7 @@ func TestGateCommitResponseLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	cursor := claim.NextFireAtMs.Int64
-	d := coordinator.Decide(sched, coordinator.MisfireSkip, &cursor, claim.NowMs)
+	d := coordinator.Decide(sched, coordinator.MisfireSkip, &cursor, claim.ClaimedAtMs)
 	if d.Kind != coordinator.DecisionFire || d.ScheduledForMs != occB {
 		t.Fatalf("decision %+v; want fire for %d", d, occB)
 	}

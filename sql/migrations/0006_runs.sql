@@ -1,5 +1,7 @@
 -- pg-0006-runs: durable Runs. A scheduled occurrence becomes exactly one Run, keyed by its
--- idempotency key ql3:cron:v1:<triggerId>:<triggerRevision>:<scheduledForMs>.
+-- idempotency key ql3:cron:v1:<triggerId>:<triggerRevision>:<scheduledForMs>. Trigger ids are
+-- unique within a project only, so the key is unique per project: two projects' triggers of the
+-- same name each get their occurrences.
 -- control-core capability v5 / runs.
 
 -- +goose Up
@@ -12,7 +14,7 @@ CREATE TABLE control_core.runs (
     trigger_id             text,
     trigger_revision       bigint,
     scheduled_for_ms       bigint CHECK (scheduled_for_ms >= 0),
-    idempotency_key        text   NOT NULL UNIQUE CHECK (length(idempotency_key) BETWEEN 1 AND 256),
+    idempotency_key        text   NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 256),
     state                  text   NOT NULL CHECK (state IN ('queued', 'dispatching', 'running', 'succeeded', 'failed', 'cancelled')),
     -- 'runtime': admitted by the scheduler, recovered by the runtime; 'operator': started by hand.
     owner                  text   NOT NULL CHECK (owner IN ('runtime', 'operator')),
@@ -21,6 +23,7 @@ CREATE TABLE control_core.runs (
     finished_at_ms         bigint,
     created_at_ms          bigint NOT NULL CHECK (created_at_ms > 0),
     updated_at_ms          bigint NOT NULL CHECK (updated_at_ms >= created_at_ms),
+    CONSTRAINT runs_idempotency_key_key UNIQUE (project_id, idempotency_key),
     FOREIGN KEY (project_id, task_id, task_revision)
         REFERENCES control_core.task_revisions (project_id, task_id, revision),
     FOREIGN KEY (project_id, trigger_id, trigger_revision)

@@ -52,8 +52,8 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
 -- name: Admit :batchone
 -- The atomic admission, run alone in a SERIALIZABLE transaction. The first CTE re-locks the
 -- schedule row and re-verifies, item by item: the full four-part fence against database time, the
--- schedule's revision, state_version and cursor, the decision's candidate (due, not before the
--- cursor) and next fire time, the project, trigger and task revisions and their content digests
+-- schedule's revision, state_version and cursor, the decision's observation time (the claim's
+-- claimAcquiredAtMs), candidate (due at it, not before the cursor) and next fire time (after it), the project, trigger and task revisions and their content digests
 -- (as claimed and as recomputed from the rows), and the pinned remote_worker execution revision's
 -- digest. Only when every item holds does it insert the queued Run, its claimed remote_worker
 -- Attempt and the events run.created and run.queued, and advance the cursor while clearing the
@@ -83,9 +83,12 @@ verified AS (
       -- the schedule as claimed
       AND s.trigger_revision = @trigger_revision::bigint AND s.state_version = @state_version::bigint
       AND s.next_fire_at_ms = @cursor_ms::bigint
-      -- the decision
-      AND @scheduled_for_ms::bigint >= s.next_fire_at_ms AND @scheduled_for_ms::bigint <= obs.now_ms
-      AND @next_fire_at_ms::bigint > @scheduled_for_ms::bigint
+      -- the decision, made at the claim's observation of database time: the claim's
+      -- updated_at_ms, claimAcquiredAtMs (ADR-0107). The candidate is due at that observation and
+      -- not before the cursor, the next fire time lies after it, and the candidate is due now.
+      AND s.updated_at_ms = @observed_at_ms::bigint
+      AND @scheduled_for_ms::bigint >= s.next_fire_at_ms AND @scheduled_for_ms::bigint <= @observed_at_ms::bigint
+      AND @next_fire_at_ms::bigint > @observed_at_ms::bigint AND @scheduled_for_ms::bigint <= obs.now_ms
       -- revisions and digests
       AND p.state = 'active' AND p.revision = @project_revision::bigint AND p.content_digest = @project_digest::text
       AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
@@ -163,6 +166,7 @@ item AS (
                     unnest(@cursors_ms::bigint[]),
                     unnest(@scheduled_for_ms::bigint[]),
                     unnest(@next_fire_at_ms::bigint[]),
+                    unnest(@observed_at_ms::bigint[]),
                     unnest(@project_revisions::bigint[]),
                     unnest(@project_digests::text[]),
                     unnest(@trigger_digests::text[]),
@@ -172,7 +176,7 @@ item AS (
                     unnest(@run_ids::uuid[]))
          WITH ORDINALITY AS i (row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version,
                                trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms,
-                               project_revision, project_digest, trigger_digest, task_digest,
+                               observed_at_ms, project_revision, project_digest, trigger_digest, task_digest,
                                execution_revision_id, execution_digest, run_id, ord)
 ),
 verified AS (
@@ -199,9 +203,10 @@ verified AS (
       -- the schedule as claimed
       AND s.trigger_revision = i.trigger_revision AND s.state_version = i.state_version
       AND s.next_fire_at_ms = i.cursor_ms
-      -- the decision
-      AND i.scheduled_for_ms >= s.next_fire_at_ms AND i.scheduled_for_ms <= obs.now_ms
-      AND i.next_fire_at_ms > i.scheduled_for_ms
+      -- the decision, at the claim's observation (see the admit)
+      AND s.updated_at_ms = i.observed_at_ms
+      AND i.scheduled_for_ms >= s.next_fire_at_ms AND i.scheduled_for_ms <= i.observed_at_ms
+      AND i.next_fire_at_ms > i.observed_at_ms AND i.scheduled_for_ms <= obs.now_ms
       -- revisions and digests
       AND p.state = 'active' AND p.revision = i.project_revision AND p.content_digest = i.project_digest
       AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
