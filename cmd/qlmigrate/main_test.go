@@ -8,13 +8,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/roles"
+	"github.com/qlcontrol/controlcore/sql/migrations"
 )
 
 func TestMain(m *testing.M) { testpg.Main(m) }
@@ -135,37 +139,72 @@ func TestHelpOnEveryCommand(t *testing.T) {
 	}
 }
 
-// The whole bootstrap a DBA runs on a fresh database: roles create as a superuser, up as the
-// owner role, status; then again, changing nothing.
+// The whole bootstrap a DBA runs on a fresh cluster: roles create as a superuser, up as the owner
+// role, status, verify; then again, changing nothing. testpg already created the shared ql_
+// roles, so the test uses a prefix of its own whose roles do not exist yet.
 func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 	t.Parallel()
 	d := testpg.NewEmpty(t)
-	su, owner := d.URL(""), d.URL("ql_owner")
+	names, err := roles.NewNames(fmt.Sprintf("qle%d_%d_", os.Getpid(), privateSeq.Add(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dropRoles(d, names) })
+	// NewEmpty let ql_owner create here; this database is the prefix's alone.
+	d.Exec(t, fmt.Sprintf("REVOKE ALL ON DATABASE %s FROM ql_owner", pgx.Identifier{d.Name}.Sanitize()))
+	su, owner := d.URL(""), d.URL(names.Owner)
+	prefix := []string{"--role-prefix", names.Prefix}
 
-	if r := run(t, nil, "roles", "create", "--database-url", su); r.code != 0 || !strings.Contains(r.stdout, "ql_runtime") {
+	r := run(t, nil, append([]string{"roles", "create", "--database-url", su}, prefix...)...)
+	if r.code != 0 {
 		t.Fatalf("roles create: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	r := run(t, nil, "--database-url", owner, "up")
-	if r.code != 0 || !strings.Contains(r.stdout, "18 applied; control-core is at v17") {
-		t.Fatalf("up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	for _, role := range names.All() {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(role) + `\s+created$`).MatchString(r.stdout) {
+			t.Errorf("roles create did not create %s:\n%s", role, r.stdout)
+		}
 	}
-	r = run(t, nil, "--database-url", owner, "status")
+	if n := strings.Count(r.stdout, " created\n"); n != 4 {
+		t.Fatalf("roles create: %d roles created, want 4\n%s", n, r.stdout)
+	}
+	// roles create sets no password; the test server may not trust loopback connections.
+	for _, role := range names.All() {
+		d.Exec(t, fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'", pgx.Identifier{role}.Sanitize(), testpg.Password))
+	}
+
+	r = run(t, nil, append([]string{"--database-url", owner, "up"}, prefix...)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "18 applied; control-core is at v17") || strings.Count(r.stdout, "applied pg-") != 18 {
+		t.Fatalf("up as %s: exit %d\n%s%s", names.Owner, r.code, r.stdout, r.stderr)
+	}
+
+	r = run(t, nil, append([]string{"--database-url", owner, "status"}, prefix...)...)
 	if r.code != 0 {
 		t.Fatalf("status: exit %d\n%s", r.code, r.stderr)
 	}
-	for _, want := range []string{"pg-0001-bootstrap", "pg-0014-cluster-scheduler-admission", "pg-0018-plugin-packages", "capability v17", "18 of 18 applied"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("status output lacks %q:\n%s", want, r.stdout)
+	stream, err := checksums.Load(migrations.FS)
+	if err != nil || len(stream) != 18 {
+		t.Fatalf("embedded stream: %d migrations, %v; want 18", len(stream), err)
+	}
+	for _, m := range stream {
+		// VERSION NAME APPLIED-AT CHECKSUM, the time in RFC 3339.
+		line := regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+%s\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+ok$`, m.Version, regexp.QuoteMeta(m.Name)))
+		if !line.MatchString(r.stdout) {
+			t.Errorf("status has no line for %s with an applied time and checksum ok:\n%s", m.Name, r.stdout)
 		}
 	}
-	if strings.Contains(r.stdout, "pending") {
-		t.Errorf("status shows a pending migration:\n%s", r.stdout)
+	if !strings.Contains(r.stdout, "capability v17") || !strings.Contains(r.stdout, "18 of 18 applied") || strings.Contains(r.stdout, "pending") {
+		t.Errorf("status does not show all 18 applied at v17:\n%s", r.stdout)
 	}
-	if r = run(t, nil, "--database-url", su, "up"); r.code != 0 || !strings.Contains(r.stdout, "nothing to apply") {
+
+	if r = run(t, nil, append([]string{"--database-url", owner, "verify"}, prefix...)...); r.code != 0 || !strings.Contains(r.stdout, "OK: no drift") {
+		t.Errorf("verify: exit %d, want 0\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r = run(t, nil, append([]string{"--database-url", su, "up"}, prefix...)...); r.code != 0 || !strings.Contains(r.stdout, "nothing to apply") {
 		t.Errorf("second up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r = run(t, nil, "roles", "create", "--database-url", su); r.code != 0 || strings.Contains(r.stdout, "created") {
-		t.Errorf("second roles create: exit %d, want 0 and nothing created\n%s", r.code, r.stdout)
+	r = run(t, nil, append([]string{"roles", "create", "--database-url", su}, prefix...)...)
+	if r.code != 0 || strings.Contains(r.stdout, "created") || strings.Count(r.stdout, " exists\n") != 4 {
+		t.Errorf("second roles create: exit %d, want 0 with all 4 existing and nothing created\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 
