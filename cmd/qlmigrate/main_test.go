@@ -12,8 +12,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/internal/testpg"
@@ -245,38 +247,113 @@ func TestRolesCreateNeverAltersAPrivilegedRole(t *testing.T) {
 	}
 }
 
-// Two `up` processes started together on an empty database: both exit 0 and every migration is
-// applied exactly once.
+// process is a qlmigrate started in the background; done is closed when it has exited, and res
+// is then valid.
+type process struct {
+	done chan struct{}
+	res  result
+}
+
+func start(t *testing.T, env []string, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(qlmigrate(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start qlmigrate %v: %v", args, err)
+	}
+	p := &process{done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait() // the exit code is in ProcessState
+		p.res = result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default: // the test failed before it finished: leave no process behind
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Two `up` processes on an empty database that provably overlap: the test holds goose's
+// migration lock while both start, sees both wait for it, then lets go. Both exit 0 and every
+// migration is applied exactly once.
 func TestConcurrentUpProcessesApplyOnce(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	d := testpg.NewEmpty(t)
-	var wg sync.WaitGroup
-	results := make([]result, 2)
-	for i := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = run(t, nil, "--database-url", d.URL(""), "up")
-		}()
+	holder, err := pgx.Connect(ctx, d.URL(""))
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	applied := 0
-	for i, r := range results {
-		if r.code != 0 {
-			t.Errorf("up #%d: exit %d\n%s%s", i, r.code, r.stdout, r.stderr)
+	defer holder.Close(ctx)
+	// goose's session lock key; migrate.Runner takes the same key before goose does.
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", lock.DefaultLockID); err != nil {
+		t.Fatalf("take the migration lock: %v", err)
+	}
+	procs := []*process{
+		start(t, nil, "--database-url", d.URL(""), "up"),
+		start(t, nil, "--database-url", d.URL(""), "up"),
+	}
+
+	// Wait, bounded, until the catalogs show both sessions queued behind the lock in this
+	// database; polling the condition, not sleeping in place of it.
+	waiting := 0
+	deadline := time.Now().Add(60 * time.Second)
+	for waiting != len(procs) {
+		for i, p := range procs {
+			if p.exited() {
+				t.Fatalf("up #%d exited while the test held the migration lock: exit %d\n%s%s", i, p.res.code, p.res.stdout, p.res.stderr)
+			}
 		}
-		applied += strings.Count(r.stdout, "applied pg-")
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60 s, %d of the %d up processes wait on the migration lock", waiting, len(procs))
+		}
+		err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database db ON db.oid = l.database
+			WHERE l.locktype = 'advisory' AND NOT l.granted AND db.datname = $1
+			  AND ((l.classid::bigint << 32) | l.objid::bigint) = $2`, d.Name, lock.DefaultLockID).Scan(&waiting)
+		if err != nil {
+			t.Fatalf("read pg_locks: %v", err)
+		}
+		if waiting != len(procs) {
+			time.Sleep(10 * time.Millisecond) // the polling interval
+		}
+	}
+	var schemas int
+	if err := holder.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = 'control_core'").Scan(&schemas); err != nil || schemas != 0 {
+		t.Fatalf("control_core exists (%d, %v) while the test holds the lock: an up did not wait", schemas, err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", lock.DefaultLockID); err != nil {
+		t.Fatalf("release the migration lock: %v", err)
+	}
+
+	applied := 0
+	for i, p := range procs {
+		<-p.done
+		if p.res.code != 0 {
+			t.Errorf("up #%d: exit %d\n%s%s", i, p.res.code, p.res.stdout, p.res.stderr)
+		}
+		applied += strings.Count(p.res.stdout, "applied pg-")
 	}
 	if applied != 18 {
 		t.Errorf("the two runs applied %d migrations between them, want 18", applied)
 	}
-	conn, err := pgx.Connect(context.Background(), d.URL(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	var versions, rows, ledger int
-	err = conn.QueryRow(context.Background(), `SELECT count(DISTINCT version_id), count(*),
+	err = holder.QueryRow(ctx, `SELECT count(DISTINCT version_id), count(*),
 		(SELECT count(*) FROM control_core.migration_ledger) FROM control_core.goose_db_version WHERE version_id > 0`).Scan(&versions, &rows, &ledger)
 	if err != nil {
 		t.Fatal(err)
