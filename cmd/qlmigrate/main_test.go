@@ -90,6 +90,10 @@ func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
 		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, "--role-prefix"},
 		{"extra argument", []string{"status", "now"}, "unknown command"},
 		{"unparseable URL", []string{"status", "--database-url", "postgres://u:hunter2@127.0.0.1:1/x%zz"}, "cannot parse"},
+		{"verify: bad format", []string{"verify", "--format", "yaml"}, `--format "yaml": want text or json`},
+		{"verify: unknown flag", []string{"verify", "--allow-everything"}, "unknown flag: --allow-everything"},
+		{"verify: extra argument", []string{"verify", "now"}, "unknown command"},
+		{"grants: bad format", []string{"grants", "--sql", "--format", "yaml"}, `--format "yaml": want text or json`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -117,6 +121,11 @@ func TestConnectionFailureExits3AndRedactsThePassword(t *testing.T) {
 		{"flag after the command", nil, []string{"status", "--database-url", "postgres://u:secret@127.0.0.1:1/x"}},
 		{"QL_DATABASE_URL", []string{"QL_DATABASE_URL=postgres://u:secret@127.0.0.1:1/x"}, []string{"up"}},
 		{"PG variables", []string{"PGHOST=127.0.0.1", "PGPORT=1", "PGUSER=u", "PGPASSWORD=secret", "PGDATABASE=x"}, []string{"status"}},
+		{"verify", nil, []string{"verify", "--database-url", "postgres://u:secret@127.0.0.1:1/x"}},
+		{"verify --format json", nil, []string{"verify", "--format", "json", "--database-url", "postgres://u:secret@127.0.0.1:1/x"}},
+		{"grants", nil, []string{"grants", "--database-url", "postgres://u:secret@127.0.0.1:1/x"}},
+		{"grants --sql", []string{"QL_DATABASE_URL=postgres://u:secret@127.0.0.1:1/x"}, []string{"grants", "--sql"}},
+		{"roles create", nil, []string{"roles", "create", "--database-url", "postgres://u:secret@127.0.0.1:1/x"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -133,7 +142,8 @@ func TestConnectionFailureExits3AndRedactsThePassword(t *testing.T) {
 
 func TestHelpOnEveryCommand(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"status", "--help"}, {"roles", "--help"}, {"roles", "create", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"status", "--help"}, {"roles", "--help"}, {"roles", "create", "--help"},
+		{"verify", "--help"}, {"grants", "--help"}, {"hash", "--help"}} {
 		r := run(t, nil, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("%v: exit %d, stdout %q; want exit 0 with usage", args, r.code, r.stdout)
