@@ -210,15 +210,16 @@ func TestVerifyPendingMigration(t *testing.T) {
 	assertDrift(t, r, "capability", []string{"control-core is v15", "expects v16 / exact_grants"})
 }
 
-// One case per kind of privilege drift: verify exits 1 naming the object, grants marks it, and
-// the statements of grants --sql, run as the superuser, make verify exit 0 again.
+// One case per kind of privilege drift: verify exits 1 naming the object, grants marks it,
+// grants --sql prints exactly the statements that remove it (and nothing else), and those, run as
+// the superuser, make verify exit 0 again.
 func TestVerifyPrivilegeDriftAndTheGrantsFix(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name, sql string
 		private   bool // changes a role: runs with a role prefix of its own
 		want      []string
-		fix       string // a statement grants --sql must print
+		fix       string // all that grants --sql prints, one statement a line
 	}{
 		{name: "extra INSERT on trigger_schedules to runtime", sql: "GRANT INSERT ON control_core.trigger_schedules TO {runtime}",
 			want: []string{"{runtime} holds INSERT on table control_core.trigger_schedules"},
@@ -270,10 +271,18 @@ func TestVerifyPrivilegeDriftAndTheGrantsFix(t *testing.T) {
 			fix:  `ALTER DEFAULT PRIVILEGES FOR ROLE "{owner}" REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;`},
 		{name: "table owner changed", sql: "ALTER TABLE control_core.runs OWNER TO {admin}",
 			want: []string{"table control_core.runs is owned by {admin}; the model says {owner}"},
-			fix:  `ALTER TABLE control_core.runs OWNER TO "{owner}";`},
+			// The new owner's own grant merged into its owner privileges: moving the table back
+			// must give the admin role its SELECT again.
+			fix: `ALTER TABLE control_core.runs OWNER TO "{owner}";` + "\n" + `GRANT SELECT ON TABLE control_core.runs TO "{admin}";`},
 		{name: "grant option added", sql: "GRANT SELECT ON control_core.runs TO {admin} WITH GRANT OPTION",
 			want: []string{"{admin} holds SELECT on table control_core.runs with grant option"},
 			fix:  `REVOKE GRANT OPTION FOR SELECT ON TABLE control_core.runs FROM "{admin}";`},
+		{name: "USAGE on goose's id sequence to runtime", sql: "GRANT USAGE ON SEQUENCE control_core.goose_db_version_id_seq TO {runtime}",
+			want: []string{"{runtime} holds USAGE on sequence control_core.goose_db_version_id_seq"},
+			fix:  `REVOKE USAGE ON SEQUENCE control_core.goose_db_version_id_seq FROM "{runtime}";`},
+		{name: "PUBLIC gets SELECT on goose's id sequence", sql: "GRANT SELECT ON SEQUENCE control_core.goose_db_version_id_seq TO PUBLIC",
+			want: []string{"PUBLIC holds SELECT on sequence control_core.goose_db_version_id_seq"},
+			fix:  `REVOKE SELECT ON SEQUENCE control_core.goose_db_version_id_seq FROM PUBLIC;`},
 		{name: "EXECUTE on lock_project to runtime", sql: "GRANT EXECUTE ON FUNCTION control_core.lock_project(text, text) TO {runtime}",
 			want: []string{"{runtime} holds EXECUTE on function control_core.lock_project(text, text)"},
 			fix:  `REVOKE EXECUTE ON FUNCTION control_core.lock_project(text, text) FROM "{runtime}";`},
@@ -294,10 +303,10 @@ func TestVerifyPrivilegeDriftAndTheGrantsFix(t *testing.T) {
 			fix:  `ALTER ROLE "{worker_ingress}" LOGIN;`},
 		{name: "runtime made a member of admin", sql: "GRANT {admin} TO {runtime}", private: true,
 			want: []string{"{runtime} is a member of {admin}", "must be a member of no role"},
-			fix:  `REVOKE "{admin}" FROM "{runtime}"`},
+			fix:  `REVOKE "{admin}" FROM "{runtime}"{granted_by};`},
 		{name: "runtime made a member of pg_read_all_data", sql: "GRANT pg_read_all_data TO {runtime}", private: true,
 			want: []string{"{runtime} is a member of pg_read_all_data"},
-			fix:  `REVOKE "pg_read_all_data" FROM "{runtime}"`},
+			fix:  `REVOKE "pg_read_all_data" FROM "{runtime}"{granted_by};`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -311,8 +320,14 @@ func TestVerifyPrivilegeDriftAndTheGrantsFix(t *testing.T) {
 			} else {
 				d = testpg.New(t)
 			}
+			// PostgreSQL 16 keeps one membership per grantor, so the REVOKE names it: a
+			// superuser's GRANT of a role is recorded as granted by the bootstrap superuser.
+			grantedBy := ""
+			if d.Server.VersionNum >= 160000 {
+				grantedBy = " GRANTED BY " + pgx.Identifier{bootstrapSuperuser(t, d)}.Sanitize()
+			}
 			expand := strings.NewReplacer("{owner}", names.Owner, "{admin}", names.Admin, "{runtime}", names.Runtime,
-				"{worker_ingress}", names.WorkerIngress, "{db}", d.Name).Replace
+				"{worker_ingress}", names.WorkerIngress, "{db}", d.Name, "{granted_by}", grantedBy).Replace
 			args := []string{"--database-url", d.URL(""), "--role-prefix", names.Prefix}
 			d.Exec(t, expand(c.sql))
 
@@ -328,8 +343,8 @@ func TestVerifyPrivilegeDriftAndTheGrantsFix(t *testing.T) {
 				t.Errorf("grants: exit %d, want 1 with the drift marked\n%s%s", g.code, g.stdout, g.stderr)
 			}
 			fix := run(t, nil, append([]string{"grants", "--sql"}, args...)...)
-			if fix.code != 1 || !strings.Contains(fix.stdout, expand(c.fix)) {
-				t.Fatalf("grants --sql: exit %d, want 1 printing %q; got\n%s%s", fix.code, expand(c.fix), fix.stdout, fix.stderr)
+			if want := expand(c.fix) + "\n"; fix.code != 1 || fix.stdout != want {
+				t.Fatalf("grants --sql: exit %d, want 1 printing exactly\n%s(nothing else); got\n%s%s", fix.code, want, fix.stdout, fix.stderr)
 			}
 			d.Exec(t, fix.stdout)
 			if r := run(t, nil, append([]string{"verify"}, args...)...); r.code != 0 {
@@ -340,6 +355,22 @@ func TestVerifyPrivilegeDriftAndTheGrantsFix(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bootstrapSuperuser is the name of the role that initdb created (oid 10).
+func bootstrapSuperuser(t *testing.T, d *testpg.DB) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, d.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var name string
+	if err := conn.QueryRow(ctx, "SELECT rolname FROM pg_roles WHERE oid = 10").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // A membership *in* one of the four roles belongs to its member (a DBA; since PostgreSQL 16 the
