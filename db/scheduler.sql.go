@@ -359,11 +359,10 @@ WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
 SELECT coalesce((
     SELECT coalesce(s.next_fire_at_ms, -1) - obs.now_ms
     FROM control_core.trigger_schedules s
-    JOIN control_core.projects p ON p.project_id = s.project_id
-    JOIN control_core.trigger_revisions tr
-      ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
     WHERE (s.claim_token IS NULL OR s.claim_expires_at_ms <= obs.now_ms)
-      AND p.state = 'active' AND tr.kind = 'cron' AND tr.enabled
+      AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id) = 'active'
+      AND (SELECT tr.kind = 'cron' AND tr.enabled FROM control_core.trigger_revisions tr
+           WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
     LIMIT 1
 ), 9223372036854775807)::bigint AS due_in_ms
@@ -371,9 +370,10 @@ FROM obs
 `
 
 // Milliseconds from now (database time) until the earliest unclaimed row of an active project
-// and an enabled cron trigger falls due (≤ 0: due now; the largest bigint: no such row), read from
-// the claim's index:
-// an idle coordinator sleeps until then instead of waiting out its cadence.
+// and an enabled cron trigger falls due (≤ 0: due now; the largest bigint: no such row): the
+// claim's filter and order without its due condition, so it walks the claim's index the same way
+// (per-row subqueries, see the claim) and stops at the first row. An idle coordinator sleeps
+// until then instead of waiting out its cadence.
 func (q *Queries) NextDueIn(ctx context.Context) (int64, error) {
 	row := q.db.QueryRow(ctx, nextDueIn)
 	var due_in_ms int64
