@@ -123,7 +123,7 @@ func TestVerifyJSONReport(t *testing.T) {
 	priv := rep.Checks[6]
 	if priv.Name != "privileges" || priv.Status != "drift" || len(priv.Findings) != 1 ||
 		priv.Findings[0].Kind != "extra_privilege" || priv.Findings[0].Object != "control_core.trigger_schedules" ||
-		len(priv.Findings[0].SQL) != 1 || !strings.Contains(priv.Findings[0].SQL[0], "REVOKE DELETE ON TABLE control_core.trigger_schedules") {
+		len(priv.Findings[0].SQL) != 1 || priv.Findings[0].SQL[0] != `REVOKE DELETE ON TABLE control_core.trigger_schedules FROM "ql_runtime";` {
 		t.Errorf("privileges check: %+v", priv)
 	}
 }
