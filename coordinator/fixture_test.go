@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -18,14 +19,14 @@ func TestMain(m *testing.M) { testpg.Main(m) }
 // fixture is one test database with the publisher connected as ql_admin, the runtime as
 // ql_runtime, and a superuser pool for arranging and asserting.
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	d     *testpg.DB
 	admin *Publisher
 	su    *pgxpool.Pool
 	rt    *pgxpool.Pool
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	d := testpg.New(t)
 	f := &fixture{t: t, d: d, admin: NewPublisher(d.Pool(t, "ql_admin")), su: d.Pool(t, ""), rt: d.Pool(t, "ql_runtime")}
@@ -61,6 +62,29 @@ func (f *fixture) setCursor(trigger string, offset time.Duration) int64 {
 		f.t.Fatalf("set cursor of %s: %v", trigger, err)
 	}
 	return cursor
+}
+
+// bulkSchedules adds n enabled every-minute triggers t1 … tn to project p, with cursors spread one
+// a second over spread seconds, the first due seconds of them in the past, and ANALYZEs. The rows
+// are consistent; replica mode only skips the per-row foreign-key triggers, which would make a
+// million rows take minutes.
+func (f *fixture) bulkSchedules(n, spread, due int) {
+	f.t.Helper()
+	f.d.Exec(f.t, fmt.Sprintf(`SET session_replication_role = replica;
+		BEGIN;
+		INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
+		    SELECT 'p', 't' || g, 1 FROM generate_series(1, %[1]d) g;
+		INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
+		        misfire_policy, enabled, task_id, task_revision, content_digest)
+		    SELECT 'p', 't' || g, 1, 'cron', '* * * * *', 'UTC', 'skip', true, 'task', 1, repeat('a', 64)
+		    FROM generate_series(1, %[1]d) g;
+		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
+		        state_version, claim_version, updated_at_ms)
+		    SELECT 'p', 't' || g, 1, control_core.db_now_ms() + (g %% %[2]d - %[3]d) * 1000, 1, 0, control_core.db_now_ms()
+		    FROM generate_series(1, %[1]d) g;
+		COMMIT;
+		ANALYZE control_core.triggers, control_core.trigger_schedules, control_core.trigger_revisions, control_core.projects;`,
+		n, spread, due))
 }
 
 // expireClaim moves a held claim's expiry into the past, as if its lease had run out.
@@ -129,7 +153,7 @@ type result[T any] struct {
 	err error
 }
 
-func (r result[T]) of(t *testing.T) T {
+func (r result[T]) of(t testing.TB) T {
 	t.Helper()
 	if r.err != nil {
 		t.Fatal(r.err)
