@@ -70,7 +70,8 @@ func TestRoundHonoursTheBudgetAndTheHardCap(t *testing.T) {
 	}
 }
 
-// Run identities are allocated only for admits: init, not-due, skip and lost races allocate none.
+// Run identities are allocated only for an admit, i.e. when the decision fires: init, not-due and
+// skip allocate none. (An admit that then loses its fence discards its identity unwritten.)
 func TestRunIdentityOnlyForAnAdmit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
