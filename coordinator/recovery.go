@@ -110,6 +110,23 @@ func CheckReadiness(ctx context.Context, pool *pgxpool.Pool) error {
 	if !schemaOK {
 		return &ReadinessError{Problems: []string{"control_core is not installed (or not visible to this role): run qlmigrate up"}}
 	}
+	// RuntimeReadiness names these objects; on a half-migrated database (qlmigrate up --to 13) a
+	// missing one makes it raise an error (exit 3) where the answer is "not ready" (exit 1).
+	missing, err := db.New(pool).RuntimeObjects(ctx)
+	if err != nil {
+		return fmt.Errorf("readiness: look up the runtime's objects: %w", err)
+	}
+	if len(missing) > 0 {
+		var p []string
+		// best effort: the capabilities table may itself be among the missing
+		if c, err := db.New(pool).Capability(ctx, "control-core"); err == nil && c.Version != RequiredCapability {
+			p = append(p, fmt.Sprintf("control-core is at v%d, want v%d: run qlmigrate up", c.Version, RequiredCapability))
+		}
+		for _, m := range missing {
+			p = append(p, m+" does not exist (a partly migrated database?): run qlmigrate up")
+		}
+		return &ReadinessError{Problems: p}
+	}
 	r, err := db.New(pool).RuntimeReadiness(ctx)
 	if err != nil {
 		return fmt.Errorf("readiness: %w", err)

@@ -7,6 +7,8 @@ package db
 
 import (
 	"context"
+
+	"github.com/google/uuid"
 )
 
 const backlog = `-- name: Backlog :one
@@ -14,9 +16,12 @@ const backlog = `-- name: Backlog :one
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 due AS (
     SELECT s.next_fire_at_ms
-    FROM control_core.trigger_schedules s CROSS JOIN obs
-    WHERE coalesce(s.next_fire_at_ms, -1) <= obs.now_ms
-      AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= obs.now_ms)
+    FROM control_core.trigger_schedules s
+    WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
+      AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= control_core.db_now_ms())
+      AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id) = 'active'
+      AND (SELECT tr.kind = 'cron' AND tr.enabled FROM control_core.trigger_revisions tr
+           WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
     ORDER BY coalesce(s.next_fire_at_ms, -1)
     LIMIT $1::integer
 )
@@ -33,14 +38,80 @@ type BacklogRow struct {
 }
 
 // Operator views: read by `qlsched status` (any role with SELECT) and the backlog gauge.
-// Due and unclaimed schedule rows of active projects and enabled triggers, counted with the
-// claim's index range (coalesce(next_fire_at_ms, -1) <= now) and capped, so a huge backlog costs
-// a bounded scan; with the oldest due occurrence.
+//
+// "Backlog" has one definition everywhere: the rows ClaimDue (sql/queries/scheduler.sql) would
+// claim right now. A row is in the backlog when it is due or uninitialised
+// (coalesce(next_fire_at_ms, -1) <= now), carries no valid claim, its project is active and its
+// trigger revision is an enabled cron trigger. A disabled trigger or an archived project can never
+// be claimed, so it is never backlog: otherwise "due but nothing admitted" alerts would fire for
+// ever. The predicate is repeated in Backlog and ProjectStatus (SQL has no shared predicate short of
+// a view in a migration); internal/metrics tests that both agree with what ClaimDue claims.
+// The backlog, counted with the claim's index range (coalesce(next_fire_at_ms, -1) <= now, walked in
+// index order) and capped, so a huge backlog costs a bounded scan; with the oldest due occurrence.
+// The project and trigger conditions are per-row subqueries, as in ClaimDue and for the same
+// reason: the planner then has nothing to reorder and walks trigger_schedules_claim_idx in order,
+// stopping at the cap, instead of hash-joining and sorting the whole due range.
+// Time is control_core.db_now_ms() in the conditions, as in ClaimDue, not a column of the obs CTE:
+// the planner can estimate the due range from the function (one value per statement) but not from
+// a CTE's column, and with a blind guess it bitmap-scanned and sorted the whole range.
 func (q *Queries) Backlog(ctx context.Context, cap int32) (BacklogRow, error) {
 	row := q.db.QueryRow(ctx, backlog, cap)
 	var i BacklogRow
 	err := row.Scan(&i.DueUnclaimed, &i.OldestDueMs, &i.NowMs)
 	return i, err
+}
+
+const lastAdmits = `-- name: LastAdmits :many
+SELECT s.project_id, r.trigger_id::text AS trigger_id, r.trigger_revision::bigint AS trigger_revision,
+       r.scheduled_for_ms::bigint AS scheduled_for_ms, r.queued_at_ms::bigint AS queued_at_ms, r.run_id
+FROM control_core.trigger_schedules s
+CROSS JOIN LATERAL (
+    SELECT x.run_id, x.trigger_id, x.trigger_revision, x.scheduled_for_ms, x.queued_at_ms
+    FROM control_core.runs x
+    WHERE x.project_id = s.project_id AND x.trigger_id = s.trigger_id AND x.owner = 'runtime'
+    ORDER BY x.scheduled_for_ms DESC
+    LIMIT 1
+) r
+ORDER BY s.project_id, r.queued_at_ms DESC, r.trigger_id
+`
+
+type LastAdmitsRow struct {
+	ProjectID       string    `json:"project_id"`
+	TriggerID       string    `json:"trigger_id"`
+	TriggerRevision int64     `json:"trigger_revision"`
+	ScheduledForMs  int64     `json:"scheduled_for_ms"`
+	QueuedAtMs      int64     `json:"queued_at_ms"`
+	RunID           uuid.UUID `json:"run_id"`
+}
+
+// The newest admitted Run of every trigger that has one, newest admission first per project. One
+// probe of runs_trigger_idx (project_id, trigger_id, scheduled_for_ms DESC) per schedule row, so it
+// never reads a trigger's whole run history.
+func (q *Queries) LastAdmits(ctx context.Context) ([]LastAdmitsRow, error) {
+	rows, err := q.db.Query(ctx, lastAdmits)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LastAdmitsRow{}
+	for rows.Next() {
+		var i LastAdmitsRow
+		if err := rows.Scan(
+			&i.ProjectID,
+			&i.TriggerID,
+			&i.TriggerRevision,
+			&i.ScheduledForMs,
+			&i.QueuedAtMs,
+			&i.RunID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const liveClaimsByOwner = `-- name: LiveClaimsByOwner :many
@@ -78,14 +149,53 @@ func (q *Queries) LiveClaimsByOwner(ctx context.Context) ([]LiveClaimsByOwnerRow
 	return items, nil
 }
 
+const liveClaimsByProjectOwner = `-- name: LiveClaimsByProjectOwner :many
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
+SELECT s.project_id, s.claim_owner::text AS owner, count(*)::bigint AS claims
+FROM control_core.trigger_schedules s CROSS JOIN obs
+WHERE s.claim_expires_at_ms > obs.now_ms
+GROUP BY s.project_id, s.claim_owner
+ORDER BY s.project_id, s.claim_owner
+`
+
+type LiveClaimsByProjectOwnerRow struct {
+	ProjectID string `json:"project_id"`
+	Owner     string `json:"owner"`
+	Claims    int64  `json:"claims"`
+}
+
+// Live claims per project and owner: which replicas hold which project's rows right now.
+func (q *Queries) LiveClaimsByProjectOwner(ctx context.Context) ([]LiveClaimsByProjectOwnerRow, error) {
+	rows, err := q.db.Query(ctx, liveClaimsByProjectOwner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LiveClaimsByProjectOwnerRow{}
+	for rows.Next() {
+		var i LiveClaimsByProjectOwnerRow
+		if err := rows.Scan(&i.ProjectID, &i.Owner, &i.Claims); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const projectStatus = `-- name: ProjectStatus :many
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
 SELECT p.project_id, p.state,
        count(s.trigger_id)::bigint AS triggers,
        count(s.trigger_id) FILTER (WHERE tr.enabled)::bigint AS enabled,
-       count(s.trigger_id) FILTER (WHERE tr.enabled AND s.next_fire_at_ms <= obs.now_ms
+       count(s.trigger_id) FILTER (WHERE p.state = 'active' AND tr.kind = 'cron' AND tr.enabled
+                                   AND coalesce(s.next_fire_at_ms, -1) <= obs.now_ms
                                    AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= obs.now_ms))::bigint AS backlog,
-       coalesce(min(s.next_fire_at_ms) FILTER (WHERE tr.enabled AND s.next_fire_at_ms <= obs.now_ms), 0)::bigint AS oldest_overdue_ms, -- 0: none
+       coalesce(min(s.next_fire_at_ms) FILTER (WHERE p.state = 'active' AND tr.kind = 'cron' AND tr.enabled
+                                              AND s.next_fire_at_ms <= obs.now_ms
+                                              AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= obs.now_ms)), 0)::bigint AS oldest_overdue_ms, -- 0: none
        count(s.trigger_id) FILTER (WHERE s.claim_expires_at_ms > obs.now_ms)::bigint AS live_claims,
        coalesce((SELECT max(r.queued_at_ms) FROM control_core.runs r WHERE r.project_id = p.project_id), 0)::bigint AS last_admit_ms, -- 0: never
        obs.now_ms
@@ -110,8 +220,8 @@ type ProjectStatusRow struct {
 	NowMs           int64  `json:"now_ms"`
 }
 
-// Per project: triggers, enabled ones, due and unclaimed, the oldest overdue occurrence, live
-// claims, and the last admission.
+// Per project: triggers, enabled ones, the backlog (the definition above), the oldest overdue
+// occurrence among it, live claims, and the last admission.
 func (q *Queries) ProjectStatus(ctx context.Context) ([]ProjectStatusRow, error) {
 	rows, err := q.db.Query(ctx, projectStatus)
 	if err != nil {
@@ -140,4 +250,26 @@ func (q *Queries) ProjectStatus(ctx context.Context) ([]ProjectStatusRow, error)
 		return nil, err
 	}
 	return items, nil
+}
+
+const runtimeObjects = `-- name: RuntimeObjects :one
+SELECT array_remove(ARRAY[
+           CASE WHEN to_regclass('control_core.capabilities') IS NULL THEN 'table control_core.capabilities' END,
+           CASE WHEN to_regclass('control_core.trigger_schedules') IS NULL THEN 'table control_core.trigger_schedules' END,
+           CASE WHEN to_regclass('control_core.runs') IS NULL THEN 'table control_core.runs' END,
+           CASE WHEN to_regclass('control_core.attempts') IS NULL THEN 'table control_core.attempts' END,
+           CASE WHEN to_regclass('control_core.run_events') IS NULL THEN 'table control_core.run_events' END,
+           CASE WHEN to_regprocedure('control_core.db_now_ms()') IS NULL THEN 'function control_core.db_now_ms()' END
+       ], NULL)::text[] AS missing
+`
+
+// The objects RuntimeReadiness reads, by name, before it reads them: on a half-migrated database
+// (say `qlmigrate up --to 13`) the schema exists but trigger_schedules or db_now_ms() do not, and
+// naming a missing object in has_table_privilege() raises an error instead of answering.
+// to_regclass/to_regprocedure answer NULL for a missing object. Missing ones, in this order.
+func (q *Queries) RuntimeObjects(ctx context.Context) ([]string, error) {
+	row := q.db.QueryRow(ctx, runtimeObjects)
+	var missing []string
+	err := row.Scan(&missing)
+	return missing, err
 }

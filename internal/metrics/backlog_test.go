@@ -1,0 +1,204 @@
+package metrics_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/metrics"
+	"github.com/qlcontrol/controlcore/internal/testpg"
+)
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// The backlog has one definition: what a claim would take now. The gauge, qlsched status and
+// ClaimDue itself must agree row for row, including on the rows no claim can ever take (a
+// disabled trigger, an archived project), which once kept the gauge above 0 for ever.
+func TestBacklogIsWhatAClaimWouldTake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := testpg.New(t)
+	su, rt := d.Pool(t, ""), d.Pool(t, "ql_runtime")
+	pub := coordinator.NewPublisher(d.Pool(t, "ql_admin"))
+	for _, p := range []string{"p", "gone"} {
+		if err := pub.CreateProject(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pub.PublishTask(ctx, p, "k", []byte(`{"image":"x"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each case is one trigger; arrange sets its schedule row (as the superuser, arranging time).
+	cases := []struct {
+		project, trigger string
+		enabled          bool
+		arrange          string // SET clause for the schedule row; "" leaves it uninitialised
+		inBacklog        bool
+	}{
+		{"p", "due", true, "next_fire_at_ms = control_core.db_now_ms() - 120000", true},
+		{"p", "uninitialised", true, "", true},
+		{"p", "expired-claim", true, `next_fire_at_ms = control_core.db_now_ms() - 60000, claim_owner = 'dead', claim_token = gen_random_uuid(),
+			updated_at_ms = control_core.db_now_ms() - 10, claim_expires_at_ms = control_core.db_now_ms() - 9`, true},
+		{"p", "live-claim", true, `next_fire_at_ms = control_core.db_now_ms() - 60000, claim_owner = 'alive', claim_token = gen_random_uuid(),
+			updated_at_ms = control_core.db_now_ms(), claim_expires_at_ms = control_core.db_now_ms() + 600000`, false},
+		{"p", "not-yet-due", true, "next_fire_at_ms = control_core.db_now_ms() + 600000", false},
+		{"p", "disabled", false, "next_fire_at_ms = control_core.db_now_ms() - 600000", false},
+		{"gone", "archived", true, "next_fire_at_ms = control_core.db_now_ms() - 600000", false},
+	}
+	var want []string
+	for _, c := range cases {
+		if _, err := pub.PublishTrigger(ctx, coordinator.TriggerSpec{Project: c.project, Trigger: c.trigger, Task: "k",
+			Cron: "* * * * *", TimeZone: "UTC", Misfire: coordinator.MisfireSkip, Enabled: c.enabled}); err != nil {
+			t.Fatalf("publish %s: %v", c.trigger, err)
+		}
+		if c.arrange != "" {
+			exec(t, su, "UPDATE control_core.trigger_schedules SET "+c.arrange+" WHERE project_id = $1 AND trigger_id = $2", c.project, c.trigger)
+		}
+		if c.inBacklog {
+			want = append(want, c.trigger)
+		}
+	}
+	exec(t, su, "UPDATE control_core.projects SET state = 'archived' WHERE project_id = 'gone'")
+
+	due, age, err := metrics.DatabaseBacklog(rt)(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the oldest is "due" (120 s); the older disabled and archived rows must not count
+	if due != int64(len(want)) || age < 120*time.Second || age > 150*time.Second {
+		t.Errorf("gauge: %d due, oldest %s; want %d (%v), oldest about 120s", due, age, len(want), want)
+	}
+	projects, err := db.New(rt).ProjectStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var statusBacklog int64
+	for _, p := range projects {
+		statusBacklog += p.Backlog
+		if p.ProjectID == "p" && (p.OldestOverdueMs == 0 || p.NowMs-p.OldestOverdueMs < 120000 || p.NowMs-p.OldestOverdueMs > 150000) {
+			t.Errorf("status of p: oldest overdue %d ms before now, want about 120000", p.NowMs-p.OldestOverdueMs)
+		}
+		if p.ProjectID == "gone" && (p.Backlog != 0 || p.OldestOverdueMs != 0) {
+			t.Errorf("status of the archived project: backlog %d, oldest overdue %d; want 0, 0 (none)", p.Backlog, p.OldestOverdueMs)
+		}
+	}
+	if statusBacklog != due {
+		t.Errorf("qlsched status counts %d in the backlog, the gauge %d", statusBacklog, due)
+	}
+	claimed, err := db.New(rt).ClaimDue(ctx, db.ClaimDueParams{Owner: "probe", LeaseMs: 30000, MaxRows: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range claimed {
+		got = append(got, c.TriggerID)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("a claim takes %v, the backlog definition says %v", got, want)
+	}
+	if due, _, _ := metrics.DatabaseBacklog(rt)(ctx); due != 0 {
+		t.Errorf("after claiming everything claimable the gauge reads %d, want 0", due)
+	}
+}
+
+// backlogSQL is the Backlog query as sqlc compiles it, read from sql/queries (the generated
+// constant is unexported).
+func backlogSQL(t *testing.T) string {
+	t.Helper()
+	body, err := os.ReadFile("../../sql/queries/status.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := string(body)
+	q = q[strings.Index(q, "-- name: Backlog "):]
+	q = q[:strings.Index(q[1:], "-- name:")]
+	return strings.Replace(strings.TrimSuffix(strings.TrimSpace(q), ";"), "@cap::integer", "$1::integer", 1)
+}
+
+// The gauge is an index range count on trigger_schedules_claim_idx, whether few or all rows are
+// due, bounded by its cap: never a sequential scan of the schedule table.
+func TestBacklogCountsAlongTheClaimIndex(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: skipping the 200,000-row plan test")
+	}
+	const rows = 200_000 // schedule rows
+	cases := []struct {
+		name string
+		// cursor of row g relative to db-now, in ms
+		cursor string
+		due    int64
+	}{
+		// far from now either way, so the count does not move while the test looks
+		{"a sixth due", "CASE WHEN g % 6 = 0 THEN -3600000 - g ELSE 3600000 + g END", rows / 6},
+		{"everything due", "-3600000 - g", rows},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := testpg.New(t)
+			// The rows are consistent; replica mode only skips the per-row foreign-key triggers,
+			// which would make this set-up take minutes.
+			d.Exec(t, `SET session_replication_role = replica;
+				BEGIN;
+				INSERT INTO control_core.projects (project_id, state, revision, content_digest) VALUES ('p', 'active', 1, repeat('a', 64));
+				INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
+				    SELECT 'p', 't' || g, 1 FROM generate_series(1, `+strconv.Itoa(rows)+`) g;
+				INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
+				        misfire_policy, enabled, task_id, task_revision, content_digest)
+				    SELECT 'p', 't' || g, 1, 'cron', '* * * * *', 'UTC', 'skip', true, 'task', 1, repeat('a', 64)
+				    FROM generate_series(1, `+strconv.Itoa(rows)+`) g;
+				INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
+				        state_version, claim_version, updated_at_ms)
+				    SELECT 'p', 't' || g, 1, control_core.db_now_ms() + `+c.cursor+`, 1, 0, control_core.db_now_ms()
+				    FROM generate_series(1, `+strconv.Itoa(rows)+`) g;
+				COMMIT;
+				ANALYZE control_core.trigger_schedules, control_core.trigger_revisions, control_core.projects;`)
+			rt := d.Pool(t, "ql_runtime")
+			res, err := rt.Query(ctx, "EXPLAIN "+backlogSQL(t), int32(metrics.BacklogCap))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plan []string
+			for res.Next() {
+				var line string
+				if err := res.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, line)
+			}
+			if err := res.Err(); err != nil {
+				t.Fatal(err)
+			}
+			text := strings.Join(plan, "\n")
+			if !strings.Contains(text, "Index Scan using trigger_schedules_claim_idx") || strings.Contains(text, "Seq Scan on trigger_schedules") {
+				t.Errorf("backlog plan does not range-scan trigger_schedules_claim_idx:\n%s", text)
+			}
+			due, _, err := metrics.DatabaseBacklog(rt)(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := min(c.due, metrics.BacklogCap); due != want {
+				t.Errorf("gauge %d, want %d (capped at %d)", due, want, metrics.BacklogCap)
+			}
+		})
+	}
+}
