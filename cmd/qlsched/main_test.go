@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
 
@@ -82,6 +85,8 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"run", "--cadence", "10s", "--lease", "15s"}, "2 × cadence"},
 		{[]string{"run", "--drain-timeout", "11m"}, "--drain-timeout 11m"},
 		{[]string{"run", "--http-addr", "nonsense"}, "--http-addr"},
+		{[]string{"run", "--http-addr", "127.0.0.1:99999"}, "not a number in 0 … 65535"},
+		{[]string{"run", "--http-addr", "127.0.0.1:-1"}, "not a number in 0 … 65535"},
 		{[]string{"run", "--owner", "has space"}, "--owner"},
 		{[]string{"run", "--log-format", "xml"}, "--log-format"},
 		{[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "@every 5s"}, "@every"},
@@ -324,6 +329,18 @@ func TestMetricsReadinessFlipAndStatus(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // polling until the last in-flight admit is visible on both sides
 	}
+	// Disabled triggers can never be claimed, so they are no backlog (their republished rows are
+	// uninitialised, which once kept the gauge at 2 for ever).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		backlog, ok := scrape(t, base+"/metrics")["qlsched_backlog_schedules"]
+		if ok && backlog == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("qlsched_backlog_schedules %v 10 s after every trigger was disabled, want 0", backlog)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the gauge, refreshed every --backlog-interval
+	}
 	status := run(t, "status", admin[0], admin[1])
 	if status.code != 0 || !strings.Contains(status.stdout, "ops") || !strings.Contains(status.stdout, "LIVE CLAIMS") {
 		t.Errorf("status: exit %d\n%s", status.code, status.stdout)
@@ -426,4 +443,443 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// unusedDatabase stands in for PostgreSQL where a command must not connect: a TCP listener that
+// only counts the connections it was offered. accepted drains its queue once the command is done.
+func unusedDatabase(t *testing.T) (url string, accepted func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return "postgres://u:pw-never-shown@" + ln.Addr().String() + "/x?connect_timeout=2", func() int {
+		n := 0
+		// a connection the command made is already queued: Accept returns it at once; the
+		// deadline only ends the wait on an empty queue
+		_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(200 * time.Millisecond))
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return n
+			}
+			c.Close()
+			n++
+		}
+	}
+}
+
+// A --http-addr that cannot be served is configuration: exit 2, found before any database
+// connection is opened (it used to surface after the pool, readiness and recovery, as exit 2).
+func TestRunHTTPAddrProblemsExit2BeforeConnecting(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() }) // not defer: the parallel sub-tests run after this function returns
+	cases := []struct {
+		name, addr, want string
+	}{
+		{"port out of range", "127.0.0.1:99999", "not a number in 0 … 65535"},
+		{"port already bound", busy.Addr().String(), "address already in use"},
+		{"address not on this host", "192.0.2.1:0", "--http-addr 192.0.2.1:0"}, // TEST-NET-1
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url, accepted := unusedDatabase(t)
+			r := run(t, "run", "--database-url", url, "--http-addr", c.addr)
+			if r.code != 2 || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "--http-addr") {
+				t.Errorf("exit %d, stderr %q; want exit 2 about --http-addr mentioning %q", r.code, r.stderr, c.want)
+			}
+			if n := accepted(); n != 0 {
+				t.Errorf("qlsched opened %d database connection(s) before rejecting --http-addr %s", n, c.addr)
+			}
+			if strings.Contains(r.stdout+r.stderr, "pw-never-shown") {
+				t.Error("the password leaked")
+			}
+		})
+	}
+}
+
+// On a half-migrated database the schema exists but objects the readiness check reads do not:
+// readiness must say so (exit 1, nothing claimed), not fail with a database error (exit 3).
+func TestRunRefusesAHalfMigratedDatabase(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		to      int64
+		missing []string
+	}{
+		{13, []string{"control-core is at v12", "table control_core.trigger_schedules does not exist", "function control_core.db_now_ms() does not exist"}},
+		{14, []string{"control-core is at v13", "function control_core.db_now_ms() does not exist"}},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("up --to %d", c.to), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := testpg.NewEmpty(t)
+			m, err := migrate.Open(ctx, d.Config(t, ""), migrate.Options{Names: d.Names, AsOwner: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = m.Up(ctx, c.to)
+			m.Close()
+			if err != nil {
+				t.Fatalf("up --to %d: %v", c.to, err)
+			}
+			if c.to >= 14 {
+				// a due, unclaimed schedule row that a replica must leave alone (replica mode: the
+				// row stands alone, without its trigger)
+				d.Exec(t, `SET session_replication_role = replica;
+					INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
+					        state_version, claim_version, updated_at_ms) VALUES ('p', 't', 1, 1000, 1, 0, 1000)`)
+			}
+			r := run(t, "run", "--database-url", d.URL(""), "--http-addr", "127.0.0.1:0")
+			if r.code != 1 || !strings.Contains(r.stderr, "qlmigrate up") {
+				t.Errorf("exit %d, stderr %q; want exit 1 pointing at qlmigrate up", r.code, r.stderr)
+			}
+			for _, want := range c.missing {
+				if !strings.Contains(r.stderr, want) {
+					t.Errorf("stderr %q does not say %q", r.stderr, want)
+				}
+			}
+			if strings.Contains(r.stderr, "replica running") {
+				t.Error("the replica started")
+			}
+			if c.to >= 14 {
+				conn, err := pgx.Connect(ctx, d.URL(""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close(ctx)
+				var claimVersion int64
+				if err := conn.QueryRow(ctx, "SELECT claim_version FROM control_core.trigger_schedules").Scan(&claimVersion); err != nil || claimVersion != 0 {
+					t.Errorf("claim_version %d (%v); want 0: nothing claimed", claimVersion, err)
+				}
+			}
+		})
+	}
+}
+
+// statusJSON is `qlsched status --format json` as a tool reads it.
+type statusJSON struct {
+	Projects []struct {
+		ProjectID         string `json:"project_id"`
+		State             string `json:"state"`
+		Triggers          int64  `json:"triggers"`
+		Enabled           int64  `json:"enabled"`
+		Backlog           int64  `json:"backlog"`
+		OldestOverdueMs   int64  `json:"oldest_overdue_ms"`
+		LiveClaims        int64  `json:"live_claims"`
+		LastAdmitMs       int64  `json:"last_admit_ms"`
+		LiveClaimsByOwner []struct {
+			Owner  string `json:"owner"`
+			Claims int64  `json:"claims"`
+		} `json:"live_claims_by_owner"`
+		LastAdmits []struct {
+			TriggerID       string `json:"trigger_id"`
+			TriggerRevision int64  `json:"trigger_revision"`
+			ScheduledForMs  int64  `json:"scheduled_for_ms"`
+			QueuedAtMs      int64  `json:"queued_at_ms"`
+			RunID           string `json:"run_id"`
+		} `json:"last_admits"`
+	} `json:"projects"`
+	LiveClaimsByOwner []struct {
+		Owner  string `json:"owner"`
+		Claims int64  `json:"claims"`
+	} `json:"live_claims_by_owner"`
+}
+
+// qlsched status --format json reports, per project, exactly the arranged state: triggers and
+// enabled ones, the backlog (only what a claim could take), the oldest overdue occurrence, live
+// claims by owner and the last admissions.
+func TestStatusJSONReportsEachProject(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	admin := []string{"--database-url", d.URL("ql_admin")}
+	for _, args := range [][]string{
+		{"project", "create", "--project", "ops"},
+		{"task", "publish", "--project", "ops", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		{"trigger", "publish", "--project", "ops", "--trigger", "overdue", "--task", "k", "--cron", "0 0 1 1 *"},
+		{"trigger", "publish", "--project", "ops", "--trigger", "claimed", "--task", "k", "--cron", "0 0 1 1 *"},
+		{"trigger", "publish", "--project", "ops", "--trigger", "off", "--task", "k", "--cron", "0 0 1 1 *", "--disabled"},
+		{"project", "create", "--project", "old"},
+		{"task", "publish", "--project", "old", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		{"trigger", "publish", "--project", "old", "--trigger", "o", "--task", "k", "--cron", "0 0 1 1 *"},
+	} {
+		if r := run(t, append(args, admin...)...); r.code != 0 {
+			t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
+		}
+	}
+	// Arrange (as the superuser) fixed cursors far in the past, a live claim, an archived
+	// project, and two admitted Runs of "overdue", the newer one the one to report.
+	d.Exec(t, `
+		UPDATE control_core.trigger_schedules SET next_fire_at_ms = 1000000 WHERE trigger_id = 'overdue';
+		UPDATE control_core.trigger_schedules SET next_fire_at_ms = 500000, claim_owner = 'replica-x', claim_token = gen_random_uuid(),
+		       claim_version = claim_version + 1, updated_at_ms = control_core.db_now_ms(),
+		       claim_expires_at_ms = control_core.db_now_ms() + 600000 WHERE trigger_id = 'claimed';
+		UPDATE control_core.trigger_schedules SET next_fire_at_ms = 400000 WHERE trigger_id IN ('off', 'o');
+		UPDATE control_core.projects SET state = 'archived' WHERE project_id = 'old';
+		INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
+		        trigger_revision, scheduled_for_ms, idempotency_key, state, owner, queued_at_ms, created_at_ms, updated_at_ms)
+		SELECT gen_random_uuid(), 'ops', 'k', 1, kr.execution_revision_id, 'overdue', 1, v.at,
+		       'ql3:cron:v1:overdue:1:' || v.at, 'queued', 'runtime', v.at + 50, v.at + 50, v.at + 50
+		FROM control_core.task_revisions kr, (VALUES (100000::bigint), (200000::bigint)) v(at)
+		WHERE kr.project_id = 'ops' AND kr.task_id = 'k' AND kr.revision = 1`)
+
+	r := run(t, "status", "--format", "json", admin[0], admin[1])
+	if r.code != 0 {
+		t.Fatalf("status: exit %d %s", r.code, r.stderr)
+	}
+	var got statusJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("status --format json: %v\n%s", err, r.stdout)
+	}
+	if len(got.Projects) != 2 || got.Projects[0].ProjectID != "old" || got.Projects[1].ProjectID != "ops" {
+		t.Fatalf("projects %+v, want old and ops", got.Projects)
+	}
+	old, ops := got.Projects[0], got.Projects[1]
+	type counts struct {
+		state                                           string
+		triggers, enabled, backlog, oldest, live, admit int64
+	}
+	for _, c := range []struct {
+		got, want counts
+	}{
+		// ops: "off" is disabled and "claimed" held, so only "overdue" is backlog (at 1000000 ms)
+		{counts{ops.State, ops.Triggers, ops.Enabled, ops.Backlog, ops.OldestOverdueMs, ops.LiveClaims, ops.LastAdmitMs},
+			counts{"active", 3, 2, 1, 1000000, 1, 200050}},
+		// old: archived, so nothing is backlog even though "o" is overdue
+		{counts{old.State, old.Triggers, old.Enabled, old.Backlog, old.OldestOverdueMs, old.LiveClaims, old.LastAdmitMs},
+			counts{"archived", 1, 1, 0, 0, 0, 0}},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %+v, want %+v", c.got, c.want)
+		}
+	}
+	if len(ops.LiveClaimsByOwner) != 1 || ops.LiveClaimsByOwner[0].Owner != "replica-x" || ops.LiveClaimsByOwner[0].Claims != 1 ||
+		len(old.LiveClaimsByOwner) != 0 {
+		t.Errorf("live claims by owner: ops %+v, old %+v; want ops replica-x: 1, old none", ops.LiveClaimsByOwner, old.LiveClaimsByOwner)
+	}
+	if len(ops.LastAdmits) != 1 || ops.LastAdmits[0].TriggerID != "overdue" || ops.LastAdmits[0].TriggerRevision != 1 ||
+		ops.LastAdmits[0].ScheduledForMs != 200000 || ops.LastAdmits[0].QueuedAtMs != 200050 || ops.LastAdmits[0].RunID == "" ||
+		len(old.LastAdmits) != 0 {
+		t.Errorf("last admits: ops %+v, old %+v; want ops overdue rev 1 scheduled 200000 admitted 200050, old none", ops.LastAdmits, old.LastAdmits)
+	}
+	if len(got.LiveClaimsByOwner) != 1 || got.LiveClaimsByOwner[0].Owner != "replica-x" || got.LiveClaimsByOwner[0].Claims != 1 {
+		t.Errorf("live claims by owner across projects %+v, want replica-x: 1", got.LiveClaimsByOwner)
+	}
+	text := run(t, "status", admin[0], admin[1])
+	if text.code != 0 || !strings.Contains(text.stdout, "1 (replica-x: 1)") || !strings.Contains(text.stdout, "overdue") {
+		t.Errorf("status text: exit %d\n%s", text.code, text.stdout)
+	}
+}
+
+var (
+	raceOnce sync.Once
+	raceBin  string
+	raceErr  error
+)
+
+// qlschedRace is qlsched built with the race detector, which makes the binary report a data race
+// on stderr and exit 66.
+func qlschedRace(t *testing.T) string {
+	t.Helper()
+	raceOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "qlsched-race-")
+		if err != nil {
+			raceErr = err
+			return
+		}
+		raceBin = filepath.Join(dir, "qlsched")
+		if out, err := exec.Command("go", "build", "-race", "-o", raceBin, ".").CombinedOutput(); err != nil {
+			raceErr = fmt.Errorf("go build -race: %v\n%s", err, out)
+		}
+	})
+	if raceErr != nil {
+		t.Fatal(raceErr)
+	}
+	return raceBin
+}
+
+// replica is a running `qlsched run` whose stderr lines arrive on lines.
+type replica struct {
+	cmd   *exec.Cmd
+	lines chan string
+	all   *syncBuffer // stdout and stderr, everything so far
+}
+
+func startReplica(t *testing.T, bin string, args ...string) *replica {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"run"}, args...)...)
+	r := &replica{cmd: cmd, lines: make(chan string, 1024), all: &syncBuffer{}}
+	cmd.Stdout = r.all
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	go func() {
+		defer close(r.lines)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			r.all.Write([]byte(sc.Text() + "\n"))
+			r.lines <- sc.Text()
+		}
+	}()
+	return r
+}
+
+// waitFor reads lines until until(line) holds; it fails the test after timeout or at EOF.
+func (r *replica) waitFor(t *testing.T, timeout time.Duration, what string, until func(string) bool) string {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case line, ok := <-r.lines:
+			if !ok {
+				t.Fatalf("qlsched exited before %s:\n%s", what, r.all.String())
+			}
+			if until(line) {
+				return line
+			}
+		case <-timer.C:
+			t.Fatalf("no %s after %s:\n%s", what, timeout, r.all.String())
+		}
+	}
+}
+
+// stop sends SIGTERM and waits for the exit; it returns the exit code.
+func (r *replica) stop(t *testing.T) int {
+	t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for range r.lines { // drain: Wait must not close the pipe under the reader
+	}
+	_ = r.cmd.Wait()
+	return r.cmd.ProcessState.ExitCode()
+}
+
+func publish(t *testing.T, admin []string, commands ...[]string) {
+	t.Helper()
+	for _, args := range commands {
+		if r := run(t, append(args, admin...)...); r.code != 0 {
+			t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
+		}
+	}
+}
+
+// metrics.New sets the coordinator's Observer; it must happen before the lifecycle's first
+// round reads it. A race-detector build of the replica, running many rounds while /metrics is
+// scraped, reports any such race (and exits 66).
+func TestRunStartsWithoutADataRace(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	publish(t, []string{"--database-url", d.URL("ql_admin")},
+		[]string{"project", "create", "--project", "p"},
+		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"})
+	r := startReplica(t, qlschedRace(t), "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0", "--cadence", "10ms")
+	line := r.waitFor(t, 60*time.Second, "replica running", func(l string) bool { return httpAddrLog.MatchString(l) })
+	base := "http://" + httpAddrLog.FindStringSubmatch(line)[1]
+	for deadline := time.Now().Add(20 * time.Second); scrape(t, base+"/metrics")["qlsched_admission_lag_seconds_count"] < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("no admission observed after 20 s")
+		}
+		time.Sleep(50 * time.Millisecond) // polling the process's own metrics
+	}
+	if code := r.stop(t); code != 0 || strings.Contains(r.all.String(), "DATA RACE") {
+		t.Errorf("exit %d after SIGTERM:\n%s", code, r.all.String())
+	}
+}
+
+// Every log line about a schedule names it: project, trigger, revision, its scheduled time and
+// the owner; and no line of a run, nor of a failing command, carries the password or the
+// executor spec.
+func TestRunLogsNameTheScheduleAndKeepNoSecrets(t *testing.T) {
+	t.Parallel()
+	const goodPayload, badPayload = "payload-good-5b1e", "payload-bad-9c2d"
+	d := testpg.New(t)
+	admin := []string{"--database-url", d.URL("ql_admin")}
+	publish(t, admin,
+		[]string{"project", "create", "--project", "p"},
+		[]string{"task", "publish", "--project", "p", "--task", "good", "--executor-spec", `{"image":"` + goodPayload + `"}`},
+		[]string{"task", "publish", "--project", "p", "--task", "bad", "--executor-spec", `{"image":"` + badPayload + `"}`},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "tick", "--task", "good", "--cron", "* * * * * *"},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "broken", "--task", "bad", "--cron", "* * * * * *"})
+	// A hand-edited execution spec: its digest no longer matches, so its admit is refused and
+	// logged as an error (the error path of a running replica).
+	d.Exec(t, `UPDATE control_core.execution_revisions SET spec = spec || '{"edited": true}' WHERE spec->>'image' = '`+badPayload+`'`)
+
+	runtimeURL := d.URL("ql_runtime") // carries testpg.Password
+	r := startReplica(t, qlsched(t), "--database-url", runtimeURL, "--http-addr", "127.0.0.1:0", "--cadence", "50ms",
+		"--owner", "log-1", "--log-format", "json", "--log-level", "debug")
+	var admitted, corrupt bool
+	r.waitFor(t, 20*time.Second, "an admitted and a refused occurrence", func(l string) bool {
+		admitted = admitted || strings.Contains(l, `"msg":"admitted"`)
+		corrupt = corrupt || strings.Contains(l, "digest does not match")
+		return admitted && corrupt
+	})
+	if code := r.stop(t); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
+	output := r.all.String()
+
+	scheduleLines := 0
+	for _, line := range strings.Split(strings.TrimSpace(output), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("not a JSON log line: %q (%v)", line, err)
+			continue
+		}
+		_, hasProject := rec["project"]
+		_, hasTrigger := rec["trigger"]
+		if !hasProject && !hasTrigger {
+			continue // not about a schedule (start-up, shutdown)
+		}
+		scheduleLines++
+		for _, key := range []string{"project", "trigger", "revision", "owner"} {
+			if _, ok := rec[key]; !ok {
+				t.Errorf("schedule line lacks %q: %s", key, line)
+			}
+		}
+		_, scheduledFor := rec["scheduled_for_ms"]
+		_, cursor := rec["next_fire_at_ms"]
+		if !scheduledFor && !cursor {
+			t.Errorf("schedule line lacks its scheduled time (scheduled_for_ms or next_fire_at_ms): %s", line)
+		}
+		if rec["owner"] != nil && rec["owner"] != "log-1" {
+			t.Errorf("schedule line names owner %v, want log-1: %s", rec["owner"], line)
+		}
+	}
+	if scheduleLines < 2 {
+		t.Errorf("%d schedule lines; want at least the admitted and the refused one:\n%s", scheduleLines, output)
+	}
+
+	// Failing commands, each with a password-bearing URL or a payload in its arguments.
+	errorRuns := []result{
+		run(t, "run", "--database-url", "postgres://ql_runtime:"+testpg.Password+"@127.0.0.1:1/x", "--http-addr", "127.0.0.1:0"), // cannot connect
+		run(t, "run", "--database-url", d.URL("ql_admin"), "--http-addr", "127.0.0.1:0", "--log-format", "json"), // not the runtime's privileges
+		run(t, "task", "publish", "--project", "p", "--task", "denied", "--executor-spec", `{"image":"`+badPayload+`"}`, "--database-url", runtimeURL),
+		run(t, "task", "publish", "--project", "nope", "--task", "k", "--executor-spec", `{"image":"`+goodPayload+`"}`, admin[0], admin[1]),
+	}
+	for i, e := range errorRuns {
+		if e.code == 0 {
+			t.Errorf("error-path run %d exited 0", i)
+		}
+		output += e.stdout + e.stderr
+	}
+	for _, secret := range []string{testpg.Password, goodPayload, badPayload} {
+		if strings.Contains(output, secret) {
+			t.Errorf("%q reached the output:\n%s", secret, output)
+		}
+	}
 }

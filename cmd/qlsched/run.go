@@ -8,14 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/coordinator"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/metrics"
 )
@@ -61,8 +60,8 @@ Any number of replicas may run against one database; there is no leader.`,
 			if err := cfg.Validate(); err != nil {
 				return &cli.UsageError{Err: err}
 			}
-			if _, _, err := net.SplitHostPort(httpAddr); err != nil {
-				return cli.Usagef("--http-addr %q: want host:port (port 0 picks a free one)", httpAddr)
+			if err := validateHTTPAddr(httpAddr); err != nil {
+				return err
 			}
 			if withdrawGrace < 0 || withdrawGrace > time.Minute {
 				return cli.Usagef("--withdraw-grace %s: want 0s … 1m", withdrawGrace)
@@ -99,6 +98,14 @@ type runOptions struct {
 
 func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) error {
 	log := a.logger().With("owner", cfg.Owner)
+	// Bind first: a busy or forbidden address is bad configuration (exit 2), and the contract is
+	// that configuration fails before any connection is opened, not after recovery has run. The
+	// listener only queues connections until the lifecycle runs and Serve starts below.
+	ln, err := net.Listen("tcp", opts.httpAddr)
+	if err != nil {
+		return cli.Usagef("--http-addr %s: %v", opts.httpAddr, err)
+	}
+	defer ln.Close() // until Serve owns it; closing twice is harmless
 	pool, err := a.conn.Open(ctx)
 	if err != nil {
 		return err
@@ -118,16 +125,13 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped)
 
 	co := coordinator.New(cfg, coordinator.NewStore(pool), log)
+	var admitting atomic.Bool
+	// Wire the metrics before the lifecycle starts: metrics.New sets co.Observe, which every
+	// round reads; set after Start it would race with the first round.
+	m := metrics.New(co, cfg.Owner, admitting.Load, metrics.DatabaseBacklog(pool), opts.backlogInterval)
 	lc := coordinator.NewLifecycle(co, cfg)
 	if err := lc.Start(ctx); err != nil {
 		return err
-	}
-	var admitting atomic.Bool
-	m := metrics.New(co, cfg.Owner, admitting.Load, backlogFunc(pool), opts.backlogInterval)
-	ln, err := net.Listen("tcp", opts.httpAddr)
-	if err != nil {
-		_ = lc.Stop(context.Background())
-		return cli.Usagef("--http-addr %s: %v", opts.httpAddr, err)
 	}
 	srv := &http.Server{Handler: httpHandler(&admitting, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -167,19 +171,17 @@ func httpHandler(admitting *atomic.Bool, metrics http.Handler) http.Handler {
 	return mux
 }
 
-// backlogFunc counts due and unclaimed schedules with the claim's index, capped at 100,000.
-func backlogFunc(pool *pgxpool.Pool) metrics.BacklogFunc {
-	return func(ctx context.Context) (int64, time.Duration, error) {
-		b, err := db.New(pool).Backlog(ctx, 100_000)
-		if err != nil {
-			return 0, 0, err
-		}
-		var age time.Duration
-		if b.OldestDueMs >= 0 && b.DueUnclaimed > 0 {
-			age = time.Duration(b.NowMs-b.OldestDueMs) * time.Millisecond
-		}
-		return b.DueUnclaimed, age, nil
+// validateHTTPAddr checks --http-addr's form and port range before anything is opened; whether
+// the address can be bound is known only by binding it (run does that first).
+func validateHTTPAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return cli.Usagef("--http-addr %q: want host:port (port 0 picks a free one)", addr)
 	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return cli.Usagef("--http-addr %q: port %q is not a number in 0 … 65535 (0 picks a free one)", addr, port)
+	}
+	return nil
 }
 
 func errString(err error) string {
