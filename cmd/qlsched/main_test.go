@@ -866,8 +866,11 @@ func TestRunLogsNameTheScheduleAndKeepNoSecrets(t *testing.T) {
 
 	// Failing commands, each with a password-bearing URL or a payload in its arguments.
 	errorRuns := []result{
-		run(t, "run", "--database-url", "postgres://ql_runtime:"+testpg.Password+"@127.0.0.1:1/x", "--http-addr", "127.0.0.1:0"), // cannot connect
-		run(t, "run", "--database-url", d.URL("ql_admin"), "--http-addr", "127.0.0.1:0", "--log-format", "json"), // not the runtime's privileges
+		// cannot connect
+		run(t, "run", "--database-url", "postgres://ql_runtime:"+testpg.Password+"@127.0.0.1:1/x", "--http-addr", "127.0.0.1:0"),
+		// connects, but not with the runtime's privileges
+		run(t, "run", "--database-url", d.URL("ql_admin"), "--http-addr", "127.0.0.1:0", "--log-format", "json"),
+		// the runtime may not publish; a project that does not exist
 		run(t, "task", "publish", "--project", "p", "--task", "denied", "--executor-spec", `{"image":"`+badPayload+`"}`, "--database-url", runtimeURL),
 		run(t, "task", "publish", "--project", "nope", "--task", "k", "--executor-spec", `{"image":"`+goodPayload+`"}`, admin[0], admin[1]),
 	}

@@ -58,6 +58,11 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 		t.Error("want a readiness probe on /readyz and a liveness probe on /healthz")
 	}
+	// qlsched serves its endpoints only after readiness and startup recovery: without a startup
+	// probe the liveness probe would restart a replica whose recovery takes longer than 30 s.
+	if sp := c.StartupProbe; sp == nil || sp.HTTPGet == nil || sp.HTTPGet.Path != "/healthz" || sp.PeriodSeconds*sp.FailureThreshold < 120 {
+		t.Errorf("want a startup probe on /healthz allowing at least 2 minutes, got %+v", c.StartupProbe)
+	}
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
 		t.Error("want cpu and memory requests")
 	}
