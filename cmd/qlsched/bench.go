@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,7 +19,9 @@ func (a *app) benchCmd() *cobra.Command {
 		Short: "Measure admission throughput against the database's ceiling, latency and lag",
 		Long: `bench starts a throwaway PostgreSQL with fsync on (or uses --database-url: a migrated database
 and a role that may publish and claim, e.g. a superuser), publishes --triggers cron triggers in a
-new project and runs --replicas in-process replicas (separate pools, distinct owners).
+new project and runs --replicas replicas (separate pools, distinct owners): in-process, or with
+--processes as real ` + "`qlsched run`" + ` processes connected as the runtime role (counters from their
+final log line, claim latency from their /metrics histograms, CPU and RSS from /proc).
 
   backlog  every trigger is due at once. First the ceiling: the same write set (claim statement,
            then one READ COMMITTED statement inserting run, attempt, 2 events and advancing the
@@ -34,16 +37,21 @@ CPU and RSS. --format json prints one object.`,
 		Example: `  qlsched bench --scenario backlog --replicas 4 --budget 256 --cadence 10ms
   qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 70s`,
 		PreRunE: func(*cobra.Command, []string) error {
-			if err := cfg.Validate(); err != nil {
-				return &cli.UsageError{Err: err}
-			}
 			if a.databaseURL != "" {
-				conn, err := a.connConfig()
-				if err != nil {
+				if _, err := a.connConfig(); err != nil {
 					return err
 				}
 				cfg.URL = a.databaseURL
-				_ = conn
+			}
+			if cfg.Processes {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--processes: find this binary: %w", err)
+				}
+				cfg.Exe = exe
+			}
+			if err := cfg.Validate(); err != nil {
+				return &cli.UsageError{Err: err}
 			}
 			return nil
 		},
@@ -71,5 +79,7 @@ CPU and RSS. --format json prints one object.`,
 	f.IntVar(&cfg.Budget, "budget", cfg.Budget, "claims per round per replica, 1 … 256")
 	f.DurationVar(&cfg.Cadence, "cadence", cfg.Cadence, "time between round starts, 10ms … 1m")
 	f.IntVar(&cfg.Batch, "admit-batch", cfg.Batch, "batch admission: rows per claim and per admit transaction (1: single mode)")
+	f.BoolVar(&cfg.Processes, "processes", false, "run the replicas as real `qlsched run` processes (connected as the runtime role) instead of in-process")
+	f.StringVar(&cfg.RuntimeURL, "runtime-url", "", "with --processes and --database-url: the URL the replica processes connect with (the runtime role)")
 	return cmd
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
@@ -50,6 +51,11 @@ type Config struct {
 	Cadence  time.Duration
 	Batch    int          // rows per claim and admit transaction; 1: the ADR's single mode
 	Log      *slog.Logger // the replicas' diagnostics; nil discards them
+	// Processes runs the replicas as real `qlsched run` processes (the binary Exe), connected as
+	// the runtime role: RuntimeURL, or the throwaway cluster's ql_runtime.
+	Processes  bool
+	Exe        string
+	RuntimeURL string
 }
 
 // Validate checks the bounds before anything starts.
@@ -65,6 +71,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--replicas %d: want 1 … 64", c.Replicas)
 	case c.Duration < time.Second || c.Duration > time.Hour:
 		return fmt.Errorf("--duration %s: want 1s … 1h", c.Duration)
+	case c.Processes && c.URL != "" && c.RuntimeURL == "":
+		return fmt.Errorf("--processes with --database-url needs --runtime-url: the replicas connect as the runtime role")
 	}
 	cfg := coordinator.DefaultConfig("bench")
 	cfg.Budget, cfg.Cadence, cfg.AdmitBatch = c.Budget, c.Cadence, c.Batch
@@ -75,6 +83,7 @@ func (c Config) Validate() error {
 // Report is what a run measured. JSON field names are a stable interface.
 type Report struct {
 	Mode             string  `json:"mode"`
+	Replica          string  `json:"replica"` // in-process or process
 	Scenario         string  `json:"scenario"`
 	Server           string  `json:"server"`
 	Triggers         int     `json:"triggers"`
@@ -111,7 +120,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if cfg.Batch > 1 {
 		mode = "batch"
 	}
-	rep := Report{Mode: mode, Batch: cfg.Batch, Scenario: cfg.Scenario, Triggers: cfg.Triggers, Replicas: cfg.Replicas,
+	kind := "in-process"
+	if cfg.Processes {
+		kind = "process"
+	}
+	rep := Report{Mode: mode, Replica: kind, Batch: cfg.Batch, Scenario: cfg.Scenario, Triggers: cfg.Triggers, Replicas: cfg.Replicas,
 		Budget: cfg.Budget, CadenceMs: float64(cfg.Cadence.Microseconds()) / 1000}
 	say := func(format string, args ...any) { fmt.Fprintf(progress, "bench: "+format+"\n", args...) }
 
@@ -126,6 +139,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		if url, err = prepare(ctx, cluster); err != nil {
 			return rep, err
 		}
+		cfg.RuntimeURL = cluster.URL("ql_runtime", "bench")
 	}
 	conn, err := dbconn.Resolve(url)
 	if err != nil {
@@ -181,38 +195,65 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 
 	var ru0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	say("scheduler: %d replicas, budget %d, cadence %s, for up to %s", cfg.Replicas, cfg.Budget, cfg.Cadence, cfg.Duration)
+	say("scheduler: %d %s replicas, budget %d, cadence %s, for up to %s", cfg.Replicas, kind, cfg.Budget, cfg.Cadence, cfg.Duration)
 	startMs := dbNow(ctx, admin)
-	res, err := runReplicas(ctx, pools, cfg, func(s coordinator.Snapshot) bool {
-		return cfg.Scenario == Backlog && cfg.Every == "minute" && s.Admits >= int64(cfg.Triggers)
-	})
+	allAdmitted := func(admits int64) bool {
+		return cfg.Scenario == Backlog && cfg.Every == "minute" && admits >= int64(cfg.Triggers)
+	}
+	q := db.New(admin)
+	var res replicaResult
+	var procs []*replicaProcess
+	if cfg.Processes {
+		admitted := func() (int64, error) {
+			lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs})
+			return lag.Runs, err
+		}
+		res, procs, err = runProcesses(ctx, cfg, cfg.RuntimeURL, admitted, allAdmitted)
+	} else {
+		res, err = runReplicas(ctx, pools, cfg, func(s coordinator.Snapshot) bool { return allAdmitted(s.Admits) })
+	}
 	if err != nil {
 		return rep, err
 	}
 	var ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs})
+	if err != nil {
+		return rep, err
+	}
+	rep.LagP50Ms, rep.LagP99Ms = lag.P50Ms, lag.P99Ms
 	rep.Seconds = res.seconds
+	if cfg.Processes && cfg.Scenario == Backlog && lag.SpanMs > 0 {
+		// processes start one by one and admit as soon as each is ready: the window is the
+		// admissions' own, first to last, in database time
+		rep.Seconds = float64(lag.SpanMs) / 1000
+	}
 	rep.Admits, rep.Retries, rep.Races, rep.Releases, rep.Skips, rep.Errors = res.stats.Admits, res.stats.Retries,
 		res.stats.Races, res.stats.Releases, res.stats.Skips, res.stats.Errors
-	rep.AdmitsPerSecond = float64(rep.Admits) / res.seconds
+	rep.AdmitsPerSecond = float64(rep.Admits) / rep.Seconds
 	if rep.CeilingPerSecond > 0 {
 		rep.Ratio = rep.AdmitsPerSecond / rep.CeilingPerSecond
 	}
 	if rep.Admits > 0 {
 		rep.RetryRate = float64(rep.Retries) / float64(rep.Admits)
 	}
-	rep.ClaimP50Ms, rep.ClaimP99Ms = res.claims.percentiles()
-	rep.AdmitP50Ms, rep.AdmitP99Ms = res.admits.percentiles()
-	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
-	rep.CPUPercent = 100 * cpu.Seconds() / res.seconds
-	rep.RSSMiB, rep.PeakRSSMiB = rss()
-
-	q := db.New(admin)
-	lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs})
-	if err != nil {
-		return rep, err
+	if cfg.Processes {
+		// per replica process: claim latency from its histogram (bucket bounds), the largest RSS
+		var hs []*dto.Histogram
+		for _, p := range procs {
+			hs = append(hs, p.claims)
+			rep.RSSMiB, rep.PeakRSSMiB = max(rep.RSSMiB, p.rss[0]), max(rep.PeakRSSMiB, p.rss[1])
+		}
+		rep.ClaimP50Ms, rep.ClaimP99Ms = histogramQuantile(hs, 0.5), histogramQuantile(hs, 0.99)
+		rep.CPUPercent = 100 * res.cpuSeconds / res.seconds
+	} else {
+		rep.ClaimP50Ms, rep.ClaimP99Ms = res.claims.percentiles()
+		rep.AdmitP50Ms, rep.AdmitP99Ms = res.admits.percentiles()
+		cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
+		rep.CPUPercent = 100 * cpu.Seconds() / res.seconds
+		rep.RSSMiB, rep.PeakRSSMiB = rss()
 	}
-	rep.LagP50Ms, rep.LagP99Ms = lag.P50Ms, lag.P99Ms
+
 	if rep.Duplicates, err = q.BenchDuplicates(ctx, project); err != nil {
 		return rep, err
 	}
@@ -364,6 +405,7 @@ func ceiling(ctx context.Context, admin *pgxpool.Pool, pools []*pgxpool.Pool, pr
 
 type replicaResult struct {
 	seconds        float64
+	cpuSeconds     float64 // replica processes only: their user + system time
 	stats          coordinator.Snapshot
 	claims, admits *samples
 }
@@ -450,9 +492,12 @@ func (s *samples) percentiles() (p50, p99 float64) {
 	return at(0.5), at(0.99)
 }
 
-// rss reads the process's resident set (now and peak) in MiB.
-func rss() (now, peak float64) {
-	body, err := os.ReadFile("/proc/self/status")
+// rss reads this process's resident set (now and peak) in MiB.
+func rss() (now, peak float64) { return rssOf("/proc/self/status") }
+
+// rssOf reads VmRSS and VmHWM from a /proc/<pid>/status file, in MiB.
+func rssOf(status string) (now, peak float64) {
+	body, err := os.ReadFile(status)
 	if err != nil {
 		return 0, 0
 	}
@@ -475,17 +520,25 @@ func rss() (now, peak float64) {
 // Text renders a report for a terminal.
 func (r Report) Text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s, mode %s (admit batch %d), PostgreSQL %s: %d triggers, %d replicas, budget %d, cadence %gms, %.1fs\n",
-		r.Scenario, r.Mode, r.Batch, r.Server, r.Triggers, r.Replicas, r.Budget, r.CadenceMs, r.Seconds)
+	fmt.Fprintf(&b, "scenario %s, mode %s (admit batch %d), PostgreSQL %s: %d triggers, %d %s replicas, budget %d, cadence %gms, %.1fs\n",
+		r.Scenario, r.Mode, r.Batch, r.Server, r.Triggers, r.Replicas, r.Replica, r.Budget, r.CadenceMs, r.Seconds)
 	fmt.Fprintf(&b, "  admits        %d  (%.0f/s)\n", r.Admits, r.AdmitsPerSecond)
 	if r.CeilingPerSecond > 0 {
 		fmt.Fprintf(&b, "  ceiling       %.0f/s   ratio %.2f\n", r.CeilingPerSecond, r.Ratio)
 	}
 	fmt.Fprintf(&b, "  retries       %d  (%.2f%% of admits)   races %d   releases %d   skips %d   errors %d   duplicates %d\n",
 		r.Retries, 100*r.RetryRate, r.Races, r.Releases, r.Skips, r.Errors, r.Duplicates)
-	fmt.Fprintf(&b, "  claim         p50 %.2fms  p99 %.2fms\n", r.ClaimP50Ms, r.ClaimP99Ms)
-	fmt.Fprintf(&b, "  admit         p50 %.2fms  p99 %.2fms\n", r.AdmitP50Ms, r.AdmitP99Ms)
+	if r.Replica == "process" {
+		fmt.Fprintf(&b, "  claim         p50 ≤ %.1fms  p99 ≤ %.1fms  (bucket bounds of the processes' histograms)\n", r.ClaimP50Ms, r.ClaimP99Ms)
+	} else {
+		fmt.Fprintf(&b, "  claim         p50 %.2fms  p99 %.2fms\n", r.ClaimP50Ms, r.ClaimP99Ms)
+		fmt.Fprintf(&b, "  admit         p50 %.2fms  p99 %.2fms\n", r.AdmitP50Ms, r.AdmitP99Ms)
+	}
 	fmt.Fprintf(&b, "  lag           p50 %.0fms  p99 %.0fms  (admit db time - scheduled time)\n", r.LagP50Ms, r.LagP99Ms)
-	fmt.Fprintf(&b, "  process       cpu %.0f%%  rss %.1f MiB (peak %.1f MiB)\n", r.CPUPercent, r.RSSMiB, r.PeakRSSMiB)
+	if r.Replica == "process" {
+		fmt.Fprintf(&b, "  replicas      cpu %.0f%% (all processes)  rss %.1f MiB (peak %.1f MiB), the largest replica process\n", r.CPUPercent, r.RSSMiB, r.PeakRSSMiB)
+	} else {
+		fmt.Fprintf(&b, "  process       cpu %.0f%%  rss %.1f MiB (peak %.1f MiB), the whole bench process\n", r.CPUPercent, r.RSSMiB, r.PeakRSSMiB)
+	}
 	return b.String()
 }
