@@ -52,10 +52,10 @@ func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog B
 
 	b := &backlogCache{fn: backlog, interval: interval}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_backlog_schedules", ConstLabels: constLabels,
-		Help: "Due and unclaimed schedule rows (capped count), refreshed at most once per interval."},
+		Help: "Schedule rows a claim would take now (due or uninitialised, unclaimed, active project, enabled cron trigger), counted up to 100000, refreshed at most once per interval."},
 		func() float64 { due, _ := b.get(); return float64(due) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_backlog_oldest_age_seconds", ConstLabels: constLabels,
-		Help: "Age of the oldest due and unclaimed occurrence (0 when none)."},
+		Help: "Age of the oldest due occurrence among those rows, by database time (0 when none)."},
 		func() float64 { _, age := b.get(); return age.Seconds() }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_ready", ConstLabels: constLabels,
 		Help: "1 while the replica is ready and admitting, else 0."},
