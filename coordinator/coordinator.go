@@ -156,7 +156,8 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 		case DecisionNotDue:
 			c.advance(ctx, log, claim, claim.NextFireAtMs.Int64, &c.Stats.Releases, "release")
 		default:
-			c.fail("decide", fmt.Errorf("unknown decision %q for %s/%s", d.Kind, claim.ProjectID, claim.TriggerID))
+			c.fail("decide", fmt.Errorf("unknown decision %q", d.Kind), "project", claim.ProjectID, "trigger", claim.TriggerID,
+				"revision", claim.TriggerRevision, "next_fire_at_ms", claim.NextFireAtMs.Int64)
 		}
 	}
 	if len(fires) == 0 {
@@ -199,7 +200,8 @@ func (c *Coordinator) decide(log *slog.Logger, claim *Claim) (Decision, bool) {
 func (c *Coordinator) admitted(log *slog.Logger, it AdmitItem, d Decision, r AdmitResult) {
 	switch {
 	case r.Err != nil:
-		c.fail("admit", r.Err, "project", it.Claim.ProjectID, "trigger", it.Claim.TriggerID, "scheduled_for_ms", it.ScheduledFor)
+		c.fail("admit", r.Err, "project", it.Claim.ProjectID, "trigger", it.Claim.TriggerID, "revision", it.Claim.TriggerRevision,
+			"scheduled_for_ms", it.ScheduledFor)
 	case r.Outcome == Written:
 		c.Stats.Admits.Add(1)
 		lag := time.Duration(r.AdmittedAtMs-it.ScheduledFor) * time.Millisecond
@@ -223,13 +225,14 @@ func (c *Coordinator) advance(ctx context.Context, log *slog.Logger, claim *Clai
 	outcome, err := c.store.Advance(ctx, claim, next)
 	switch {
 	case err != nil:
-		c.fail(what, err, "project", claim.ProjectID, "trigger", claim.TriggerID)
+		c.fail(what, err, "project", claim.ProjectID, "trigger", claim.TriggerID, "revision", claim.TriggerRevision,
+			"next_fire_at_ms", claim.NextFireAtMs.Int64)
 	case outcome == Race:
 		c.Stats.Races.Add(1)
 		log.Info(what + " lost its fence (race)")
 	default:
 		counter.Add(1)
-		log.Debug(what, append(attrs, "next_fire_at_ms", next)...)
+		log.Debug(what, append(attrs, "advanced_to_ms", next)...) // the logger names the old cursor
 	}
 }
 
