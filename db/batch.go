@@ -429,3 +429,171 @@ func (b *AdmitManyBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }
+
+const claimDue = `-- name: ClaimDue :batchmany
+
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+candidate AS (
+    -- The project and trigger conditions are per-row subqueries, not joins, on purpose: the
+    -- planner then has nothing to reorder and always walks the claim's index in order, stopping
+    -- at the first claimable row. As joins, a large due fraction made it hash-join and sort the
+    -- whole backlog (seconds at 1,000,000 rows) for a LIMIT 1.
+    SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover -- takeover: an expired claim
+    FROM control_core.trigger_schedules s
+    WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
+      AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= control_core.db_now_ms())
+      AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id) = 'active'
+      AND (SELECT tr.kind = 'cron' AND tr.enabled FROM control_core.trigger_revisions tr
+           WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
+    ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+    FOR UPDATE OF s SKIP LOCKED
+    LIMIT $3::integer -- 1: the ADR's claim; more: batch admission (each row fenced alike)
+)
+UPDATE control_core.trigger_schedules s
+SET claim_owner         = $1::text,
+    claim_token         = gen_random_uuid(),
+    claim_version       = s.claim_version + 1,
+    claim_expires_at_ms = greatest(obs.now_ms, s.updated_at_ms) + $2::bigint,
+    state_version       = s.state_version + 1,
+    updated_at_ms       = greatest(obs.now_ms, s.updated_at_ms)
+FROM candidate, obs, control_core.projects p, control_core.trigger_revisions tr,
+     control_core.task_revisions kr, control_core.execution_revisions er
+WHERE s.project_id = candidate.project_id AND s.trigger_id = candidate.trigger_id
+  AND p.project_id = s.project_id
+  AND tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+  AND kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
+  AND er.execution_revision_id = kr.execution_revision_id
+RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.last_scheduled_at_ms,
+          s.state_version, s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+          s.updated_at_ms AS claimed_at_ms, obs.now_ms,
+          p.revision AS project_revision, p.content_digest AS project_digest,
+          tr.cron_spec, tr.timezone, tr.misfire_policy, tr.content_digest AS trigger_digest,
+          tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
+          er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover,
+          s.ctid::text AS row_ctid
+`
+
+type ClaimDueBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type ClaimDueParams struct {
+	Owner   string `json:"owner"`
+	LeaseMs int64  `json:"lease_ms"`
+	MaxRows int32  `json:"max_rows"`
+}
+
+type ClaimDueRow struct {
+	ProjectID           string        `json:"project_id"`
+	TriggerID           string        `json:"trigger_id"`
+	TriggerRevision     int64         `json:"trigger_revision"`
+	NextFireAtMs        pgtype.Int8   `json:"next_fire_at_ms"`
+	LastScheduledAtMs   pgtype.Int8   `json:"last_scheduled_at_ms"`
+	StateVersion        int64         `json:"state_version"`
+	ClaimOwner          pgtype.Text   `json:"claim_owner"`
+	ClaimToken          uuid.NullUUID `json:"claim_token"`
+	ClaimVersion        int64         `json:"claim_version"`
+	ClaimExpiresAtMs    pgtype.Int8   `json:"claim_expires_at_ms"`
+	ClaimedAtMs         int64         `json:"claimed_at_ms"`
+	NowMs               int64         `json:"now_ms"`
+	ProjectRevision     int64         `json:"project_revision"`
+	ProjectDigest       string        `json:"project_digest"`
+	CronSpec            string        `json:"cron_spec"`
+	Timezone            string        `json:"timezone"`
+	MisfirePolicy       string        `json:"misfire_policy"`
+	TriggerDigest       string        `json:"trigger_digest"`
+	TaskID              string        `json:"task_id"`
+	TaskRevision        int64         `json:"task_revision"`
+	TaskDigest          string        `json:"task_digest"`
+	ExecutionRevisionID uuid.UUID     `json:"execution_revision_id"`
+	ExecutionDigest     string        `json:"execution_digest"`
+	Takeover            bool          `json:"takeover"`
+	RowCtid             string        `json:"row_ctid"`
+}
+
+// Scheduler queries: run by the runtime role. Time is always the database's, observed once per
+// statement by control_core.db_now_ms() (ADR-0107).
+// The ADR-0105 claim, one statement committed on its own: the first row, in the order
+// next_fire_at_ms NULLS FIRST, project_id, trigger_id, of an active project and an enabled cron
+// trigger revision that is due or waiting for initialisation and carries no valid claim; locked
+// with SKIP LOCKED so replicas never wait on each other; stamped with the four-part fence and a
+// new state_version. coalesce(next_fire_at_ms, -1) is that order (cursors are never negative) and
+// lets trigger_schedules_claim_idx serve it as one range scan. RETURNING carries everything the
+// decision and the admit need, so the claim is the only read.
+func (q *Queries) ClaimDue(ctx context.Context, arg []ClaimDueParams) *ClaimDueBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.Owner,
+			a.LeaseMs,
+			a.MaxRows,
+		}
+		batch.Queue(claimDue, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &ClaimDueBatchResults{br, len(arg), false}
+}
+
+func (b *ClaimDueBatchResults) Query(f func(int, []ClaimDueRow, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		items := []ClaimDueRow{}
+		if b.closed {
+			if f != nil {
+				f(t, items, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		err := func() error {
+			rows, err := b.br.Query()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var i ClaimDueRow
+				if err := rows.Scan(
+					&i.ProjectID,
+					&i.TriggerID,
+					&i.TriggerRevision,
+					&i.NextFireAtMs,
+					&i.LastScheduledAtMs,
+					&i.StateVersion,
+					&i.ClaimOwner,
+					&i.ClaimToken,
+					&i.ClaimVersion,
+					&i.ClaimExpiresAtMs,
+					&i.ClaimedAtMs,
+					&i.NowMs,
+					&i.ProjectRevision,
+					&i.ProjectDigest,
+					&i.CronSpec,
+					&i.Timezone,
+					&i.MisfirePolicy,
+					&i.TriggerDigest,
+					&i.TaskID,
+					&i.TaskRevision,
+					&i.TaskDigest,
+					&i.ExecutionRevisionID,
+					&i.ExecutionDigest,
+					&i.Takeover,
+					&i.RowCtid,
+				); err != nil {
+					return err
+				}
+				items = append(items, i)
+			}
+			return rows.Err()
+		}()
+		if f != nil {
+			f(t, items, err)
+		}
+	}
+}
+
+func (b *ClaimDueBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}

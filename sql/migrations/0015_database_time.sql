@@ -5,10 +5,13 @@
 
 -- +goose Up
 -- statement_timestamp(): one observation per statement, the same for every row it touches.
+-- Every name is schema-qualified instead of pinned with SET search_path: a function with a SET
+-- clause is never inlined and each call saves and restores the setting, and the claim evaluates
+-- this once per row it walks (perf showed it at 4 % of the database's CPU under load). Inlined,
+-- it is the bare expression.
 CREATE FUNCTION control_core.db_now_ms() RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog
-AS $$ SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint $$;
+AS $$ SELECT pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.statement_timestamp()) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8 $$;
 
 ALTER TABLE control_core.projects            ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms(),
                                              ALTER COLUMN updated_at_ms SET DEFAULT control_core.db_now_ms();

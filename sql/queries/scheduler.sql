@@ -1,7 +1,7 @@
 -- Scheduler queries: run by the runtime role. Time is always the database's, observed once per
 -- statement by control_core.db_now_ms() (ADR-0107).
 
--- name: ClaimDue :many
+-- name: ClaimDue :batchmany
 -- The ADR-0105 claim, one statement committed on its own: the first row, in the order
 -- next_fire_at_ms NULLS FIRST, project_id, trigger_id, of an active project and an enabled cron
 -- trigger revision that is due or waiting for initialisation and carries no valid claim; locked
