@@ -62,8 +62,9 @@ const benchSetDue = `-- name: BenchSetDue :execrows
 
 UPDATE control_core.trigger_schedules
 SET next_fire_at_ms = $1::bigint, state_version = state_version + 1,
+    claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
     updated_at_ms = greatest(updated_at_ms, control_core.db_now_ms())
-WHERE project_id = $2::text AND claim_token IS NULL
+WHERE project_id = $2::text
 `
 
 type BenchSetDueParams struct {
@@ -72,8 +73,10 @@ type BenchSetDueParams struct {
 }
 
 // Queries of `qlsched bench` only.
-// Put every schedule row of a project at the occurrence due_ms (on time, not missed): a backlog
-// of due rows. Run as the runtime role, which may UPDATE schedules.
+// Put every schedule row of a project at the occurrence due_ms (on time, not missed), unclaimed: a
+// backlog of due rows. Also ends the claims the ceiling phase was holding when its time ran out
+// (its workers have stopped), so the replicas do not wait out their leases. Run as the runtime
+// role, which may UPDATE schedules.
 func (q *Queries) BenchSetDue(ctx context.Context, arg BenchSetDueParams) (int64, error) {
 	result, err := q.db.Exec(ctx, benchSetDue, arg.DueMs, arg.ProjectID)
 	if err != nil {

@@ -1,12 +1,15 @@
 -- Queries of `qlsched bench` only.
 
 -- name: BenchSetDue :execrows
--- Put every schedule row of a project at the occurrence due_ms (on time, not missed): a backlog
--- of due rows. Run as the runtime role, which may UPDATE schedules.
+-- Put every schedule row of a project at the occurrence due_ms (on time, not missed), unclaimed: a
+-- backlog of due rows. Also ends the claims the ceiling phase was holding when its time ran out
+-- (its workers have stopped), so the replicas do not wait out their leases. Run as the runtime
+-- role, which may UPDATE schedules.
 UPDATE control_core.trigger_schedules
 SET next_fire_at_ms = @due_ms::bigint, state_version = state_version + 1,
+    claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
     updated_at_ms = greatest(updated_at_ms, control_core.db_now_ms())
-WHERE project_id = @project_id::text AND claim_token IS NULL;
+WHERE project_id = @project_id::text;
 
 -- name: CeilingAdmit :execrows
 -- The ceiling's write set: the admit's inserts and cursor advance with no fence, no revision or
