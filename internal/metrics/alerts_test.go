@@ -69,6 +69,13 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	if block == nil {
 		t.Fatal("docs/operations.md: no ```yaml block under ## Alerts")
 	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if copy := yamlBlock.FindSubmatch(readme); copy == nil || string(copy[1]) != string(block[1]) {
+		t.Error("README.md's alert rules (```yaml under ### Alerts) differ from docs/operations.md's")
+	}
 	var r rules
 	if err := yaml.UnmarshalStrict(block[1], &r); err != nil {
 		t.Fatalf("alert rules: %v", err)
