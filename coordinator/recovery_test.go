@@ -97,23 +97,35 @@ func TestClaimUsesTheIndexAtOneMillionSchedules(t *testing.T) {
 	defer conn.Release()
 	// The claim, and the idle coordinator's next-due probe, in the custom plans a prepared
 	// statement starts with and in the generic plan it may settle on.
-	for _, q := range []struct{ name, execute string }{
-		{"ClaimDue", "EXECUTE q(1, 'explain', 30000)"}, // max_rows, owner, lease_ms
-		{"NextDueIn", "EXECUTE q"},
+	for _, q := range []struct{ name, stmt, args string }{
+		{"ClaimDue", "claim_due", "(1, 'explain', 30000)"}, // max_rows, owner, lease_ms
+		{"NextDueIn", "next_due_in", ""},
 	} {
-		if _, err := conn.Exec(ctx, "DEALLOCATE ALL; PREPARE q AS "+namedQuery(t, q.name)); err != nil {
+		if _, err := conn.Exec(ctx, "PREPARE "+q.stmt+" AS "+namedQuery(t, q.name)); err != nil {
 			t.Fatal(err)
 		}
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
 				t.Fatal(err)
 			}
-			plan := explain(t, conn, "EXPLAIN "+q.execute)
+			plan := explain(t, conn, "EXPLAIN EXECUTE "+q.stmt+q.args)
 			if !strings.Contains(plan, "Index Scan using trigger_schedules_claim_idx") || strings.Contains(plan, "Seq Scan on trigger_schedules") ||
 				strings.Contains(plan, "Sort") {
 				t.Errorf("%s, %s: does not walk trigger_schedules_claim_idx in order:\n%s", q.name, mode, plan)
 			}
 		}
+	}
+	// The claim as the store runs it, under its transaction-local settings: the same generic
+	// plan, and no JIT (at this size its generic cost estimate is past the JIT thresholds).
+	if _, err := conn.Exec(ctx, "RESET plan_cache_mode; BEGIN; "+hotSettings); err != nil {
+		t.Fatal(err)
+	}
+	if plan := explain(t, conn, "EXPLAIN EXECUTE claim_due(1, 'explain', 30000)"); strings.Contains(plan, "JIT:") ||
+		!strings.Contains(plan, "Index Scan using trigger_schedules_claim_idx") {
+		t.Errorf("the claim under the store's settings is JIT-compiled or does not walk the claim's index:\n%s", plan)
+	}
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, "RESET plan_cache_mode; DEALLOCATE ALL"); err != nil {
 		t.Fatal(err)

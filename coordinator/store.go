@@ -249,16 +249,22 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db
 	return written, err
 }
 
-// pipelinedTx wraps a batch of sqlc queries in one transaction sent as a single pipeline: begin,
-// SET LOCAL plan_cache_mode, the queries, COMMIT: one round trip, for the claim and for one admit
-// or many. When a query fails, the server skips the rest (COMMIT included) and the connection is
-// left in a failed transaction, which the pool then discards.
+// hotSettings are the transaction-local settings of the hot statements (claim, admit):
 //
-// The hot statements run on generic plans: a prepared statement otherwise gets a custom plan
-// per execution for as long as the planner's estimates favour it, and for the claim's and the
-// admit's joins that planning was more than half of the database's CPU under load (perf, batch
-// mode). Their generic plans are the ones the tests check (index scan on the claim's index, TID
-// scans for the admit), so this keeps the plan the tests prove and stops paying for it each time.
+//   - generic plans: a prepared statement otherwise gets a custom plan per execution for as long
+//     as the planner's estimates favour it, and for the claim's and the admit's joins that
+//     planning was more than half of the database's CPU under load (perf, batch mode). Their
+//     generic plans are the ones the tests check (index scan on the claim's index, TID scans for
+//     the admit), so this keeps the plan the tests prove and stops paying for it each time;
+//   - no JIT: the claim's generic plan cannot know its LIMIT, so on a large table its estimated
+//     cost passes the JIT thresholds and every claim would compile (and optimise) ~50 functions,
+//     hundreds of milliseconds for a statement that runs in one (BenchmarkClaim, 1,000,000 rows).
+const hotSettings = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
+
+// pipelinedTx wraps a batch of sqlc queries in one transaction sent as a single pipeline: begin,
+// the hot settings, the queries, COMMIT: one round trip, for the claim and for one admit or many.
+// When a query fails, the server skips the rest (COMMIT included) and the connection is left in a
+// failed transaction, which the pool then discards.
 type pipelinedTx struct {
 	pool  *pgxpool.Pool
 	begin string
@@ -267,7 +273,7 @@ type pipelinedTx struct {
 func (t pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	tx := &pgx.Batch{}
 	tx.Queue(t.begin)
-	tx.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+	tx.Queue(hotSettings)
 	tx.QueuedQueries = append(tx.QueuedQueries, b.QueuedQueries...)
 	tx.Queue("COMMIT")
 	return &txResults{br: t.pool.SendBatch(ctx, tx)}
@@ -287,7 +293,7 @@ func (pipelinedTx) QueryRow(context.Context, string, ...any) pgx.Row {
 	return errRow{errOnlyBatches}
 }
 
-// txResults hides the begin, the SET LOCAL and COMMIT: the caller reads its own results; Close
+// txResults hides the begin, the hot settings and COMMIT: the caller reads its own results; Close
 // reads COMMIT and returns its error, so nothing the caller read counts unless Close returned nil.
 type txResults struct {
 	br            pgx.BatchResults
@@ -299,7 +305,7 @@ func (r *txResults) begin() error {
 	if !r.begun {
 		r.begun = true
 		if _, r.err = r.br.Exec(); r.err == nil { // the begin
-			_, r.err = r.br.Exec() // SET LOCAL
+			_, r.err = r.br.Exec() // the hot settings
 		}
 	}
 	return r.err
