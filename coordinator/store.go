@@ -61,12 +61,12 @@ func (s *Store) Claim(ctx context.Context, owner string, lease time.Duration) (*
 }
 
 // ClaimBatch takes up to n claimable rows in the claim's order with one statement (committed
-// alone, in a READ COMMITTED transaction of its own), each stamped with its own full four-part
-// fence. n = 1 is the ADR's claim.
+// alone: the implicit transaction of its pipeline, no BEGIN), each stamped with its own full
+// four-part fence. n = 1 is the ADR's claim.
 func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duration, n int) ([]*Claim, error) {
 	var claims []*Claim
 	var err error
-	br := db.New(pipelinedTx{s.pool, "BEGIN ISOLATION LEVEL READ COMMITTED"}).
+	br := db.New(pipelinedTx{pool: s.pool}).
 		ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), MaxRows: int32(n)}})
 	br.Query(func(_ int, rows []db.ClaimDueRow, qerr error) {
 		err = qerr
@@ -191,7 +191,7 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 // transaction committed (err == nil).
 func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db.AdmitRow, err error) {
 	written = make([]*db.AdmitRow, len(items))
-	q := db.New(pipelinedTx{s.pool, "BEGIN ISOLATION LEVEL SERIALIZABLE"})
+	q := db.New(pipelinedTx{pool: s.pool, begin: "BEGIN ISOLATION LEVEL SERIALIZABLE"})
 	if len(items) == 1 {
 		it, c := items[0], items[0].Claim
 		br := q.Admit(ctx, []db.AdmitParams{{
@@ -261,22 +261,28 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db
 //     hundreds of milliseconds for a statement that runs in one (BenchmarkClaim, 1,000,000 rows).
 const hotSettings = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
 
-// pipelinedTx wraps a batch of sqlc queries in one transaction sent as a single pipeline: begin,
-// the hot settings, the queries, COMMIT: one round trip, for the claim and for one admit or many.
-// When a query fails, the server skips the rest (COMMIT included) and the connection is left in a
-// failed transaction, which the pool then discards.
+// pipelinedTx sends a batch of sqlc queries as one pipeline, one round trip: the hot settings,
+// the queries, then one Sync. Without begin the pipeline is PostgreSQL's implicit transaction,
+// committed at the Sync (the claim: one statement, committed alone, no BEGIN or COMMIT on the
+// wire); with begin it is an explicit one, begin … COMMIT (the admit, SERIALIZABLE). When a query
+// fails, the server skips the rest (COMMIT included): the implicit transaction rolls back at the
+// Sync, an explicit one leaves the connection in a failed transaction, which the pool discards.
 type pipelinedTx struct {
 	pool  *pgxpool.Pool
-	begin string
+	begin string // "": the pipeline's implicit transaction
 }
 
 func (t pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	tx := &pgx.Batch{}
-	tx.Queue(t.begin)
+	if t.begin != "" {
+		tx.Queue(t.begin)
+	}
 	tx.Queue(hotSettings)
 	tx.QueuedQueries = append(tx.QueuedQueries, b.QueuedQueries...)
-	tx.Queue("COMMIT")
-	return &txResults{br: t.pool.SendBatch(ctx, tx)}
+	if t.begin != "" {
+		tx.Queue("COMMIT")
+	}
+	return &txResults{br: t.pool.SendBatch(ctx, tx), explicit: t.begin != ""}
 }
 
 var errOnlyBatches = errors.New("pipelinedTx: only batches are supported")
@@ -297,15 +303,20 @@ func (pipelinedTx) QueryRow(context.Context, string, ...any) pgx.Row {
 // reads COMMIT and returns its error, so nothing the caller read counts unless Close returned nil.
 type txResults struct {
 	br            pgx.BatchResults
+	explicit      bool // a begin was sent, and a COMMIT will be
 	begun, closed bool
 	err           error
 }
 
+// begin reads the results the caller did not queue: the begin, if any, and the hot settings.
 func (r *txResults) begin() error {
 	if !r.begun {
 		r.begun = true
-		if _, r.err = r.br.Exec(); r.err == nil { // the begin
-			_, r.err = r.br.Exec() // the hot settings
+		if r.explicit {
+			_, r.err = r.br.Exec()
+		}
+		if r.err == nil {
+			_, r.err = r.br.Exec()
 		}
 	}
 	return r.err
@@ -332,13 +343,14 @@ func (r *txResults) QueryRow() pgx.Row {
 	return r.br.QueryRow()
 }
 
-// Close reads COMMIT (unless the begin failed) and closes the pipeline. Idempotent.
+// Close reads COMMIT (unless the begin failed, or there is none) and closes the pipeline, which
+// for an implicit transaction is its commit. Idempotent.
 func (r *txResults) Close() error {
 	if r.closed {
 		return r.err
 	}
 	r.closed = true
-	if r.begin() == nil {
+	if r.begin() == nil && r.explicit {
 		if _, err := r.br.Exec(); err != nil {
 			r.err = err
 		}
@@ -349,7 +361,7 @@ func (r *txResults) Close() error {
 	return r.err
 }
 
-// Tx: the transaction here is the batch's own BEGIN … COMMIT, not a pgx.Tx.
+// Tx: the transaction here is the pipeline's own, not a pgx.Tx.
 func (r *txResults) Tx() pgx.Tx { return nil }
 
 type errRow struct{ err error }
