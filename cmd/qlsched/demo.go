@@ -16,6 +16,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/pgcluster"
+	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
@@ -29,7 +30,7 @@ func (a *app) demoCmd() *cobra.Command {
 		Short: "Run the whole stack on an embedded throwaway PostgreSQL, then remove it",
 		Long: `demo starts a throwaway PostgreSQL from this machine's server binaries (QL_PG_BIN,
 pg_config or /usr/lib/postgresql/*/bin), creates the four roles, applies the migration stream as
-the owner role, publishes a project, a task and a few cron triggers as the admin role, and runs
+the owner role, verifies it (checksums, capability, readiness, exact privileges), publishes a project, a task and a few cron triggers as the admin role, and runs
 --replicas scheduler replicas (each with its own pool, as the runtime role) for --duration with a
 progress line. It then prints the admitted runs and the exactly-once audit, and stops and removes
 everything it started, also on Ctrl-C.`,
@@ -108,6 +109,25 @@ func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Dur
 		return err
 	}
 	step("applied %d migrations: pg-0001 … pg-0018, control-core v17", len(applied))
+
+	// What a CI pipeline runs before it trusts the database: checksums, capability, readiness
+	// and the exact privileges of the four roles.
+	step("qlmigrate verify (as %s)", names.Owner)
+	ownerPool, err := mustResolve(cluster.URL(names.Owner, "control")).Open(ctx)
+	if err != nil {
+		return err
+	}
+	verified, err := verify.Run(ctx, ownerPool, verify.Options{Names: names})
+	ownerPool.Close()
+	if err != nil {
+		return err
+	}
+	for _, c := range verified.Checks {
+		fmt.Fprintf(out, "    %-17s %s\n", c.Name, c.Status)
+	}
+	if !verified.OK {
+		return cli.Problemf("verify found %d drift finding(s) on a fresh database", verified.Summary.Drift)
+	}
 
 	step("publishing project demo, task hello and %d triggers (as %s)", len(demoTriggers), names.Admin)
 	adminPool, err := mustResolve(cluster.URL(names.Admin, "control")).Open(ctx)
