@@ -47,7 +47,10 @@ type Server struct {
 	template   string
 	stop       func()
 	mu         sync.Mutex // CREATE DATABASE … TEMPLATE needs the template to be idle
-	seq        atomic.Int64
+	// rolesMu serialises roles create and ALTER ROLE … PASSWORD: the roles are cluster-wide, and
+	// two parallel tests updating the same pg_authid row fail with "tuple concurrently updated".
+	rolesMu sync.Mutex
+	seq     atomic.Int64
 }
 
 var (
@@ -198,6 +201,8 @@ func (s *Server) Bootstrap(ctx context.Context, database string) error {
 // BootstrapNames is Bootstrap for another set of role names (a test that changes role attributes
 // uses a prefix of its own, so that it disturbs no other test).
 func (s *Server) BootstrapNames(ctx context.Context, database string, names roles.Names) error {
+	s.rolesMu.Lock()
+	defer s.rolesMu.Unlock()
 	conn, err := pgx.Connect(ctx, s.URL("", database))
 	if err != nil {
 		return err
