@@ -9,7 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/sql/migrations"
 )
 
 // RecoveryReport says what startup recovery found and did.
@@ -100,8 +102,10 @@ func (e *ReadinessError) Error() string {
 // RequiredCapability is the control-core version this scheduler runs on.
 const RequiredCapability = 17
 
-// CheckReadiness fails closed unless control-core is at v17 and the connected role holds exactly
-// what the runtime uses (and not INSERT on trigger_schedules).
+// CheckReadiness fails closed unless control-core is at v17, the schema holds everything of the
+// readiness contract that qlmigrate verify checks (a dropped claim index or CHECK constraint, or an
+// edited db_now_ms(), would silently change what a claim or an admit means), and the connected
+// role holds exactly what the runtime uses (and not INSERT on trigger_schedules).
 func CheckReadiness(ctx context.Context, pool *pgxpool.Pool) error {
 	schemaOK, err := db.New(pool).SchemaExists(ctx)
 	if err != nil {
@@ -150,8 +154,46 @@ func CheckReadiness(ctx context.Context, pool *pgxpool.Pool) error {
 			p = append(p, "the connected role needs "+c.what)
 		}
 	}
+	contract, err := schemaDrift(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("readiness: %w", err)
+	}
+	p = append(p, contract...)
 	if len(p) > 0 {
 		return &ReadinessError{Problems: p}
 	}
 	return nil
+}
+
+// schemaDrift compares the catalogs with the readiness contract, as qlmigrate verify does, and
+// describes every missing or changed object (objects beyond the contract are allowed).
+func schemaDrift(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	contract, err := checksums.Contract()
+	if err != nil {
+		return nil, err
+	}
+	list, err := checksums.Load(migrations.FS)
+	if err != nil {
+		return nil, err
+	}
+	var facts []checksums.Fact
+	// search_path pg_catalog only: the server then renders every name schema-qualified, as the
+	// contract writes them, whatever the role's settings.
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
+			return err
+		}
+		facts, err = checksums.ReadReadiness(ctx, db.New(tx))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the schema from the catalogs: %w", err)
+	}
+	var p []string
+	for _, d := range checksums.CompareReadiness(contract, facts, checksums.NewLocator(migrations.FS, list)) {
+		if !d.Note {
+			p = append(p, fmt.Sprintf("%s: %s (qlmigrate verify says how to fix it)", d.Object, d.Message))
+		}
+	}
+	return p, nil
 }

@@ -71,9 +71,9 @@ func run(t *testing.T, args ...string) result {
 	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
 }
 
+// Each case points at a listener that counts connections: a usage error must leave it untouched.
 func TestBadInputExits2BeforeConnecting(t *testing.T) {
 	t.Parallel()
-	const unreachable = "postgres://u:pw-never-shown@127.0.0.1:1/x"
 	cases := []struct {
 		args []string
 		want string
@@ -102,9 +102,13 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			t.Parallel()
-			r := run(t, append(c.args, "--database-url", unreachable)...)
+			url, accepted := unusedDatabase(t)
+			r := run(t, append(c.args, "--database-url", url)...)
 			if r.code != 2 || !strings.Contains(r.stderr, c.want) {
 				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", r.code, r.stderr, c.want)
+			}
+			if n := accepted(); n != 0 {
+				t.Errorf("%d connection(s) opened; want none", n)
 			}
 			if strings.Contains(r.stdout+r.stderr, "pw-never-shown") {
 				t.Error("the password leaked")
@@ -558,6 +562,52 @@ func TestRunRefusesAHalfMigratedDatabase(t *testing.T) {
 				if err := conn.QueryRow(ctx, "SELECT claim_version FROM control_core.trigger_schedules").Scan(&claimVersion); err != nil || claimVersion != 0 {
 					t.Errorf("claim_version %d (%v); want 0: nothing claimed", claimVersion, err)
 				}
+			}
+		})
+	}
+}
+
+// A v17 database whose schema drifted from the readiness contract under what the hot queries rely
+// on: the replica refuses to start (exit 1), names the object, and claims nothing.
+func TestRunRefusesADriftedSchema(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, drift, want string }{
+		{"claim index dropped", `DROP INDEX control_core.trigger_schedules_claim_idx`, "trigger_schedules_claim_idx"},
+		{"cursor CHECK dropped", `ALTER TABLE control_core.trigger_schedules DROP CONSTRAINT trigger_schedules_next_fire_at_ms_check`,
+			"trigger_schedules_next_fire_at_ms_check"},
+		{"database time edited", `CREATE OR REPLACE FUNCTION control_core.db_now_ms() RETURNS bigint LANGUAGE sql STABLE
+			AS $$ SELECT 0::bigint $$`, "db_now_ms"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d := testpg.New(t)
+			admin := []string{"--database-url", d.URL("ql_admin")}
+			for _, args := range [][]string{
+				{"project", "create", "--project", "p"},
+				{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
+				{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"},
+			} {
+				if r := run(t, append(args, admin...)...); r.code != 0 {
+					t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
+				}
+			}
+			d.Exec(t, c.drift)
+			r := run(t, "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0")
+			if r.code != 1 || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("exit %d, stderr %q; want exit 1 naming %s", r.code, r.stderr, c.want)
+			}
+			if strings.Contains(r.stderr, "replica running") {
+				t.Error("the replica started")
+			}
+			conn, err := pgx.Connect(context.Background(), d.URL(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			var claimVersion int64
+			if err := conn.QueryRow(context.Background(), "SELECT claim_version FROM control_core.trigger_schedules").Scan(&claimVersion); err != nil || claimVersion != 0 {
+				t.Errorf("claim_version %d (%v); want 0: nothing claimed", claimVersion, err)
 			}
 		})
 	}
