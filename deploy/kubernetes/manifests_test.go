@@ -5,6 +5,7 @@ package kubernetes
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,6 +98,35 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		m := flag.FindStringSubmatch(arg)
 		if m == nil || !strings.Contains(help.String(), "--"+m[1]+" ") {
 			t.Errorf("argument %q is not a qlsched run flag", arg)
+		}
+		if m != nil && m[1] == "http-addr" && !strings.HasSuffix(arg, fmt.Sprintf(":%d", c.Ports[0].ContainerPort)) {
+			t.Errorf("%s does not serve the probes' port %d", arg, c.Ports[0].ContainerPort)
+		}
+	}
+
+	// The migration Job: up in an init container, then verify, both run directly (the image is
+	// distroless: no shell), and both are qlmigrate commands.
+	pod := job.Spec.Template.Spec
+	if len(pod.InitContainers) != 1 || len(pod.Containers) != 1 {
+		t.Fatalf("job: %d init containers and %d containers, want 1 and 1", len(pod.InitContainers), len(pod.Containers))
+	}
+	qlmigrate := filepath.Join(t.TempDir(), "qlmigrate")
+	if out, err := exec.Command("go", "build", "-o", qlmigrate, "../../cmd/qlmigrate").CombinedOutput(); err != nil {
+		t.Fatalf("build qlmigrate: %v\n%s", err, out)
+	}
+	for _, step := range []struct {
+		c    corev1.Container
+		want string
+	}{{pod.InitContainers[0], "up"}, {pod.Containers[0], "verify"}} {
+		if len(step.c.Command) != 2 || step.c.Command[0] != "qlmigrate" || step.c.Command[1] != step.want {
+			t.Errorf("job container %s runs %v, want [qlmigrate %s]", step.c.Name, step.c.Command, step.want)
+			continue
+		}
+		if out, err := exec.Command(qlmigrate, step.want, "--help").CombinedOutput(); err != nil {
+			t.Errorf("qlmigrate %s --help: %v\n%s", step.want, err, out)
+		}
+		if len(step.c.Env) == 0 || step.c.Env[0].Name != "QL_DATABASE_URL" || step.c.Env[0].ValueFrom.SecretKeyRef.Key != "owner-url" {
+			t.Errorf("job container %s does not connect as the owner (QL_DATABASE_URL from owner-url)", step.c.Name)
 		}
 	}
 }

@@ -18,6 +18,12 @@
 //     to one of the four roles is drift like any other privilege, and pg_maintain like any other
 //     membership.
 //
+//   - PostgreSQL 18 also lists NOT NULL constraints in pg_constraint (contype 'n'); the readiness
+//     contract keeps nullability on the columns, so ReadinessConstraints (sql/queries/verify.sql)
+//     reads only primary, unique, foreign key, CHECK and exclusion constraints, and a clean v17
+//     database on 18 has no extra constraints to report (TestRunOnACleanV17DatabaseFindsNothing in
+//     internal/verify, run on 18 by make test-matrix).
+//
 // No other catalog column or view that control-core reads changed between 15 and 18 (the queries
 // in sql/queries read pg_roles, pg_auth_members' roleid/member/grantor/admin_option, pg_class,
 // pg_namespace, pg_proc, pg_attribute's attacl, pg_default_acl and aclexplode/acldefault, all
