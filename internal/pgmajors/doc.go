@@ -11,6 +11,7 @@
 //     roles.Audit reports those as notes (memberships *in* the four roles are their members'
 //     business), never as drift. Since 16 pg_auth_members also keeps one row per grantor, so the
 //     audit's fix for a membership names it: REVOKE … FROM … GRANTED BY ….
+//
 //   - PostgreSQL 17: the MAINTAIN table privilege (and the predefined role pg_maintain). An owner
 //     holds MAINTAIN on its tables on 17 and later and cannot on 15 and 16; the model takes an
 //     owner's privileges from acldefault() at verify time (sql/queries/verify.sql,
