@@ -64,7 +64,7 @@ import (
 // Settings: QL_CHAOS_DURATION (75s), QL_CHAOS_REPLICAS (3), QL_CHAOS_TRIGGERS (100),
 // QL_CHAOS_SEED (random), QL_CHAOS_LEASE (3s), QL_CHAOS_CADENCE (500ms), QL_CHAOS_FAULT_EVERY
 // (mean time between faults, 2s), QL_CHAOS_MAX_FAULTED (1), QL_CHAOS_BATCHES (--admit-batch per
-// replica, cycled: 1), QL_CHAOS_RUN_FLAGS (extra flags of `qlsched run`). `make chaos` runs 10m, 4 replicas, 500 triggers. The replicas' logs are kept
+// replica, cycled: 1), QL_CHAOS_RUN_FLAGS (extra flags of `qlsched run`). `make chaos` runs 10m, 4 replicas, 500 triggers, batches of 16. The replicas' logs are kept
 // when the soak fails.
 func TestChaosSoak(t *testing.T) {
 	cfg := chaosConfigFromEnv(t)
