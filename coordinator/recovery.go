@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -38,19 +39,16 @@ const recoveryBatch = 500
 func Recover(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (RecoveryReport, error) {
 	var rep RecoveryReport
 	q := db.New(pool)
-	seen := map[[16]byte]bool{}
+	// Candidates left alone (changed concurrently) stay candidates; the next read skips them, so
+	// it reaches the ones behind them. Every row read is either failed closed, which takes it out
+	// of the source, or added here: the loop ends.
+	skipped := []uuid.UUID{}
 	for {
-		rows, err := q.RecoveryCandidates(ctx, recoveryBatch)
+		rows, err := q.RecoveryCandidates(ctx, db.RecoveryCandidatesParams{SkipRunIds: skipped, MaxRows: recoveryBatch})
 		if err != nil {
 			return rep, fmt.Errorf("read recovery source: %w", err)
 		}
-		progressed := false
 		for _, r := range rows {
-			if seen[r.RunID] {
-				continue
-			}
-			seen[r.RunID] = true
-			progressed = true
 			rep.Candidates++
 			ok, err := failClosed(ctx, pool, r)
 			if err != nil {
@@ -62,9 +60,10 @@ func Recover(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (Recover
 					"attempt_state", r.AttemptState.String)
 			} else {
 				rep.Skipped++
+				skipped = append(skipped, r.RunID)
 			}
 		}
-		if len(rows) < recoveryBatch || !progressed {
+		if len(rows) < recoveryBatch {
 			return rep, nil
 		}
 	}

@@ -83,6 +83,47 @@ func TestStartupRecoveryExcludesExactlyThePristineShape(t *testing.T) {
 	}
 }
 
+// Candidates recovery must leave alone (here: a trigger suppresses the attempt update, as if the
+// dispatcher had changed them first) stay in the source; a full batch of them must not hide the
+// candidates behind it.
+func TestRecoveryReachesCandidatesBehindSkippedOnes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.trigger("a", "* * * * *", MisfireSkip)
+	f.setCursor("a", -time.Second)
+	if _, _, out := fireOnce(t, NewStore(f.rt), "r1"); out != Written {
+		t.Fatalf("admit: %s", out)
+	}
+	held, behind := recoveryBatch, 100
+	// held+behind copies of the admitted run, queued at 1 … n ms (before the pristine original),
+	// each with a dispatching Attempt: candidates all
+	f.exec(`INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
+			trigger_revision, scheduled_for_ms, idempotency_key, state, owner, queued_at_ms, created_at_ms, updated_at_ms)
+		SELECT gen_random_uuid(), project_id, task_id, task_revision, execution_revision_id, trigger_id, trigger_revision,
+			scheduled_for_ms + g * 1000, 'copy:' || g, 'queued', 'runtime', g, created_at_ms, updated_at_ms
+		FROM control_core.runs, generate_series(1, $1::integer) g`, held+behind)
+	f.exec(`INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state)
+		SELECT gen_random_uuid(), run_id, 1, 'remote_worker', 'dispatching' FROM control_core.runs WHERE idempotency_key LIKE 'copy:%'`)
+	f.exec(fmt.Sprintf(`CREATE FUNCTION control_core.test_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF (SELECT queued_at_ms FROM control_core.runs WHERE run_id = OLD.run_id) <= %d THEN RETURN NULL; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_hold BEFORE UPDATE ON control_core.attempts FOR EACH ROW EXECUTE FUNCTION control_core.test_hold()`, held))
+
+	rep, err := Recover(ctx, f.rt, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Candidates != held+behind || rep.Skipped != held || rep.FailedClosed != behind {
+		t.Errorf("report %+v; want %d candidates: %d skipped, %d failed closed", rep, held+behind, held, behind)
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.runs WHERE state = 'failed' AND queued_at_ms > $1`, held); n != behind {
+		t.Errorf("%d of the candidates behind the held ones failed closed; want %d", n, behind)
+	}
+}
+
 // With 1,000,000 schedule rows the claim is an index range scan on trigger_schedules_claim_idx,
 // not a sequential scan.
 func TestClaimUsesTheIndexAtOneMillionSchedules(t *testing.T) {

@@ -257,6 +257,7 @@ LEFT JOIN control_core.attempts a
   ON a.run_id = r.run_id
  AND a.attempt_no = (SELECT max(x.attempt_no) FROM control_core.attempts x WHERE x.run_id = r.run_id)
 WHERE r.owner = 'runtime' AND r.state IN ('queued', 'dispatching')
+  AND r.run_id <> ALL (coalesce($1::uuid[], '{}'))
   AND NOT coalesce(
         r.state = 'queued' AND r.cancel_requested_at_ms IS NULL AND r.queued_at_ms IS NOT NULL
         AND a.attempt_no = 1 AND a.state = 'claimed' AND a.executor_kind = 'remote_worker'
@@ -264,8 +265,13 @@ WHERE r.owner = 'runtime' AND r.state IN ('queued', 'dispatching')
         AND a.callback_token_hash IS NULL AND a.started_at_ms IS NULL AND a.finished_at_ms IS NULL
         AND a.result IS NULL AND a.error IS NULL, false)
 ORDER BY r.queued_at_ms, r.run_id
-LIMIT $1::integer
+LIMIT $2::integer
 `
+
+type RecoveryCandidatesParams struct {
+	SkipRunIds []uuid.UUID `json:"skip_run_ids"`
+	MaxRows    int32       `json:"max_rows"`
+}
 
 type RecoveryCandidatesRow struct {
 	RunID              uuid.UUID     `json:"run_id"`
@@ -282,9 +288,10 @@ type RecoveryCandidatesRow struct {
 // Attempt exists), a claimed remote_worker Attempt whose worker,
 // session, lease, offer, callback, start, result and error fields all still hold their initial
 // (NULL) values. Anything else (a drifted field, an Attempt already dispatching, no Attempt)
-// is a candidate.
-func (q *Queries) RecoveryCandidates(ctx context.Context, maxRows int32) ([]RecoveryCandidatesRow, error) {
-	rows, err := q.db.Query(ctx, recoveryCandidates, maxRows)
+// is a candidate. skip_run_ids: candidates this recovery already looked at and left alone
+// (changed concurrently), so a later read reaches the ones behind them.
+func (q *Queries) RecoveryCandidates(ctx context.Context, arg RecoveryCandidatesParams) ([]RecoveryCandidatesRow, error) {
+	rows, err := q.db.Query(ctx, recoveryCandidates, arg.SkipRunIds, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -335,7 +335,8 @@ SELECT coalesce((SELECT version FROM control_core.capabilities WHERE component =
 -- Attempt exists), a claimed remote_worker Attempt whose worker,
 -- session, lease, offer, callback, start, result and error fields all still hold their initial
 -- (NULL) values. Anything else (a drifted field, an Attempt already dispatching, no Attempt)
--- is a candidate.
+-- is a candidate. skip_run_ids: candidates this recovery already looked at and left alone
+-- (changed concurrently), so a later read reaches the ones behind them.
 SELECT r.run_id, r.state AS run_state, r.updated_at_ms AS run_updated_at_ms,
        a.attempt_id AS attempt_id, a.state AS attempt_state, a.updated_at_ms AS attempt_updated_at_ms
 FROM control_core.runs r
@@ -343,6 +344,7 @@ LEFT JOIN control_core.attempts a
   ON a.run_id = r.run_id
  AND a.attempt_no = (SELECT max(x.attempt_no) FROM control_core.attempts x WHERE x.run_id = r.run_id)
 WHERE r.owner = 'runtime' AND r.state IN ('queued', 'dispatching')
+  AND r.run_id <> ALL (coalesce(@skip_run_ids::uuid[], '{}'))
   AND NOT coalesce(
         r.state = 'queued' AND r.cancel_requested_at_ms IS NULL AND r.queued_at_ms IS NOT NULL
         AND a.attempt_no = 1 AND a.state = 'claimed' AND a.executor_kind = 'remote_worker'
