@@ -21,6 +21,7 @@ lint: check-generated
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
+	cd bench/river && go vet .
 	go run ./cmd/qlmigrate hash --check
 
 # Every package test, against real PostgreSQL servers the tests start themselves.
@@ -70,7 +71,13 @@ chaos:
 # in about 5 minutes: the 4-replica backlog against its ceiling, the below-capacity lag, batch
 # admission at 20,000 every-second triggers, one real replica process at budget 256 (RSS), and
 # the claim's p99 at 1,000,000 schedule rows against 10,000.
-.PHONY: bench
+.PHONY: bench bench-river
+# The peer: River's periodic jobs, 20,000 every second, on a throwaway server from the same
+# binaries (bench/river, a module of its own so River stays out of go.mod). Run it next to
+# `make bench` for the batch comparison of docs/performance.md.
+bench-river:
+	cd bench/river && go run . --jobs 20000 --duration 30s
+
 bench:
 	go build -o bin/qlsched ./cmd/qlsched
 	bin/qlsched bench --scenario backlog --triggers 10000 --replicas 4 --budget 256 --cadence 10ms --duration 30s
