@@ -26,14 +26,21 @@ func (a *app) demoCmd() *cobra.Command {
 		duration time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "demo [--replicas 2] [--duration 20s]",
+		Use:   "demo [--replicas 2] [--duration 20s] [--database-url URL]",
 		Short: "Run the whole stack on an embedded throwaway PostgreSQL, then remove it",
 		Long: `demo starts a throwaway PostgreSQL from this machine's server binaries (QL_PG_BIN,
 pg_config or /usr/lib/postgresql/*/bin), creates the four roles, applies the migration stream as
-the owner role, verifies it (checksums, capability, readiness, exact privileges), publishes a project, a task and a few cron triggers as the admin role, and runs
---replicas scheduler replicas (each with its own pool, as the runtime role) for --duration with a
-progress line. It then prints the admitted runs and the exactly-once audit, and stops and removes
-everything it started, also on Ctrl-C.`,
+the owner role, verifies it (checksums, capability, readiness, exact privileges), publishes a
+project, a task and a few cron triggers as the admin role, and runs --replicas scheduler replicas
+(each with its own pool, as the runtime role) for --duration with a progress line. It then prints
+the admitted runs and the exactly-once audit, and stops and removes everything it started, also
+on Ctrl-C.
+
+With --database-url (the flag only: QL_DATABASE_URL and PG* are not used, so a shell set up for
+production never runs the demo there) it uses that server instead, connected as a superuser: it
+creates a database of its own there (qlsched_demo_<time>), creates the four roles if missing
+(roles are server-wide and stay), does each role's work by acting as that role, and drops its
+database at the end.`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if replicas < 1 || replicas > 8 {
 				return cli.Usagef("--replicas %d: want 1 … 8", replicas)
@@ -44,7 +51,14 @@ everything it started, also on Ctrl-C.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), replicas, duration)
+			var server *dbconn.Config
+			if f := cmd.Flag("database-url"); f != nil && f.Changed {
+				var err error
+				if server, err = a.connConfig(); err != nil {
+					return err
+				}
+			}
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), replicas, duration, server)
 		},
 	}
 	cmd.Flags().IntVar(&replicas, "replicas", 2, "scheduler replicas to run (1 … 8)")
@@ -61,33 +75,62 @@ var demoTriggers = []coordinator.TriggerSpec{
 	{Trigger: "nightly", Cron: "0 3 * * *", TimeZone: "Asia/Tokyo", Misfire: coordinator.MisfireFireOnce},
 }
 
-func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Duration) error {
+// runDemo runs the demo on server (a superuser connection) in a database of its own, or, when
+// server is nil, on a throwaway PostgreSQL it starts. Every role's work goes through
+// su.For(database, role): the superuser acting as that role.
+func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Duration, server *dbconn.Config) error {
 	step := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
-	step("starting a throwaway PostgreSQL")
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
-	if err != nil {
-		return &dbconn.ConnectError{Err: err}
+	su, database := server, "control"
+	if server == nil {
+		step("starting a throwaway PostgreSQL")
+		cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+		if err != nil {
+			return &dbconn.ConnectError{Err: err}
+		}
+		defer func() {
+			step("stopping PostgreSQL and removing %s", cluster.DataDir())
+			_ = cluster.Stop()
+		}()
+		step("PostgreSQL from %s on 127.0.0.1:%d", cluster.BinDir, cluster.Port)
+		su = mustResolve(cluster.URL("postgres", "postgres"))
+	} else {
+		database = fmt.Sprintf("qlsched_demo_%d", time.Now().UnixMilli())
+		step("using the server of --database-url, %s, in a new database %s", server.Describe(), database)
 	}
-	defer func() {
-		step("stopping PostgreSQL and removing %s", cluster.DataDir())
-		_ = cluster.Stop()
-	}()
-	step("PostgreSQL from %s on 127.0.0.1:%d", cluster.BinDir, cluster.Port)
+
+	conn, err := pgx.ConnectConfig(ctx, su.Pool.ConnConfig)
+	if err != nil {
+		return &dbconn.ConnectError{Err: su.RedactError(err)}
+	}
+	var superuser bool
+	err = conn.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&superuser)
+	if err == nil && !superuser {
+		err = cli.Problemf("%s is not a superuser: the demo creates a database and the four roles", su.Pool.ConnConfig.User)
+	}
+	if err == nil {
+		_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{database}.Sanitize())
+	}
+	conn.Close(context.Background())
+	if err != nil {
+		return su.RedactError(err)
+	}
+	if server != nil {
+		defer func() {
+			step("dropping database %s", database)
+			dropCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if c, err := pgx.ConnectConfig(dropCtx, su.Pool.ConnConfig); err == nil {
+				_, _ = c.Exec(dropCtx, "DROP DATABASE IF EXISTS "+pgx.Identifier{database}.Sanitize()+" WITH (FORCE)")
+				c.Close(dropCtx)
+			}
+		}()
+	}
 
 	names, _ := roles.NewNames(roles.DefaultPrefix)
-	su, err := pgx.Connect(ctx, cluster.URL("postgres", "postgres"))
-	if err != nil {
-		return &dbconn.ConnectError{Err: err}
-	}
-	_, err = su.Exec(ctx, "CREATE DATABASE control")
-	su.Close(context.Background())
-	if err != nil {
-		return err
-	}
 	step("qlmigrate roles create")
-	conn, err := pgx.Connect(ctx, cluster.URL("postgres", "control"))
+	conn, err = pgx.ConnectConfig(ctx, su.For(database, "").Pool.ConnConfig)
 	if err != nil {
-		return &dbconn.ConnectError{Err: err}
+		return &dbconn.ConnectError{Err: su.RedactError(err)}
 	}
 	report, err := roles.Create(ctx, conn, names)
 	conn.Close(context.Background())
@@ -99,7 +142,7 @@ func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Dur
 	}
 
 	step("qlmigrate up (as %s)", names.Owner)
-	r, err := migrate.Open(ctx, mustResolve(cluster.URL(names.Owner, "control")), migrate.Options{Names: names, AsOwner: true})
+	r, err := migrate.Open(ctx, su.For(database, ""), migrate.Options{Names: names, AsOwner: true})
 	if err != nil {
 		return err
 	}
@@ -113,7 +156,7 @@ func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Dur
 	// What a CI pipeline runs before it trusts the database: checksums, capability, readiness
 	// and the exact privileges of the four roles.
 	step("qlmigrate verify (as %s)", names.Owner)
-	ownerPool, err := mustResolve(cluster.URL(names.Owner, "control")).Open(ctx)
+	ownerPool, err := su.For(database, names.Owner).Open(ctx)
 	if err != nil {
 		return err
 	}
@@ -130,7 +173,7 @@ func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Dur
 	}
 
 	step("publishing project demo, task hello and %d triggers (as %s)", len(demoTriggers), names.Admin)
-	adminPool, err := mustResolve(cluster.URL(names.Admin, "control")).Open(ctx)
+	adminPool, err := su.For(database, names.Admin).Open(ctx)
 	if err != nil {
 		return err
 	}
@@ -156,7 +199,7 @@ func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Dur
 	var coords []*coordinator.Coordinator
 	var lifecycles []*coordinator.Lifecycle
 	for i := range replicas {
-		pool, err := mustResolve(cluster.URL(names.Runtime, "control")).Open(ctx)
+		pool, err := su.For(database, names.Runtime).Open(ctx)
 		if err != nil {
 			return err
 		}

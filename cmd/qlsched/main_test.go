@@ -389,6 +389,38 @@ func scrape(t *testing.T, url string) map[string]float64 {
 
 var removingDir = regexp.MustCompile(`removing (\S+)`)
 
+// Given --database-url, the demo runs on that server in a database of its own, as each of the four
+// roles, and drops that database at the end; QL_DATABASE_URL alone never sends it there.
+func TestDemoOnAGivenServer(t *testing.T) {
+	t.Parallel()
+	d := testpg.NewEmpty(t)
+	r := run(t, "demo", "--duration", "3s", "--database-url", d.URL(""))
+	if r.code != 0 || !strings.Contains(r.stdout, "every occurrence admitted exactly once") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	m := regexp.MustCompile(`in a new database (qlsched_demo_\d+)`).FindStringSubmatch(r.stdout)
+	if m == nil || strings.Contains(r.stdout, "starting a throwaway PostgreSQL") {
+		t.Fatalf("the demo did not use the given server:\n%s", r.stdout)
+	}
+	conn, err := pgx.Connect(context.Background(), d.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var left int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_database WHERE datname = $1", m[1]).Scan(&left); err != nil || left != 0 {
+		t.Errorf("database %s: %d left (%v); want it dropped", m[1], left, err)
+	}
+
+	// the environment is not a given URL: the demo starts a throwaway server of its own
+	cmd := exec.Command(qlsched(t), "demo", "--duration", "1s")
+	cmd.Env = append(os.Environ(), "QL_DATABASE_URL="+d.URL(""))
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "starting a throwaway PostgreSQL") {
+		t.Errorf("with QL_DATABASE_URL only, the demo did not start its own server:\n%s", out)
+	}
+}
+
 // The demo runs end to end on its own throwaway PostgreSQL and leaves nothing behind: not when it
 // finishes, not when it is interrupted.
 func TestDemoCleansUpAfterItselfAlsoOnCtrlC(t *testing.T) {

@@ -113,6 +113,18 @@ func (c *Config) Describe() string {
 	return fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
 }
 
+// For is the same server, credentials and bounds for another database, acting as role when role
+// is not empty (the role setting at connection start, as SET ROLE would): how a superuser does
+// each of the four roles' work without knowing their passwords.
+func (c *Config) For(database, role string) *Config {
+	pool := c.Pool.Copy()
+	pool.ConnConfig.Database = database
+	if role != "" {
+		pool.ConnConfig.RuntimeParams["role"] = role
+	}
+	return &Config{Pool: pool, Source: c.Source, secrets: c.secrets, timeouts: c.timeouts}
+}
+
 // Open connects a pool and checks one connection, so "cannot connect" is reported here.
 func (c *Config) Open(ctx context.Context) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, c.Pool)
