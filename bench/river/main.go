@@ -136,7 +136,7 @@ func run(ctx context.Context, url string, jobs int, warmup, window time.Duration
 	fmt.Fprintf(os.Stderr, "river: %d periodic jobs every second; warm-up %s, then a %s window\n", jobs, warmup, window)
 	var from, to time.Time
 	if err := pool.QueryRow(ctx, "SELECT now() + $1::interval, now() + $2::interval",
-		warmup.String(), (warmup + window).String()).Scan(&from, &to); err != nil {
+		warmup.String(), (warmup+window).String()).Scan(&from, &to); err != nil {
 		return nil, err
 	}
 	select {
