@@ -12,7 +12,6 @@ import (
 
 	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
-	"github.com/qlcontrol/controlcore/sql/migrations"
 )
 
 // RecoveryReport says what startup recovery found and did.
@@ -153,11 +152,13 @@ func CheckReadiness(ctx context.Context, pool *pgxpool.Pool) error {
 			p = append(p, "the connected role needs "+c.what)
 		}
 	}
-	contract, err := schemaDrift(ctx, pool)
-	if err != nil {
-		return fmt.Errorf("readiness: %w", err)
+	if r.Capability == RequiredCapability { // the contract is v17's: another version only floods
+		contract, err := schemaDrift(ctx, pool)
+		if err != nil {
+			return fmt.Errorf("readiness: %w", err)
+		}
+		p = append(p, contract...)
 	}
-	p = append(p, contract...)
 	if len(p) > 0 {
 		return &ReadinessError{Problems: p}
 	}
@@ -168,10 +169,6 @@ func CheckReadiness(ctx context.Context, pool *pgxpool.Pool) error {
 // describes every missing or changed object (objects beyond the contract are allowed).
 func schemaDrift(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 	contract, err := checksums.Contract()
-	if err != nil {
-		return nil, err
-	}
-	list, err := checksums.Load(migrations.FS)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +186,7 @@ func schemaDrift(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 		return nil, fmt.Errorf("read the schema from the catalogs: %w", err)
 	}
 	var p []string
-	for _, d := range checksums.CompareReadiness(contract, facts, checksums.NewLocator(migrations.FS, list)) {
+	for _, d := range checksums.CompareReadiness(contract, facts, checksums.Locator{}) {
 		if !d.Note {
 			p = append(p, fmt.Sprintf("%s: %s (qlmigrate verify says how to fix it)", d.Object, d.Message))
 		}

@@ -19,10 +19,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -81,6 +81,18 @@ func main() {
 	fmt.Printf("  lag           p50 %.0fms  p99 %.0fms  (created_at - scheduled_at)\n", res.LagP50Ms, res.LagP99Ms)
 }
 
+// riverVersion is the River module this binary was built with (go.mod pins it).
+func riverVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range info.Deps {
+			if m.Path == "github.com/riverqueue/river" {
+				return m.Version
+			}
+		}
+	}
+	return "(unknown version)"
+}
+
 func run(ctx context.Context, url string, jobs int, warmup, window time.Duration) (*result, error) {
 	if url == "" {
 		fmt.Fprintln(os.Stderr, "river: starting a throwaway PostgreSQL (fsync on)")
@@ -96,7 +108,7 @@ func run(ctx context.Context, url string, jobs int, warmup, window time.Duration
 		return nil, err
 	}
 	defer pool.Close()
-	res := &result{Peer: "v0.51.2", Jobs: jobs}
+	res := &result{Peer: riverVersion(), Jobs: jobs}
 	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&res.ServerVersion); err != nil {
 		return nil, err
 	}
@@ -151,11 +163,11 @@ func run(ctx context.Context, url string, jobs int, warmup, window time.Duration
 		       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM created_at - scheduled_at) * 1000), 0)
 		FROM river_job WHERE kind = 'nop' AND created_at >= $1 AND created_at < $2`, from, to).
 		Scan(&res.Inserted, &res.LagP50Ms, &res.LagP99Ms)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && res.Inserted == 0) {
-		return nil, errors.New("no job was inserted in the window (was a leader elected?)")
-	}
 	if err != nil {
 		return nil, err
+	}
+	if res.Inserted == 0 {
+		return nil, errors.New("no job was inserted in the window (was a leader elected?)")
 	}
 	res.InsertsPerSecond = float64(res.Inserted) / res.WindowSeconds
 	return res, nil

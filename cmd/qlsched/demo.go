@@ -48,6 +48,10 @@ database at the end.`,
 			if duration < time.Second || duration > 10*time.Minute {
 				return cli.Usagef("--duration %s: want 1s … 10m", duration)
 			}
+			// an empty flag would fall back to QL_DATABASE_URL and PG*, which the demo never uses
+			if f := cmd.Flag("database-url"); f != nil && f.Changed && f.Value.String() == "" {
+				return cli.Usagef("--database-url is empty: give the URL of a server to run the demo on, or leave the flag out")
+			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -108,7 +112,9 @@ func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Dur
 		err = cli.Problemf("%s is not a superuser: the demo creates a database and the four roles", su.Pool.ConnConfig.User)
 	}
 	if err == nil {
-		_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{database}.Sanitize())
+		// template0: a fresh database whatever an administrator put into template1, and no
+		// conflict with sessions connected to template1
+		_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{database}.Sanitize()+" TEMPLATE template0")
 	}
 	conn.Close(context.Background())
 	if err != nil {
@@ -117,11 +123,16 @@ func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Dur
 	if server != nil {
 		defer func() {
 			step("dropping database %s", database)
+			drop := "DROP DATABASE IF EXISTS " + pgx.Identifier{database}.Sanitize() + " WITH (FORCE)"
 			dropCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if c, err := pgx.ConnectConfig(dropCtx, su.Pool.ConnConfig); err == nil {
-				_, _ = c.Exec(dropCtx, "DROP DATABASE IF EXISTS "+pgx.Identifier{database}.Sanitize()+" WITH (FORCE)")
+			c, err := pgx.ConnectConfig(dropCtx, su.Pool.ConnConfig)
+			if err == nil {
+				_, err = c.Exec(dropCtx, drop)
 				c.Close(dropCtx)
+			}
+			if err != nil {
+				fmt.Fprintf(out, "    could not drop it (%v): run %s\n", su.RedactError(err), drop)
 			}
 		}()
 	}

@@ -412,6 +412,11 @@ func TestDemoOnAGivenServer(t *testing.T) {
 		t.Errorf("database %s: %d left (%v); want it dropped", m[1], left, err)
 	}
 
+	// an empty flag is a usage error, not a fall-back to QL_DATABASE_URL or PG*
+	if r := run(t, "demo", "--database-url", ""); r.code != 2 || !strings.Contains(r.stderr, "--database-url is empty") {
+		t.Errorf("--database-url '': exit %d, stderr %q; want exit 2 saying it is empty", r.code, r.stderr)
+	}
+
 	// the environment is not a given URL: the demo starts a throwaway server of its own
 	cmd := exec.Command(qlsched(t), "demo", "--duration", "1s")
 	cmd.Env = append(os.Environ(), "QL_DATABASE_URL="+d.URL(""))

@@ -40,7 +40,8 @@ func (a *app) runCmd() *cobra.Command {
 		Long: `run starts one replica of the scheduler, connected as the runtime role (ql_runtime):
 
   1. configuration: every bound is checked before anything is opened (exit 2);
-  2. readiness: control-core must be at v17 and the connected role must hold exactly the runtime's
+  2. readiness: control-core must be at v17, its schema must match the readiness contract (as
+     qlmigrate verify checks it), and the connected role must hold exactly the runtime's
      privileges (SELECT/UPDATE on trigger_schedules and no INSERT, INSERT on runs, attempts and
      run events); otherwise it refuses to start (exit 1) and claims nothing;
   3. startup recovery: runtime-owned queued/dispatching Runs that are not in the pristine admitted

@@ -90,11 +90,11 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Args[0] != "qlsched" || c.Args[1] != "run" {
-		t.Fatalf("args %v, want qlsched run …", c.Args)
+	if len(c.Command) != 2 || c.Command[0] != "qlsched" || c.Command[1] != "run" {
+		t.Fatalf("command %v, want [qlsched run]", c.Command)
 	}
 	flag := regexp.MustCompile(`^--([a-z-]+)=`)
-	for _, arg := range c.Args[2:] {
+	for _, arg := range c.Args {
 		m := flag.FindStringSubmatch(arg)
 		if m == nil || !strings.Contains(help.String(), "--"+m[1]+" ") {
 			t.Errorf("argument %q is not a qlsched run flag", arg)
