@@ -181,6 +181,21 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 	return facts, nil
 }
 
+// ReadinessDrift reads the catalogs through q (which must run with search_path pg_catalog, so
+// every name comes back schema-qualified as the contract writes it) and compares them with the
+// contract.
+func ReadinessDrift(ctx context.Context, q *db.Queries, loc Locator) ([]Drift, error) {
+	contract, err := Contract()
+	if err != nil {
+		return nil, err
+	}
+	facts, err := ReadReadiness(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return CompareReadiness(contract, facts, loc), nil
+}
+
 // CompareReadiness lists what the catalogs (actual) lack or hold differently from the contract,
 // and, as notes, what they hold beyond it. loc names the migration that defines a missing
 // object, for the fix.

@@ -168,25 +168,20 @@ func CheckReadiness(ctx context.Context, pool *pgxpool.Pool) error {
 // schemaDrift compares the catalogs with the readiness contract, as qlmigrate verify does, and
 // describes every missing or changed object (objects beyond the contract are allowed).
 func schemaDrift(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
-	contract, err := checksums.Contract()
-	if err != nil {
-		return nil, err
-	}
-	var facts []checksums.Fact
-	// search_path pg_catalog only: the server then renders every name schema-qualified, as the
-	// contract writes them, whatever the role's settings.
-	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	var drift []checksums.Drift
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
 			return err
 		}
-		facts, err = checksums.ReadReadiness(ctx, db.New(tx))
+		var err error
+		drift, err = checksums.ReadinessDrift(ctx, db.New(tx), checksums.Locator{})
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read the schema from the catalogs: %w", err)
 	}
 	var p []string
-	for _, d := range checksums.CompareReadiness(contract, facts, checksums.Locator{}) {
+	for _, d := range drift {
 		if !d.Note {
 			p = append(p, fmt.Sprintf("%s: %s (qlmigrate verify says how to fix it)", d.Object, d.Message))
 		}

@@ -247,15 +247,11 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		r.skip(CheckReadiness, why)
 		r.skip(CheckPrivileges, why)
 	default:
-		contract, err := checksums.Contract()
-		if err != nil {
-			return nil, err
-		}
-		facts, err := checksums.ReadReadiness(ctx, q)
+		drift, err := checksums.ReadinessDrift(ctx, q, checksums.NewLocator(fsys, list))
 		if err != nil {
 			return nil, fmt.Errorf("readiness: %w", err)
 		}
-		r.add(CheckReadiness, "", fromChecksums(checksums.CompareReadiness(contract, facts, checksums.NewLocator(fsys, list))))
+		r.add(CheckReadiness, "", fromChecksums(drift))
 		audit, err := roles.Read(ctx, q, opts.Names)
 		if err != nil {
 			return nil, fmt.Errorf("privileges: %w", err)
