@@ -65,6 +65,23 @@ const (
 	phaseDefault
 )
 
+// RolesOnly is the audit of the roles themselves (missing roles, attributes, memberships), which
+// hold at every version of the stream, without the object privileges, which are v17's.
+func (a *Audit) RolesOnly() *Audit {
+	out := &Audit{}
+	for _, d := range a.Drift {
+		if d.phase <= phaseMembership {
+			out.Drift = append(out.Drift, d)
+		}
+	}
+	for _, d := range a.Notes {
+		if d.Kind == "member_of_model_role" {
+			out.Notes = append(out.Notes, d)
+		}
+	}
+	return out
+}
+
 // SQL returns every statement that removes the drift, in an order that works: roles, attributes,
 // memberships, owners, then REVOKE, GRANT and default privileges. Run it as a superuser.
 func (a *Audit) SQL() []string {

@@ -32,6 +32,9 @@ func WriteText(w io.Writer, r *Report) error {
 		case StatusSkipped:
 			status = "skipped: " + c.Reason
 		}
+		if c.Status != StatusSkipped && c.Reason != "" { // a check that ran in part says which part
+			status += " (" + c.Reason + ")"
+		}
 		if notes > 0 {
 			status += fmt.Sprintf(", %d note(s)", notes)
 		}
