@@ -36,8 +36,9 @@ project, a task and a few cron triggers as the admin role, and runs --replicas s
 the admitted runs and the exactly-once audit, and stops and removes everything it started, also
 on Ctrl-C.
 
-With --database-url (the flag only: QL_DATABASE_URL and PG* are not used, so a shell set up for
-production never runs the demo there) it uses that server instead, connected as a superuser: it
+With --database-url (the flag only: QL_DATABASE_URL or PG* variables alone never send the demo
+to a server, so a shell set up for production does not run it there) it uses that server
+instead, connected as a superuser: it
 creates a database of its own there (qlsched_demo_<time>), creates the four roles if missing
 (roles are server-wide and stay), does each role's work by acting as that role, and drops its
 database at the end.`,
