@@ -50,8 +50,10 @@ func TestRoundHonoursTheBudgetAndTheHardCap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
+	// yearly: an initialised row is not due again while the test runs (with every minute, a
+	// minute boundary between the rounds made the initialised rows due and the count wrong)
 	for i := range 300 {
-		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", MisfireSkip)
+		f.trigger(fmt.Sprintf("t%03d", i), "@yearly", MisfireSkip)
 	}
 	small := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 5 })
 	if n := small.Round(ctx, nil); n != 5 {
