@@ -37,14 +37,18 @@ func TestBacklogReportsWhatTheDatabaseHolds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var runs int64
+			// A minute boundary during the run makes every trigger due once more, so the replicas
+			// may admit some next occurrences too before they stop: the report must agree with the
+			// database, and every trigger's backlog occurrence must be there.
+			var runs, triggers int64
 			if err := d.Pool(t, "").QueryRow(context.Background(),
-				"SELECT count(*) FROM control_core.runs WHERE idempotency_key LIKE 'ql3:%'").Scan(&runs); err != nil {
+				"SELECT count(*), count(DISTINCT trigger_id) FROM control_core.runs WHERE idempotency_key LIKE 'ql3:%'").Scan(&runs, &triggers); err != nil {
 				t.Fatal(err)
 			}
 			switch {
-			case rep.Admits != 300 || runs != 300 || rep.Duplicates != 0:
-				t.Errorf("admits %d, runs %d, duplicates %d; want 300, 300, 0", rep.Admits, runs, rep.Duplicates)
+			case rep.Admits != runs || triggers != 300 || rep.Admits < 300 || rep.Duplicates != 0:
+				t.Errorf("admits %d, runs %d of %d triggers, duplicates %d; want admits = runs ≥ 300, 300 triggers, 0 duplicates",
+					rep.Admits, runs, triggers, rep.Duplicates)
 			case rep.CeilingPerSecond <= 0 || rep.AdmitsPerSecond <= 0 || rep.Ratio <= 0:
 				t.Errorf("ceiling %.0f/s, admits %.0f/s, ratio %.2f: want all measured", rep.CeilingPerSecond, rep.AdmitsPerSecond, rep.Ratio)
 			case rep.ClaimP99Ms <= 0 || rep.RSSMiB <= 0 || rep.Replica != map[bool]string{false: "in-process", true: "process"}[tc.processes]:
