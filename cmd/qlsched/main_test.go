@@ -129,15 +129,10 @@ func TestRunRefusesAnUnreadyDatabaseAndClaimsNothing(t *testing.T) {
 	// runtime's exact privileges, so it refuses, and the due trigger stays unclaimed.
 	d := testpg.New(t)
 	admin := []string{"--database-url", d.URL("ql_admin")}
-	for _, args := range [][]string{
-		{"project", "create", "--project", "p"},
-		{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
-		{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"},
-	} {
-		if r := run(t, append(args, admin...)...); r.code != 0 {
-			t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
-		}
-	}
+	publish(t, admin,
+		[]string{"project", "create", "--project", "p"},
+		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"})
 	r = run(t, "run", "--database-url", d.URL(""), "--http-addr", "127.0.0.1:0")
 	if r.code != 1 || !strings.Contains(r.stderr, "no INSERT on control_core.trigger_schedules") {
 		t.Errorf("as superuser: exit %d, stderr %q; want exit 1 about INSERT on trigger_schedules", r.code, r.stderr)
@@ -160,15 +155,10 @@ func TestRunAdmitsAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
 	admin := []string{"--database-url", d.URL("ql_admin")}
-	for _, args := range [][]string{
-		{"project", "create", "--project", "p"},
-		{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
-		{"trigger", "publish", "--project", "p", "--trigger", "every-second", "--task", "k", "--cron", "* * * * * *"},
-	} {
-		if r := run(t, append(args, admin...)...); r.code != 0 {
-			t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
-		}
-	}
+	publish(t, admin,
+		[]string{"project", "create", "--project", "p"},
+		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "every-second", "--task", "k", "--cron", "* * * * * *"})
 	cmd := exec.Command(qlsched(t), "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
 		"--cadence", "100ms", "--owner", "replica-a")
 	stderr, err := cmd.StderrPipe()
@@ -248,16 +238,11 @@ func TestMetricsReadinessFlipAndStatus(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
 	admin := []string{"--database-url", d.URL("ql_admin")}
-	for _, args := range [][]string{
-		{"project", "create", "--project", "ops"},
-		{"task", "publish", "--project", "ops", "--task", "k", "--executor-spec", `{"image":"x"}`},
-		{"trigger", "publish", "--project", "ops", "--trigger", "a", "--task", "k", "--cron", "* * * * * *"},
-		{"trigger", "publish", "--project", "ops", "--trigger", "b", "--task", "k", "--cron", "*/2 * * * * *"},
-	} {
-		if r := run(t, append(args, admin...)...); r.code != 0 {
-			t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
-		}
-	}
+	publish(t, admin,
+		[]string{"project", "create", "--project", "ops"},
+		[]string{"task", "publish", "--project", "ops", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		[]string{"trigger", "publish", "--project", "ops", "--trigger", "a", "--task", "k", "--cron", "* * * * * *"},
+		[]string{"trigger", "publish", "--project", "ops", "--trigger", "b", "--task", "k", "--cron", "*/2 * * * * *"})
 	cmd := exec.Command(qlsched(t), "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
 		"--cadence", "50ms", "--owner", "ops-1", "--withdraw-grace", "1s", "--backlog-interval", "1s", "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
@@ -620,15 +605,10 @@ func TestRunRefusesADriftedSchema(t *testing.T) {
 			t.Parallel()
 			d := testpg.New(t)
 			admin := []string{"--database-url", d.URL("ql_admin")}
-			for _, args := range [][]string{
-				{"project", "create", "--project", "p"},
-				{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
-				{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"},
-			} {
-				if r := run(t, append(args, admin...)...); r.code != 0 {
-					t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
-				}
-			}
+			publish(t, admin,
+				[]string{"project", "create", "--project", "p"},
+				[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
+				[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"})
 			d.Exec(t, c.drift)
 			r := run(t, "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0")
 			if r.code != 1 || !strings.Contains(r.stderr, c.want) {
@@ -686,20 +666,15 @@ func TestStatusJSONReportsEachProject(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
 	admin := []string{"--database-url", d.URL("ql_admin")}
-	for _, args := range [][]string{
-		{"project", "create", "--project", "ops"},
-		{"task", "publish", "--project", "ops", "--task", "k", "--executor-spec", `{"image":"x"}`},
-		{"trigger", "publish", "--project", "ops", "--trigger", "overdue", "--task", "k", "--cron", "0 0 1 1 *"},
-		{"trigger", "publish", "--project", "ops", "--trigger", "claimed", "--task", "k", "--cron", "0 0 1 1 *"},
-		{"trigger", "publish", "--project", "ops", "--trigger", "off", "--task", "k", "--cron", "0 0 1 1 *", "--disabled"},
-		{"project", "create", "--project", "old"},
-		{"task", "publish", "--project", "old", "--task", "k", "--executor-spec", `{"image":"x"}`},
-		{"trigger", "publish", "--project", "old", "--trigger", "o", "--task", "k", "--cron", "0 0 1 1 *"},
-	} {
-		if r := run(t, append(args, admin...)...); r.code != 0 {
-			t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
-		}
-	}
+	publish(t, admin,
+		[]string{"project", "create", "--project", "ops"},
+		[]string{"task", "publish", "--project", "ops", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		[]string{"trigger", "publish", "--project", "ops", "--trigger", "overdue", "--task", "k", "--cron", "0 0 1 1 *"},
+		[]string{"trigger", "publish", "--project", "ops", "--trigger", "claimed", "--task", "k", "--cron", "0 0 1 1 *"},
+		[]string{"trigger", "publish", "--project", "ops", "--trigger", "off", "--task", "k", "--cron", "0 0 1 1 *", "--disabled"},
+		[]string{"project", "create", "--project", "old"},
+		[]string{"task", "publish", "--project", "old", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		[]string{"trigger", "publish", "--project", "old", "--trigger", "o", "--task", "k", "--cron", "0 0 1 1 *"})
 	// Arrange (as the superuser) fixed cursors far in the past, a live claim, an archived
 	// project, and two admitted Runs of "overdue", the newer one the one to report.
 	d.Exec(t, `
@@ -870,7 +845,8 @@ func publish(t *testing.T, admin []string, commands ...[]string) {
 func TestRunStartsWithoutADataRace(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
-	publish(t, []string{"--database-url", d.URL("ql_admin")},
+	admin := []string{"--database-url", d.URL("ql_admin")}
+	publish(t, admin,
 		[]string{"project", "create", "--project", "p"},
 		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
 		[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"})
