@@ -137,14 +137,15 @@ func TestRunRefusesAnUnreadyDatabaseAndClaimsNothing(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "no INSERT on control_core.trigger_schedules") {
 		t.Errorf("as superuser: exit %d, stderr %q; want exit 1 about INSERT on trigger_schedules", r.code, r.stderr)
 	}
-	conn, err := pgx.Connect(context.Background(), d.URL(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var claims int
-	if err := conn.QueryRow(context.Background(), "SELECT claim_version FROM control_core.trigger_schedules").Scan(&claims); err != nil || claims != 0 {
-		t.Errorf("claim_version %d (%v); want 0: nothing claimed", claims, err)
+	assertNothingClaimed(t, d)
+}
+
+// assertNothingClaimed checks that the database's one schedule row was never claimed.
+func assertNothingClaimed(t *testing.T, d *testpg.DB) {
+	t.Helper()
+	var claimVersion int64
+	if err := d.Pool(t, "").QueryRow(context.Background(), "SELECT claim_version FROM control_core.trigger_schedules").Scan(&claimVersion); err != nil || claimVersion != 0 {
+		t.Errorf("claim_version %d (%v); want 0: nothing claimed", claimVersion, err)
 	}
 }
 
@@ -575,15 +576,7 @@ func TestRunRefusesAHalfMigratedDatabase(t *testing.T) {
 				t.Error("the replica started")
 			}
 			if c.to >= 14 {
-				conn, err := pgx.Connect(ctx, d.URL(""))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer conn.Close(ctx)
-				var claimVersion int64
-				if err := conn.QueryRow(ctx, "SELECT claim_version FROM control_core.trigger_schedules").Scan(&claimVersion); err != nil || claimVersion != 0 {
-					t.Errorf("claim_version %d (%v); want 0: nothing claimed", claimVersion, err)
-				}
+				assertNothingClaimed(t, d)
 			}
 		})
 	}
@@ -617,15 +610,7 @@ func TestRunRefusesADriftedSchema(t *testing.T) {
 			if strings.Contains(r.stderr, "replica running") {
 				t.Error("the replica started")
 			}
-			conn, err := pgx.Connect(context.Background(), d.URL(""))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(context.Background())
-			var claimVersion int64
-			if err := conn.QueryRow(context.Background(), "SELECT claim_version FROM control_core.trigger_schedules").Scan(&claimVersion); err != nil || claimVersion != 0 {
-				t.Errorf("claim_version %d (%v); want 0: nothing claimed", claimVersion, err)
-			}
+			assertNothingClaimed(t, d)
 		})
 	}
 }
