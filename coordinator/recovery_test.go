@@ -14,6 +14,19 @@ func replica(sql string) string {
 	return "SET session_replication_role = replica; " + sql + "; RESET session_replication_role"
 }
 
+// admittedOnce is a database holding one admitted occurrence: a pristine queued Run and its
+// claimed Attempt.
+func admittedOnce(t *testing.T) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	f.trigger("a", "* * * * *", MisfireSkip)
+	f.setCursor("a", -time.Second)
+	if _, _, out := fireOnce(t, NewStore(f.rt), "r1"); out != Written {
+		t.Fatalf("admit: %s", out)
+	}
+	return f
+}
+
 // Startup recovery leaves the pristine admitted shape alone and fails every drifted shape closed.
 func TestStartupRecoveryExcludesExactlyThePristineShape(t *testing.T) {
 	t.Parallel()
@@ -47,12 +60,7 @@ func TestStartupRecoveryExcludesExactlyThePristineShape(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			f := newFixture(t)
-			f.trigger("a", "* * * * *", MisfireSkip)
-			f.setCursor("a", -time.Second)
-			if _, _, out := fireOnce(t, NewStore(f.rt), "r1"); out != Written {
-				t.Fatalf("admit: %s", out)
-			}
+			f := admittedOnce(t)
 			if tc.drift != "" {
 				f.exec(tc.drift)
 			}
@@ -89,12 +97,7 @@ func TestStartupRecoveryExcludesExactlyThePristineShape(t *testing.T) {
 func TestRecoveryReachesCandidatesBehindSkippedOnes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
-	f.setCursor("a", -time.Second)
-	if _, _, out := fireOnce(t, NewStore(f.rt), "r1"); out != Written {
-		t.Fatalf("admit: %s", out)
-	}
+	f := admittedOnce(t)
 	held, behind := recoveryBatch, 100
 	// held+behind copies of the admitted run, queued at 1 … n ms (before the pristine original),
 	// each with a dispatching Attempt: candidates all

@@ -128,11 +128,7 @@ func TestRunRefusesAnUnreadyDatabaseAndClaimsNothing(t *testing.T) {
 	// A migrated database, but connected as the superuser, who can INSERT schedules: not the
 	// runtime's exact privileges, so it refuses, and the due trigger stays unclaimed.
 	d := testpg.New(t)
-	admin := []string{"--database-url", d.URL("ql_admin")}
-	publish(t, admin,
-		[]string{"project", "create", "--project", "p"},
-		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
-		[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"})
+	publishEverySecond(t, d, "t")
 	r = run(t, "run", "--database-url", d.URL(""), "--http-addr", "127.0.0.1:0")
 	if r.code != 1 || !strings.Contains(r.stderr, "no INSERT on control_core.trigger_schedules") {
 		t.Errorf("as superuser: exit %d, stderr %q; want exit 1 about INSERT on trigger_schedules", r.code, r.stderr)
@@ -156,10 +152,7 @@ func TestRunAdmitsAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
 	admin := []string{"--database-url", d.URL("ql_admin")}
-	publish(t, admin,
-		[]string{"project", "create", "--project", "p"},
-		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
-		[]string{"trigger", "publish", "--project", "p", "--trigger", "every-second", "--task", "k", "--cron", "* * * * * *"})
+	publishEverySecond(t, d, "every-second")
 	cmd := exec.Command(qlsched(t), "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
 		"--cadence", "100ms", "--owner", "replica-a")
 	stderr, err := cmd.StderrPipe()
@@ -597,11 +590,7 @@ func TestRunRefusesADriftedSchema(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			d := testpg.New(t)
-			admin := []string{"--database-url", d.URL("ql_admin")}
-			publish(t, admin,
-				[]string{"project", "create", "--project", "p"},
-				[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
-				[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"})
+			publishEverySecond(t, d, "t")
 			d.Exec(t, c.drift)
 			r := run(t, "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0")
 			if r.code != 1 || !strings.Contains(r.stderr, c.want) {
@@ -815,6 +804,15 @@ func (r *replica) stop(t *testing.T) int {
 	return r.cmd.ProcessState.ExitCode()
 }
 
+// publishEverySecond publishes project p, task k and an every-second trigger as ql_admin.
+func publishEverySecond(t *testing.T, d *testpg.DB, trigger string) {
+	t.Helper()
+	publish(t, []string{"--database-url", d.URL("ql_admin")},
+		[]string{"project", "create", "--project", "p"},
+		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", trigger, "--task", "k", "--cron", "* * * * * *"})
+}
+
 func publish(t *testing.T, admin []string, commands ...[]string) {
 	t.Helper()
 	for _, args := range commands {
@@ -830,11 +828,7 @@ func publish(t *testing.T, admin []string, commands ...[]string) {
 func TestRunStartsWithoutADataRace(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
-	admin := []string{"--database-url", d.URL("ql_admin")}
-	publish(t, admin,
-		[]string{"project", "create", "--project", "p"},
-		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
-		[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"})
+	publishEverySecond(t, d, "t")
 	r := startReplica(t, qlschedRace(t), "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0", "--cadence", "10ms")
 	line := r.waitFor(t, 60*time.Second, "replica running", func(l string) bool { return httpAddrLog.MatchString(l) })
 	base := "http://" + httpAddrLog.FindStringSubmatch(line)[1]
