@@ -258,8 +258,14 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db
 //     the admit), so this keeps the plan the tests prove and stops paying for it each time;
 //   - no JIT: the claim's generic plan cannot know its LIMIT, so on a large table its estimated
 //     cost passes the JIT thresholds and every claim would compile (and optimise) ~50 functions,
-//     hundreds of milliseconds for a statement that runs in one (BenchmarkClaim, 1,000,000 rows).
-const hotSettings = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
+//     hundreds of milliseconds for a statement that runs in one (BenchmarkClaim, 1,000,000 rows);
+//   - joins in the order written: the batch admit joins eight relations, and searching every
+//     order took 100 ms per plan (alone; several times that under load). A generic plan is
+//     rebuilt whenever autovacuum or autoanalyze invalidates it, which under a steady insert
+//     load was every few seconds on every connection: 48 plans, 8.7 s of planning, in 15 s
+//     (pg_stat_statements). The written order is the plan the tests check; it plans in 1.5 ms.
+const hotSettings = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true), " +
+	"set_config('join_collapse_limit', '1', true)"
 
 // pipelinedTx sends a batch of sqlc queries as one pipeline, one round trip: the hot settings,
 // the queries, then one Sync. Without begin the pipeline is PostgreSQL's implicit transaction,
