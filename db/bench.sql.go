@@ -145,3 +145,74 @@ func (q *Queries) CeilingAdmit(ctx context.Context, arg CeilingAdmitParams) (int
 	}
 	return result.RowsAffected(), nil
 }
+
+const ceilingAdmitMany = `-- name: CeilingAdmitMany :execrows
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+item AS (
+    SELECT i.project_id, i.trigger_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_revision, i.scheduled_for_ms, i.next_fire_at_ms, gen_random_uuid() AS run_id
+    FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::text[]),
+                    unnest($4::bigint[]), unnest($5::uuid[]),
+                    unnest($6::bigint[]), unnest($7::bigint[]),
+                    unnest($8::bigint[]))
+         AS i (project_id, trigger_id, task_id, task_revision, execution_revision_id, trigger_revision,
+               scheduled_for_ms, next_fire_at_ms)
+),
+run AS (
+    INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
+                                   trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
+                                   queued_at_ms, created_at_ms, updated_at_ms)
+    SELECT i.run_id, i.project_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_id,
+           i.trigger_revision, i.scheduled_for_ms,
+           'ceiling-batch:' || i.trigger_id || ':' || i.trigger_revision || ':' || i.scheduled_for_ms,
+           'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
+    FROM item i CROSS JOIN obs
+),
+attempt AS (
+    INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
+    SELECT gen_random_uuid(), i.run_id, 1, 'remote_worker', 'claimed', obs.now_ms, obs.now_ms
+    FROM item i CROSS JOIN obs
+),
+events AS (
+    INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms)
+    SELECT gen_random_uuid(), i.run_id, e.seq, e.type, obs.now_ms
+    FROM item i CROSS JOIN obs CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS e (seq, type)
+)
+UPDATE control_core.trigger_schedules s
+SET next_fire_at_ms = i.next_fire_at_ms, last_scheduled_at_ms = i.scheduled_for_ms,
+    state_version = s.state_version + 1, claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
+    updated_at_ms = greatest(s.updated_at_ms, obs.now_ms)
+FROM item i CROSS JOIN obs
+WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id
+`
+
+type CeilingAdmitManyParams struct {
+	ProjectIds           []string    `json:"project_ids"`
+	TriggerIds           []string    `json:"trigger_ids"`
+	TaskIds              []string    `json:"task_ids"`
+	TaskRevisions        []int64     `json:"task_revisions"`
+	ExecutionRevisionIds []uuid.UUID `json:"execution_revision_ids"`
+	TriggerRevisions     []int64     `json:"trigger_revisions"`
+	ScheduledForMs       []int64     `json:"scheduled_for_ms"`
+	NextFireAtMs         []int64     `json:"next_fire_at_ms"`
+}
+
+// The batch ceiling's write set: CeilingAdmit for many claimed rows in one READ COMMITTED
+// statement, the items as parallel arrays (as in AdmitMany): the database's own rate for the batch
+// write set, with no fence, no revision or digest checks and no SERIALIZABLE. Its keys have their
+// own prefix: both ceilings may write the same occurrence of a trigger.
+func (q *Queries) CeilingAdmitMany(ctx context.Context, arg CeilingAdmitManyParams) (int64, error) {
+	result, err := q.db.Exec(ctx, ceilingAdmitMany,
+		arg.ProjectIds,
+		arg.TriggerIds,
+		arg.TaskIds,
+		arg.TaskRevisions,
+		arg.ExecutionRevisionIds,
+		arg.TriggerRevisions,
+		arg.ScheduledForMs,
+		arg.NextFireAtMs,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

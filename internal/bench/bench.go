@@ -96,22 +96,25 @@ type Report struct {
 	AdmitsPerSecond  float64 `json:"admits_per_second"`
 	CeilingPerSecond float64 `json:"ceiling_per_second"`
 	Ratio            float64 `json:"ratio"`
-	RetryRate        float64 `json:"retry_rate"`
-	Retries          int64   `json:"retries"`
-	Races            int64   `json:"races"`
-	Releases         int64   `json:"releases"`
-	Skips            int64   `json:"skips"`
-	Errors           int64   `json:"errors"`
-	Duplicates       int64   `json:"duplicates"`
-	LagP50Ms         float64 `json:"lag_p50_ms"`
-	LagP99Ms         float64 `json:"lag_p99_ms"`
-	ClaimP50Ms       float64 `json:"claim_p50_ms"`
-	ClaimP99Ms       float64 `json:"claim_p99_ms"`
-	AdmitP50Ms       float64 `json:"admit_p50_ms"`
-	AdmitP99Ms       float64 `json:"admit_p99_ms"`
-	CPUPercent       float64 `json:"cpu_percent"`
-	RSSMiB           float64 `json:"rss_mib"`
-	PeakRSSMiB       float64 `json:"peak_rss_mib"`
+	// batch mode only: the ceiling's write set claimed and written in batches of Batch rows
+	BatchCeilingPerSecond float64 `json:"batch_ceiling_per_second,omitempty"`
+	BatchRatio            float64 `json:"batch_ratio,omitempty"`
+	RetryRate             float64 `json:"retry_rate"`
+	Retries               int64   `json:"retries"`
+	Races                 int64   `json:"races"`
+	Releases              int64   `json:"releases"`
+	Skips                 int64   `json:"skips"`
+	Errors                int64   `json:"errors"`
+	Duplicates            int64   `json:"duplicates"`
+	LagP50Ms              float64 `json:"lag_p50_ms"`
+	LagP99Ms              float64 `json:"lag_p99_ms"`
+	ClaimP50Ms            float64 `json:"claim_p50_ms"`
+	ClaimP99Ms            float64 `json:"claim_p99_ms"`
+	AdmitP50Ms            float64 `json:"admit_p50_ms"`
+	AdmitP99Ms            float64 `json:"admit_p99_ms"`
+	CPUPercent            float64 `json:"cpu_percent"`
+	RSSMiB                float64 `json:"rss_mib"`
+	PeakRSSMiB            float64 `json:"peak_rss_mib"`
 }
 
 // Run sets up, measures and reports. progress gets one line per phase.
@@ -173,12 +176,24 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 
 	if cfg.Scenario == Backlog {
 		say("ceiling: the same write set, READ COMMITTED, no fence, %d workers", cfg.Replicas)
-		n, secs, err := ceiling(ctx, admin, pools, project, period, cfg.Duration)
+		n, secs, err := ceiling(ctx, pools, project, period, cfg.Duration, 1)
 		if err != nil {
 			return rep, err
 		}
 		rep.CeilingPerSecond = float64(n) / secs
 		say("ceiling: %d in %.1fs = %.0f/s", n, secs, rep.CeilingPerSecond)
+		if cfg.Batch > 1 {
+			if err := setDue(ctx, admin, project, period); err != nil {
+				return rep, err
+			}
+			say("batch ceiling: the same write set in batches of %d, READ COMMITTED, no fence, %d workers", cfg.Batch, cfg.Replicas)
+			n, secs, err := ceiling(ctx, pools, project, period, cfg.Duration, cfg.Batch)
+			if err != nil {
+				return rep, err
+			}
+			rep.BatchCeilingPerSecond = float64(n) / secs
+			say("batch ceiling: %d in %.1fs = %.0f/s", n, secs, rep.BatchCeilingPerSecond)
+		}
 		if err := setDue(ctx, admin, project, period); err != nil {
 			return rep, err
 		}
@@ -233,6 +248,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	rep.AdmitsPerSecond = float64(rep.Admits) / rep.Seconds
 	if rep.CeilingPerSecond > 0 {
 		rep.Ratio = rep.AdmitsPerSecond / rep.CeilingPerSecond
+	}
+	if rep.BatchCeilingPerSecond > 0 {
+		rep.BatchRatio = rep.AdmitsPerSecond / rep.BatchCeilingPerSecond
 	}
 	if rep.Admits > 0 {
 		rep.RetryRate = float64(rep.Retries) / float64(rep.Admits)
@@ -364,7 +382,10 @@ func dbNow(ctx context.Context, pool *pgxpool.Pool) int64 {
 
 // ceiling drives claim + unfenced READ COMMITTED admit on every pool until nothing is claimable
 // (or the duration passes) and returns how many it admitted in how many seconds.
-func ceiling(ctx context.Context, admin *pgxpool.Pool, pools []*pgxpool.Pool, project string, period, limit time.Duration) (int64, float64, error) {
+// ceiling drives the write set with no fence, one worker per pool, until limit: batch 1 claims one
+// row and inserts its Run, Attempt and events in one READ COMMITTED statement (CeilingAdmit);
+// batch n claims n rows at once and writes them all in one such statement (CeilingAdmitMany).
+func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int) (int64, float64, error) {
 	var n atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -379,15 +400,9 @@ func ceiling(ctx context.Context, admin *pgxpool.Pool, pools []*pgxpool.Pool, pr
 			store, q := coordinator.NewStore(pool), db.New(pool)
 			owner := fmt.Sprintf("ceiling-%d", i)
 			for ctx.Err() == nil {
-				c, err := store.Claim(ctx, owner, 30*time.Second)
-				if err == nil && c == nil {
+				written, err := ceilingRound(ctx, store, q, owner, period, batch)
+				if err == nil && written == 0 {
 					return
-				}
-				if err == nil {
-					_, err = q.CeilingAdmit(ctx, db.CeilingAdmitParams{
-						NextFireAtMs: c.NextFireAtMs.Int64 + period.Milliseconds(), ScheduledForMs: c.NextFireAtMs.Int64,
-						ProjectID: c.ProjectID, TriggerID: c.TriggerID, TaskID: c.TaskID, TaskRevision: c.TaskRevision,
-						ExecutionRevisionID: c.ExecutionRevisionID, TriggerRevision: c.TriggerRevision})
 				}
 				if err != nil {
 					if ctx.Err() == nil {
@@ -395,12 +410,39 @@ func ceiling(ctx context.Context, admin *pgxpool.Pool, pools []*pgxpool.Pool, pr
 					}
 					return
 				}
-				n.Add(1)
+				n.Add(written)
 			}
 		}()
 	}
 	wg.Wait()
 	return n.Load(), time.Since(start).Seconds(), firstErr
+}
+
+// ceilingRound claims up to batch rows and writes them without a fence; it returns how many.
+func ceilingRound(ctx context.Context, store *coordinator.Store, q *db.Queries, owner string, period time.Duration, batch int) (int64, error) {
+	if batch == 1 {
+		c, err := store.Claim(ctx, owner, 30*time.Second)
+		if err != nil || c == nil {
+			return 0, err
+		}
+		return q.CeilingAdmit(ctx, db.CeilingAdmitParams{
+			NextFireAtMs: c.NextFireAtMs.Int64 + period.Milliseconds(), ScheduledForMs: c.NextFireAtMs.Int64,
+			ProjectID: c.ProjectID, TriggerID: c.TriggerID, TaskID: c.TaskID, TaskRevision: c.TaskRevision,
+			ExecutionRevisionID: c.ExecutionRevisionID, TriggerRevision: c.TriggerRevision})
+	}
+	claims, err := store.ClaimBatch(ctx, owner, 30*time.Second, batch)
+	if err != nil || len(claims) == 0 {
+		return 0, err
+	}
+	var p db.CeilingAdmitManyParams
+	for _, c := range claims {
+		p.ProjectIds, p.TriggerIds, p.TaskIds = append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID), append(p.TaskIds, c.TaskID)
+		p.TaskRevisions, p.TriggerRevisions = append(p.TaskRevisions, c.TaskRevision), append(p.TriggerRevisions, c.TriggerRevision)
+		p.ExecutionRevisionIds = append(p.ExecutionRevisionIds, c.ExecutionRevisionID)
+		p.ScheduledForMs = append(p.ScheduledForMs, c.NextFireAtMs.Int64)
+		p.NextFireAtMs = append(p.NextFireAtMs, c.NextFireAtMs.Int64+period.Milliseconds())
+	}
+	return q.CeilingAdmitMany(ctx, p)
 }
 
 type replicaResult struct {
@@ -525,6 +567,9 @@ func (r Report) Text() string {
 	fmt.Fprintf(&b, "  admits        %d  (%.0f/s)\n", r.Admits, r.AdmitsPerSecond)
 	if r.CeilingPerSecond > 0 {
 		fmt.Fprintf(&b, "  ceiling       %.0f/s   ratio %.2f\n", r.CeilingPerSecond, r.Ratio)
+	}
+	if r.BatchCeilingPerSecond > 0 {
+		fmt.Fprintf(&b, "  batch ceiling %.0f/s   ratio %.2f  (the same write set in batches of %d, no fence)\n", r.BatchCeilingPerSecond, r.BatchRatio, r.Batch)
 	}
 	fmt.Fprintf(&b, "  retries       %d  (%.2f%% of admits)   races %d   releases %d   skips %d   errors %d   duplicates %d\n",
 		r.Retries, 100*r.RetryRate, r.Races, r.Releases, r.Skips, r.Errors, r.Duplicates)

@@ -51,6 +51,8 @@ func TestBacklogReportsWhatTheDatabaseHolds(t *testing.T) {
 					rep.Admits, runs, triggers, rep.Duplicates)
 			case rep.CeilingPerSecond <= 0 || rep.AdmitsPerSecond <= 0 || rep.Ratio <= 0:
 				t.Errorf("ceiling %.0f/s, admits %.0f/s, ratio %.2f: want all measured", rep.CeilingPerSecond, rep.AdmitsPerSecond, rep.Ratio)
+			case (tc.batch > 1) != (rep.BatchCeilingPerSecond > 0 && rep.BatchRatio > 0):
+				t.Errorf("batch %d: batch ceiling %.0f/s, ratio %.2f: want measured in batch mode only", tc.batch, rep.BatchCeilingPerSecond, rep.BatchRatio)
 			case rep.ClaimP99Ms <= 0 || rep.RSSMiB <= 0 || rep.Replica != map[bool]string{false: "in-process", true: "process"}[tc.processes]:
 				t.Errorf("claim p99 %.2fms, rss %.1f MiB, replica kind %q: want measured", rep.ClaimP99Ms, rep.RSSMiB, rep.Replica)
 			}

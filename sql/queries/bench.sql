@@ -43,6 +43,48 @@ SET next_fire_at_ms = @next_fire_at_ms::bigint, last_scheduled_at_ms = @schedule
 FROM run
 WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text;
 
+-- name: CeilingAdmitMany :execrows
+-- The batch ceiling's write set: CeilingAdmit for many claimed rows in one READ COMMITTED
+-- statement, the items as parallel arrays (as in AdmitMany): the database's own rate for the batch
+-- write set, with no fence, no revision or digest checks and no SERIALIZABLE. Its keys have their
+-- own prefix: both ceilings may write the same occurrence of a trigger.
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+item AS (
+    SELECT i.*, gen_random_uuid() AS run_id
+    FROM ROWS FROM (unnest(@project_ids::text[]), unnest(@trigger_ids::text[]), unnest(@task_ids::text[]),
+                    unnest(@task_revisions::bigint[]), unnest(@execution_revision_ids::uuid[]),
+                    unnest(@trigger_revisions::bigint[]), unnest(@scheduled_for_ms::bigint[]),
+                    unnest(@next_fire_at_ms::bigint[]))
+         AS i (project_id, trigger_id, task_id, task_revision, execution_revision_id, trigger_revision,
+               scheduled_for_ms, next_fire_at_ms)
+),
+run AS (
+    INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
+                                   trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
+                                   queued_at_ms, created_at_ms, updated_at_ms)
+    SELECT i.run_id, i.project_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_id,
+           i.trigger_revision, i.scheduled_for_ms,
+           'ceiling-batch:' || i.trigger_id || ':' || i.trigger_revision || ':' || i.scheduled_for_ms,
+           'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
+    FROM item i CROSS JOIN obs
+),
+attempt AS (
+    INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
+    SELECT gen_random_uuid(), i.run_id, 1, 'remote_worker', 'claimed', obs.now_ms, obs.now_ms
+    FROM item i CROSS JOIN obs
+),
+events AS (
+    INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms)
+    SELECT gen_random_uuid(), i.run_id, e.seq, e.type, obs.now_ms
+    FROM item i CROSS JOIN obs CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS e (seq, type)
+)
+UPDATE control_core.trigger_schedules s
+SET next_fire_at_ms = i.next_fire_at_ms, last_scheduled_at_ms = i.scheduled_for_ms,
+    state_version = s.state_version + 1, claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
+    updated_at_ms = greatest(s.updated_at_ms, obs.now_ms)
+FROM item i CROSS JOIN obs
+WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id;
+
 -- name: BenchLag :one
 -- Admission lag percentiles of a project's real admissions (not the ceiling's) since since_ms.
 SELECT count(*)::bigint AS runs,
