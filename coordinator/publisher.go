@@ -147,38 +147,70 @@ type TriggerPublished struct {
 // and, in the same transaction, upserts its schedule row: cursor and claim cleared, state and
 // claim versions incremented, so any claim on an older revision fails its fence forever.
 func (p *Publisher) PublishTrigger(ctx context.Context, t TriggerSpec) (TriggerPublished, error) {
-	var out TriggerPublished
-	if err := t.Validate(); err != nil {
-		return out, err
+	out, err := p.PublishTriggers(ctx, []TriggerSpec{t})
+	if err != nil {
+		return TriggerPublished{}, err
 	}
-	err := p.inProject(ctx, t.Project, "trigger.publish", func(q *db.Queries) error {
-		taskRev, err := q.GetTaskHead(ctx, db.GetTaskHeadParams{ProjectID: t.Project, TaskID: t.Task})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("task %s/%s: %w (publish it first)", t.Project, t.Task, ErrNotFound)
-		} else if err != nil {
-			return fmt.Errorf("task head: %w", err)
+	return out[0], nil
+}
+
+// PublishTriggers publishes triggers of one project as PublishTrigger does, all in one
+// transaction under one project lock: all or none. Every spec is checked before anything is
+// sent.
+func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]TriggerPublished, error) {
+	if len(ts) == 0 {
+		return nil, nil
+	}
+	for _, t := range ts {
+		if err := t.Validate(); err != nil {
+			return nil, err
 		}
-		head, err := q.BumpTriggerHead(ctx, db.BumpTriggerHeadParams{ProjectID: t.Project, TriggerID: t.Trigger})
-		if err != nil {
-			return fmt.Errorf("trigger head: %w", err)
+		if t.Project != ts[0].Project {
+			return nil, fmt.Errorf("trigger %s/%s: one project per call (%s first)", t.Project, t.Trigger, ts[0].Project)
 		}
-		rev, err := q.InsertTriggerRevision(ctx, db.InsertTriggerRevisionParams{
-			ProjectID: t.Project, TriggerID: t.Trigger, Revision: head, CronSpec: t.Cron, Timezone: t.TimeZone,
-			MisfirePolicy: string(t.Misfire), Enabled: t.Enabled, TaskID: t.Task, TaskRevision: taskRev,
-		})
-		if err != nil {
-			return fmt.Errorf("trigger revision: %w", err)
+	}
+	out := make([]TriggerPublished, 0, len(ts))
+	err := p.inProject(ctx, ts[0].Project, "trigger.publish", func(q *db.Queries) error {
+		out = out[:0] // a retried transaction starts over
+		for _, t := range ts {
+			pub, err := publishTrigger(ctx, q, t)
+			if err != nil {
+				return err
+			}
+			out = append(out, pub)
 		}
-		sched, err := q.UpsertSchedule(ctx, db.UpsertScheduleParams{ProjectID: t.Project, TriggerID: t.Trigger, TriggerRevision: head})
-		if err != nil {
-			return fmt.Errorf("schedule row: %w", err)
-		}
-		out = TriggerPublished{Revision: head, TaskRevision: taskRev, StateVersion: sched.StateVersion, ClaimVersion: sched.ClaimVersion, ContentDigest: rev.ContentDigest}
-		detail, _ := json.Marshal(map[string]any{"revision": head, "cron": t.Cron, "timezone": t.TimeZone,
-			"misfire": t.Misfire, "enabled": t.Enabled, "task_revision": taskRev})
-		return q.AuditAdmin(ctx, db.AuditAdminParams{Action: "trigger.publish", ProjectID: t.Project, Subject: t.Trigger, Detail: detail})
+		return nil
 	})
 	return out, err
+}
+
+func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec) (TriggerPublished, error) {
+	var out TriggerPublished
+	taskRev, err := q.GetTaskHead(ctx, db.GetTaskHeadParams{ProjectID: t.Project, TaskID: t.Task})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return out, fmt.Errorf("task %s/%s: %w (publish it first)", t.Project, t.Task, ErrNotFound)
+	} else if err != nil {
+		return out, fmt.Errorf("task head: %w", err)
+	}
+	head, err := q.BumpTriggerHead(ctx, db.BumpTriggerHeadParams{ProjectID: t.Project, TriggerID: t.Trigger})
+	if err != nil {
+		return out, fmt.Errorf("trigger head: %w", err)
+	}
+	rev, err := q.InsertTriggerRevision(ctx, db.InsertTriggerRevisionParams{
+		ProjectID: t.Project, TriggerID: t.Trigger, Revision: head, CronSpec: t.Cron, Timezone: t.TimeZone,
+		MisfirePolicy: string(t.Misfire), Enabled: t.Enabled, TaskID: t.Task, TaskRevision: taskRev,
+	})
+	if err != nil {
+		return out, fmt.Errorf("trigger revision: %w", err)
+	}
+	sched, err := q.UpsertSchedule(ctx, db.UpsertScheduleParams{ProjectID: t.Project, TriggerID: t.Trigger, TriggerRevision: head})
+	if err != nil {
+		return out, fmt.Errorf("schedule row: %w", err)
+	}
+	out = TriggerPublished{Revision: head, TaskRevision: taskRev, StateVersion: sched.StateVersion, ClaimVersion: sched.ClaimVersion, ContentDigest: rev.ContentDigest}
+	detail, _ := json.Marshal(map[string]any{"revision": head, "cron": t.Cron, "timezone": t.TimeZone,
+		"misfire": t.Misfire, "enabled": t.Enabled, "task_revision": taskRev})
+	return out, q.AuditAdmin(ctx, db.AuditAdminParams{Action: "trigger.publish", ProjectID: t.Project, Subject: t.Trigger, Detail: detail})
 }
 
 // inProject runs fn in one transaction holding the audited lock of an active project.

@@ -493,3 +493,48 @@ func TestAdmitRetriesASerializationFailure(t *testing.T) {
 		t.Errorf("%d runs, want 0", n)
 	}
 }
+
+// PublishTriggers is all or none: a bad spec or a second project anywhere in the list is refused
+// before anything is sent, a failure mid-way (an unknown task) rolls every trigger back, and a
+// good list publishes each trigger as PublishTrigger would, with its schedule row and audit entry.
+func TestPublishTriggersAllOrNone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	spec := func(project, trigger, task, cron string) TriggerSpec {
+		return TriggerSpec{Project: project, Trigger: trigger, Task: task, Cron: cron, TimeZone: "UTC",
+			Misfire: MisfireSkip, Enabled: true}
+	}
+	published := func() int {
+		return f.count(`SELECT count(*) FROM control_core.admin_audit_log WHERE action = 'trigger.publish'`)
+	}
+	audit := published()
+	for _, tc := range []struct {
+		name  string
+		specs []TriggerSpec
+		want  error // nil: any error
+	}{
+		{"bad cron last", []TriggerSpec{spec("p", "a", "task", "* * * * *"), spec("p", "b", "task", "61 * * * *")}, nil},
+		{"two projects", []TriggerSpec{spec("p", "a", "task", "* * * * *"), spec("q", "b", "task", "* * * * *")}, nil},
+		{"unknown task last", []TriggerSpec{spec("p", "a", "task", "* * * * *"), spec("p", "b", "nope", "* * * * *")}, ErrNotFound},
+	} {
+		if _, err := f.admin.PublishTriggers(ctx, tc.specs); err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%s: %v, want an error (%v)", tc.name, err, tc.want)
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.trigger_revisions`); n != 0 || published() != audit {
+		t.Fatalf("after refused lists: %d trigger revisions, audit %d → %d; want nothing written", n, audit, published())
+	}
+
+	out, err := f.admin.PublishTriggers(ctx, []TriggerSpec{spec("p", "a", "task", "* * * * *"), spec("p", "b", "task", "*/5 * * * *")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := f.count(`SELECT count(*) FROM control_core.trigger_schedules s JOIN control_core.trigger_revisions r
+		USING (project_id, trigger_id) WHERE s.trigger_revision = 1 AND r.revision = 1 AND s.next_fire_at_ms IS NULL`)
+	if len(out) != 2 || out[0].Revision != 1 || out[1].Revision != 1 || out[0].ContentDigest == out[1].ContentDigest ||
+		rows != 2 || published() != audit+2 {
+		t.Errorf("published %+v, %d schedule rows at revision 1, audit %d → %d; want 2 triggers, 2 rows, 2 audit entries",
+			out, rows, audit, published())
+	}
+}
