@@ -195,6 +195,15 @@ func TestAdmitManyAddressesRowsByTID(t *testing.T) {
 			}
 		}
 	}
+	// and the batch admit under the settings the store runs it with (joins in the written order)
+	if _, err := conn.Exec(ctx, "RESET plan_cache_mode; BEGIN; "+batchAdmitSettings); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, "ROLLBACK") }()
+	if plan := explain(t, conn, "EXPLAIN EXECUTE admit_many("+strings.Join(args, ", ")+")"); strings.Count(plan, "Tid Scan on trigger_schedules") != 2 ||
+		strings.Contains(plan, "Index Scan using trigger_schedules") || strings.Contains(plan, "Seq Scan on trigger_schedules") {
+		t.Errorf("store's batch settings: the batch admit does not reach trigger_schedules by TID scans only:\n%s", plan)
+	}
 }
 
 // namedQuery reads the sqlc query name from sql/queries with its arguments (@name, sqlc.arg(name),

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -191,7 +192,11 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 // transaction committed (err == nil).
 func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db.AdmitRow, err error) {
 	written = make([]*db.AdmitRow, len(items))
-	q := db.New(pipelinedTx{pool: s.pool, begin: "BEGIN ISOLATION LEVEL SERIALIZABLE"})
+	tx := pipelinedTx{pool: s.pool, begin: "BEGIN ISOLATION LEVEL SERIALIZABLE"}
+	if len(items) > 1 {
+		tx.settings = batchAdmitSettings
+	}
+	q := db.New(tx)
 	if len(items) == 1 {
 		it, c := items[0], items[0].Claim
 		br := q.Admit(ctx, []db.AdmitParams{{
@@ -258,14 +263,17 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db
 //     the admit), so this keeps the plan the tests prove and stops paying for it each time;
 //   - no JIT: the claim's generic plan cannot know its LIMIT, so on a large table its estimated
 //     cost passes the JIT thresholds and every claim would compile (and optimise) ~50 functions,
-//     hundreds of milliseconds for a statement that runs in one (BenchmarkClaim, 1,000,000 rows);
-//   - joins in the order written: the batch admit joins eight relations, and searching every
-//     order took 100 ms per plan (alone; several times that under load). A generic plan is
-//     rebuilt whenever autovacuum or autoanalyze invalidates it, which under a steady insert
-//     load was every few seconds on every connection: 48 plans, 8.7 s of planning, in 15 s
-//     (pg_stat_statements). The written order is the plan the tests check; it plans in 1.5 ms.
-const hotSettings = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true), " +
-	"set_config('join_collapse_limit', '1', true)"
+//     hundreds of milliseconds for a statement that runs in one (BenchmarkClaim, 1,000,000 rows).
+const hotSettings = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
+
+// batchAdmitSettings add, for the batch admit only, joins in the order written: it joins eight
+// relations, and searching every order cost 100 ms per plan (alone; several times that under
+// load). A generic plan is rebuilt whenever autovacuum or autoanalyze invalidates it, which under
+// a steady insert load was every few seconds on every connection: 48 plans, 8.7 s of planning, in
+// a 15 s batch bench (pg_stat_statements); 27 plans and 0.27 s with this. The written order is the
+// plan the tests check (TID scan first). The one-row admit keeps the planner's choice: seven
+// relations plan in milliseconds.
+const batchAdmitSettings = hotSettings + ", set_config('join_collapse_limit', '1', true)"
 
 // pipelinedTx sends a batch of sqlc queries as one pipeline, one round trip: the hot settings,
 // the queries, then one Sync. Without begin the pipeline is PostgreSQL's implicit transaction,
@@ -274,8 +282,9 @@ const hotSettings = "SELECT set_config('plan_cache_mode', 'force_generic_plan', 
 // fails, the server skips the rest (COMMIT included): the implicit transaction rolls back at the
 // Sync, an explicit one leaves the connection in a failed transaction, which the pool discards.
 type pipelinedTx struct {
-	pool  *pgxpool.Pool
-	begin string // "": the pipeline's implicit transaction
+	pool     *pgxpool.Pool
+	begin    string // "": the pipeline's implicit transaction
+	settings string // "": hotSettings
 }
 
 func (t pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
@@ -283,7 +292,7 @@ func (t pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 	if t.begin != "" {
 		tx.Queue(t.begin)
 	}
-	tx.Queue(hotSettings)
+	tx.Queue(cmp.Or(t.settings, hotSettings))
 	tx.QueuedQueries = append(tx.QueuedQueries, b.QueuedQueries...)
 	if t.begin != "" {
 		tx.Queue("COMMIT")
