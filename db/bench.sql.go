@@ -87,67 +87,6 @@ func (q *Queries) BenchSetDue(ctx context.Context, arg BenchSetDueParams) (int64
 
 const ceilingAdmit = `-- name: CeilingAdmit :execrows
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
-run AS (
-    INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
-                                   trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
-                                   queued_at_ms, created_at_ms, updated_at_ms)
-    SELECT gen_random_uuid(), $3::text, $5::text, $6::bigint, $7::uuid,
-           $4::text, $8::bigint, $2::bigint,
-           'ceiling:' || $4::text || ':' || $8::bigint || ':' || $2::bigint,
-           'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
-    FROM obs
-    RETURNING run_id, queued_at_ms
-),
-attempt AS (
-    INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
-    SELECT gen_random_uuid(), run.run_id, 1, 'remote_worker', 'claimed', run.queued_at_ms, run.queued_at_ms FROM run
-),
-events AS (
-    INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms)
-    SELECT gen_random_uuid(), run.run_id, e.seq, e.type, run.queued_at_ms
-    FROM run CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS e (seq, type)
-)
-UPDATE control_core.trigger_schedules s
-SET next_fire_at_ms = $1::bigint, last_scheduled_at_ms = $2::bigint,
-    state_version = s.state_version + 1, claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
-    updated_at_ms = greatest(s.updated_at_ms, run.queued_at_ms)
-FROM run
-WHERE s.project_id = $3::text AND s.trigger_id = $4::text
-`
-
-type CeilingAdmitParams struct {
-	NextFireAtMs        int64     `json:"next_fire_at_ms"`
-	ScheduledForMs      int64     `json:"scheduled_for_ms"`
-	ProjectID           string    `json:"project_id"`
-	TriggerID           string    `json:"trigger_id"`
-	TaskID              string    `json:"task_id"`
-	TaskRevision        int64     `json:"task_revision"`
-	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
-	TriggerRevision     int64     `json:"trigger_revision"`
-}
-
-// The ceiling's write set: the admit's inserts and cursor advance with no fence, no revision or
-// digest checks, run as one READ COMMITTED statement. Keys carry a "ceiling:" prefix so they
-// never collide with real admissions.
-func (q *Queries) CeilingAdmit(ctx context.Context, arg CeilingAdmitParams) (int64, error) {
-	result, err := q.db.Exec(ctx, ceilingAdmit,
-		arg.NextFireAtMs,
-		arg.ScheduledForMs,
-		arg.ProjectID,
-		arg.TriggerID,
-		arg.TaskID,
-		arg.TaskRevision,
-		arg.ExecutionRevisionID,
-		arg.TriggerRevision,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const ceilingAdmitMany = `-- name: CeilingAdmitMany :execrows
-WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (
     SELECT i.project_id, i.trigger_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_revision, i.scheduled_for_ms, i.next_fire_at_ms, gen_random_uuid() AS run_id
     FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::text[]),
@@ -163,7 +102,7 @@ run AS (
                                    queued_at_ms, created_at_ms, updated_at_ms)
     SELECT i.run_id, i.project_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_id,
            i.trigger_revision, i.scheduled_for_ms,
-           'ceiling-batch:' || i.trigger_id || ':' || i.trigger_revision || ':' || i.scheduled_for_ms,
+           $9::text || i.trigger_id || ':' || i.trigger_revision || ':' || i.scheduled_for_ms,
            'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
     FROM item i CROSS JOIN obs
 ),
@@ -185,7 +124,7 @@ FROM item i CROSS JOIN obs
 WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id
 `
 
-type CeilingAdmitManyParams struct {
+type CeilingAdmitParams struct {
 	ProjectIds           []string    `json:"project_ids"`
 	TriggerIds           []string    `json:"trigger_ids"`
 	TaskIds              []string    `json:"task_ids"`
@@ -194,14 +133,16 @@ type CeilingAdmitManyParams struct {
 	TriggerRevisions     []int64     `json:"trigger_revisions"`
 	ScheduledForMs       []int64     `json:"scheduled_for_ms"`
 	NextFireAtMs         []int64     `json:"next_fire_at_ms"`
+	KeyPrefix            string      `json:"key_prefix"`
 }
 
-// The batch ceiling's write set: CeilingAdmit for many claimed rows in one READ COMMITTED
-// statement, the items as parallel arrays (as in AdmitMany): the database's own rate for the batch
-// write set, with no fence, no revision or digest checks and no SERIALIZABLE. Its keys have their
-// own prefix: both ceilings may write the same occurrence of a trigger.
-func (q *Queries) CeilingAdmitMany(ctx context.Context, arg CeilingAdmitManyParams) (int64, error) {
-	result, err := q.db.Exec(ctx, ceilingAdmitMany,
+// The ceiling's write set: the admit's inserts and cursor advances for the claimed rows (one or a
+// batch, as parallel arrays like AdmitMany's) in one READ COMMITTED statement, with no fence, no
+// revision or digest checks and no SERIALIZABLE: the database's own rate for the rows an
+// admission writes. Keys start with key_prefix ("ceiling:", "ceiling-batch:"), so they never
+// collide with real admissions nor with the other ceiling's, which may write the same occurrence.
+func (q *Queries) CeilingAdmit(ctx context.Context, arg CeilingAdmitParams) (int64, error) {
+	result, err := q.db.Exec(ctx, ceilingAdmit,
 		arg.ProjectIds,
 		arg.TriggerIds,
 		arg.TaskIds,
@@ -210,6 +151,7 @@ func (q *Queries) CeilingAdmitMany(ctx context.Context, arg CeilingAdmitManyPara
 		arg.TriggerRevisions,
 		arg.ScheduledForMs,
 		arg.NextFireAtMs,
+		arg.KeyPrefix,
 	)
 	if err != nil {
 		return 0, err

@@ -373,9 +373,9 @@ func dbNow(ctx context.Context, pool *pgxpool.Pool) int64 {
 
 // ceiling drives claim + unfenced READ COMMITTED admit on every pool until nothing is claimable
 // (or the duration passes) and returns how many it admitted in how many seconds.
-// ceiling drives the write set with no fence, one worker per pool, until limit: batch 1 claims one
-// row and inserts its Run, Attempt and events in one READ COMMITTED statement (CeilingAdmit);
-// batch n claims n rows at once and writes them all in one such statement (CeilingAdmitMany).
+// ceiling drives the write set with no fence, one worker per pool, until limit: each round claims
+// up to batch rows (the ADR's claim when batch is 1) and writes them in one READ COMMITTED
+// statement (CeilingAdmit).
 func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int) (int64, float64, error) {
 	var n atomic.Int64
 	var firstErr error
@@ -411,21 +411,14 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 
 // ceilingRound claims up to batch rows and writes them without a fence; it returns how many.
 func ceilingRound(ctx context.Context, store *coordinator.Store, q *db.Queries, owner string, period time.Duration, batch int) (int64, error) {
-	if batch == 1 {
-		c, err := store.Claim(ctx, owner, 30*time.Second)
-		if err != nil || c == nil {
-			return 0, err
-		}
-		return q.CeilingAdmit(ctx, db.CeilingAdmitParams{
-			NextFireAtMs: c.NextFireAtMs.Int64 + period.Milliseconds(), ScheduledForMs: c.NextFireAtMs.Int64,
-			ProjectID: c.ProjectID, TriggerID: c.TriggerID, TaskID: c.TaskID, TaskRevision: c.TaskRevision,
-			ExecutionRevisionID: c.ExecutionRevisionID, TriggerRevision: c.TriggerRevision})
-	}
 	claims, err := store.ClaimBatch(ctx, owner, 30*time.Second, batch)
 	if err != nil || len(claims) == 0 {
 		return 0, err
 	}
-	var p db.CeilingAdmitManyParams
+	p := db.CeilingAdmitParams{KeyPrefix: "ceiling:"}
+	if batch > 1 {
+		p.KeyPrefix = "ceiling-batch:"
+	}
 	for _, c := range claims {
 		p.ProjectIds, p.TriggerIds, p.TaskIds = append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID), append(p.TaskIds, c.TaskID)
 		p.TaskRevisions, p.TriggerRevisions = append(p.TaskRevisions, c.TaskRevision), append(p.TriggerRevisions, c.TriggerRevision)
@@ -433,7 +426,7 @@ func ceilingRound(ctx context.Context, store *coordinator.Store, q *db.Queries, 
 		p.ScheduledForMs = append(p.ScheduledForMs, c.NextFireAtMs.Int64)
 		p.NextFireAtMs = append(p.NextFireAtMs, c.NextFireAtMs.Int64+period.Milliseconds())
 	}
-	return q.CeilingAdmitMany(ctx, p)
+	return q.CeilingAdmit(ctx, p)
 }
 
 type replicaResult struct {

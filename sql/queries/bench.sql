@@ -12,42 +12,11 @@ SET next_fire_at_ms = @due_ms::bigint, state_version = state_version + 1,
 WHERE project_id = @project_id::text;
 
 -- name: CeilingAdmit :execrows
--- The ceiling's write set: the admit's inserts and cursor advance with no fence, no revision or
--- digest checks, run as one READ COMMITTED statement. Keys carry a "ceiling:" prefix so they
--- never collide with real admissions.
-WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
-run AS (
-    INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
-                                   trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
-                                   queued_at_ms, created_at_ms, updated_at_ms)
-    SELECT gen_random_uuid(), @project_id::text, @task_id::text, @task_revision::bigint, @execution_revision_id::uuid,
-           @trigger_id::text, @trigger_revision::bigint, @scheduled_for_ms::bigint,
-           'ceiling:' || @trigger_id::text || ':' || @trigger_revision::bigint || ':' || @scheduled_for_ms::bigint,
-           'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
-    FROM obs
-    RETURNING run_id, queued_at_ms
-),
-attempt AS (
-    INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
-    SELECT gen_random_uuid(), run.run_id, 1, 'remote_worker', 'claimed', run.queued_at_ms, run.queued_at_ms FROM run
-),
-events AS (
-    INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms)
-    SELECT gen_random_uuid(), run.run_id, e.seq, e.type, run.queued_at_ms
-    FROM run CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS e (seq, type)
-)
-UPDATE control_core.trigger_schedules s
-SET next_fire_at_ms = @next_fire_at_ms::bigint, last_scheduled_at_ms = @scheduled_for_ms::bigint,
-    state_version = s.state_version + 1, claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
-    updated_at_ms = greatest(s.updated_at_ms, run.queued_at_ms)
-FROM run
-WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text;
-
--- name: CeilingAdmitMany :execrows
--- The batch ceiling's write set: CeilingAdmit for many claimed rows in one READ COMMITTED
--- statement, the items as parallel arrays (as in AdmitMany): the database's own rate for the batch
--- write set, with no fence, no revision or digest checks and no SERIALIZABLE. Its keys have their
--- own prefix: both ceilings may write the same occurrence of a trigger.
+-- The ceiling's write set: the admit's inserts and cursor advances for the claimed rows (one or a
+-- batch, as parallel arrays like AdmitMany's) in one READ COMMITTED statement, with no fence, no
+-- revision or digest checks and no SERIALIZABLE: the database's own rate for the rows an
+-- admission writes. Keys start with key_prefix ("ceiling:", "ceiling-batch:"), so they never
+-- collide with real admissions nor with the other ceiling's, which may write the same occurrence.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (
     SELECT i.*, gen_random_uuid() AS run_id
@@ -64,7 +33,7 @@ run AS (
                                    queued_at_ms, created_at_ms, updated_at_ms)
     SELECT i.run_id, i.project_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_id,
            i.trigger_revision, i.scheduled_for_ms,
-           'ceiling-batch:' || i.trigger_id || ':' || i.trigger_revision || ':' || i.scheduled_for_ms,
+           @key_prefix::text || i.trigger_id || ':' || i.trigger_revision || ':' || i.scheduled_for_ms,
            'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
     FROM item i CROSS JOIN obs
 ),
