@@ -172,8 +172,21 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 	out := make([]TriggerPublished, 0, len(ts))
 	err := p.inProject(ctx, ts[0].Project, "trigger.publish", func(q *db.Queries) error {
 		out = out[:0] // a retried transaction starts over
+		// a task's head cannot move while the project lock is held: read each one once
+		heads := map[string]int64{}
 		for _, t := range ts {
-			pub, err := publishTrigger(ctx, q, t)
+			taskRev, ok := heads[t.Task]
+			if !ok {
+				var err error
+				taskRev, err = q.GetTaskHead(ctx, db.GetTaskHeadParams{ProjectID: t.Project, TaskID: t.Task})
+				if errors.Is(err, pgx.ErrNoRows) {
+					return fmt.Errorf("task %s/%s: %w (publish it first)", t.Project, t.Task, ErrNotFound)
+				} else if err != nil {
+					return fmt.Errorf("task head: %w", err)
+				}
+				heads[t.Task] = taskRev
+			}
+			pub, err := publishTrigger(ctx, q, t, taskRev)
 			if err != nil {
 				return err
 			}
@@ -184,14 +197,10 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 	return out, err
 }
 
-func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec) (TriggerPublished, error) {
+// publishTrigger writes one trigger's revision pinned to taskRev, its schedule row and its audit
+// entry, inside the caller's transaction.
+func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev int64) (TriggerPublished, error) {
 	var out TriggerPublished
-	taskRev, err := q.GetTaskHead(ctx, db.GetTaskHeadParams{ProjectID: t.Project, TaskID: t.Task})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return out, fmt.Errorf("task %s/%s: %w (publish it first)", t.Project, t.Task, ErrNotFound)
-	} else if err != nil {
-		return out, fmt.Errorf("task head: %w", err)
-	}
 	head, err := q.BumpTriggerHead(ctx, db.BumpTriggerHeadParams{ProjectID: t.Project, TriggerID: t.Trigger})
 	if err != nil {
 		return out, fmt.Errorf("trigger head: %w", err)
