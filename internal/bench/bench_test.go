@@ -51,6 +51,10 @@ func TestBacklogReportsWhatTheDatabaseHolds(t *testing.T) {
 					rep.Admits, runs, triggers, rep.Duplicates)
 			case rep.CeilingPerSecond <= 0 || rep.AdmitsPerSecond <= 0 || rep.Ratio <= 0:
 				t.Errorf("ceiling %.0f/s, admits %.0f/s, ratio %.2f: want all measured", rep.CeilingPerSecond, rep.AdmitsPerSecond, rep.Ratio)
+			case (tc.batch == 1) != (rep.CeilingAfterPerSecond > 0) ||
+				tc.batch == 1 && rep.CeilingPerSecond != (rep.CeilingBeforePerSecond+rep.CeilingAfterPerSecond)/2:
+				t.Errorf("batch %d: ceiling %.0f/s, before %.0f/s, after %.0f/s: want the mean of both phases in single mode only",
+					tc.batch, rep.CeilingPerSecond, rep.CeilingBeforePerSecond, rep.CeilingAfterPerSecond)
 			case (tc.batch > 1) != (rep.BatchCeilingPerSecond > 0 && rep.BatchRatio > 0):
 				t.Errorf("batch %d: batch ceiling %.0f/s, ratio %.2f: want measured in batch mode only", tc.batch, rep.BatchCeilingPerSecond, rep.BatchRatio)
 			case rep.ClaimP99Ms <= 0 || rep.RSSMiB <= 0 || rep.Replica != map[bool]string{false: "in-process", true: "process"}[tc.processes]:
