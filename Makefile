@@ -83,5 +83,5 @@ bench:
 	bin/qlsched bench --scenario backlog --triggers 10000 --replicas 4 --budget 256 --cadence 10ms --duration 30s
 	bin/qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 65s
 	bin/qlsched bench --scenario backlog --every second --triggers 20000 --replicas 4 --budget 256 --cadence 10ms --admit-batch 128 --duration 20s
-	bin/qlsched bench --scenario backlog --triggers 10000 --replicas 1 --budget 256 --cadence 10ms --duration 20s --processes
+	bin/qlsched bench --scenario backlog --triggers 5000 --replicas 1 --budget 256 --cadence 10ms --duration 20s --processes
 	go test -count=1 -run '^$$' -bench BenchmarkClaim -benchtime 3000x ./coordinator/
