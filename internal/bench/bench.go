@@ -196,7 +196,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 			rows = fmt.Sprintf("up to %d rows", batch)
 		}
 		say("%s: the same write set, %s per claim, READ COMMITTED, no fence, %d workers", name, rows, cfg.Replicas)
-		n, secs, err := ceiling(ctx, ceilingPools, project, period, cfg.Duration, batch, keyPrefix)
+		var upTo int64 // once-a-minute triggers: each phase writes each occurrence once, like the replicas
+		if cfg.Every == "minute" {
+			upTo = int64(cfg.Triggers)
+		}
+		n, secs, err := ceiling(ctx, ceilingPools, project, period, cfg.Duration, batch, keyPrefix, upTo)
 		if err != nil {
 			return 0, err
 		}
@@ -396,12 +400,12 @@ func dbNow(ctx context.Context, pool *pgxpool.Pool) int64 {
 	return ms
 }
 
-// ceiling drives the write set with no fence, one worker per pool, until nothing is claimable or
-// limit passes, and returns how many occurrences it wrote in how many seconds. Each round claims
-// up to batch rows (the ADR's claim when batch is 1) and writes them in one READ COMMITTED
-// statement (CeilingAdmit) under keys starting with keyPrefix: each ceiling phase has its own,
-// so two phases may write the same occurrence.
-func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int, keyPrefix string) (int64, float64, error) {
+// ceiling drives the write set with no fence, one worker per pool, until nothing is claimable,
+// limit passes or it has written upTo occurrences (0: no bound), and returns how many it wrote in
+// how many seconds. Each round claims up to batch rows (the ADR's claim when batch is 1) and
+// writes them in one READ COMMITTED statement (CeilingAdmit) under keys starting with keyPrefix:
+// each ceiling phase has its own, so two phases may write the same occurrence.
+func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int, keyPrefix string, upTo int64) (int64, float64, error) {
 	var n atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -415,7 +419,7 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 			defer wg.Done()
 			store, q := coordinator.NewStore(pool), db.New(pool)
 			owner := fmt.Sprintf("ceiling-%d", i)
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && (upTo == 0 || n.Load() < upTo) {
 				written, err := ceilingRound(ctx, store, q, owner, period, batch, keyPrefix)
 				if err == nil && written == 0 {
 					return
