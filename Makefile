@@ -43,13 +43,22 @@ demo:
 # run them twice) and the fault proxy's own tests: backend termination, physical promotion,
 # raw-wire COMMIT-response loss, network partition, and a short chaos soak (the CI_CHAOS
 # settings). Each gate starts its own PostgreSQL servers and fails, never skips, when it cannot.
-.PHONY: test-faults chaos
+.PHONY: test-faults test-faults-matrix chaos
 FAULTS_TEST_FLAGS ?= -count=1 -timeout 30m -v
 CI_CHAOS ?= QL_CHAOS_DURATION=75s QL_CHAOS_REPLICAS=3 QL_CHAOS_TRIGGERS=100
 test-faults:
 	go vet -tags faults ./internal/faults/
 	@bash -o pipefail -c 'log=$$(mktemp); $(CI_CHAOS) go test -tags faults $(FAULTS_TEST_FLAGS) ./internal/faultproxy/ ./internal/faults/ 2>&1 | tee "$$log"; status=$$?; \
 	  if grep -q -- "--- SKIP" "$$log"; then echo "test-faults: a gate was skipped, and a skip is not a pass"; status=1; fi; rm -f "$$log"; exit $$status'
+
+# The fault gates once per PostgreSQL major (MAJORS), each on that major's server binaries
+# (scripts/pg-bin.sh); where they lack pg_basebackup, the promotion gate's standby comes from the
+# low-level backup API.
+test-faults-matrix:
+	@for major in $(MAJORS); do \
+	  echo "== fault gates on PostgreSQL $$major"; \
+	  bin=$$(scripts/pg-bin.sh $$major) && QL_PG_BIN=$$bin $(MAKE) --no-print-directory test-faults || exit 1; \
+	done
 
 # The long chaos soak: CHAOS_REPLICAS `qlsched run` processes, CHAOS_TRIGGERS every-second
 # triggers, random SIGKILL / SIGSTOP+SIGCONT / restarts for CHAOS_DURATION, then the audit and its

@@ -14,11 +14,18 @@ import (
 )
 
 // StartStandby makes a streaming physical standby of primary: pg_basebackup -R (which writes
-// standby.signal and primary_conninfo) into a new temporary folder, then a hot standby server on
+// standby.signal and primary_conninfo) into a new temporary folder, or, where the binaries have
+// no pg_basebackup, the low-level backup API (lowLevelBaseBackup); then a hot standby server on
 // its own loopback port. The primary needs wal_level replica or logical (PostgreSQL's default)
 // and free WAL senders; its pg_hba.conf from initdb -A trust already trusts replication
 // connections on loopback. opts.Settings are added to the standby's settings. Stop removes it.
 func StartStandby(ctx context.Context, primary *Cluster, opts Options) (*Cluster, error) {
+	return startStandby(ctx, primary, opts, false)
+}
+
+// startStandby is StartStandby; lowLevel uses the low-level backup API even where pg_basebackup
+// exists, so the tests exercise it on every major.
+func startStandby(ctx context.Context, primary *Cluster, opts Options, lowLevel bool) (*Cluster, error) {
 	cred, err := serverCredential()
 	if err != nil {
 		return nil, err
@@ -28,28 +35,31 @@ func StartStandby(ctx context.Context, primary *Cluster, opts Options) (*Cluster
 		return nil, fmt.Errorf("create standby folder: %w", err)
 	}
 	c := &Cluster{BinDir: primary.BinDir, dir: dir, exited: make(chan struct{})}
-	if err := c.startStandby(ctx, primary, opts, cred); err != nil {
+	if err := c.startStandby(ctx, primary, opts, cred, lowLevel); err != nil {
 		c.removeDir()
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *Cluster) startStandby(ctx context.Context, primary *Cluster, opts Options, cred *syscall.Credential) error {
+func (c *Cluster) startStandby(ctx context.Context, primary *Cluster, opts Options, cred *syscall.Credential, lowLevel bool) error {
 	if cred != nil {
 		if err := os.Chown(c.dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return fmt.Errorf("hand standby folder to uid %d: %w", cred.Uid, err)
 		}
 	}
 	basebackup := filepath.Join(c.BinDir, "pg_basebackup")
-	if _, err := os.Stat(basebackup); err != nil {
-		return fmt.Errorf("pg_basebackup not found next to the server binaries in %s: %w", c.BinDir, err)
-	}
-	bb := exec.CommandContext(ctx, basebackup, "-D", c.DataDir(), "-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port),
-		"-U", "postgres", "-X", "stream", "-R", "-c", "fast", "--no-sync")
-	bb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := bb.CombinedOutput(); err != nil {
-		return fmt.Errorf("pg_basebackup from port %d: %w: %s", primary.Port, err, lastLines(out, 5))
+	if _, err := os.Stat(basebackup); err != nil || lowLevel {
+		if err := lowLevelBaseBackup(ctx, primary, c.DataDir(), cred); err != nil {
+			return fmt.Errorf("low-level base backup of port %d: %w", primary.Port, err)
+		}
+	} else {
+		bb := exec.CommandContext(ctx, basebackup, "-D", c.DataDir(), "-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port),
+			"-U", "postgres", "-X", "stream", "-R", "-c", "fast", "--no-sync")
+		bb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if out, err := bb.CombinedOutput(); err != nil {
+			return fmt.Errorf("pg_basebackup from port %d: %w: %s", primary.Port, err, lastLines(out, 5))
+		}
 	}
 	settings := map[string]string{
 		"listen_addresses":          "127.0.0.1",
