@@ -195,7 +195,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		if batch > 1 {
 			rows = fmt.Sprintf("up to %d rows", batch)
 		}
-		say("%s: the same write set, %s per claim, READ COMMITTED, no fence, %d workers", name, rows, cfg.Replicas)
+		say("%s: the same write set, %s per claim, READ COMMITTED, no fence, one worker per replica", name, rows)
 		var upTo int64 // once-a-minute triggers: each phase writes each occurrence once, like the replicas
 		if cfg.Every == "minute" {
 			upTo = int64(cfg.Triggers)
