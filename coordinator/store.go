@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -254,7 +257,9 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db
 	return written, err
 }
 
-// hotSettings are the transaction-local settings of the hot statements (claim, admit):
+// HotSettings are the planner settings of the hot statements (claim, admit), which the store sets
+// transaction-locally (hotSettings); a caller that measures against them (the bench's ceiling)
+// gives its sessions the same:
 //
 //   - generic plans: a prepared statement otherwise gets a custom plan per execution for as long
 //     as the planner's estimates favour it, and for the claim's and the admit's joins that
@@ -264,7 +269,19 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db
 //   - no JIT: the claim's generic plan cannot know its LIMIT, so on a large table its estimated
 //     cost passes the JIT thresholds and every claim would compile (and optimise) ~50 functions,
 //     hundreds of milliseconds for a statement that runs in one (BenchmarkClaim, 1,000,000 rows).
-const hotSettings = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
+func HotSettings() map[string]string {
+	return map[string]string{"plan_cache_mode": "force_generic_plan", "jit": "off"}
+}
+
+// hotSettings sets HotSettings for the current transaction (in a fixed order: one statement text).
+var hotSettings = func() string {
+	settings := HotSettings()
+	calls := make([]string, 0, len(settings))
+	for _, name := range slices.Sorted(maps.Keys(settings)) {
+		calls = append(calls, fmt.Sprintf("set_config('%s', '%s', true)", name, settings[name]))
+	}
+	return "SELECT " + strings.Join(calls, ", ")
+}()
 
 // batchAdmitSettings add, for the batch admit only, joins in the order written: it joins eight
 // relations, and searching every order cost 100 ms per plan (alone; several times that under
@@ -273,7 +290,7 @@ const hotSettings = "SELECT set_config('plan_cache_mode', 'force_generic_plan', 
 // a 15 s batch bench (pg_stat_statements); 27 plans and 0.27 s with this. The written order is the
 // plan the tests check (TID scan first). The one-row admit keeps the planner's choice: seven
 // relations plan in milliseconds.
-const batchAdmitSettings = hotSettings + ", set_config('join_collapse_limit', '1', true)"
+var batchAdmitSettings = hotSettings + ", set_config('join_collapse_limit', '1', true)"
 
 // pipelinedTx sends a batch of sqlc queries as one pipeline, one round trip: the hot settings,
 // the queries, then one Sync. Without begin the pipeline is PostgreSQL's implicit transaction,
