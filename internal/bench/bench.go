@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"sort"
 	"strconv"
@@ -168,22 +169,34 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 
 	// One pool per replica, and one per ceiling worker. The ceiling's sessions plan like the
-	// replicas' hot statements (generic plans, no JIT; the replicas set this per transaction):
+	// replicas' hot statements (coordinator.HotSettings, which the replicas set per transaction):
 	// with the default custom plans, CeilingAdmit was planned at every call, a third of its time.
-	pools, ceilingPools := make([]*pgxpool.Pool, cfg.Replicas), make([]*pgxpool.Pool, cfg.Replicas)
-	for i := range pools {
-		for _, p := range []**pgxpool.Pool{&pools[i], &ceilingPools[i]} {
+	var opened []*pgxpool.Pool
+	defer func() {
+		for _, p := range opened {
+			p.Close()
+		}
+	}()
+	openPools := func(params map[string]string) ([]*pgxpool.Pool, error) {
+		for range cfg.Replicas {
 			pc := conn.Pool.Copy()
 			pc.MaxConns = 4
-			if p == &ceilingPools[i] {
-				pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-				pc.ConnConfig.RuntimeParams["jit"] = "off"
+			maps.Copy(pc.ConnConfig.RuntimeParams, params)
+			p, err := pgxpool.NewWithConfig(ctx, pc)
+			if err != nil {
+				return nil, err
 			}
-			if *p, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
-				return rep, err
-			}
-			defer (*p).Close()
+			opened = append(opened, p)
 		}
+		return opened[len(opened)-cfg.Replicas:], nil
+	}
+	pools, err := openPools(nil)
+	if err != nil {
+		return rep, err
+	}
+	ceilingPools, err := openPools(coordinator.HotSettings())
+	if err != nil {
+		return rep, err
 	}
 
 	// measure runs one ceiling phase on a fresh backlog and returns its rate.
