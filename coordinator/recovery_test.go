@@ -104,10 +104,11 @@ func TestRecoveryReachesCandidatesBehindSkippedOnes(t *testing.T) {
 	f.exec(`INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
 			trigger_revision, scheduled_for_ms, idempotency_key, state, owner, queued_at_ms, created_at_ms, updated_at_ms)
 		SELECT gen_random_uuid(), project_id, task_id, task_revision, execution_revision_id, trigger_id, trigger_revision,
-			scheduled_for_ms + g * 1000, 'copy:' || g, 'queued', 'runtime', g, created_at_ms, updated_at_ms
+			scheduled_for_ms + g * 1000, 'ql3:cron:v1:' || trigger_id || ':' || trigger_revision || ':' || (scheduled_for_ms + g * 1000),
+			'queued', 'runtime', g, created_at_ms, updated_at_ms
 		FROM control_core.runs, generate_series(1, $1::integer) g`, held+behind)
 	f.exec(`INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state)
-		SELECT gen_random_uuid(), run_id, 1, 'remote_worker', 'dispatching' FROM control_core.runs WHERE idempotency_key LIKE 'copy:%'`)
+		SELECT gen_random_uuid(), run_id, 1, 'remote_worker', 'dispatching' FROM control_core.runs WHERE queued_at_ms <= $1`, held+behind)
 	f.exec(fmt.Sprintf(`CREATE FUNCTION control_core.test_hold() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			IF (SELECT queued_at_ms FROM control_core.runs WHERE run_id = OLD.run_id) <= %d THEN RETURN NULL; END IF;

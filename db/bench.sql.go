@@ -13,12 +13,17 @@ import (
 
 const benchDuplicates = `-- name: BenchDuplicates :one
 SELECT count(*)::bigint FROM (
-    SELECT 1 FROM control_core.runs WHERE project_id = $1::text AND idempotency_key LIKE 'ql3:%'
+    SELECT 1 FROM control_core.runs WHERE project_id = $1::text AND scheduled_for_ms < $2::bigint
     GROUP BY trigger_id, trigger_revision, scheduled_for_ms HAVING count(*) > 1) d
 `
 
-func (q *Queries) BenchDuplicates(ctx context.Context, projectID string) (int64, error) {
-	row := q.db.QueryRow(ctx, benchDuplicates, projectID)
+type BenchDuplicatesParams struct {
+	ProjectID     string `json:"project_id"`
+	CeilingFromMs int64  `json:"ceiling_from_ms"`
+}
+
+func (q *Queries) BenchDuplicates(ctx context.Context, arg BenchDuplicatesParams) (int64, error) {
+	row := q.db.QueryRow(ctx, benchDuplicates, arg.ProjectID, arg.CeilingFromMs)
 	var column_1 int64
 	err := row.Scan(&column_1)
 	return column_1, err
@@ -30,12 +35,13 @@ SELECT count(*)::bigint AS runs,
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms), 0)::float8 AS p99_ms,
        coalesce(max(queued_at_ms) - min(queued_at_ms), 0)::bigint AS span_ms
 FROM control_core.runs
-WHERE project_id = $1::text AND idempotency_key LIKE 'ql3:%' AND queued_at_ms >= $2::bigint
+WHERE project_id = $1::text AND scheduled_for_ms < $2::bigint AND queued_at_ms >= $3::bigint
 `
 
 type BenchLagParams struct {
-	ProjectID string `json:"project_id"`
-	SinceMs   int64  `json:"since_ms"`
+	ProjectID     string `json:"project_id"`
+	CeilingFromMs int64  `json:"ceiling_from_ms"`
+	SinceMs       int64  `json:"since_ms"`
 }
 
 type BenchLagRow struct {
@@ -45,9 +51,10 @@ type BenchLagRow struct {
 	SpanMs int64   `json:"span_ms"`
 }
 
-// Admission lag percentiles of a project's real admissions (not the ceiling's) since since_ms.
+// Admission lag percentiles of a project's real admissions (not the ceiling's, which are
+// scheduled at ceiling_from_ms or later) since since_ms.
 func (q *Queries) BenchLag(ctx context.Context, arg BenchLagParams) (BenchLagRow, error) {
-	row := q.db.QueryRow(ctx, benchLag, arg.ProjectID, arg.SinceMs)
+	row := q.db.QueryRow(ctx, benchLag, arg.ProjectID, arg.CeilingFromMs, arg.SinceMs)
 	var i BenchLagRow
 	err := row.Scan(
 		&i.Runs,
@@ -101,8 +108,8 @@ run AS (
                                    trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
                                    queued_at_ms, created_at_ms, updated_at_ms)
     SELECT i.run_id, i.project_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_id,
-           i.trigger_revision, i.scheduled_for_ms,
-           $9::text || i.trigger_id || ':' || i.trigger_revision || ':' || i.scheduled_for_ms,
+           i.trigger_revision, i.scheduled_for_ms + $9::bigint,
+           'ql3:cron:v1:' || i.trigger_id || ':' || i.trigger_revision || ':' || (i.scheduled_for_ms + $9::bigint),
            'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
     FROM item i CROSS JOIN obs
 ),
@@ -133,14 +140,16 @@ type CeilingAdmitParams struct {
 	TriggerRevisions     []int64     `json:"trigger_revisions"`
 	ScheduledForMs       []int64     `json:"scheduled_for_ms"`
 	NextFireAtMs         []int64     `json:"next_fire_at_ms"`
-	KeyPrefix            string      `json:"key_prefix"`
+	OccurrenceOffsetMs   int64       `json:"occurrence_offset_ms"`
 }
 
 // The ceiling's write set: the admit's inserts and cursor advances for the claimed rows (one or a
 // batch, as parallel arrays like AdmitMany's) in one READ COMMITTED statement, with no fence, no
 // revision or digest checks and no SERIALIZABLE: the database's own rate for the rows an
-// admission writes. Keys start with key_prefix ("ceiling:", "ceiling-batch:"), so they never
-// collide with real admissions nor with the other ceiling's, which may write the same occurrence.
+// admission writes, under the key format the runs table checks. The table holds one Run per
+// occurrence, and the phases write occurrences the replicas (and the other phases) write too, so
+// each phase shifts its Runs' scheduled time by occurrence_offset_ms, into a range no schedule
+// reaches (see bench.go): the same rows, constraints and index entries, never a collision.
 func (q *Queries) CeilingAdmit(ctx context.Context, arg CeilingAdmitParams) (int64, error) {
 	result, err := q.db.Exec(ctx, ceilingAdmit,
 		arg.ProjectIds,
@@ -151,7 +160,7 @@ func (q *Queries) CeilingAdmit(ctx context.Context, arg CeilingAdmitParams) (int
 		arg.TriggerRevisions,
 		arg.ScheduledForMs,
 		arg.NextFireAtMs,
-		arg.KeyPrefix,
+		arg.OccurrenceOffsetMs,
 	)
 	if err != nil {
 		return 0, err

@@ -85,7 +85,7 @@ type LastAdmitsRow struct {
 }
 
 // The newest admitted Run of every trigger that has one, newest admission first per project. One
-// probe of runs_trigger_idx (project_id, trigger_id, scheduled_for_ms DESC) per schedule row, so it
+// backward probe of runs_occurrence_key (project_id, trigger_id, scheduled_for_ms) per schedule row, so it
 // never reads a trigger's whole run history.
 func (q *Queries) LastAdmits(ctx context.Context) ([]LastAdmitsRow, error) {
 	rows, err := q.db.Query(ctx, lastAdmits)

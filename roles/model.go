@@ -129,6 +129,7 @@ type FunctionGrant struct {
 // (pg-0013 for those that existed then, the default privilege for those created later).
 var Functions = []FunctionGrant{
 	{Function: "control_core.advance_capability(text, integer, text, text)", Source: "pg-0001; migrations only"},
+	{Function: "control_core.admin_audit_log_stamp()", Source: "pg-0015: fires as the admin audit log's BEFORE INSERT trigger, which needs no EXECUTE"},
 	{Function: "control_core.db_now_ms()", Execute: []Part{Admin, Runtime}, Source: "pg-0017"},
 	{Function: "control_core.lock_project(text, text)", Execute: []Part{Admin}, Source: "pg-0018: the audited Project lock is admin-only"},
 }

@@ -200,7 +200,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 
 	// measure runs one ceiling phase on a fresh backlog and returns its rate.
-	measure := func(name, keyPrefix string, batch int) (float64, error) {
+	measure := func(name string, phase int64, batch int) (float64, error) {
 		if err := setDue(ctx, admin, project, period); err != nil {
 			return 0, err
 		}
@@ -213,7 +213,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		if cfg.Every == "minute" {
 			upTo = int64(cfg.Triggers)
 		}
-		n, secs, err := ceiling(ctx, ceilingPools, project, period, cfg.Duration, batch, keyPrefix, upTo)
+		n, secs, err := ceiling(ctx, ceilingPools, project, period, cfg.Duration, batch, phase*ceilingEpochMs, upTo)
 		if err != nil {
 			return 0, err
 		}
@@ -221,12 +221,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		return float64(n) / secs, nil
 	}
 	if cfg.Scenario == Backlog {
-		if rep.CeilingBeforePerSecond, err = measure("ceiling", "ceiling:", 1); err != nil {
+		if rep.CeilingBeforePerSecond, err = measure("ceiling", 1, 1); err != nil {
 			return rep, err
 		}
 		rep.CeilingPerSecond = rep.CeilingBeforePerSecond
 		if cfg.Batch > 1 {
-			if rep.BatchCeilingPerSecond, err = measure("batch ceiling", "ceiling-batch:", cfg.Batch); err != nil {
+			if rep.BatchCeilingPerSecond, err = measure("batch ceiling", 2, cfg.Batch); err != nil {
 				return rep, err
 			}
 		}
@@ -256,7 +256,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	var procs []*replicaProcess
 	if cfg.Processes {
 		admitted := func() (int64, error) {
-			lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs})
+			lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs, CeilingFromMs: ceilingEpochMs})
 			return lag.Runs, err
 		}
 		res, procs, err = runProcesses(ctx, cfg, cfg.RuntimeURL, admitted, allAdmitted)
@@ -268,7 +268,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	var ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs})
+	lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs, CeilingFromMs: ceilingEpochMs})
 	if err != nil {
 		return rep, err
 	}
@@ -302,7 +302,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		rep.RSSMiB, rep.PeakRSSMiB = rss()
 	}
 
-	if rep.Duplicates, err = q.BenchDuplicates(ctx, project); err != nil {
+	if rep.Duplicates, err = q.BenchDuplicates(ctx, db.BenchDuplicatesParams{ProjectID: project, CeilingFromMs: ceilingEpochMs}); err != nil {
 		return rep, err
 	}
 
@@ -310,7 +310,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		// The single-row ceiling is commit-bound, and this machine's flush latency drifts by tens
 		// of percent within minutes: measured once before and once after the replicas, its mean
 		// brackets the replicas' phase instead of preceding it.
-		if rep.CeilingAfterPerSecond, err = measure("ceiling again", "ceiling-after:", 1); err != nil {
+		if rep.CeilingAfterPerSecond, err = measure("ceiling again", 3, 1); err != nil {
 			return rep, err
 		}
 		rep.CeilingPerSecond = (rep.CeilingBeforePerSecond + rep.CeilingAfterPerSecond) / 2
@@ -413,12 +413,16 @@ func dbNow(ctx context.Context, pool *pgxpool.Pool) int64 {
 	return ms
 }
 
+// ceilingEpochMs shifts the occurrences of ceiling phase n to n × 10^13 ms (year 2286 on), a range
+// no schedule of the bench reaches: the runs table admits one Run per occurrence, and the ceiling
+// writes the occurrences the replicas and the other phases write too.
+const ceilingEpochMs int64 = 10_000_000_000_000
+
 // ceiling drives the write set with no fence, one worker per pool, until nothing is claimable,
 // limit passes or it has written upTo occurrences (0: no bound), and returns how many it wrote in
 // how many seconds. Each round claims up to batch rows (the ADR's claim when batch is 1) and
-// writes them in one READ COMMITTED statement (CeilingAdmit) under keys starting with keyPrefix:
-// each ceiling phase has its own, so two phases may write the same occurrence.
-func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int, keyPrefix string, upTo int64) (int64, float64, error) {
+// writes them in one READ COMMITTED statement (CeilingAdmit), their occurrences shifted by offset.
+func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int, offset, upTo int64) (int64, float64, error) {
 	var n atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -433,7 +437,7 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 			store, q := coordinator.NewStore(pool), db.New(pool)
 			owner := fmt.Sprintf("ceiling-%d", i)
 			for ctx.Err() == nil && (upTo == 0 || n.Load() < upTo) {
-				written, err := ceilingRound(ctx, store, q, owner, period, batch, keyPrefix)
+				written, err := ceilingRound(ctx, store, q, owner, period, batch, offset)
 				if err == nil && written == 0 {
 					return
 				}
@@ -452,12 +456,12 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 }
 
 // ceilingRound claims up to batch rows and writes them without a fence; it returns how many.
-func ceilingRound(ctx context.Context, store *coordinator.Store, q *db.Queries, owner string, period time.Duration, batch int, keyPrefix string) (int64, error) {
+func ceilingRound(ctx context.Context, store *coordinator.Store, q *db.Queries, owner string, period time.Duration, batch int, offset int64) (int64, error) {
 	claims, err := store.ClaimBatch(ctx, owner, 30*time.Second, batch)
 	if err != nil || len(claims) == 0 {
 		return 0, err
 	}
-	p := db.CeilingAdmitParams{KeyPrefix: keyPrefix}
+	p := db.CeilingAdmitParams{OccurrenceOffsetMs: offset}
 	for _, c := range claims {
 		p.ProjectIds, p.TriggerIds, p.TaskIds = append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID), append(p.TaskIds, c.TaskID)
 		p.TaskRevisions, p.TriggerRevisions = append(p.TaskRevisions, c.TaskRevision), append(p.TriggerRevisions, c.TriggerRevision)

@@ -1,7 +1,10 @@
 -- pg-0006-runs: durable Runs. A scheduled occurrence becomes exactly one Run, keyed by its
 -- idempotency key ql3:cron:v1:<triggerId>:<triggerRevision>:<scheduledForMs>. Trigger ids are
 -- unique within a project only, so the key is unique per project: two projects' triggers of the
--- same name each get their occurrences.
+-- same name each get their occurrences. The table guards both rules itself, so a role that may
+-- insert Runs cannot forge a second Run for an occurrence: a triggered Run's key must be the one
+-- its own columns spell, and a trigger has at most one Run per scheduled time (whatever the
+-- revision).
 -- control-core capability v5 / runs.
 
 -- +goose Up
@@ -30,9 +33,13 @@ CREATE TABLE control_core.runs (
         REFERENCES control_core.trigger_revisions (project_id, trigger_id, revision),
     -- A triggered run names its trigger, revision and occurrence; a manual run names none of them.
     CHECK ((trigger_id IS NULL) = (trigger_revision IS NULL) AND (trigger_id IS NULL) = (scheduled_for_ms IS NULL)),
-    CHECK (state <> 'queued' OR queued_at_ms IS NOT NULL)
+    CHECK (state <> 'queued' OR queued_at_ms IS NOT NULL),
+    CONSTRAINT runs_cron_key_check CHECK (trigger_id IS NULL OR idempotency_key =
+        'ql3:cron:v1:' || trigger_id || ':' || trigger_revision::text || ':' || scheduled_for_ms::text),
+    -- One Run per occurrence; its index also serves "the newest Runs of a trigger" (scanned
+    -- backwards), so no separate index is needed.
+    CONSTRAINT runs_occurrence_key UNIQUE (project_id, trigger_id, scheduled_for_ms)
 );
-CREATE INDEX runs_trigger_idx ON control_core.runs (project_id, trigger_id, scheduled_for_ms DESC);
 CREATE INDEX runs_task_revision_idx ON control_core.runs (project_id, task_id, task_revision);
 CREATE INDEX runs_execution_revision_idx ON control_core.runs (execution_revision_id);
 

@@ -1,11 +1,13 @@
 -- pg-0012-admin-audit-log: every admin action (publish, lock) leaves an append-only audit row.
+-- Who and when are the database's to say: pg-0015 stamps actor and at_ms on every insert, so
+-- they have no defaults a caller could override.
 -- control-core capability v11 / admin_audit_log.
 
 -- +goose Up
 CREATE TABLE control_core.admin_audit_log (
     audit_id   uuid   PRIMARY KEY,
     at_ms      bigint NOT NULL CHECK (at_ms > 0),
-    actor      text   NOT NULL DEFAULT session_user,
+    actor      text   NOT NULL,
     action     text   NOT NULL CHECK (action IN ('project.create', 'task.publish', 'trigger.publish',
                                                  'project.lock', 'plugin.publish', 'plugin.bind')),
     project_id text   NOT NULL REFERENCES control_core.projects (project_id),

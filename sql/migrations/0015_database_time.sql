@@ -27,7 +27,25 @@ ALTER TABLE control_core.runs                ALTER COLUMN created_at_ms SET DEFA
 ALTER TABLE control_core.attempts            ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms(),
                                              ALTER COLUMN updated_at_ms SET DEFAULT control_core.db_now_ms();
 ALTER TABLE control_core.run_events          ALTER COLUMN at_ms SET DEFAULT control_core.db_now_ms();
-ALTER TABLE control_core.admin_audit_log     ALTER COLUMN at_ms SET DEFAULT control_core.db_now_ms();
 ALTER TABLE control_core.migration_ledger    ALTER COLUMN applied_at_ms SET DEFAULT control_core.db_now_ms();
+
+-- The admin audit log's actor and time are the database's, not the caller's: a BEFORE INSERT
+-- trigger overwrites whatever an INSERT gives (the authenticated session user, the statement's
+-- time), and the columns have no defaults, so with the trigger disabled an insert fails instead
+-- of trusting the caller.
+-- +goose StatementBegin
+CREATE FUNCTION control_core.admin_audit_log_stamp() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog
+AS $$
+BEGIN
+    NEW.actor := session_user;
+    NEW.at_ms := control_core.db_now_ms();
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER admin_audit_log_stamp BEFORE INSERT ON control_core.admin_audit_log
+    FOR EACH ROW EXECUTE FUNCTION control_core.admin_audit_log_stamp();
 
 SELECT control_core.advance_capability('control-core', 14, 'database_time', 'pg-0015-database-time');

@@ -15,8 +15,10 @@ WHERE project_id = @project_id::text;
 -- The ceiling's write set: the admit's inserts and cursor advances for the claimed rows (one or a
 -- batch, as parallel arrays like AdmitMany's) in one READ COMMITTED statement, with no fence, no
 -- revision or digest checks and no SERIALIZABLE: the database's own rate for the rows an
--- admission writes. Keys start with key_prefix ("ceiling:", "ceiling-batch:"), so they never
--- collide with real admissions nor with the other ceiling's, which may write the same occurrence.
+-- admission writes, under the key format the runs table checks. The table holds one Run per
+-- occurrence, and the phases write occurrences the replicas (and the other phases) write too, so
+-- each phase shifts its Runs' scheduled time by occurrence_offset_ms, into a range no schedule
+-- reaches (see bench.go): the same rows, constraints and index entries, never a collision.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (
     SELECT i.*, gen_random_uuid() AS run_id
@@ -32,8 +34,8 @@ run AS (
                                    trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
                                    queued_at_ms, created_at_ms, updated_at_ms)
     SELECT i.run_id, i.project_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_id,
-           i.trigger_revision, i.scheduled_for_ms,
-           @key_prefix::text || i.trigger_id || ':' || i.trigger_revision || ':' || i.scheduled_for_ms,
+           i.trigger_revision, i.scheduled_for_ms + @occurrence_offset_ms::bigint,
+           'ql3:cron:v1:' || i.trigger_id || ':' || i.trigger_revision || ':' || (i.scheduled_for_ms + @occurrence_offset_ms::bigint),
            'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
     FROM item i CROSS JOIN obs
 ),
@@ -55,15 +57,16 @@ FROM item i CROSS JOIN obs
 WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id;
 
 -- name: BenchLag :one
--- Admission lag percentiles of a project's real admissions (not the ceiling's) since since_ms.
+-- Admission lag percentiles of a project's real admissions (not the ceiling's, which are
+-- scheduled at ceiling_from_ms or later) since since_ms.
 SELECT count(*)::bigint AS runs,
        coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms), 0)::float8 AS p50_ms,
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms), 0)::float8 AS p99_ms,
        coalesce(max(queued_at_ms) - min(queued_at_ms), 0)::bigint AS span_ms
 FROM control_core.runs
-WHERE project_id = @project_id::text AND idempotency_key LIKE 'ql3:%' AND queued_at_ms >= @since_ms::bigint;
+WHERE project_id = @project_id::text AND scheduled_for_ms < @ceiling_from_ms::bigint AND queued_at_ms >= @since_ms::bigint;
 
 -- name: BenchDuplicates :one
 SELECT count(*)::bigint FROM (
-    SELECT 1 FROM control_core.runs WHERE project_id = @project_id::text AND idempotency_key LIKE 'ql3:%'
+    SELECT 1 FROM control_core.runs WHERE project_id = @project_id::text AND scheduled_for_ms < @ceiling_from_ms::bigint
     GROUP BY trigger_id, trigger_revision, scheduled_for_ms HAVING count(*) > 1) d;

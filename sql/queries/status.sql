@@ -77,7 +77,7 @@ ORDER BY s.project_id, s.claim_owner;
 
 -- name: LastAdmits :many
 -- The newest admitted Run of every trigger that has one, newest admission first per project. One
--- probe of runs_trigger_idx (project_id, trigger_id, scheduled_for_ms DESC) per schedule row, so it
+-- backward probe of runs_occurrence_key (project_id, trigger_id, scheduled_for_ms) per schedule row, so it
 -- never reads a trigger's whole run history.
 SELECT s.project_id, r.trigger_id::text AS trigger_id, r.trigger_revision::bigint AS trigger_revision,
        r.scheduled_for_ms::bigint AS scheduled_for_ms, r.queued_at_ms::bigint AS queued_at_ms, r.run_id
