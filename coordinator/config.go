@@ -4,14 +4,21 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/qlcontrol/controlcore/internal/limits"
 )
 
 // Defaults and bounds of the ADR's bounded lifecycle.
 const (
-	DefaultBudget       = 16
-	MaxBudget           = 256 // hard cap of claims per round
-	DefaultLease        = 30 * time.Second
-	MinLease            = time.Second
+	DefaultBudget = 16
+	MaxBudget     = 256 // hard cap of claims per round
+	DefaultLease  = 30 * time.Second
+	MinLease      = time.Second
+	// MaxLease bounds how long a replica that died holding claims keeps their triggers from
+	// being taken over. A lease only has to outlive one round (at most MaxCadence apart, each
+	// statement bounded by the statement timeout); anything beyond 10 minutes only delays
+	// recovery, and an unbounded one could hold a claim for years.
+	MaxLease            = 10 * time.Minute
 	DefaultCadence      = time.Second
 	MinCadence          = 10 * time.Millisecond
 	MaxCadence          = time.Minute
@@ -26,7 +33,7 @@ const (
 type Config struct {
 	Owner        string        // claim_owner written into the fence; unique per replica
 	Budget       int           // claims per round, 1 … 256
-	Lease        time.Duration // claim lease, ≥ 1 s and ≥ 2 × Cadence
+	Lease        time.Duration // claim lease, 1 s … 10 min and ≥ 2 × Cadence
 	Cadence      time.Duration // time between round starts, 10 ms … 1 min
 	DrainTimeout time.Duration // how long Stop waits for the current round, 1 s … 10 min
 	AdmitRetries int           // serialization-failure retries per admit, 0 … 20
@@ -44,7 +51,8 @@ func DefaultConfig(owner string) Config {
 		DrainTimeout: DefaultDrainTimeout, AdmitRetries: DefaultAdmitRetries, AdmitBatch: 1}
 }
 
-var ownerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$`)
+// ownerPattern: trigger_schedules.claim_owner holds at most limits.MaxOwner characters.
+var ownerPattern = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,%d}$`, limits.MaxOwner-1))
 
 // ConfigError names the setting that is out of bounds.
 type ConfigError struct {
@@ -57,13 +65,13 @@ func (e *ConfigError) Error() string { return fmt.Sprintf("--%s %s: want %s", e.
 func (c Config) Validate() error {
 	switch {
 	case !ownerPattern.MatchString(c.Owner):
-		return &ConfigError{"owner", fmt.Sprintf("%q", c.Owner), "1 to 128 characters of [A-Za-z0-9_.:@-], starting with a letter or digit"}
+		return &ConfigError{"owner", fmt.Sprintf("%q", c.Owner), fmt.Sprintf("1 to %d characters of [A-Za-z0-9_.:@-], starting with a letter or digit", limits.MaxOwner)}
 	case c.Budget < 1 || c.Budget > MaxBudget:
 		return &ConfigError{"budget", fmt.Sprint(c.Budget), fmt.Sprintf("1 … %d claims per round", MaxBudget)}
 	case c.Cadence < MinCadence || c.Cadence > MaxCadence:
 		return &ConfigError{"cadence", c.Cadence.String(), fmt.Sprintf("%s … %s", MinCadence, MaxCadence)}
-	case c.Lease < MinLease || c.Lease < 2*c.Cadence:
-		return &ConfigError{"lease", c.Lease.String(), fmt.Sprintf("at least %s and at least 2 × cadence (%s)", MinLease, 2*c.Cadence)}
+	case c.Lease < MinLease || c.Lease > MaxLease || c.Lease < 2*c.Cadence:
+		return &ConfigError{"lease", c.Lease.String(), fmt.Sprintf("%s … %s and at least 2 × cadence (%s)", MinLease, MaxLease, 2*c.Cadence)}
 	case c.Lease%time.Millisecond != 0:
 		return &ConfigError{"lease", c.Lease.String(), "whole milliseconds"}
 	case c.DrainTimeout < MinDrainTimeout || c.DrainTimeout > MaxDrainTimeout:

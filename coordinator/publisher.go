@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -13,9 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/limits"
 )
-
-var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // InvalidError is input rejected before anything was written.
 type InvalidError struct{ Err error }
@@ -33,16 +31,25 @@ var ErrNotFound = errors.New("not found")
 // ErrExists means the project already exists.
 var ErrExists = errors.New("already exists")
 
-// ValidateID checks a project, task or trigger identifier.
+// ValidateID checks a project, task or trigger identifier against the database's CHECK.
 func ValidateID(kind, id string) error {
-	if !idPattern.MatchString(id) {
-		return invalidf("%s id %q: want 1 to 63 characters of [a-z0-9_-], starting with [a-z0-9]", kind, id)
+	if err := limits.CheckID(kind, id); err != nil {
+		return &InvalidError{Err: err}
 	}
 	return nil
 }
 
 // MaxExecutorSpec bounds an execution spec's size.
-const MaxExecutorSpec = 64 << 10
+const MaxExecutorSpec = limits.MaxExecutorSpec
+
+// ValidateExecutorSpec accepts exactly the JSON objects jsonb stores, up to MaxExecutorSpec bytes.
+// Its error names the position and the rule, never the content: a spec may hold secrets.
+func ValidateExecutorSpec(spec []byte) error {
+	if err := limits.CheckExecutorSpec(spec); err != nil {
+		return &InvalidError{Err: fmt.Errorf("--executor-spec: %w", err)}
+	}
+	return nil
+}
 
 // Publisher writes projects, tasks and triggers as the admin role, each publish in one
 // transaction under the audited Project lock (control_core.lock_project).
@@ -85,12 +92,8 @@ func (p *Publisher) PublishTask(ctx context.Context, project, task string, spec 
 	if err := ValidateID("task", task); err != nil {
 		return out, err
 	}
-	if len(spec) > MaxExecutorSpec {
-		return out, invalidf("--executor-spec: %d bytes, at most %d", len(spec), MaxExecutorSpec)
-	}
-	var obj map[string]any
-	if err := json.Unmarshal(spec, &obj); err != nil || obj == nil {
-		return out, invalidf("--executor-spec: want a JSON object (%v)", err)
+	if err := ValidateExecutorSpec(spec); err != nil {
+		return out, err
 	}
 	err := p.inProject(ctx, project, "task.publish", func(q *db.Queries) error {
 		exec, err := q.UpsertExecutionRevision(ctx, db.UpsertExecutionRevisionParams{ProjectID: project, Spec: spec})
@@ -120,7 +123,9 @@ type TriggerSpec struct {
 	Enabled                bool
 }
 
-// Validate checks every field, parsing the cron spec and the time zone.
+// Validate checks every field, parsing the cron spec and the time zone. The form checks come
+// first: they are the columns' bounds, and a spec or zone the database would store differently
+// from what was parsed (leading or trailing spaces) is refused, not trimmed.
 func (t TriggerSpec) Validate() error {
 	for _, f := range []struct{ kind, id string }{{"project", t.Project}, {"trigger", t.Trigger}, {"task", t.Task}} {
 		if err := ValidateID(f.kind, f.id); err != nil {
@@ -129,6 +134,12 @@ func (t TriggerSpec) Validate() error {
 	}
 	if _, err := ParseMisfirePolicy(string(t.Misfire)); err != nil {
 		return &InvalidError{Err: err}
+	}
+	if err := limits.CheckCronSpec(t.Cron); err != nil {
+		return invalidf("--cron: %w", err)
+	}
+	if err := limits.CheckTimeZone(t.TimeZone); err != nil {
+		return invalidf("--timezone: %w", err)
 	}
 	if _, err := ParseSchedule(t.Cron, t.TimeZone); err != nil {
 		return &InvalidError{Err: err}

@@ -21,8 +21,9 @@ type app struct {
 	conn  *dbconn.Config
 }
 
-// validate checks every global flag and parses the connection settings without connecting.
-func (a *app) validate() error {
+// validateFlags checks every global flag except the connection settings: all an offline command
+// (hash) needs.
+func (a *app) validateFlags() error {
 	if a.format != "text" && a.format != "json" {
 		return cli.Usagef("--format %q: want text or json", a.format)
 	}
@@ -31,6 +32,14 @@ func (a *app) validate() error {
 		return &cli.UsageError{Err: err}
 	}
 	a.names = names
+	return nil
+}
+
+// validate checks every global flag and parses the connection settings without connecting.
+func (a *app) validate() error {
+	if err := a.validateFlags(); err != nil {
+		return err
+	}
 	conn, err := dbconn.Resolve(a.databaseURL)
 	if err != nil {
 		return err

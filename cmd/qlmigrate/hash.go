@@ -26,12 +26,15 @@ lines, then one line per *.sql file, "<file> h1:<base64 sha256 of its bytes>", i
 
 hash --check changes nothing: it exits 1 and names each file that was edited, added, removed or
 renamed since migrations.sum was written (and says so if the list itself was edited by hand).
-CI runs it ("make lint"). hash works on the source tree only; it never connects to a database.
+CI runs it ("make lint"). hash works on the source tree only: it never connects to a database
+and reads no connection settings (--database-url, QL_DATABASE_URL and PG* are ignored).
 
 A migration that has been applied must never change: put a change in a new migration, then run
 "qlmigrate hash" and commit migrations.sum with it.`,
 		Example: `  qlmigrate hash --check
   qlmigrate hash --dir sql/migrations`,
+		// offline: replaces the root's hook, which resolves the connection settings
+		PersistentPreRunE: func(*cobra.Command, []string) error { return a.validateFlags() },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			info, err := os.Stat(dir)

@@ -16,6 +16,7 @@ import (
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/limits"
 )
 
 // publishErr maps publisher errors onto the exit-code contract.
@@ -86,7 +87,7 @@ func (a *app) projectCmd() *cobra.Command {
 	return cmd
 }
 
-const idRule = "1-63 characters of [a-z0-9_-], starting with [a-z0-9]"
+const idRule = limits.IDRule
 
 func (a *app) taskCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Publish tasks (admin role)"}
@@ -105,9 +106,10 @@ digest, so a spec edited behind its digest admits nothing.`,
 					return &cli.UsageError{Err: err}
 				}
 			}
-			var obj map[string]any
-			if err := json.Unmarshal([]byte(spec), &obj); err != nil || obj == nil {
-				return cli.Usagef("--executor-spec: want a JSON object, got %q", truncate(spec, 40))
+			// every rule jsonb and the size bound hold, before connecting; the message names
+			// the position and the rule, never the spec's content
+			if err := coordinator.ValidateExecutorSpec([]byte(spec)); err != nil {
+				return &cli.UsageError{Err: err}
 			}
 			_, err := a.connConfig()
 			return err
@@ -128,7 +130,7 @@ digest, so a spec edited behind its digest admits nothing.`,
 	fl := publish.Flags()
 	fl.StringVar(&project, "project", "", "project id")
 	fl.StringVar(&task, "task", "", "task id: "+idRule)
-	fl.StringVar(&spec, "executor-spec", "", "the remote_worker execution spec, a JSON object (at most 64 KiB)")
+	fl.StringVar(&spec, "executor-spec", "", "the remote_worker execution spec: a JSON object of at most 64 KiB that PostgreSQL jsonb stores (no \\u0000, no unpaired surrogate escapes, numbers within numeric's range, at most 1000 levels deep)")
 	cmd.AddCommand(publish)
 	return cmd
 }
@@ -150,6 +152,8 @@ old revision can never admit with it. The first occurrence is the first one afte
 
 Cron: five fields (minute hour day-of-month month day-of-week), an optional leading seconds
 field, or @yearly @monthly @weekly @daily @hourly. @every is an interval, not cron: rejected.
+The spec is stored exactly as given: at most 200 characters of printable ASCII, and leading or
+trailing spaces are refused (not trimmed). --timezone: an IANA name of at most 64 characters.
 --misfire skip: after an outage, advance to the next occurrence without a Run.
 --misfire fire_once: after an outage, admit one Run for the latest missed occurrence, never a
 backlog (docs/scheduling.md has the exact rule).`,
@@ -179,8 +183,8 @@ backlog (docs/scheduling.md has the exact rule).`,
 	fl.StringVar(&t.Project, "project", "", "project id")
 	fl.StringVar(&t.Trigger, "trigger", "", "trigger id: "+idRule)
 	fl.StringVar(&t.Task, "task", "", "task id (must be published)")
-	fl.StringVar(&t.Cron, "cron", "", "cron spec, e.g. \"*/5 * * * *\"")
-	fl.StringVar(&t.TimeZone, "timezone", "UTC", "IANA time zone, e.g. Europe/Berlin")
+	fl.StringVar(&t.Cron, "cron", "", "cron spec, e.g. \"*/5 * * * *\" ("+limits.CronRule+")")
+	fl.StringVar(&t.TimeZone, "timezone", "UTC", "IANA time zone, e.g. Europe/Berlin ("+limits.TimeZoneRule+")")
 	fl.StringVar(&misfire, "misfire", "skip", "misfire policy: skip or fire_once")
 	fl.BoolVar(&disabled, "disabled", false, "publish the revision disabled (never claimed)")
 
@@ -286,11 +290,4 @@ func msTime(v pgtype.Int8) string {
 		return "-"
 	}
 	return time.UnixMilli(v.Int64).UTC().Format("2006-01-02T15:04:05.000Z")
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

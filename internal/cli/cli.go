@@ -9,10 +9,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"strconv"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/qlcontrol/controlcore/internal/dbconn"
 )
@@ -78,7 +82,7 @@ func ExitCode(err error) int {
 func Run(root *cobra.Command, args []string, stderr io.Writer, redact func(string) string) int {
 	root.SilenceErrors, root.SilenceUsage = true, true
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &UsageError{Err: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
+		return &UsageError{Err: fmt.Errorf("%s (see %s --help)", flagError(err), c.CommandPath())}
 	})
 	wrapArgs(root)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -99,13 +103,45 @@ func Run(root *cobra.Command, args []string, stderr io.Writer, redact func(strin
 	return ExitCode(err)
 }
 
-// wrapArgs makes argument-count errors and unknown sub-commands usage errors.
+// safeWord matches the command-line words a message may quote: command names and flag values of
+// the usual kinds (numbers, durations, names). Anything else (a URL, a DSN, JSON) is described by
+// its length only: a word typed in the wrong place may carry a password.
+var safeWord = regexp.MustCompile(`^[A-Za-z0-9_.+-]{1,40}$`)
+
+// Word quotes a command-line word for a message, or says only how long it is.
+func Word(s string) string {
+	if safeWord.MatchString(s) {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("(%d characters, not shown: they may hold a secret)", utf8.RuneCountInString(s))
+}
+
+// flagError restates pflag's errors, which quote the offending word, with Word.
+func flagError(err error) string {
+	var (
+		invalid  *pflag.InvalidValueError
+		syntax   *pflag.InvalidSyntaxError
+		notExist *pflag.NotExistError
+	)
+	switch {
+	case errors.As(err, &invalid) && !safeWord.MatchString(invalid.GetValue()):
+		return fmt.Sprintf("invalid argument %s for \"--%s\" flag (want a %s)", Word(invalid.GetValue()), invalid.GetFlag().Name, invalid.GetFlag().Value.Type())
+	case errors.As(err, &syntax) && !safeWord.MatchString(syntax.GetSpecifiedFlag()):
+		return "bad flag syntax: " + Word(syntax.GetSpecifiedFlag())
+	case errors.As(err, &notExist) && notExist.GetSpecifiedShortnames() != "" && !safeWord.MatchString(notExist.GetSpecifiedShortnames()):
+		return "unknown shorthand flag in " + Word("-"+notExist.GetSpecifiedShortnames())
+	}
+	return err.Error()
+}
+
+// wrapArgs makes argument-count errors and unknown sub-commands usage errors; no message quotes
+// an argument unless Word allows it.
 func wrapArgs(c *cobra.Command) {
 	if c.Args == nil {
 		if c.HasSubCommands() {
 			c.Args = func(cmd *cobra.Command, args []string) error {
 				if len(args) > 0 {
-					return Usagef("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())
+					return Usagef("unknown command %s for %q (see %s --help)", Word(args[0]), cmd.CommandPath(), cmd.CommandPath())
 				}
 				return Usagef("%s needs a sub-command (see %s --help)", cmd.CommandPath(), cmd.CommandPath())
 			}
@@ -113,7 +149,12 @@ func wrapArgs(c *cobra.Command) {
 				c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Args(cmd, args) }
 			}
 		} else {
-			c.Args = cobra.NoArgs
+			c.Args = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return Usagef("unknown command %s for %q: it takes no arguments (see %s --help)", Word(args[0]), cmd.CommandPath(), cmd.CommandPath())
+				}
+				return nil
+			}
 		}
 	}
 	inner := c.Args

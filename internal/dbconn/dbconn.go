@@ -12,10 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -41,9 +41,14 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // default of Timeouts.Connect, and the largest connect_timeout a URL may ask for).
 const ConnectTimeout = 10 * time.Second
 
-var urlPassword = regexp.MustCompile(`://[^:/@\s]*:([^@\s]*)@`)
-
-// Resolve picks the connection: the flag, else QL_DATABASE_URL, else the PG* variables.
+// Resolve picks the connection: the flag, else QL_DATABASE_URL, else the PG* variables, and
+// parses it without connecting.
+//
+// Secrets are known by parsing, never by searching the text: they are the password pgx resolved
+// (from the URL's userinfo or its password parameter, a keyword/value string, PGPASSWORD, a
+// passfile or a service file) and PGPASSWORD. No error of Resolve holds any part of the
+// connection string, nor the parser's own error (which quotes it): it names the source and the
+// rule only.
 func Resolve(flagURL string) (*Config, error) {
 	raw, src := flagURL, Source("--database-url")
 	if raw == "" {
@@ -52,31 +57,38 @@ func Resolve(flagURL string) (*Config, error) {
 	if raw == "" {
 		src = "PG* environment"
 	}
-	var secrets []string
-	if m := urlPassword.FindStringSubmatch(raw); m != nil && m[1] != "" {
-		secrets = append(secrets, m[1])
-	}
-	if pw := os.Getenv("PGPASSWORD"); pw != "" {
-		secrets = append(secrets, pw)
+	if err := checkUnambiguous(raw); err != nil {
+		return nil, &ConfigError{Err: fmt.Errorf("%s: %w", src, err)}
 	}
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
-		return nil, &ConfigError{Err: errors.New(redact(fmt.Sprintf("%s: %v", src, err), secrets))}
+		return nil, &ConfigError{Err: fmt.Errorf("%s: %s", src, parseFailure(raw, err))}
 	}
-	if pw := cfg.ConnConfig.Password; pw != "" {
-		secrets = append(secrets, pw)
-	}
+	c := &Config{Pool: cfg, Source: src, secrets: secretsOf(cfg)}
 	t, err := timeoutsFrom(cfg)
 	if err != nil {
-		return nil, &ConfigError{Err: errors.New(redact(fmt.Sprintf("%s: %v", src, err), secrets))}
+		return nil, &ConfigError{Err: fmt.Errorf("%s: %w", src, err)}
 	}
-	c := &Config{Pool: cfg, Source: src, secrets: secrets}
 	c.SetTimeouts(t)
 	return c, nil
 }
 
-// Redact replaces every secret of the configuration in s.
-func (c *Config) Redact(s string) string { return redact(s, c.secrets) }
+// secretsOf returns what must never be printed: the password pgx will send, and PGPASSWORD even
+// when a URL's password overrides it.
+func secretsOf(cfg *pgxpool.Config) []string {
+	var secrets []string
+	for _, s := range []string{cfg.ConnConfig.Password, os.Getenv("PGPASSWORD")} {
+		if s != "" {
+			secrets = append(secrets, s)
+		}
+	}
+	return secrets
+}
+
+// Redact removes the configuration's secrets from text that did not come from this package
+// (the server's and the driver's messages). It is a last net: nothing this package builds holds a
+// secret, and neither pgx nor PostgreSQL put the password into their messages.
+func (c *Config) Redact(s string) string { return scrub(s, c.secrets) }
 
 // RedactError returns err with its message redacted, keeping errors.Is/As working on the cause.
 func (c *Config) RedactError(err error) error {
@@ -98,19 +110,32 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-func redact(s string, secrets []string) string {
+// minScrub is the shortest secret scrub removes: a shorter one cannot be told from ordinary
+// text, and removing every occurrence of it would destroy the message it is meant to protect.
+const minScrub = 4
+
+func scrub(s string, secrets []string) string {
 	for _, sec := range secrets {
-		if sec != "" {
+		if len(sec) >= minScrub {
 			s = strings.ReplaceAll(s, sec, "xxxxx")
 		}
 	}
 	return s
 }
 
-// Describe names the target without secrets: user@host:port/database.
+// Describe names the target from its parsed fields: user@host:port/database. A field that
+// contains a secret (a password equal to the user name, say) is shown as "(hidden)".
 func (c *Config) Describe() string {
 	cc := c.Pool.ConnConfig
-	return fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
+	show := func(v string) string {
+		for _, sec := range c.secrets {
+			if v == sec || len(sec) >= minScrub && strings.Contains(v, sec) {
+				return "(hidden)"
+			}
+		}
+		return v
+	}
+	return fmt.Sprintf("%s@%s:%d/%s", show(cc.User), show(cc.Host), cc.Port, show(cc.Database))
 }
 
 // For is the same server, credentials and bounds for another database, acting as role when role
@@ -129,19 +154,38 @@ func (c *Config) For(database, role string) *Config {
 func (c *Config) Open(ctx context.Context) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, c.Pool)
 	if err != nil {
-		return nil, &ConnectError{Err: c.RedactError(err)}
+		return nil, c.connectError(err)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, &ConnectError{Err: c.RedactError(err)}
+		return nil, c.connectError(err)
 	}
 	return pool, nil
 }
 
-// ConnectError means the server could not be reached or refused the session (exit code 3).
-type ConnectError struct{ Err error }
+// connectError names the target from its parsed fields and keeps the cause: pgx's own prefix
+// (which repeats user and database) is dropped, the rest redacted.
+func (c *Config) connectError(err error) error {
+	cause := err
+	var pgxConnect *pgconn.ConnectError
+	if errors.As(err, &pgxConnect) && pgxConnect.Unwrap() != nil {
+		cause = pgxConnect.Unwrap()
+	}
+	return &ConnectError{Target: c.Describe(), Err: &redactedError{msg: c.Redact(cause.Error()), err: err}}
+}
 
-func (e *ConnectError) Error() string { return "cannot connect: " + e.Err.Error() }
+// ConnectError means the server could not be reached or refused the session (exit code 3).
+type ConnectError struct {
+	Target string // user@host:port/database, when known
+	Err    error
+}
+
+func (e *ConnectError) Error() string {
+	if e.Target != "" {
+		return "cannot connect to " + e.Target + ": " + e.Err.Error()
+	}
+	return "cannot connect: " + e.Err.Error()
+}
 func (e *ConnectError) Unwrap() error { return e.Err }

@@ -98,7 +98,8 @@ func timeoutsFrom(cfg *pgxpool.Config) (Timeouts, error) {
 		}
 		d, err := parsePGDuration(raw)
 		if err != nil {
-			return t, fmt.Errorf("%s=%q: %v", name, raw, err)
+			// the value is not quoted: a connection string that cannot be used is never shown
+			return t, fmt.Errorf("%s: %v (%s)", name, err, notShown)
 		}
 		*dst = d
 	}
@@ -249,7 +250,7 @@ func parsePGDuration(s string) (time.Duration, error) {
 	scale := map[string]time.Duration{"": time.Millisecond, "us": time.Microsecond, "ms": time.Millisecond,
 		"s": time.Second, "min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}[unit]
 	if scale == 0 {
-		return 0, fmt.Errorf("unknown unit %q (want us, ms, s, min, h or d)", unit)
+		return 0, errors.New("unknown unit (want us, ms, s, min, h or d)")
 	}
 	return time.Duration(v * float64(scale)), nil
 }
