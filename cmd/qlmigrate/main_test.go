@@ -372,3 +372,37 @@ func TestConcurrentUpProcessesApplyOnce(t *testing.T) {
 		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 18 each", versions, rows, ledger)
 	}
 }
+
+// hash is offline: it reads no connection settings, so garbage in every one of them (which
+// would be exit 2 for a command that connects) changes nothing.
+func TestHashReadsNoConnectionSettings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	files, err := filepath.Glob("../../sql/migrations/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migrations found: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	garbage := []string{"QL_DATABASE_URL=postgres://u:hunter2@h:notaport/x%zz", "PGPORT=nope", "PGSERVICE=no-such-service", "PGSSLMODE=bogus"}
+	for _, args := range [][]string{{"hash", "--dir", dir}, {"hash", "--check", "--dir", dir}, {"hash", "--check", "--dir", dir, "--database-url", "host='unterminated"}} {
+		r := run(t, garbage, args...)
+		if r.code != 0 {
+			t.Errorf("%v with garbage connection settings: exit %d, stderr %q; want 0", args, r.code, r.stderr)
+		}
+		if strings.Contains(r.stdout+r.stderr, "hunter2") {
+			t.Errorf("%v: the password leaked", args)
+		}
+	}
+	// the same settings do break a command that connects, before connecting
+	if r := run(t, garbage, "status"); r.code != 2 || strings.Contains(r.stderr, "hunter2") {
+		t.Errorf("status with garbage settings: exit %d, stderr %q; want exit 2 without the password", r.code, r.stderr)
+	}
+}

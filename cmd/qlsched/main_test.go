@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/qlcontrol/controlcore/internal/dbconn/dbconntest"
+	"github.com/qlcontrol/controlcore/internal/limits"
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
@@ -126,12 +129,13 @@ func TestRunRefusesAnUnreadyDatabaseAndClaimsNothing(t *testing.T) {
 	}
 
 	// A migrated database, but connected as the superuser, who can INSERT schedules: not the
-	// runtime's exact privileges, so it refuses, and the due trigger stays unclaimed.
+	// runtime role, whose exact privileges readiness checks, so it refuses, and the due trigger
+	// stays unclaimed.
 	d := testpg.New(t)
 	publishEverySecond(t, d, "t")
 	r = run(t, "run", "--database-url", d.URL(""), "--http-addr", "127.0.0.1:0")
-	if r.code != 1 || !strings.Contains(r.stderr, "no INSERT on control_core.trigger_schedules") {
-		t.Errorf("as superuser: exit %d, stderr %q; want exit 1 about INSERT on trigger_schedules", r.code, r.stderr)
+	if r.code != 1 || !strings.Contains(r.stderr, "; a replica runs as the runtime role ql_runtime") {
+		t.Errorf("as superuser: exit %d, stderr %q; want exit 1 about the connected role", r.code, r.stderr)
 	}
 	assertNothingClaimed(t, d)
 }
@@ -927,4 +931,222 @@ func TestRunLogsNameTheScheduleAndKeepNoSecrets(t *testing.T) {
 			t.Errorf("%q reached the output:\n%s", secret, output)
 		}
 	}
+}
+
+// Every input the database would refuse is refused before connecting: exit 2, a message naming
+// the flag and the rule, zero connections offered to the listener, and neither the URL's
+// password nor the executor spec's content in the output.
+func TestDatabaseRefusedInputsExit2WithZeroConnections(t *testing.T) {
+	t.Parallel()
+	const payload = "s3cr3t-payload-xyz"
+	long := func(n int) string { return "a" + strings.Repeat("b", n-1) }
+	nest := func(n int) string { return `{"a":` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + `}` }
+	longCron := "0 0 1 1 1" + strings.Repeat(",1", (limits.MaxCronSpec-9)/2+1) // valid cron, 201+ characters
+	trigger := func(flags ...string) []string {
+		base := map[string]string{"--project": "p", "--trigger": "t", "--task": "k", "--cron": "0 3 * * *"}
+		for i := 0; i+1 < len(flags); i += 2 {
+			base[flags[i]] = flags[i+1]
+		}
+		args := []string{"trigger", "publish"}
+		for _, k := range []string{"--project", "--trigger", "--task", "--cron"} {
+			args = append(args, k, base[k])
+		}
+		return args
+	}
+	task := func(project, task, spec string) []string {
+		return []string{"task", "publish", "--project", project, "--task", task, "--executor-spec", spec}
+	}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"cron over the column's 200 characters", trigger("--cron", longCron), "--cron"},
+		{"cron with a trailing space", trigger("--cron", "0 3 * * * "), "leading or trailing spaces"},
+		{"cron with a leading space", trigger("--cron", " 0 3 * * *"), "leading or trailing spaces"},
+		{"cron with a tab", trigger("--cron", "0\t3 * * *"), "printable ASCII"},
+		{"time zone over 64 characters", append(trigger(), "--timezone", strings.Repeat("A", limits.MaxTimeZone+1)), "--timezone"},
+		{"project id over 63 characters", []string{"project", "create", "--project", long(64)}, "project id"},
+		{"task id over 63 characters", task("p", long(64), `{}`), "task id"},
+		{"trigger id over 63 characters", trigger("--trigger", long(64)), "trigger id"},
+		{"spec with \\u0000", task("p", "k", `{"a":"\u0000","token":"`+payload+`"}`), "--executor-spec: invalid at byte 7"},
+		{"spec with a lone surrogate", task("p", "k", `{"token":"`+payload+`","a":"\ud800"}`), "unpaired UTF-16 surrogate"},
+		{"spec with a lone low surrogate", task("p", "k", `{"a":"\udc00`+payload+`"}`), "unpaired UTF-16 surrogate"},
+		{"spec over 64 KiB", task("p", "k", `{"a":"`+payload+strings.Repeat("x", limits.MaxExecutorSpec)+`"}`), "at most 65536"},
+		{"spec number beyond numeric", task("p", "k", `{"a":1e200000,"token":"`+payload+`"}`), "numeric's range"},
+		{"spec nested too deep", task("p", "k", nest(limits.MaxSpecDepth+1)), "nested deeper than 1000"},
+		{"spec not JSON, secret inside", task("p", "k", `{"token":"`+payload+`" oops}`), "invalid at byte 31: unexpected character"},
+		{"spec cut short", task("p", "k", `{"token":"`+payload), "unexpected end"},
+		{"spec not an object", task("p", "k", `["`+payload+`"]`), "not a JSON object"},
+		{"lease over 10 minutes", []string{"run", "--lease", "11m"}, "--lease 11m0s: want 1s … 10m0s"},
+		{"lease of a year", []string{"run", "--lease", "8760h"}, "--lease 8760h0m0s"},
+		{"owner over 128 characters", []string{"run", "--owner", long(limits.MaxOwner + 1)}, "--owner"},
+		{"a URL where a command was expected", []string{"status", "postgres://u:pw-never-shown@h/x"}, "not shown"},
+		{"a URL as a flag value", []string{"run", "--lease", "postgres://u:pw-never-shown@h/x"}, `for "--lease" flag`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url, accepted := unusedDatabase(t)
+			r := run(t, append(c.args, "--database-url", url)...)
+			if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("exit %d, stderr %.300q; want exit 2 mentioning %q", r.code, r.stderr, c.want)
+			}
+			if n := accepted(); n != 0 {
+				t.Errorf("%d connection(s) opened; want none", n)
+			}
+			for _, secret := range []string{"pw-never-shown", payload, "s3cr3t"} {
+				if strings.Contains(r.stdout+r.stderr, secret) {
+					t.Errorf("%q reached the output: %.300q", secret, r.stdout+r.stderr)
+				}
+			}
+		})
+	}
+}
+
+// TestNoPieceOfAPasswordInAnyOutput runs both binaries' commands 200 times (seeded) with a
+// password drawn from a hostile alphabet, given in every form, against a closed port and a
+// server that checks passwords (the right one and a wrong one): no 6-character piece of the
+// password, nor of the executor spec that carries it too, appears in any output or log line.
+func TestNoPieceOfAPasswordInAnyOutput(t *testing.T) {
+	t.Parallel()
+	srv := dbconntest.StartPasswordServer(t)
+	rng := rand.New(rand.NewPCG(16, 6))
+	alphabet := []rune(`@:/%?#&='"\ ` + "abcdefXYZ0123456789-_.,;!$*()[]{}<>|~^+\täöüß✓日本語€🙂")
+	password := func() string {
+		r := make([]rune, 8+rng.IntN(17))
+		for i := range r {
+			r[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(r)
+	}
+	right := password()
+	srv.CreateRole(t, "alice", right)
+	server := fmt.Sprintf("127.0.0.1:%d", srv.Port)
+	qlm := buildQlmigrate(t)
+
+	encodeAll := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+				b.WriteByte(c)
+			} else {
+				fmt.Fprintf(&b, "%%%02X", c)
+			}
+		}
+		return b.String()
+	}
+	kvQuote := func(s string) string { return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'" }
+	// forms give the password to a command: a --database-url value and extra environment
+	forms := []func(hostport, pw string) (string, []string){
+		func(hp, pw string) (string, []string) {
+			return "postgres://alice:" + encodeAll(pw) + "@" + hp + "/postgres?sslmode=disable", nil
+		},
+		func(hp, pw string) (string, []string) {
+			return "postgres://alice@" + hp + "/postgres?sslmode=disable&password=" + encodeAll(pw), nil
+		},
+		func(hp, pw string) (string, []string) {
+			host, port, _ := net.SplitHostPort(hp)
+			return fmt.Sprintf("host=%s port=%s user=alice dbname=postgres sslmode=disable password=%s", host, port, kvQuote(pw)), nil
+		},
+		func(hp, pw string) (string, []string) {
+			return "postgres://alice@" + hp + "/postgres?sslmode=disable", []string{"PGPASSWORD=" + pw}
+		},
+		func(hp, pw string) (string, []string) {
+			return "", []string{"QL_DATABASE_URL=postgres://alice:" + encodeAll(pw) + "@" + hp + "/postgres?sslmode=disable"}
+		},
+		func(hp, pw string) (string, []string) { return "postgres://alice:" + pw + "@" + hp + "/postgres", nil }, // unencoded
+	}
+	commands := [][]string{
+		{"qlsched", "status"},
+		{"qlsched", "trigger", "list"},
+		{"qlsched", "runs", "list"},
+		{"qlsched", "run", "--http-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug"},
+		{"qlsched", "run", "--http-addr", "127.0.0.1:0"},
+		{"qlsched", "task", "publish", "--project", "p", "--task", "k", "--executor-spec", "SPEC"},
+		{"qlsched", "task", "publish", "--project", "p", "--task", "k", "--executor-spec", "BADSPEC"},
+		{"qlmigrate", "status"},
+		{"qlmigrate", "verify"},
+		{"qlmigrate", "grants", "--sql"},
+		{"qlmigrate", "up"},
+	}
+	for i := 0; i < 200; i++ {
+		pw, target := password(), "127.0.0.1:1"
+		switch rng.IntN(3) {
+		case 1:
+			target = server // refuses pw
+		case 2:
+			target, pw = server, right // accepted: the command goes on to fail on an unmigrated database
+		}
+		raw, env := forms[rng.IntN(len(forms))](target, pw)
+		command := commands[rng.IntN(len(commands))]
+		args := append([]string{}, command[1:]...)
+		specJSON, _ := json.Marshal(map[string]string{"token": pw})
+		for j, a := range args {
+			switch a {
+			case "SPEC":
+				args[j] = string(specJSON)
+			case "BADSPEC":
+				args[j] = `{"token":` + strings.TrimPrefix(string(specJSON), `{"token":`) + ` x`
+			}
+		}
+		if raw != "" {
+			args = append(args, "--database-url", raw)
+		}
+		bin := qlsched(t)
+		if command[0] == "qlmigrate" {
+			bin = qlm
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, _ := cmd.CombinedOutput()
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut {
+			t.Fatalf("iteration %d: %v did not finish", i, command)
+		}
+		for _, p := range pieces6(pw) {
+			if strings.Contains(string(out), p) {
+				t.Errorf("iteration %d, %v: piece %q of password %q in the output:\n%s", i, command, p, pw, out)
+				break
+			}
+		}
+	}
+}
+
+// pieces6 returns s and every 6-character piece of it.
+func pieces6(s string) []string {
+	r := []rune(s)
+	out := []string{s}
+	for i := 0; i+6 <= len(r); i++ {
+		out = append(out, string(r[i:i+6]))
+	}
+	return out
+}
+
+var (
+	qlmigrateOnce sync.Once
+	qlmigratePath string
+	qlmigrateErr  error
+)
+
+// buildQlmigrate builds the qlmigrate binary once, for tests that run both binaries.
+func buildQlmigrate(t *testing.T) string {
+	t.Helper()
+	qlmigrateOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "qlmigrate-bin-")
+		if err != nil {
+			qlmigrateErr = err
+			return
+		}
+		qlmigratePath = filepath.Join(dir, "qlmigrate")
+		if out, err := exec.Command("go", "build", "-o", qlmigratePath, "../qlmigrate").CombinedOutput(); err != nil {
+			qlmigrateErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if qlmigrateErr != nil {
+		t.Fatal(qlmigrateErr)
+	}
+	return qlmigratePath
 }
