@@ -10,20 +10,27 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/qlcontrol/controlcore/db"
 )
 
-// The readiness contract is what control-core v17 must have in schema control_core: every table,
-// every column with its type, nullability and default, every primary/unique/foreign key, CHECK
-// and exclusion constraint, every index that no constraint owns (among them the claim's
-// trigger_schedules_claim_idx and startup recovery's runs_recovery_idx), and every function
-// (db_now_ms, advance_capability, lock_project) with its signature, attributes and a sha256 of
-// its body.
+// The readiness contract is what control-core v17 must have in schema control_core, and
+// everything in the catalogs that decides what a statement on its tables does or who may do it:
+// every table with its kind, persistence, row-level security and replica identity; every column
+// with its type, collation, nullability, default, identity and generation; every primary/unique/
+// foreign key, CHECK and exclusion constraint (deferrability and validation included); every
+// index that no constraint owns (among them the claim's trigger_schedules_claim_idx and startup
+// recovery's runs_recovery_idx); every user trigger and the enabled state of every trigger, the
+// foreign keys' internal ones by their constraint; policies, rules and inheritance (none); and
+// every function (db_now_ms, advance_capability, lock_project, …) with its signature,
+// attributes, owner and a sha256 of its body. Event triggers of the database are read too: the
+// contract has none, and an enabled one is drift.
 //
 // It lives in one file, readiness_contract.txt beside this one, written the way the server
-// renders each object (pg_get_constraintdef, pg_get_indexdef, format_type), so a reviewer reads
-// it against sql/migrations and a test proves it equals the catalogs of a freshly migrated
-// database. After a new migration, regenerate it with
+// renders each object (pg_get_constraintdef, pg_get_indexdef, pg_get_triggerdef, format_type),
+// so a reviewer reads it against sql/migrations and a test proves it equals the catalogs of a
+// freshly migrated database. After a new migration, regenerate it with
 //
 //	go test ./checksums -run TestReadinessContractMatchesAFreshMigration -update
 //
@@ -37,16 +44,33 @@ const ContractFile = "checksums/readiness_contract.txt"
 
 // Fact is one line of the contract: an object header (table, function) or one property of it.
 type Fact struct {
-	Object string // "table control_core.runs", "function control_core.db_now_ms()"
-	Kind   string // table, column, constraint, index | function, arguments, returns, language, …
-	Name   string // the column, constraint or index name; "" for headers and function properties
+	Object string // "table control_core.runs", "function control_core.db_now_ms()", "database"
+	Kind   string // table, column, constraint, index, trigger, … | function, arguments, returns, …
+	Name   string // the column, constraint, index, trigger … name; "" for headers and plain properties
 	Def    string // the rendered definition
+
+	// Set only on facts read from the catalogs, never on the contract's: what CompareReadiness
+	// needs for a fact the contract lacks or holds differently. The zero value classifies an
+	// unknown extra fact as drift without a fix, so a fact nobody classified fails closed.
+	inert  bool       // beyond the contract, it cannot change what a statement does: a note
+	why    string     // beyond the contract, how it changes what statements do
+	remove []string   // beyond the contract, the statements that remove it (or make it inert)
+	col    *columnDef // a column's parts
+	ref    string     // internal_triggers and inherits: the Object of the other table; owner: the schema owner
 }
 
 func (f Fact) key() string { return f.Object + "\x00" + f.Kind + "\x00" + f.Name }
 
+// databaseObject is the Object of facts about the whole database (its event triggers), which
+// the contract holds none of: there is no header to list them under.
+const databaseObject = "database"
+
 // named kinds carry a name before their definition.
-var named = map[string]bool{"column": true, "constraint": true, "index": true}
+var named = map[string]bool{
+	"column": true, "constraint": true, "index": true, "trigger": true, "trigger_enabled": true,
+	"internal_triggers": true, "policy": true, "rule": true, "inherits": true, "inherited_by": true,
+	"event_trigger": true,
+}
 
 // Contract returns the committed readiness contract of control-core v17.
 func Contract() ([]Fact, error) { return ParseContract(contractText) }
@@ -88,18 +112,24 @@ func ParseContract(b []byte) ([]Fact, error) {
 	return facts, sc.Err()
 }
 
-// RenderContract writes facts as a contract file, grouped by object.
+// RenderContract writes facts as a contract file, grouped by object. Facts about the database
+// (event triggers) are left out: the contract allows none, and has no header for them.
 func RenderContract(facts []Fact) []byte {
 	var b bytes.Buffer
 	b.WriteString(`# control-core v17 readiness contract: what schema control_core must have.
 # Generated from the catalogs of a freshly migrated database and reviewed against sql/migrations:
 #   go test ./checksums -run TestReadinessContractMatchesAFreshMigration -update
 # qlmigrate verify reads the same catalogs; a missing or different line is drift naming the object.
-# Objects the contract does not list are reported as notes. Definitions are the server's own
-# renderings (format_type, pg_get_expr, pg_get_constraintdef, pg_get_indexdef).
+# Objects the contract does not list are drift where they can change what a statement does (a
+# trigger, policy, rule, constraint, unique or expression index, a column with a default or NOT
+# NULL, an enabled event trigger), else notes. Definitions are the server's own renderings
+# (format_type, pg_get_expr, pg_get_constraintdef, pg_get_indexdef, pg_get_triggerdef).
 `)
 	last := ""
 	for _, f := range facts {
+		if f.Object == databaseObject {
+			continue
+		}
 		if f.Object != last {
 			b.WriteString("\n" + f.Object + "\n")
 			last = f.Object
@@ -138,48 +168,160 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read indexes: %w", err)
 	}
+	triggers, err := q.ReadinessTriggers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read triggers: %w", err)
+	}
+	policies, err := q.ReadinessPolicies(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read policies: %w", err)
+	}
+	rules, err := q.ReadinessRules(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read rules: %w", err)
+	}
+	inheritance, err := q.ReadinessInheritance(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read inheritance: %w", err)
+	}
 	functions, err := q.ReadinessFunctions(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read functions: %w", err)
 	}
+	eventTriggers, err := q.ReadinessEventTriggers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read event triggers: %w", err)
+	}
+
 	byTable := map[string][]Fact{}
-	tableObject := func(t string) string { return "table control_core." + t }
+	add := func(table string, f Fact) {
+		f.Object = tableObject(table)
+		byTable[table] = append(byTable[table], f)
+	}
 	for _, c := range columns {
-		def := c.DataType
-		if c.NotNull {
-			def += " not null"
-		} else {
-			def += " null"
-		}
-		if c.DefaultExpr != "" {
-			def += " default " + c.DefaultExpr
-		}
-		byTable[c.TableName] = append(byTable[c.TableName], Fact{Object: tableObject(c.TableName), Kind: "column", Name: c.ColumnName, Def: def})
+		cd := columnDef{typ: c.DataType, collation: c.Collation, notNull: c.NotNull, def: c.DefaultExpr,
+			identity: c.Identity, generated: c.Generated}
+		f := Fact{Kind: "column", Name: c.ColumnName, Def: cd.String(), col: &cd}
+		f.inert, f.why, f.remove = cd.extra(qualified(c.TableName), ident(c.ColumnName))
+		add(c.TableName, f)
 	}
 	for _, c := range constraints {
-		byTable[c.TableName] = append(byTable[c.TableName], Fact{Object: tableObject(c.TableName), Kind: "constraint", Name: c.ConstraintName, Def: c.Definition})
+		add(c.TableName, Fact{Kind: "constraint", Name: c.ConstraintName, Def: c.Definition,
+			why:    "every write it covers checks it and fails when the check does",
+			remove: []string{fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s;", qualified(c.TableName), ident(c.ConstraintName))}})
 	}
 	for _, i := range indexes {
-		byTable[i.TableName] = append(byTable[i.TableName], Fact{Object: tableObject(i.TableName), Kind: "index", Name: i.IndexName, Def: i.Definition})
+		f := Fact{Kind: "index", Name: i.IndexName, Def: i.Definition, inert: !i.IsUnique && !i.Evaluates,
+			remove: []string{fmt.Sprintf("DROP INDEX %s;", qualified(i.IndexName))}}
+		if i.IsUnique {
+			f.why = "a unique index makes a second row with the same key fail"
+		} else {
+			f.why = "every write evaluates its expressions or predicate, and fails when they raise"
+		}
+		add(i.TableName, f)
 	}
+	for _, t := range triggers {
+		if !t.Internal {
+			drop := []string{fmt.Sprintf("DROP TRIGGER %s ON %s;", ident(t.TriggerName), qualified(t.TableName))}
+			add(t.TableName, Fact{Kind: "trigger", Name: t.TriggerName, Def: t.Definition, remove: drop,
+				why: "it runs its function on the statements it fires for"})
+			add(t.TableName, Fact{Kind: "trigger_enabled", Name: t.TriggerName, Def: t.Enabled, remove: drop,
+				why: "it runs its function on the statements it fires for"})
+			continue
+		}
+		// An internal trigger's name holds an OID; its constraint names it instead, qualified by
+		// the constraint's table where that is another one.
+		f := Fact{Kind: "internal_triggers", Name: t.ConstraintName, Def: t.Enabled,
+			why: fmt.Sprintf("the foreign key %s of %s.%s checks every delete and key update here, and fails them while rows refer",
+				t.ConstraintName, t.ConstraintSchema, t.ConstraintTable)}
+		switch {
+		case t.ConstraintName == "":
+			f.Name = "unowned"
+		case t.ConstraintSchema != "control_core":
+			f.Name = t.ConstraintSchema + "." + t.ConstraintTable + "." + t.ConstraintName
+		case t.ConstraintTable != t.TableName:
+			f.Name = t.ConstraintTable + "." + t.ConstraintName
+		}
+		if t.ConstraintSchema == "control_core" {
+			f.ref = tableObject(t.ConstraintTable)
+		}
+		if t.ConstraintName != "" {
+			f.remove = []string{fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s;",
+				pgx.Identifier{t.ConstraintSchema, t.ConstraintTable}.Sanitize(), ident(t.ConstraintName))}
+		}
+		add(t.TableName, f)
+	}
+	for _, p := range policies {
+		add(p.TableName, Fact{Kind: "policy", Name: p.PolicyName, Def: p.Definition,
+			why:    "a policy decides which rows statements see and may write, once row-level security is on",
+			remove: []string{fmt.Sprintf("DROP POLICY %s ON %s;", ident(p.PolicyName), qualified(p.TableName))}})
+	}
+	for _, r := range rules {
+		add(r.TableName, Fact{Kind: "rule", Name: r.RuleName, Def: r.Definition + " (enabled " + r.Enabled + ")",
+			why:    "a rule rewrites every statement of its event on the table",
+			remove: []string{fmt.Sprintf("DROP RULE %s ON %s;", ident(r.RuleName), qualified(r.TableName))}})
+	}
+	for _, i := range inheritance {
+		child, parent := pgx.Identifier{i.ChildSchema, i.ChildTable}, pgx.Identifier{i.ParentSchema, i.ParentTable}
+		noInherit := []string{fmt.Sprintf("ALTER TABLE %s NO INHERIT %s;", child.Sanitize(), parent.Sanitize())}
+		why := "every statement on the parent reads, locks and changes the child's rows too"
+		if i.ChildSchema == "control_core" {
+			f := Fact{Kind: "inherits", Name: i.ParentSchema + "." + i.ParentTable, why: why, remove: noInherit}
+			if i.ParentSchema == "control_core" {
+				f.ref = tableObject(i.ParentTable)
+			}
+			add(i.ChildTable, f)
+		}
+		if i.ParentSchema == "control_core" {
+			add(i.ParentTable, Fact{Kind: "inherited_by", Name: i.ChildSchema + "." + i.ChildTable, why: why, remove: noInherit})
+		}
+	}
+
 	var facts []Fact
 	for _, t := range tables {
-		facts = append(facts, Fact{Object: tableObject(t), Kind: "table", Def: "control_core." + t})
-		facts = append(facts, byTable[t]...)
+		object := tableObject(t.TableName)
+		onOff := func(b bool) string {
+			if b {
+				return "on"
+			}
+			return "off"
+		}
+		facts = append(facts,
+			Fact{Object: object, Kind: "table", Def: "control_core." + t.TableName, inert: true},
+			Fact{Object: object, Kind: "relkind", Def: t.Relkind},
+			Fact{Object: object, Kind: "persistence", Def: t.Persistence},
+			Fact{Object: object, Kind: "row_security", Def: onOff(t.RowSecurity)},
+			Fact{Object: object, Kind: "force_row_security", Def: onOff(t.ForceRowSecurity)},
+			Fact{Object: object, Kind: "replica_identity", Def: t.ReplicaIdentity})
+		facts = append(facts, byTable[t.TableName]...)
 	}
 	for _, f := range functions {
 		object := "function " + f.Signature
-		facts = append(facts, Fact{Object: object, Kind: "function", Def: f.Signature})
+		facts = append(facts, Fact{Object: object, Kind: "function", Def: f.Signature, inert: true})
 		for _, p := range [][2]string{
 			{"arguments", f.Arguments}, {"returns", f.Result}, {"language", f.Language},
 			{"volatility", f.Volatility}, {"parallel", f.Parallel}, {"security", f.Security},
-			{"config", f.Config}, {"body", "sha256:" + f.BodySha256},
+			{"config", f.Config}, {"body", "sha256:" + f.BodySha256}, {"null_input", f.NullInput},
 		} {
 			facts = append(facts, Fact{Object: object, Kind: p[0], Def: p[1]})
 		}
+		facts = append(facts, Fact{Object: object, Kind: "owner", Def: f.Owner, ref: f.SchemaOwner})
+	}
+	for _, e := range eventTriggers {
+		def := "ON " + e.Event
+		if e.Tags != "" {
+			def += " WHEN TAG IN (" + e.Tags + ")"
+		}
+		def += " EXECUTE FUNCTION " + e.Function + " enabled " + e.Enabled
+		facts = append(facts, Fact{Object: databaseObject, Kind: "event_trigger", Name: e.Name, Def: def,
+			inert:  e.Enabled == "disabled",
+			why:    "an enabled event trigger runs its function inside migrations (and, on login, in every session)",
+			remove: []string{fmt.Sprintf("ALTER EVENT TRIGGER %s DISABLE;", ident(e.Name))}})
 	}
 	return facts, nil
 }
+
+func tableObject(table string) string { return "table control_core." + table }
 
 // ReadinessDrift reads the catalogs through q (which must run with search_path pg_catalog, so
 // every name comes back schema-qualified as the contract writes it) and compares them with the
@@ -197,8 +339,9 @@ func ReadinessDrift(ctx context.Context, q *db.Queries, loc Locator) ([]Drift, e
 }
 
 // CompareReadiness lists what the catalogs (actual) lack or hold differently from the contract,
-// and, as notes, what they hold beyond it. loc names the migration that defines a missing
-// object, for the fix.
+// and what they hold beyond it: as drift where it can change what a statement on a control_core
+// table does (or what a migration does), else as a note. loc names the migration that defines
+// a missing object, for the fix.
 func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 	have := make(map[string]Fact, len(actual))
 	for _, f := range actual {
@@ -212,6 +355,8 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 	}
 	var out []Drift
 	missingObject := map[string]bool{}
+	internal := map[string][]internalChange{} // changed internal triggers, one finding per table
+	var tablesOrder []string
 	for _, f := range contract {
 		if missingObject[f.Object] {
 			continue // its header is reported missing; its properties would only repeat that
@@ -222,24 +367,56 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 		case f.Kind == "table" || f.Kind == "function":
 			missingObject[f.Object] = true
 			out = append(out, missingDrift(f, loc))
+		case !ok && f.Kind == "trigger_enabled" && !hasKey(have, Fact{Object: f.Object, Kind: "trigger", Name: f.Name}):
+			// the missing trigger says it
 		case !ok:
 			out = append(out, missingDrift(f, loc))
+		case f.Kind == "internal_triggers":
+			if internal[f.Object] == nil {
+				tablesOrder = append(tablesOrder, f.Object)
+			}
+			internal[f.Object] = append(internal[f.Object], internalChange{f.Name, f.Def, got.Def})
 		default:
 			out = append(out, changedDrift(f, got, loc))
 		}
 	}
+	for _, object := range tablesOrder {
+		out = append(out, internalDrift(object, internal[object]))
+	}
+	seen := map[string]bool{}
 	for _, f := range actual {
 		isHeader := f.Kind == "table" || f.Kind == "function"
-		if want[f.key()] || (!isHeader && !listed[f.Object]) {
-			continue // known, or a property of an extra table or function (its header says it)
+		switch {
+		case want[f.key()]:
+			continue // known
+		case !isHeader && !listed[f.Object] && f.Object != databaseObject:
+			continue // a property of an extra table or function: its header says it
+		case f.Kind == "trigger_enabled" && !want[Fact{Object: f.Object, Kind: "trigger", Name: f.Name}.key()]:
+			continue // the extra trigger says it
+		case (f.Kind == "internal_triggers" || f.Kind == "inherits") && listed[f.ref]:
+			continue // the other table is the contract's: its extra constraint or child says it
 		}
-		out = append(out, Drift{
-			Kind: "extra_" + f.Kind, Object: describe(f), Note: true,
-			Message: fmt.Sprintf("%s is not in the readiness contract", describeKind(f)),
-			Fix:     "none needed for readiness; if it belongs to control-core, add it with a migration and regenerate " + ContractFile,
-		})
+		d := extraDrift(f)
+		if !d.Note && len(d.SQL) > 0 && allSeen(seen, d.SQL) {
+			continue // the same statements already remove it, under another finding
+		}
+		for _, s := range d.SQL {
+			seen[s] = true
+		}
+		out = append(out, d)
 	}
 	return out
+}
+
+func hasKey(have map[string]Fact, f Fact) bool { _, ok := have[f.key()]; return ok }
+
+func allSeen(seen map[string]bool, stmts []string) bool {
+	for _, s := range stmts {
+		if !seen[s] {
+			return false
+		}
+	}
+	return true
 }
 
 // describe names an object the way a DBA looks it up.
@@ -248,12 +425,18 @@ func describe(f Fact) string {
 	switch f.Kind {
 	case "column":
 		return table + "." + f.Name
-	case "constraint":
+	case "constraint", "trigger", "trigger_enabled", "internal_triggers", "policy", "rule":
 		return f.Name + " on " + table
 	case "index":
 		return "control_core." + f.Name
-	case "table":
+	case "table", "relkind", "persistence", "row_security", "force_row_security", "replica_identity":
 		return table
+	case "inherits":
+		return table + " inherits " + f.Name
+	case "inherited_by":
+		return f.Name + " inherits " + table
+	case "event_trigger":
+		return f.Name
 	default: // function and its properties
 		return strings.TrimPrefix(f.Object, "function ")
 	}
@@ -261,31 +444,83 @@ func describe(f Fact) string {
 
 func describeKind(f Fact) string {
 	switch f.Kind {
-	case "table", "column", "constraint", "index", "function":
+	case "table", "column", "constraint", "index", "function", "trigger", "policy", "rule":
 		return f.Kind + " " + describe(f)
+	case "trigger_enabled":
+		return "trigger " + describe(f)
+	case "internal_triggers":
+		return "the internal triggers of constraint " + describe(f)
+	case "relkind", "persistence", "row_security", "force_row_security", "replica_identity", "inherits", "inherited_by":
+		return "table " + describe(f)
+	case "event_trigger":
+		return "event trigger " + describe(f)
 	default:
 		return "function " + describe(f)
 	}
+}
+
+// extraDrift reports a fact beyond the contract: a note when it is inert, else drift with the
+// statements that remove it.
+func extraDrift(f Fact) Drift {
+	d := Drift{Kind: "extra_" + f.Kind, Object: describe(f)}
+	if f.inert {
+		d.Note = true
+		d.Message = fmt.Sprintf("%s is not in the readiness contract", describeKind(f))
+		d.Fix = "none needed for readiness; if it belongs to control-core, add it with a migration and regenerate " + ContractFile
+		if f.Kind == "event_trigger" {
+			d.Message = fmt.Sprintf("event trigger %s is disabled (an enabled one would be drift)", f.Name)
+			d.Fix = "none needed; DROP EVENT TRIGGER it if nothing needs it"
+		}
+		return d
+	}
+	d.Message = fmt.Sprintf("%s is not in the readiness contract, and %s", describeKind(f), f.why)
+	if f.why == "" {
+		d.Message = fmt.Sprintf("%s is not in the readiness contract", describeKind(f))
+	}
+	d.SQL = f.remove
+	switch {
+	case f.Kind == "event_trigger":
+		d.Message = fmt.Sprintf("event trigger %s (%s) is enabled: it runs inside every migration's DDL, and from PostgreSQL 17 a login one in every session", f.Name, f.Def)
+		d.Fix = "disable it (" + strings.Join(d.SQL, " ") + "), or DROP EVENT TRIGGER it if nothing else needs it"
+	case f.Kind == "column" && len(d.SQL) > 0:
+		d.Fix = "make it inert, keeping its values (" + strings.Join(d.SQL, " ") + "), or drop it: ALTER TABLE " +
+			qualified(strings.TrimPrefix(f.Object, "table control_core.")) + " DROP COLUMN " + ident(f.Name) + ";"
+	case len(d.SQL) > 0:
+		d.Fix = "remove it: " + strings.Join(d.SQL, " ")
+	default:
+		d.Fix = "remove it by hand; if it belongs to control-core, add it with a migration and regenerate " + ContractFile
+	}
+	return d
 }
 
 func missingDrift(f Fact, loc Locator) Drift {
 	origin := loc.Origin(f)
 	d := Drift{Kind: "missing_" + f.Kind, Object: describe(f),
 		Message: fmt.Sprintf("%s is missing (contract: %s)", describeKind(f), strings.TrimSpace(f.Kind+" "+f.Name+" "+f.Def))}
-	table := strings.TrimPrefix(f.Object, "table ")
+	table := qualified(strings.TrimPrefix(f.Object, "table control_core."))
 	switch f.Kind {
-	case "index":
-		d.Fix = f.Def + ";"
+	case "index", "trigger":
+		d.SQL = []string{f.Def + ";"}
 	case "constraint":
-		d.Fix = fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s;", table, f.Name, f.Def)
+		d.SQL = []string{fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s;", table, ident(f.Name), f.Def)}
+	case "policy":
+		d.SQL = []string{fmt.Sprintf("CREATE POLICY %s ON %s %s;", ident(f.Name), table, f.Def)}
 	case "table", "function":
 		d.Message = fmt.Sprintf("%s is missing", describeKind(f))
-		d.Fix = "recreate it as " + origin + " defines it, or restore the database from a backup"
+		d.Fix = "no safe statement restores it: recreate it as " + origin + " defines it, or restore the database from a backup"
 	case "column":
-		d.Fix = "recreate it as " + origin + " defines it (" + f.Def + ")"
-	default:
+		d.Fix = "no safe statement restores it (its values are gone): recreate it as " + origin + " defines it (" + f.Def +
+			"), or restore the database from a backup"
+	case "internal_triggers":
+		d.Fix = "they come with their constraint: restore it as " + origin + " defines it"
+	case "arguments", "returns", "language", "volatility", "parallel", "security", "config", "body", "null_input", "owner":
 		d.Message = fmt.Sprintf("function %s lacks its %s (contract: %s)", describe(f), f.Kind, f.Def)
 		d.Fix = "recreate the function as " + origin + " defines it"
+	default:
+		d.Fix = "restore it as " + origin + " defines it"
+	}
+	if len(d.SQL) > 0 {
+		d.Fix = strings.Join(d.SQL, " ")
 	}
 	return d
 }
@@ -294,28 +529,107 @@ func changedDrift(want, got Fact, loc Locator) Drift {
 	origin := loc.Origin(want)
 	d := Drift{Kind: "changed_" + want.Kind, Object: describe(want),
 		Message: fmt.Sprintf("%s differs from the contract: want %q, have %q", describeKind(want), want.Def, got.Def)}
-	table := strings.TrimPrefix(want.Object, "table ")
+	tableName := strings.TrimPrefix(want.Object, "table control_core.")
+	table := qualified(tableName)
+	fn := strings.TrimPrefix(want.Object, "function ") // format('%I.%I(%s)'): already quoted by the server
 	switch want.Kind {
 	case "column":
-		wantNotNull, gotNotNull := strings.Contains(want.Def, " not null"), strings.Contains(got.Def, " not null")
-		sameTypeAndDefault := strings.Replace(want.Def, " not null", " null", 1) == strings.Replace(got.Def, " not null", " null", 1)
-		switch {
-		case sameTypeAndDefault && wantNotNull && !gotNotNull:
-			d.Message = fmt.Sprintf("column %s is nullable; the contract says NOT NULL", describe(want))
-			d.Fix = fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL;", table, want.Name)
-		case sameTypeAndDefault && !wantNotNull && gotNotNull:
-			d.Message = fmt.Sprintf("column %s is NOT NULL; the contract says nullable", describe(want))
-			d.Fix = fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL;", table, want.Name)
-		default:
-			d.Fix = "make it " + want.Def + " again, as " + origin + " defines it"
-		}
+		return columnDrift(d, want, got, origin)
 	case "constraint":
-		d.Fix = fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s, ADD CONSTRAINT %s %s;", table, want.Name, want.Name, want.Def)
+		if got.Def == want.Def+" NOT VALID" {
+			d.Message = fmt.Sprintf("constraint %s is NOT VALID: rows written before it was added were never checked", describe(want))
+			d.SQL = []string{fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s;", table, ident(want.Name))}
+		} else {
+			d.SQL = []string{fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s, ADD CONSTRAINT %s %s;", table, ident(want.Name), ident(want.Name), want.Def)}
+		}
 	case "index":
-		d.Fix = fmt.Sprintf("DROP INDEX control_core.%s; %s;", want.Name, want.Def)
-	default:
+		d.SQL = []string{fmt.Sprintf("DROP INDEX %s;", qualified(want.Name)), want.Def + ";"}
+	case "trigger":
+		d.SQL = []string{fmt.Sprintf("DROP TRIGGER %s ON %s;", ident(want.Name), table), want.Def + ";"}
+	case "trigger_enabled":
+		if verb, ok := triggerEnable[want.Def]; ok {
+			d.Message = fmt.Sprintf("trigger %s fires %s; the contract says %s", describe(want), enabledWords(got.Def), enabledWords(want.Def))
+			d.SQL = []string{fmt.Sprintf("ALTER TABLE %s %s TRIGGER %s;", table, verb, ident(want.Name))}
+		}
+	case "policy":
+		d.SQL = []string{fmt.Sprintf("DROP POLICY %s ON %s;", ident(want.Name), table),
+			fmt.Sprintf("CREATE POLICY %s ON %s %s;", ident(want.Name), table, want.Def)}
+	case "persistence":
+		if verb, ok := map[string]string{"permanent": "SET LOGGED", "unlogged": "SET UNLOGGED"}[want.Def]; ok {
+			d.Message = fmt.Sprintf("table %s is %s; the contract says %s (an unlogged table loses its rows in a crash and is not replicated)", describe(want), got.Def, want.Def)
+			d.SQL = []string{fmt.Sprintf("ALTER TABLE %s %s;", table, verb)}
+		}
+	case "row_security", "force_row_security":
+		verb := map[string]string{"row_security on": "ENABLE", "row_security off": "DISABLE",
+			"force_row_security on": "FORCE", "force_row_security off": "NO FORCE"}[want.Kind+" "+want.Def]
+		what := map[string]string{"row_security": "row-level security", "force_row_security": "forced row-level security"}[want.Kind]
+		d.Message = fmt.Sprintf("table %s has %s %s; the contract says %s (with no policy that allows them, statements of non-owners see and change no row)",
+			describe(want), what, got.Def, want.Def)
+		d.SQL = []string{fmt.Sprintf("ALTER TABLE %s %s ROW LEVEL SECURITY;", table, verb)}
+	case "replica_identity":
+		if want.Def != "index" {
+			d.SQL = []string{fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY %s;", table, strings.ToUpper(want.Def))}
+		}
+	case "relkind", "inherits", "inherited_by", "rule", "body", "arguments", "returns", "language":
+		// no statement turns them back safely: the object is recreated from its migration
+	case "volatility", "parallel", "security", "null_input":
+		attr := strings.ToUpper(want.Def)
+		switch want.Kind {
+		case "parallel":
+			attr = "PARALLEL " + attr
+		case "security":
+			attr = "SECURITY " + attr
+		}
+		d.SQL = []string{fmt.Sprintf("ALTER FUNCTION %s %s;", fn, attr)}
+	case "config":
+		d.SQL = configSQL(fn, want.Def)
+	case "owner":
+		if want.Def == "schema owner" && got.ref != "" {
+			d.Message = fmt.Sprintf("function %s is owned by %s, not by the owner of schema control_core (%s): it runs as its owner when SECURITY DEFINER, and its owner may change it",
+				describe(want), got.Def, got.ref)
+			d.SQL = []string{fmt.Sprintf("ALTER FUNCTION %s OWNER TO %s;", fn, ident(got.ref))}
+		}
+	}
+	if strings.HasPrefix(want.Object, "function ") && want.Kind != "owner" {
 		d.Message = fmt.Sprintf("function %s: its %s differs from the contract: want %q, have %q", describe(want), want.Kind, want.Def, got.Def)
-		d.Fix = "recreate the function as " + origin + " defines it (CREATE OR REPLACE FUNCTION)"
+	}
+	switch {
+	case len(d.SQL) > 0:
+		d.Fix = strings.Join(d.SQL, " ")
+	case strings.HasPrefix(want.Object, "function "):
+		d.Fix = "no safe statement turns it back: recreate the function as " + origin + " defines it (CREATE OR REPLACE FUNCTION)"
+	default:
+		d.Fix = "no safe statement turns it back: recreate it as " + origin + " defines it"
+	}
+	return d
+}
+
+// internalChange is one constraint whose internal triggers on a table fire otherwise than the
+// contract says.
+type internalChange struct{ name, want, got string }
+
+// internalDrift reports a table's changed internal triggers at once: ALTER TABLE … DISABLE
+// TRIGGER ALL (or session_replication_role tricks) touches them all, and one statement, as a
+// superuser, turns them all back.
+func internalDrift(object string, changes []internalChange) Drift {
+	table := strings.TrimPrefix(object, "table ")
+	var parts, names []string
+	allOrigin := true
+	for _, c := range changes {
+		names = append(names, c.name)
+		parts = append(parts, fmt.Sprintf("constraint %s: %s (contract: %s)", c.name, c.got, c.want))
+		for _, s := range strings.Split(c.want, ", ") {
+			allOrigin = allOrigin && s == "origin"
+		}
+	}
+	d := Drift{Kind: "changed_internal_triggers", Object: strings.Join(names, ", ") + " on " + table,
+		Message: fmt.Sprintf("on table %s the internal triggers that enforce foreign keys do not fire as the contract says, so their rows go unchecked: %s",
+			table, strings.Join(parts, "; "))}
+	if allOrigin {
+		d.SQL = []string{fmt.Sprintf("ALTER TABLE %s ENABLE TRIGGER ALL;", qualified(strings.TrimPrefix(object, "table control_core.")))}
+		d.Fix = d.SQL[0] + " (as a superuser; then check that no row broke the keys while they were off)"
+	} else {
+		d.Fix = "enable each of them as the contract says (ALTER TABLE … ENABLE TRIGGER …, as a superuser)"
 	}
 	return d
 }
@@ -343,9 +657,10 @@ func (l Locator) Origin(f Fact) string {
 	var pattern string
 	table := strings.TrimPrefix(strings.TrimPrefix(f.Object, "table "), "control_core.")
 	switch f.Kind {
-	case "constraint", "index":
+	case "constraint", "index", "trigger", "trigger_enabled", "policy", "rule":
 		pattern = `\b` + regexp.QuoteMeta(f.Name) + `\b`
-	case "table", "column":
+	case "table", "column", "relkind", "persistence", "row_security", "force_row_security", "replica_identity",
+		"internal_triggers", "inherits", "inherited_by":
 		pattern = `(?i)CREATE TABLE control_core\.` + regexp.QuoteMeta(table) + `\b`
 	default:
 		fn := strings.TrimPrefix(f.Object, "function control_core.")
@@ -358,7 +673,7 @@ func (l Locator) Origin(f Fact) string {
 			return m.Name + " (sql/migrations/" + m.File + ")"
 		}
 	}
-	if f.Kind == "constraint" { // an unnamed constraint: its table's migration
+	if f.Kind == "constraint" || f.Kind == "trigger" || f.Kind == "trigger_enabled" { // an unnamed one: its table's migration
 		return l.Origin(Fact{Object: f.Object, Kind: "table"})
 	}
 	return "the migrations"

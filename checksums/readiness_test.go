@@ -126,15 +126,15 @@ func TestReadinessDriftNamesTheObject(t *testing.T) {
 		{"dropped index", "DROP INDEX control_core.trigger_schedules_claim_idx",
 			"missing_index", "control_core.trigger_schedules_claim_idx", "CREATE INDEX trigger_schedules_claim_idx"},
 		{"dropped unique", "ALTER TABLE control_core.runs DROP CONSTRAINT runs_idempotency_key_key",
-			"missing_constraint", "runs_idempotency_key_key on control_core.runs", "ADD CONSTRAINT runs_idempotency_key_key UNIQUE (project_id, idempotency_key)"},
+			"missing_constraint", "runs_idempotency_key_key on control_core.runs", `ADD CONSTRAINT "runs_idempotency_key_key" UNIQUE (project_id, idempotency_key);`},
 		{"dropped check", "ALTER TABLE control_core.trigger_schedules DROP CONSTRAINT trigger_schedules_claim_fence_check",
-			"missing_constraint", "trigger_schedules_claim_fence_check on control_core.trigger_schedules", "ADD CONSTRAINT trigger_schedules_claim_fence_check CHECK"},
+			"missing_constraint", "trigger_schedules_claim_fence_check on control_core.trigger_schedules", `ADD CONSTRAINT "trigger_schedules_claim_fence_check" CHECK`},
 		{"dropped table", "DROP TABLE control_core.project_plugin_bindings",
 			"missing_table", "control_core.project_plugin_bindings", "pg-0018-plugin-packages"},
 		{"dropped function", "DROP FUNCTION control_core.lock_project(text, text)",
 			"missing_function", "control_core.lock_project(text, text)", "pg-0018-plugin-packages"},
 		{"function made security definer", "ALTER FUNCTION control_core.db_now_ms() SECURITY DEFINER",
-			"changed_security", "control_core.db_now_ms()", "pg-0015-database-time"},
+			"changed_security", "control_core.db_now_ms()", "ALTER FUNCTION control_core.db_now_ms() SECURITY INVOKER;"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

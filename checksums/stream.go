@@ -12,8 +12,11 @@ type Drift struct {
 	Kind    string // e.g. edited_file, changed_checksum, unknown_version, pending, missing_column
 	Object  string // the file, migration or schema object, named as a DBA looks it up
 	Message string
-	Fix     string
-	Note    bool
+	Fix     string // what to do, in words (it holds SQL's statements too, where there are any)
+	// SQL holds the statements that remove the drift, each ending in ";", for a superuser to run
+	// in one transaction in this order; empty where no safe statement exists (Fix says why).
+	SQL  []string
+	Note bool
 }
 
 // IntegrityDrift turns the problems of CheckSum on the binary's own stream into findings.

@@ -13,11 +13,20 @@ const readinessColumns = `-- name: ReadinessColumns :many
 SELECT c.relname::text AS table_name,
        a.attname::text AS column_name,
        pg_catalog.format_type(a.atttypid, a.atttypmod)::text AS data_type,
+       (CASE WHEN a.attcollation <> t.typcollation
+             THEN coalesce((SELECT pg_catalog.format('%I.%I', cn.nspname, co.collname)
+                            FROM pg_catalog.pg_collation co
+                            JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
+                            WHERE co.oid = a.attcollation), a.attcollation::text)
+             ELSE '' END)::text AS collation,
        a.attnotnull AS not_null,
-       coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), '')::text AS default_expr
+       coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), '')::text AS default_expr,
+       a.attidentity::text AS identity,
+       a.attgenerated::text AS generated
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
   AND a.attnum > 0 AND NOT a.attisdropped
@@ -28,11 +37,16 @@ type ReadinessColumnsRow struct {
 	TableName   string `json:"table_name"`
 	ColumnName  string `json:"column_name"`
 	DataType    string `json:"data_type"`
+	Collation   string `json:"collation"`
 	NotNull     bool   `json:"not_null"`
 	DefaultExpr string `json:"default_expr"`
+	Identity    string `json:"identity"`
+	Generated   string `json:"generated"`
 }
 
-// Every column of those tables: type as the server renders it, nullability, default.
+// Every column of those tables: type as the server renders it, its collation where it is not
+// the type's own, nullability, default, identity and generation (pg_attrdef holds the
+// generation expression of a generated column, its "default").
 func (q *Queries) ReadinessColumns(ctx context.Context) ([]ReadinessColumnsRow, error) {
 	rows, err := q.db.Query(ctx, readinessColumns)
 	if err != nil {
@@ -46,8 +60,11 @@ func (q *Queries) ReadinessColumns(ctx context.Context) ([]ReadinessColumnsRow, 
 			&i.TableName,
 			&i.ColumnName,
 			&i.DataType,
+			&i.Collation,
 			&i.NotNull,
 			&i.DefaultExpr,
+			&i.Identity,
+			&i.Generated,
 		); err != nil {
 			return nil, err
 		}
@@ -78,7 +95,8 @@ type ReadinessConstraintsRow struct {
 }
 
 // Primary, unique, foreign key, CHECK and exclusion constraints (NOT NULL constraints, which
-// PostgreSQL 18 also lists here, are the columns' nullability instead).
+// PostgreSQL 18 also lists here, are the columns' nullability instead). pg_get_constraintdef
+// renders DEFERRABLE, INITIALLY DEFERRED and NOT VALID, so those are part of the definition.
 func (q *Queries) ReadinessConstraints(ctx context.Context) ([]ReadinessConstraintsRow, error) {
 	rows, err := q.db.Query(ctx, readinessConstraints)
 	if err != nil {
@@ -99,8 +117,57 @@ func (q *Queries) ReadinessConstraints(ctx context.Context) ([]ReadinessConstrai
 	return items, nil
 }
 
+const readinessEventTriggers = `-- name: ReadinessEventTriggers :many
+SELECT e.evtname::text AS name,
+       e.evtevent::text AS event,
+       (CASE e.evtenabled WHEN 'O' THEN 'origin' WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'replica'
+                          WHEN 'A' THEN 'always' ELSE e.evtenabled::text END)::text AS enabled,
+       coalesce(pg_catalog.array_to_string(e.evttags, ', '), '')::text AS tags,
+       pg_catalog.format('%I.%I()', pn.nspname, p.proname)::text AS function
+FROM pg_catalog.pg_event_trigger e
+JOIN pg_catalog.pg_proc p ON p.oid = e.evtfoid
+JOIN pg_catalog.pg_namespace pn ON pn.oid = p.pronamespace
+ORDER BY 1
+`
+
+type ReadinessEventTriggersRow struct {
+	Name     string `json:"name"`
+	Event    string `json:"event"`
+	Enabled  string `json:"enabled"`
+	Tags     string `json:"tags"`
+	Function string `json:"function"`
+}
+
+// The database's event triggers: they fire inside migrations (ddl_command_*, sql_drop,
+// table_rewrite) and, from PostgreSQL 17, at every login.
+func (q *Queries) ReadinessEventTriggers(ctx context.Context) ([]ReadinessEventTriggersRow, error) {
+	rows, err := q.db.Query(ctx, readinessEventTriggers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessEventTriggersRow{}
+	for rows.Next() {
+		var i ReadinessEventTriggersRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.Event,
+			&i.Enabled,
+			&i.Tags,
+			&i.Function,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const readinessFunctions = `-- name: ReadinessFunctions :many
-SELECT format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes))::text AS signature,
+SELECT pg_catalog.format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes))::text AS signature,
        pg_catalog.pg_get_function_arguments(p.oid)::text AS arguments,
        coalesce(pg_catalog.pg_get_function_result(p.oid), '')::text AS result,
        l.lanname::text AS language,
@@ -108,7 +175,10 @@ SELECT format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.pro
        (CASE p.proparallel WHEN 's' THEN 'safe' WHEN 'r' THEN 'restricted' ELSE 'unsafe' END)::text AS parallel,
        (CASE WHEN p.prosecdef THEN 'definer' ELSE 'invoker' END)::text AS security,
        coalesce(pg_catalog.array_to_string(p.proconfig, ', '), '')::text AS config,
-       pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(p.prosrc, 'UTF8')), 'hex')::text AS body_sha256
+       pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(p.prosrc, 'UTF8')), 'hex')::text AS body_sha256,
+       (CASE WHEN p.proisstrict THEN 'returns null on null input' ELSE 'called on null input' END)::text AS null_input,
+       (CASE WHEN p.proowner = n.nspowner THEN 'schema owner' ELSE pg_catalog.pg_get_userbyid(p.proowner) END)::text AS owner,
+       pg_catalog.pg_get_userbyid(n.nspowner)::text AS schema_owner
 FROM pg_catalog.pg_proc p
 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 JOIN pg_catalog.pg_language l ON l.oid = p.prolang
@@ -117,18 +187,23 @@ ORDER BY 1
 `
 
 type ReadinessFunctionsRow struct {
-	Signature  string `json:"signature"`
-	Arguments  string `json:"arguments"`
-	Result     string `json:"result"`
-	Language   string `json:"language"`
-	Volatility string `json:"volatility"`
-	Parallel   string `json:"parallel"`
-	Security   string `json:"security"`
-	Config     string `json:"config"`
-	BodySha256 string `json:"body_sha256"`
+	Signature   string `json:"signature"`
+	Arguments   string `json:"arguments"`
+	Result      string `json:"result"`
+	Language    string `json:"language"`
+	Volatility  string `json:"volatility"`
+	Parallel    string `json:"parallel"`
+	Security    string `json:"security"`
+	Config      string `json:"config"`
+	BodySha256  string `json:"body_sha256"`
+	NullInput   string `json:"null_input"`
+	Owner       string `json:"owner"`
+	SchemaOwner string `json:"schema_owner"`
 }
 
-// The functions of control_core with everything a caller depends on; the body as a sha256.
+// The functions of control_core with everything a caller depends on; the body as a sha256. The
+// owner is read against the schema's owner (the role names are configurable, the contract is
+// not): a SECURITY DEFINER function runs as its owner, and its owner may change it.
 func (q *Queries) ReadinessFunctions(ctx context.Context) ([]ReadinessFunctionsRow, error) {
 	rows, err := q.db.Query(ctx, readinessFunctions)
 	if err != nil {
@@ -148,6 +223,9 @@ func (q *Queries) ReadinessFunctions(ctx context.Context) ([]ReadinessFunctionsR
 			&i.Security,
 			&i.Config,
 			&i.BodySha256,
+			&i.NullInput,
+			&i.Owner,
+			&i.SchemaOwner,
 		); err != nil {
 			return nil, err
 		}
@@ -162,7 +240,9 @@ func (q *Queries) ReadinessFunctions(ctx context.Context) ([]ReadinessFunctionsR
 const readinessIndexes = `-- name: ReadinessIndexes :many
 SELECT c.relname::text AS table_name,
        i.relname::text AS index_name,
-       pg_catalog.pg_get_indexdef(i.oid)::text AS definition
+       pg_catalog.pg_get_indexdef(i.oid)::text AS definition,
+       x.indisunique AS is_unique,
+       (x.indexprs IS NOT NULL OR x.indpred IS NOT NULL)::boolean AS evaluates
 FROM pg_catalog.pg_index x
 JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
 JOIN pg_catalog.pg_class c ON c.oid = x.indrelid
@@ -176,9 +256,13 @@ type ReadinessIndexesRow struct {
 	TableName  string `json:"table_name"`
 	IndexName  string `json:"index_name"`
 	Definition string `json:"definition"`
+	IsUnique   bool   `json:"is_unique"`
+	Evaluates  bool   `json:"evaluates"`
 }
 
-// Indexes that no constraint owns (a constraint's own index is covered by the constraint).
+// Indexes that no constraint owns (a constraint's own index is covered by the constraint), and
+// whether one can make a write fail: a unique index, or one whose expressions or predicate
+// every write evaluates.
 func (q *Queries) ReadinessIndexes(ctx context.Context) ([]ReadinessIndexesRow, error) {
 	rows, err := q.db.Query(ctx, readinessIndexes)
 	if err != nil {
@@ -188,7 +272,153 @@ func (q *Queries) ReadinessIndexes(ctx context.Context) ([]ReadinessIndexesRow, 
 	items := []ReadinessIndexesRow{}
 	for rows.Next() {
 		var i ReadinessIndexesRow
-		if err := rows.Scan(&i.TableName, &i.IndexName, &i.Definition); err != nil {
+		if err := rows.Scan(
+			&i.TableName,
+			&i.IndexName,
+			&i.Definition,
+			&i.IsUnique,
+			&i.Evaluates,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const readinessInheritance = `-- name: ReadinessInheritance :many
+SELECT n.nspname::text AS child_schema, c.relname::text AS child_table,
+       pn.nspname::text AS parent_schema, p.relname::text AS parent_table
+FROM pg_catalog.pg_inherits i
+JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
+WHERE (n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version')
+   OR (pn.nspname = 'control_core' AND p.relkind IN ('r', 'p') AND p.relname <> 'goose_db_version')
+ORDER BY 1, 2, 3, 4
+`
+
+type ReadinessInheritanceRow struct {
+	ChildSchema  string `json:"child_schema"`
+	ChildTable   string `json:"child_table"`
+	ParentSchema string `json:"parent_schema"`
+	ParentTable  string `json:"parent_table"`
+}
+
+// Inheritance and partitioning links of those tables, either way: a child's rows are part of
+// every statement on its parent, so a table that inherits from a control_core table changes
+// what the scheduler reads and locks.
+func (q *Queries) ReadinessInheritance(ctx context.Context) ([]ReadinessInheritanceRow, error) {
+	rows, err := q.db.Query(ctx, readinessInheritance)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessInheritanceRow{}
+	for rows.Next() {
+		var i ReadinessInheritanceRow
+		if err := rows.Scan(
+			&i.ChildSchema,
+			&i.ChildTable,
+			&i.ParentSchema,
+			&i.ParentTable,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const readinessPolicies = `-- name: ReadinessPolicies :many
+SELECT c.relname::text AS table_name,
+       p.polname::text AS policy_name,
+       ((CASE WHEN p.polpermissive THEN 'AS PERMISSIVE' ELSE 'AS RESTRICTIVE' END)
+        || ' FOR ' || (CASE p.polcmd WHEN 'r' THEN 'SELECT' WHEN 'a' THEN 'INSERT' WHEN 'w' THEN 'UPDATE'
+                                     WHEN 'd' THEN 'DELETE' ELSE 'ALL' END)
+        || ' TO ' || coalesce((SELECT pg_catalog.string_agg(r.name, ', ' ORDER BY r.name)
+                               FROM (SELECT CASE WHEN o = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(o)) END AS name
+                                     FROM pg_catalog.unnest(p.polroles) AS o) r), 'PUBLIC')
+        || coalesce(' USING (' || pg_catalog.pg_get_expr(p.polqual, p.polrelid) || ')', '')
+        || coalesce(' WITH CHECK (' || pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid) || ')', ''))::text AS definition
+FROM pg_catalog.pg_policy p
+JOIN pg_catalog.pg_class c ON c.oid = p.polrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+ORDER BY 1, 2
+`
+
+type ReadinessPoliciesRow struct {
+	TableName  string `json:"table_name"`
+	PolicyName string `json:"policy_name"`
+	Definition string `json:"definition"`
+}
+
+// Row-level security policies on those tables, rendered like CREATE POLICY's tail.
+func (q *Queries) ReadinessPolicies(ctx context.Context) ([]ReadinessPoliciesRow, error) {
+	rows, err := q.db.Query(ctx, readinessPolicies)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessPoliciesRow{}
+	for rows.Next() {
+		var i ReadinessPoliciesRow
+		if err := rows.Scan(&i.TableName, &i.PolicyName, &i.Definition); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const readinessRules = `-- name: ReadinessRules :many
+SELECT c.relname::text AS table_name,
+       r.rulename::text AS rule_name,
+       pg_catalog.pg_get_ruledef(r.oid)::text AS definition,
+       (CASE r.ev_enabled WHEN 'O' THEN 'origin' WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'replica'
+                          WHEN 'A' THEN 'always' ELSE r.ev_enabled::text END)::text AS enabled
+FROM pg_catalog.pg_rewrite r
+JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+  AND r.rulename <> '_RETURN'
+ORDER BY 1, 2
+`
+
+type ReadinessRulesRow struct {
+	TableName  string `json:"table_name"`
+	RuleName   string `json:"rule_name"`
+	Definition string `json:"definition"`
+	Enabled    string `json:"enabled"`
+}
+
+// Rewrite rules on those tables (a view's _RETURN rule is the view itself; tables have none).
+func (q *Queries) ReadinessRules(ctx context.Context) ([]ReadinessRulesRow, error) {
+	rows, err := q.db.Query(ctx, readinessRules)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessRulesRow{}
+	for rows.Next() {
+		var i ReadinessRulesRow
+		if err := rows.Scan(
+			&i.TableName,
+			&i.RuleName,
+			&i.Definition,
+			&i.Enabled,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -201,32 +431,132 @@ func (q *Queries) ReadinessIndexes(ctx context.Context) ([]ReadinessIndexesRow, 
 
 const readinessTables = `-- name: ReadinessTables :many
 
-SELECT c.relname::text AS table_name
+SELECT c.relname::text AS table_name,
+       (CASE c.relkind WHEN 'r' THEN 'ordinary' ELSE 'partitioned' END)::text AS relkind,
+       (CASE c.relpersistence WHEN 'p' THEN 'permanent' WHEN 'u' THEN 'unlogged' ELSE 'temporary' END)::text AS persistence,
+       c.relrowsecurity AS row_security,
+       c.relforcerowsecurity AS force_row_security,
+       (CASE c.relreplident WHEN 'd' THEN 'default' WHEN 'n' THEN 'nothing' WHEN 'f' THEN 'full' ELSE 'index' END)::text AS replica_identity
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
 ORDER BY 1
 `
 
+type ReadinessTablesRow struct {
+	TableName        string `json:"table_name"`
+	Relkind          string `json:"relkind"`
+	Persistence      string `json:"persistence"`
+	RowSecurity      bool   `json:"row_security"`
+	ForceRowSecurity bool   `json:"force_row_security"`
+	ReplicaIdentity  string `json:"replica_identity"`
+}
+
 // Catalog reads of the readiness contract (checksums.ReadReadiness): what schema control_core
 // holds and everything in the catalogs that changes what a statement on its tables does, or who
 // may do it. Read-only; they run inside verify's (and readiness's) one read-only transaction,
 // after SET LOCAL search_path = pg_catalog, so every name the server deparses comes out
-// schema-qualified and independent of the connected role's search_path.
-// The tables of control_core (goose's version table is goose's, not part of the contract).
-func (q *Queries) ReadinessTables(ctx context.Context) ([]string, error) {
+// schema-qualified and independent of the connected role's search_path. Valid on PostgreSQL 15
+// to 18.
+// The tables of control_core (goose's version table is goose's, not part of the contract) with
+// the properties that change what a statement on them does: kind, persistence (an UNLOGGED
+// table loses its rows in a crash), row-level security (enabled with no policy, every row is
+// invisible to the runtime), and replica identity (with a publication, UPDATE fails without one).
+func (q *Queries) ReadinessTables(ctx context.Context) ([]ReadinessTablesRow, error) {
 	rows, err := q.db.Query(ctx, readinessTables)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []string{}
+	items := []ReadinessTablesRow{}
 	for rows.Next() {
-		var table_name string
-		if err := rows.Scan(&table_name); err != nil {
+		var i ReadinessTablesRow
+		if err := rows.Scan(
+			&i.TableName,
+			&i.Relkind,
+			&i.Persistence,
+			&i.RowSecurity,
+			&i.ForceRowSecurity,
+			&i.ReplicaIdentity,
+		); err != nil {
 			return nil, err
 		}
-		items = append(items, table_name)
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const readinessTriggers = `-- name: ReadinessTriggers :many
+SELECT x.table_name::text AS table_name,
+       x.internal::boolean AS internal,
+       x.trigger_name::text AS trigger_name,
+       x.definition::text AS definition,
+       x.constraint_schema::text AS constraint_schema,
+       x.constraint_table::text AS constraint_table,
+       x.constraint_name::text AS constraint_name,
+       pg_catalog.string_agg(x.state, ', ' ORDER BY x.state)::text AS enabled
+FROM (
+    SELECT c.relname AS table_name,
+           t.tgisinternal AS internal,
+           (CASE WHEN t.tgisinternal THEN '' ELSE t.tgname::text END) AS trigger_name,
+           (CASE WHEN t.tgisinternal THEN '' ELSE pg_catalog.pg_get_triggerdef(t.oid) END) AS definition,
+           coalesce(kn.nspname::text, '') AS constraint_schema,
+           coalesce(kc.relname::text, '') AS constraint_table,
+           coalesce(k.conname::text, '') AS constraint_name,
+           (CASE t.tgenabled WHEN 'O' THEN 'origin' WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'replica'
+                             WHEN 'A' THEN 'always' ELSE t.tgenabled::text END) AS state
+    FROM pg_catalog.pg_trigger t
+    JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    LEFT JOIN pg_catalog.pg_constraint k ON k.oid = t.tgconstraint
+    LEFT JOIN pg_catalog.pg_class kc ON kc.oid = k.conrelid
+    LEFT JOIN pg_catalog.pg_namespace kn ON kn.oid = kc.relnamespace
+    WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+) x
+GROUP BY x.table_name, x.internal, x.trigger_name, x.definition, x.constraint_schema, x.constraint_table, x.constraint_name
+ORDER BY 1, 2, 3, 5, 6, 7
+`
+
+type ReadinessTriggersRow struct {
+	TableName        string `json:"table_name"`
+	Internal         bool   `json:"internal"`
+	TriggerName      string `json:"trigger_name"`
+	Definition       string `json:"definition"`
+	ConstraintSchema string `json:"constraint_schema"`
+	ConstraintTable  string `json:"constraint_table"`
+	ConstraintName   string `json:"constraint_name"`
+	Enabled          string `json:"enabled"`
+}
+
+// Every trigger on those tables with its enabled state (tgenabled: O origin, R replica, A
+// always, D disabled). User triggers one by one; the internal triggers behind a constraint (a
+// foreign key's, on both of its tables) grouped per constraint, because their names hold OIDs:
+// the constraint names them, and its own table may be another one, even outside control_core.
+func (q *Queries) ReadinessTriggers(ctx context.Context) ([]ReadinessTriggersRow, error) {
+	rows, err := q.db.Query(ctx, readinessTriggers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessTriggersRow{}
+	for rows.Next() {
+		var i ReadinessTriggersRow
+		if err := rows.Scan(
+			&i.TableName,
+			&i.Internal,
+			&i.TriggerName,
+			&i.Definition,
+			&i.ConstraintSchema,
+			&i.ConstraintTable,
+			&i.ConstraintName,
+			&i.Enabled,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

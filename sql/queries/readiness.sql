@@ -2,26 +2,46 @@
 -- holds and everything in the catalogs that changes what a statement on its tables does, or who
 -- may do it. Read-only; they run inside verify's (and readiness's) one read-only transaction,
 -- after SET LOCAL search_path = pg_catalog, so every name the server deparses comes out
--- schema-qualified and independent of the connected role's search_path.
+-- schema-qualified and independent of the connected role's search_path. Valid on PostgreSQL 15
+-- to 18.
 
 -- name: ReadinessTables :many
--- The tables of control_core (goose's version table is goose's, not part of the contract).
-SELECT c.relname::text AS table_name
+-- The tables of control_core (goose's version table is goose's, not part of the contract) with
+-- the properties that change what a statement on them does: kind, persistence (an UNLOGGED
+-- table loses its rows in a crash), row-level security (enabled with no policy, every row is
+-- invisible to the runtime), and replica identity (with a publication, UPDATE fails without one).
+SELECT c.relname::text AS table_name,
+       (CASE c.relkind WHEN 'r' THEN 'ordinary' ELSE 'partitioned' END)::text AS relkind,
+       (CASE c.relpersistence WHEN 'p' THEN 'permanent' WHEN 'u' THEN 'unlogged' ELSE 'temporary' END)::text AS persistence,
+       c.relrowsecurity AS row_security,
+       c.relforcerowsecurity AS force_row_security,
+       (CASE c.relreplident WHEN 'd' THEN 'default' WHEN 'n' THEN 'nothing' WHEN 'f' THEN 'full' ELSE 'index' END)::text AS replica_identity
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
 ORDER BY 1;
 
 -- name: ReadinessColumns :many
--- Every column of those tables: type as the server renders it, nullability, default.
+-- Every column of those tables: type as the server renders it, its collation where it is not
+-- the type's own, nullability, default, identity and generation (pg_attrdef holds the
+-- generation expression of a generated column, its "default").
 SELECT c.relname::text AS table_name,
        a.attname::text AS column_name,
        pg_catalog.format_type(a.atttypid, a.atttypmod)::text AS data_type,
+       (CASE WHEN a.attcollation <> t.typcollation
+             THEN coalesce((SELECT pg_catalog.format('%I.%I', cn.nspname, co.collname)
+                            FROM pg_catalog.pg_collation co
+                            JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
+                            WHERE co.oid = a.attcollation), a.attcollation::text)
+             ELSE '' END)::text AS collation,
        a.attnotnull AS not_null,
-       coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), '')::text AS default_expr
+       coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), '')::text AS default_expr,
+       a.attidentity::text AS identity,
+       a.attgenerated::text AS generated
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
   AND a.attnum > 0 AND NOT a.attisdropped
@@ -29,7 +49,8 @@ ORDER BY 1, 2;
 
 -- name: ReadinessConstraints :many
 -- Primary, unique, foreign key, CHECK and exclusion constraints (NOT NULL constraints, which
--- PostgreSQL 18 also lists here, are the columns' nullability instead).
+-- PostgreSQL 18 also lists here, are the columns' nullability instead). pg_get_constraintdef
+-- renders DEFERRABLE, INITIALLY DEFERRED and NOT VALID, so those are part of the definition.
 SELECT c.relname::text AS table_name,
        k.conname::text AS constraint_name,
        pg_catalog.pg_get_constraintdef(k.oid)::text AS definition
@@ -41,10 +62,14 @@ WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'g
 ORDER BY 1, 2;
 
 -- name: ReadinessIndexes :many
--- Indexes that no constraint owns (a constraint's own index is covered by the constraint).
+-- Indexes that no constraint owns (a constraint's own index is covered by the constraint), and
+-- whether one can make a write fail: a unique index, or one whose expressions or predicate
+-- every write evaluates.
 SELECT c.relname::text AS table_name,
        i.relname::text AS index_name,
-       pg_catalog.pg_get_indexdef(i.oid)::text AS definition
+       pg_catalog.pg_get_indexdef(i.oid)::text AS definition,
+       x.indisunique AS is_unique,
+       (x.indexprs IS NOT NULL OR x.indpred IS NOT NULL)::boolean AS evaluates
 FROM pg_catalog.pg_index x
 JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
 JOIN pg_catalog.pg_class c ON c.oid = x.indrelid
@@ -53,9 +78,92 @@ WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'g
   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conindid = x.indexrelid AND k.conrelid = x.indrelid)
 ORDER BY 1, 2;
 
+-- name: ReadinessTriggers :many
+-- Every trigger on those tables with its enabled state (tgenabled: O origin, R replica, A
+-- always, D disabled). User triggers one by one; the internal triggers behind a constraint (a
+-- foreign key's, on both of its tables) grouped per constraint, because their names hold OIDs:
+-- the constraint names them, and its own table may be another one, even outside control_core.
+SELECT x.table_name::text AS table_name,
+       x.internal::boolean AS internal,
+       x.trigger_name::text AS trigger_name,
+       x.definition::text AS definition,
+       x.constraint_schema::text AS constraint_schema,
+       x.constraint_table::text AS constraint_table,
+       x.constraint_name::text AS constraint_name,
+       pg_catalog.string_agg(x.state, ', ' ORDER BY x.state)::text AS enabled
+FROM (
+    SELECT c.relname AS table_name,
+           t.tgisinternal AS internal,
+           (CASE WHEN t.tgisinternal THEN '' ELSE t.tgname::text END) AS trigger_name,
+           (CASE WHEN t.tgisinternal THEN '' ELSE pg_catalog.pg_get_triggerdef(t.oid) END) AS definition,
+           coalesce(kn.nspname::text, '') AS constraint_schema,
+           coalesce(kc.relname::text, '') AS constraint_table,
+           coalesce(k.conname::text, '') AS constraint_name,
+           (CASE t.tgenabled WHEN 'O' THEN 'origin' WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'replica'
+                             WHEN 'A' THEN 'always' ELSE t.tgenabled::text END) AS state
+    FROM pg_catalog.pg_trigger t
+    JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    LEFT JOIN pg_catalog.pg_constraint k ON k.oid = t.tgconstraint
+    LEFT JOIN pg_catalog.pg_class kc ON kc.oid = k.conrelid
+    LEFT JOIN pg_catalog.pg_namespace kn ON kn.oid = kc.relnamespace
+    WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+) x
+GROUP BY x.table_name, x.internal, x.trigger_name, x.definition, x.constraint_schema, x.constraint_table, x.constraint_name
+ORDER BY 1, 2, 3, 5, 6, 7;
+
+-- name: ReadinessPolicies :many
+-- Row-level security policies on those tables, rendered like CREATE POLICY's tail.
+SELECT c.relname::text AS table_name,
+       p.polname::text AS policy_name,
+       ((CASE WHEN p.polpermissive THEN 'AS PERMISSIVE' ELSE 'AS RESTRICTIVE' END)
+        || ' FOR ' || (CASE p.polcmd WHEN 'r' THEN 'SELECT' WHEN 'a' THEN 'INSERT' WHEN 'w' THEN 'UPDATE'
+                                     WHEN 'd' THEN 'DELETE' ELSE 'ALL' END)
+        || ' TO ' || coalesce((SELECT pg_catalog.string_agg(r.name, ', ' ORDER BY r.name)
+                               FROM (SELECT CASE WHEN o = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(o)) END AS name
+                                     FROM pg_catalog.unnest(p.polroles) AS o) r), 'PUBLIC')
+        || coalesce(' USING (' || pg_catalog.pg_get_expr(p.polqual, p.polrelid) || ')', '')
+        || coalesce(' WITH CHECK (' || pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid) || ')', ''))::text AS definition
+FROM pg_catalog.pg_policy p
+JOIN pg_catalog.pg_class c ON c.oid = p.polrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+ORDER BY 1, 2;
+
+-- name: ReadinessRules :many
+-- Rewrite rules on those tables (a view's _RETURN rule is the view itself; tables have none).
+SELECT c.relname::text AS table_name,
+       r.rulename::text AS rule_name,
+       pg_catalog.pg_get_ruledef(r.oid)::text AS definition,
+       (CASE r.ev_enabled WHEN 'O' THEN 'origin' WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'replica'
+                          WHEN 'A' THEN 'always' ELSE r.ev_enabled::text END)::text AS enabled
+FROM pg_catalog.pg_rewrite r
+JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+  AND r.rulename <> '_RETURN'
+ORDER BY 1, 2;
+
+-- name: ReadinessInheritance :many
+-- Inheritance and partitioning links of those tables, either way: a child's rows are part of
+-- every statement on its parent, so a table that inherits from a control_core table changes
+-- what the scheduler reads and locks.
+SELECT n.nspname::text AS child_schema, c.relname::text AS child_table,
+       pn.nspname::text AS parent_schema, p.relname::text AS parent_table
+FROM pg_catalog.pg_inherits i
+JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
+WHERE (n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version')
+   OR (pn.nspname = 'control_core' AND p.relkind IN ('r', 'p') AND p.relname <> 'goose_db_version')
+ORDER BY 1, 2, 3, 4;
+
 -- name: ReadinessFunctions :many
--- The functions of control_core with everything a caller depends on; the body as a sha256.
-SELECT format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes))::text AS signature,
+-- The functions of control_core with everything a caller depends on; the body as a sha256. The
+-- owner is read against the schema's owner (the role names are configurable, the contract is
+-- not): a SECURITY DEFINER function runs as its owner, and its owner may change it.
+SELECT pg_catalog.format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes))::text AS signature,
        pg_catalog.pg_get_function_arguments(p.oid)::text AS arguments,
        coalesce(pg_catalog.pg_get_function_result(p.oid), '')::text AS result,
        l.lanname::text AS language,
@@ -63,9 +171,26 @@ SELECT format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.pro
        (CASE p.proparallel WHEN 's' THEN 'safe' WHEN 'r' THEN 'restricted' ELSE 'unsafe' END)::text AS parallel,
        (CASE WHEN p.prosecdef THEN 'definer' ELSE 'invoker' END)::text AS security,
        coalesce(pg_catalog.array_to_string(p.proconfig, ', '), '')::text AS config,
-       pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(p.prosrc, 'UTF8')), 'hex')::text AS body_sha256
+       pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(p.prosrc, 'UTF8')), 'hex')::text AS body_sha256,
+       (CASE WHEN p.proisstrict THEN 'returns null on null input' ELSE 'called on null input' END)::text AS null_input,
+       (CASE WHEN p.proowner = n.nspowner THEN 'schema owner' ELSE pg_catalog.pg_get_userbyid(p.proowner) END)::text AS owner,
+       pg_catalog.pg_get_userbyid(n.nspowner)::text AS schema_owner
 FROM pg_catalog.pg_proc p
 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 JOIN pg_catalog.pg_language l ON l.oid = p.prolang
 WHERE n.nspname = 'control_core'
+ORDER BY 1;
+
+-- name: ReadinessEventTriggers :many
+-- The database's event triggers: they fire inside migrations (ddl_command_*, sql_drop,
+-- table_rewrite) and, from PostgreSQL 17, at every login.
+SELECT e.evtname::text AS name,
+       e.evtevent::text AS event,
+       (CASE e.evtenabled WHEN 'O' THEN 'origin' WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'replica'
+                          WHEN 'A' THEN 'always' ELSE e.evtenabled::text END)::text AS enabled,
+       coalesce(pg_catalog.array_to_string(e.evttags, ', '), '')::text AS tags,
+       pg_catalog.format('%I.%I()', pn.nspname, p.proname)::text AS function
+FROM pg_catalog.pg_event_trigger e
+JOIN pg_catalog.pg_proc p ON p.oid = e.evtfoid
+JOIN pg_catalog.pg_namespace pn ON pn.oid = p.pronamespace
 ORDER BY 1;
