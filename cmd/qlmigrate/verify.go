@@ -10,9 +10,13 @@ import (
 )
 
 func (a *app) verifyCmd() *cobra.Command {
-	var allowPending bool
+	var (
+		allowPending bool
+		fixSQL       bool
+		allowMembers []string
+	)
 	cmd := &cobra.Command{
-		Use:   "verify [--allow-pending]",
+		Use:   "verify [--allow-pending] [--allow-member ROLE]... [--fix-sql]",
 		Short: "Fail closed on any drift: integrity, ledger, versions, capability, readiness, privileges",
 		Long: `verify checks a database against the migration stream embedded in this binary and against the
 models, and reports every finding grouped by check, naming the object and the fix:
@@ -29,32 +33,48 @@ models, and reports every finding grouped by check, naming the object and the fi
                     and function of checksums/readiness_contract.txt exists as written there
   privileges        the catalogs hold exactly the privilege model of roles/model.go: database,
                     schema, table, sequence, function and column ACLs, default privileges,
-                    ownership, role attributes and memberships (missing and extra are both drift)
+                    ownership, role attributes (CONNECTION LIMIT and VALID UNTIL included) and
+                    memberships (missing and extra are both drift); settings stored for the four
+                    roles, for this database or for every role (ALTER ROLE/DATABASE … SET); LOGIN
+                    roles that are members of the four, directly or not (--allow-member ROLE
+                    makes one a note); large objects owned by or granted to the four. What the
+                    four may do in the cluster's other databases (CONNECT, TEMPORARY) are notes.
 
 It only reads, in one read-only transaction. Connect as the owner role or a superuser (goose's
-version table and the ledger are the owner's). "qlmigrate grants --sql" prints the statements
-that remove privilege drift.
+version table and the ledger are the owner's).
+
+--fix-sql prints, instead of the report, one script that removes every drift finding that has a
+safe fix, in one transaction (BEGIN … COMMIT), to review and run as a superuser; findings with no
+safe statement (lost data, an edited migration) are listed at its end as comments. verify never
+runs it. "qlmigrate grants --sql" prints the privilege statements alone.
 
 Exit codes: 0 no drift, 1 drift, 2 bad usage, 3 cannot connect or the database failed.
 --format json prints the report described in docs/verify-json.md (schema qlmigrate.verify/v1).`,
 		Example: `  qlmigrate verify --database-url postgres://ql_owner@db.internal/control
-  qlmigrate verify --allow-pending --format json`,
+  qlmigrate verify --allow-pending --format json
+  qlmigrate verify --fix-sql > fix.sql && psql -v ON_ERROR_STOP=1 -f fix.sql "$SUPERUSER_URL"`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkAllowMembers(allowMembers); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			conn, err := pgx.ConnectConfig(ctx, a.conn.Pool.ConnConfig)
 			if err != nil {
 				return &dbconn.ConnectError{Err: a.conn.RedactError(err)}
 			}
 			defer conn.Close(ctx)
-			report, err := verify.Run(ctx, conn, verify.Options{Names: a.names, AllowPending: allowPending})
+			report, err := verify.Run(ctx, conn, verify.Options{Names: a.names, AllowPending: allowPending, AllowMembers: allowMembers})
 			if err != nil {
 				return err
 			}
 			report.Target = a.conn.Describe()
 			out := cmd.OutOrStdout()
-			if a.json() {
+			switch {
+			case fixSQL:
+				err = verify.WriteFixSQL(out, report)
+			case a.json():
 				err = writeJSON(out, report)
-			} else {
+			default:
 				err = verify.WriteText(out, report)
 			}
 			if err != nil {
@@ -67,5 +87,7 @@ Exit codes: 0 no drift, 1 drift, 2 bad usage, 3 cannot connect or the database f
 		},
 	}
 	cmd.Flags().BoolVar(&allowPending, "allow-pending", false, "report pending migrations as notes instead of drift (a rollout in progress)")
+	cmd.Flags().BoolVar(&fixSQL, "fix-sql", false, "print one script (one transaction) that removes the drift, instead of the report; verify never runs it")
+	addAllowMemberFlag(cmd, &allowMembers)
 	return cmd
 }

@@ -216,7 +216,7 @@ func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Dur
 			return err
 		}
 		defer pool.Close()
-		if err := coordinator.CheckReadiness(ctx, pool); err != nil {
+		if err := verify.Readiness(ctx, pool, names); err != nil {
 			return err
 		}
 		cfg := coordinator.DefaultConfig(fmt.Sprintf("demo-replica-%d", i+1))

@@ -17,6 +17,8 @@ import (
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/metrics"
+	"github.com/qlcontrol/controlcore/internal/verify"
+	"github.com/qlcontrol/controlcore/roles"
 )
 
 func defaultOwner() string {
@@ -33,6 +35,7 @@ func (a *app) runCmd() *cobra.Command {
 		httpAddr        string
 		withdrawGrace   time.Duration
 		backlogInterval time.Duration
+		rolePrefix      string
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -40,10 +43,21 @@ func (a *app) runCmd() *cobra.Command {
 		Long: `run starts one replica of the scheduler, connected as the runtime role (ql_runtime):
 
   1. configuration: every bound is checked before anything is opened (exit 2);
-  2. readiness: control-core must be at v17, its schema must match the readiness contract (as
-     qlmigrate verify checks it), and the connected role must hold exactly the runtime's
-     privileges (SELECT/UPDATE on trigger_schedules and no INSERT, INSERT on runs, attempts and
-     run events); otherwise it refuses to start (exit 1) and claims nothing;
+  2. readiness, the same code as qlmigrate verify, on this connection: the connected role must
+     be the runtime role (<--role-prefix>runtime); control-core must be at v17; the schema must
+     match the readiness contract in full (tables, columns with defaults, collations, identity
+     and generation, keys and CHECKs with their deferrability and validation, indexes,
+     functions with owner and body, triggers and whether they fire, row-level security and
+     policies, rules, persistence), with nothing extra that changes what a statement does (a
+     NOT NULL or defaulted column, a constraint, a unique or expression index, a trigger, a
+     policy, a rule) and no event trigger in the database; the runtime role must hold exactly
+     its privileges (SELECT/UPDATE on trigger_schedules and no INSERT or DELETE; SELECT, INSERT,
+     UPDATE on runs and attempts; SELECT, INSERT on run events; EXECUTE on db_now_ms(); nothing
+     else, on any object or large object), with no stored settings (ALTER ROLE … SET, also IN
+     DATABASE), no VALID UNTIL or CONNECTION LIMIT, no privileged attribute, no membership, and
+     no LOGIN role a member of it; PUBLIC must hold nothing on control_core and the database
+     must have no stored settings. Any of these refuses to start (exit 1), names the finding
+     and claims nothing; qlmigrate verify --fix-sql prints the fix;
   3. startup recovery: runtime-owned queued/dispatching Runs that are not in the pristine admitted
      shape fail closed (see docs/scheduling.md);
   4. the lifecycle: a round every --cadence claims at most --budget due schedule rows, each under a
@@ -74,7 +88,11 @@ Any number of replicas may run against one database; there is no leader.`,
 			return err
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.run(cmd.Context(), cfg, runOptions{httpAddr, withdrawGrace, backlogInterval})
+			names, err := roles.NewNames(rolePrefix)
+			if err != nil {
+				return cli.Usagef("--role-prefix: %v", err)
+			}
+			return a.run(cmd.Context(), cfg, runOptions{httpAddr, withdrawGrace, backlogInterval, names})
 		},
 	}
 	f := cmd.Flags()
@@ -88,6 +106,7 @@ Any number of replicas may run against one database; there is no leader.`,
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:9464", "listen address of /healthz, /readyz and /metrics (port 0: any free port, logged)")
 	f.DurationVar(&withdrawGrace, "withdraw-grace", 0, "on stop, how long /readyz fails before the lifecycle stops, 0s … 1m")
 	f.DurationVar(&backlogInterval, "backlog-interval", 5*time.Second, "how often the backlog gauge may query the database, 1s … 10m")
+	f.StringVar(&rolePrefix, "role-prefix", roles.DefaultPrefix, "prefix of the four roles; readiness expects to be connected as <prefix>runtime")
 	return cmd
 }
 
@@ -95,6 +114,7 @@ type runOptions struct {
 	httpAddr        string
 	withdrawGrace   time.Duration
 	backlogInterval time.Duration
+	names           roles.Names
 }
 
 func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) error {
@@ -112,8 +132,8 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 		return err
 	}
 	defer pool.Close()
-	if err := coordinator.CheckReadiness(ctx, pool); err != nil {
-		var notReady *coordinator.ReadinessError
+	if err := verify.Readiness(ctx, pool, opts.names); err != nil {
+		var notReady *verify.NotReadyError
 		if errors.As(err, &notReady) {
 			return &cli.ProblemError{Err: err}
 		}

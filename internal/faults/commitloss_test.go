@@ -82,7 +82,7 @@ func TestGateCommitResponseLoss(t *testing.T) {
 	attemptsBefore := attemptRows(t, tg)
 	co.Round(ctx, nil)
 	fresh := tg.pool(replicaOptions{app: "gate3-fresh"})
-	if err := coordinator.CheckReadiness(ctx, fresh); err != nil {
+	if err := ready(ctx, fresh); err != nil {
 		t.Fatalf("fresh replica readiness: %v", err)
 	}
 	rep, err := coordinator.Recover(ctx, fresh, testLogger("replica-2"))

@@ -22,6 +22,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/pgcluster"
 	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
@@ -389,4 +390,10 @@ func (c *ownCluster) target(t *testing.T, server *pgcluster.Cluster, seed bool) 
 		tg.seed()
 	}
 	return tg
+}
+
+// ready is `qlsched run`'s readiness on a replica's pool (connected as ql_runtime).
+func ready(ctx context.Context, pool *pgxpool.Pool) error {
+	names, _ := roles.NewNames(roles.DefaultPrefix)
+	return verify.Readiness(ctx, pool, names)
 }

@@ -105,7 +105,7 @@ func TestGatePhysicalPromotion(t *testing.T) {
 	var replicas []*coordinator.Coordinator
 	for _, owner := range []string{"fresh-1", "fresh-2"} {
 		pool := np.pool(replicaOptions{app: "gate2-" + owner})
-		if err := coordinator.CheckReadiness(ctx, pool); err != nil {
+		if err := ready(ctx, pool); err != nil {
 			t.Fatalf("%s readiness on the promoted standby: %v", owner, err)
 		}
 		if rep, err := coordinator.Recover(ctx, pool, testLogger(owner)); err != nil || rep.Candidates != 0 {

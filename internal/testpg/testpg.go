@@ -347,3 +347,58 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
 }
+
+// privateSeq numbers the role prefixes of NewPrivate within a test binary.
+var privateSeq atomic.Int64
+
+// NewPrivate returns a migrated v17 database whose four roles have a prefix of their own
+// (qlp<pid>_<n>_), for a test that changes a role: settings, attributes, memberships. Roles are
+// cluster-wide and the ql_ roles are shared by every other test. The database, the prefix's
+// roles and any other role whose name starts with the prefix are dropped when the test ends.
+func NewPrivate(t testing.TB) *DB {
+	t.Helper()
+	ctx := context.Background()
+	d := NewEmpty(t)
+	names, err := roles.NewNames(fmt.Sprintf("qlp%d_%d_", os.Getpid(), privateSeq.Add(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.dropWithRoles(names.Prefix) })
+	// NewEmpty bootstrapped the shared ql_ roles here; this database is the prefix's alone.
+	d.Exec(t, "REVOKE ALL ON DATABASE "+ident(d.Name)+" FROM "+ident(d.Server.Names.Owner))
+	if err := d.Server.BootstrapNames(ctx, d.Name, names); err != nil {
+		t.Fatalf("roles create %s*: %v", names.Prefix, err)
+	}
+	r, err := migrate.Open(ctx, d.Config(t, ""), migrate.Options{Names: names, AsOwner: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Up(ctx, 0); err != nil {
+		t.Fatalf("up as %s: %v", names.Owner, err)
+	}
+	d.Names = names
+	return d
+}
+
+// dropWithRoles drops the database (before create's own clean-up, which then finds nothing) and
+// every role whose name starts with prefix.
+func (d *DB) dropWithRoles(prefix string) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, d.Server.URL("", "postgres"))
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(d.Name)+" WITH (FORCE)")
+	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_catalog.pg_roles WHERE starts_with(rolname, $1) ORDER BY 1 DESC", prefix)
+	if err != nil {
+		return
+	}
+	names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	d.Server.rolesMu.Lock()
+	defer d.Server.rolesMu.Unlock()
+	for _, r := range names {
+		_, _ = conn.Exec(ctx, "DROP ROLE IF EXISTS "+ident(r))
+	}
+}

@@ -40,16 +40,16 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 		fmt.Fprintf(&b, "%-17s %s\n", c.Name, status)
 		for _, f := range c.Findings {
-			fmt.Fprintf(&b, "  %-5s %s: %s\n", f.Severity, f.Object, f.Message)
+			fmt.Fprintf(&b, "  %-5s %s: %s\n", f.Severity, printable(f.Object), printable(f.Message))
 			if f.Fix != "" {
-				fmt.Fprintf(&b, "        fix: %s\n", f.Fix)
+				fmt.Fprintf(&b, "        fix: %s\n", printable(f.Fix))
 			}
 		}
 	}
 	if r.OK {
 		fmt.Fprintf(&b, "\nOK: no drift (%d note(s), %.1f ms)\n", r.Summary.Notes, r.ElapsedMs)
 	} else {
-		fmt.Fprintf(&b, "\nDRIFT: %d finding(s) (%d note(s)); `qlmigrate grants --sql` prints the statements that fix privilege drift\n",
+		fmt.Fprintf(&b, "\nDRIFT: %d finding(s) (%d note(s)); `qlmigrate verify --fix-sql` prints the statements that remove them\n",
 			r.Summary.Drift, r.Summary.Notes)
 	}
 	_, err := io.WriteString(w, b.String())

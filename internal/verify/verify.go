@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,13 +41,31 @@ const (
 	CheckPrivileges = "privileges"
 )
 
+// Scope says whose needs one verification serves.
+type Scope int
+
+const (
+	// ScopeAll is `qlmigrate verify`: everything, read as the owner role or a superuser.
+	ScopeAll Scope = iota
+	// ScopeRuntime is `qlsched run`'s readiness, read as the runtime role: the capability, the
+	// whole readiness contract (every table the runtime reads or writes, and the ones their keys
+	// reach), and the privilege findings that concern the runtime role, PUBLIC or the database
+	// as a whole; the connected role must be the runtime role. The ledger and goose's versions
+	// are the owner's to read (and `qlmigrate verify`'s to check).
+	ScopeRuntime
+)
+
 // Options configure one verification.
 type Options struct {
 	Names roles.Names
+	Scope Scope
 	// AllowPending turns pending migrations into notes (a rollout where the binary is ahead of
 	// the database); the capability is then expected to match the last applied migration, and
 	// readiness and privileges, defined for the complete stream, are skipped.
 	AllowPending bool
+	// AllowMembers are LOGIN roles that may be members of the four roles (--allow-member):
+	// notes instead of login_member drift (roles.Options.AllowedMembers).
+	AllowMembers []string
 	// FS holds the migrations and their integrity file; nil means the stream embedded in the binary.
 	FS fs.FS
 }
@@ -73,9 +92,13 @@ type Finding struct {
 	Severity Severity `json:"severity"`
 	Kind     string   `json:"kind"`
 	Object   string   `json:"object"`
-	Message  string   `json:"message"`
-	Fix      string   `json:"fix,omitempty"`
-	SQL      []string `json:"sql,omitempty"`
+	// Role is the role the finding concerns ("" when it concerns the database or the schema as
+	// a whole, "PUBLIC" for PUBLIC): readiness refuses on the runtime role's, PUBLIC's and the
+	// database's.
+	Role    string   `json:"role,omitempty"`
+	Message string   `json:"message"`
+	Fix     string   `json:"fix,omitempty"`
+	SQL     []string `json:"sql,omitempty"`
 }
 
 // Check is the outcome of one check.
@@ -185,41 +208,17 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 	r.Database, r.ServerVersion = info.Database, info.ServerVersion
 
 	var stream checksums.Stream
-	if info.GooseTableExists {
-		rows, err := tx.Query(ctx, appliedVersions)
-		if err != nil {
-			return nil, permission(opts.Names, fmt.Errorf("read goose versions: %w", err))
-		}
-		stream.Applied, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return nil, permission(opts.Names, fmt.Errorf("read goose versions: %w", err))
-		}
-	}
-	var ledgerFindings []Finding
-	switch {
-	case info.LedgerExists:
-		rows, err := q.ListLedger(ctx)
-		if err != nil {
-			return nil, permission(opts.Names, fmt.Errorf("read checksum ledger: %w", err))
-		}
-		for _, row := range rows {
-			stream.Ledger = append(stream.Ledger, checksums.LedgerRow{Version: row.Version, Name: row.Name, SHA256: row.Sha256})
-		}
-	case info.SchemaExists && len(stream.Applied) > 0:
-		ledgerFindings = append(ledgerFindings, Finding{Severity: SeverityDrift, Kind: "missing_ledger", Object: "control_core.migration_ledger",
-			Message: "the checksum ledger table is missing although migrations are applied: nothing proves what ran",
-			Fix:     "restore control_core.migration_ledger from a backup (pg-0001-bootstrap defines it)"})
-	}
-	ledger, unknown, pending := checksums.StreamDrift(list, stream)
-	r.add(CheckLedger, "", append(ledgerFindings, fromChecksums(ledger)...))
-	r.add(CheckUnknown, "", fromChecksums(unknown))
-	pendingFindings := fromChecksums(pending)
-	if opts.AllowPending {
-		for i := range pendingFindings {
-			pendingFindings[i].Severity = SeverityNote
+	var pending []checksums.Drift
+	if opts.Scope == ScopeRuntime {
+		why := "read by `qlmigrate verify` as the owner role: the runtime role may not read goose's table or the ledger"
+		r.skip(CheckLedger, why)
+		r.skip(CheckUnknown, why)
+		r.skip(CheckPending, why)
+	} else {
+		if stream, pending, err = r.checkStream(ctx, tx, q, info, list, opts); err != nil {
+			return nil, err
 		}
 	}
-	r.add(CheckPending, "", pendingFindings)
 
 	// Capability: v17 for the complete stream; with --allow-pending, the one the last applied
 	// migration set.
@@ -239,11 +238,15 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 	r.add(CheckCapability, "", capability(ctx, q, info.CapabilitiesExists, want))
 
 	switch {
+	case !info.SchemaExists && opts.Scope == ScopeRuntime:
+		r.add(CheckReadiness, "", []Finding{{Severity: SeverityDrift, Kind: "missing_schema", Object: "control_core",
+			Message: "schema control_core does not exist (or this role may not see it)", Fix: "run `qlmigrate up`"}})
+		r.skip(CheckPrivileges, "schema control_core does not exist (run `qlmigrate up`)")
 	case !info.SchemaExists:
 		r.skip(CheckReadiness, "schema control_core does not exist (run `qlmigrate up`)")
 		r.skip(CheckPrivileges, "schema control_core does not exist (run `qlmigrate up`)")
 	default:
-		audit, err := roles.Read(ctx, q, opts.Names)
+		audit, err := roles.ReadWith(ctx, q, opts.Names, roles.Options{AllowedMembers: opts.AllowMembers})
 		if err != nil {
 			return nil, fmt.Errorf("privileges: %w", err)
 		}
@@ -261,7 +264,14 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 			}
 			r.add(CheckReadiness, "", fromChecksums(drift))
 		}
-		r.add(CheckPrivileges, privileges, fromRoles(audit))
+		findings := fromRoles(audit)
+		if opts.Scope == ScopeRuntime {
+			if findings, err = runtimeFindings(ctx, q, opts.Names, findings); err != nil {
+				return nil, err
+			}
+			privileges = "the runtime role's exact privileges, PUBLIC's and the database's"
+		}
+		r.add(CheckPrivileges, privileges, findings)
 	}
 	r.ElapsedMs = float64(time.Since(start).Microseconds()) / 1000
 	return r, nil
@@ -317,7 +327,7 @@ func fromChecksums(ds []checksums.Drift) []Finding {
 		if d.Note {
 			sev = SeverityNote
 		}
-		out = append(out, Finding{Severity: sev, Kind: d.Kind, Object: d.Object, Message: d.Message, Fix: d.Fix})
+		out = append(out, Finding{Severity: sev, Kind: d.Kind, Object: d.Object, Message: d.Message, Fix: d.Fix, SQL: d.SQL})
 	}
 	return out
 }
@@ -325,11 +335,11 @@ func fromChecksums(ds []checksums.Drift) []Finding {
 func fromRoles(a *roles.Audit) []Finding {
 	out := make([]Finding, 0, len(a.Drift)+len(a.Notes))
 	for _, d := range a.Drift {
-		out = append(out, Finding{Severity: SeverityDrift, Kind: d.Kind, Object: d.Object, Message: d.Message,
+		out = append(out, Finding{Severity: SeverityDrift, Kind: d.Kind, Object: d.Object, Role: d.Role, Message: d.Message,
 			Fix: strings.Join(d.SQL, " "), SQL: d.SQL})
 	}
 	for _, d := range a.Notes {
-		out = append(out, Finding{Severity: SeverityNote, Kind: d.Kind, Object: d.Object, Message: d.Message})
+		out = append(out, Finding{Severity: SeverityNote, Kind: d.Kind, Object: d.Object, Role: d.Role, Message: d.Message})
 	}
 	return out
 }
@@ -354,4 +364,80 @@ func (r *Report) add(name, reason string, findings []Finding) {
 func (r *Report) skip(name, reason string) {
 	r.Checks = append(r.Checks, Check{Name: name, Status: StatusSkipped, Reason: reason, Findings: []Finding{}})
 	r.OK = r.Summary.Drift == 0
+}
+
+// checkStream reads goose's versions and the checksum ledger and adds the ledger, unknown and
+// pending checks; it returns what it read and the pending migrations.
+func (r *Report) checkStream(ctx context.Context, tx pgx.Tx, q *db.Queries, info db.ControlCoreObjectsRow, list []checksums.Migration, opts Options) (checksums.Stream, []checksums.Drift, error) {
+	var stream checksums.Stream
+	if info.GooseTableExists {
+		rows, err := tx.Query(ctx, appliedVersions)
+		if err != nil {
+			return stream, nil, permission(opts.Names, fmt.Errorf("read goose versions: %w", err))
+		}
+		stream.Applied, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return stream, nil, permission(opts.Names, fmt.Errorf("read goose versions: %w", err))
+		}
+	}
+	var ledgerFindings []Finding
+	switch {
+	case info.LedgerExists:
+		rows, err := q.ListLedger(ctx)
+		if err != nil {
+			return stream, nil, permission(opts.Names, fmt.Errorf("read checksum ledger: %w", err))
+		}
+		for _, row := range rows {
+			stream.Ledger = append(stream.Ledger, checksums.LedgerRow{Version: row.Version, Name: row.Name, SHA256: row.Sha256})
+		}
+	case info.SchemaExists && len(stream.Applied) > 0:
+		ledgerFindings = append(ledgerFindings, Finding{Severity: SeverityDrift, Kind: "missing_ledger", Object: "control_core.migration_ledger",
+			Message: "the checksum ledger table is missing although migrations are applied: nothing proves what ran",
+			Fix:     "restore control_core.migration_ledger from a backup (pg-0001-bootstrap defines it)"})
+	}
+	ledger, unknown, pending := checksums.StreamDrift(list, stream)
+	r.add(CheckLedger, "", append(ledgerFindings, fromChecksums(ledger)...))
+	r.add(CheckUnknown, "", fromChecksums(unknown))
+	pendingFindings := fromChecksums(pending)
+	if opts.AllowPending {
+		for i := range pendingFindings {
+			pendingFindings[i].Severity = SeverityNote
+		}
+	}
+	r.add(CheckPending, "", pendingFindings)
+	return stream, pending, nil
+}
+
+// runtimeFindings keeps the privilege findings that touch what the runtime reads or writes: the
+// runtime role's own, PUBLIC's, the database's (settings) and any role's on a table or function
+// the runtime uses (an admin role that may DELETE Runs undoes what the runtime wrote). It adds
+// one if the connected role is not the runtime role, whose exact privileges are the ones checked.
+func runtimeFindings(ctx context.Context, q *db.Queries, names roles.Names, all []Finding) ([]Finding, error) {
+	used := map[string]bool{}
+	for _, t := range roles.Tables {
+		if len(t.Runtime) > 0 {
+			used["control_core."+t.Table] = true
+		}
+	}
+	for _, f := range roles.Functions {
+		if slices.Contains(f.Execute, roles.Runtime) {
+			used[f.Function] = true
+		}
+	}
+	var out []Finding
+	for _, f := range all {
+		if f.Role == "" || f.Role == names.Runtime || f.Role == string(roles.Public) || used[f.Object] {
+			out = append(out, f)
+		}
+	}
+	who, err := q.CurrentRole(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the connected role: %w", err)
+	}
+	if who.CurrentUser != names.Runtime {
+		out = append(out, Finding{Severity: SeverityDrift, Kind: "connected_role", Object: who.CurrentUser, Role: who.CurrentUser,
+			Message: fmt.Sprintf("connected as %s; a replica runs as the runtime role %s, whose exact privileges readiness checks", who.CurrentUser, names.Runtime),
+			Fix:     fmt.Sprintf("connect as %s (--database-url or QL_DATABASE_URL naming that user)", names.Runtime)})
+	}
+	return out, nil
 }

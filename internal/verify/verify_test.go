@@ -3,6 +3,7 @@ package verify_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -33,8 +34,16 @@ func TestRunOnACleanV17DatabaseFindsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.OK || rep.Summary.Drift != 0 || rep.Summary.Notes != 0 || len(rep.Checks) != 7 {
+	if !rep.OK || rep.Summary.Drift != 0 || len(rep.Checks) != 7 {
 		t.Fatalf("report: %+v", rep)
+	}
+	// The only notes of a clean database: what the roles may do in the cluster's other databases.
+	for _, c := range rep.Checks {
+		for _, f := range c.Findings {
+			if f.Kind != "other_database" {
+				t.Errorf("%s: a note on a clean database: %+v", c.Name, f)
+			}
+		}
 	}
 	for i, want := range []string{verify.CheckIntegrity, verify.CheckLedger, verify.CheckUnknown, verify.CheckPending,
 		verify.CheckCapability, verify.CheckReadiness, verify.CheckPrivileges} {
@@ -91,5 +100,61 @@ func BenchmarkVerify(b *testing.B) {
 		if err != nil || !rep.OK {
 			b.Fatalf("verify: %v %+v", err, rep)
 		}
+	}
+}
+
+// Readiness runs verify's code in ScopeRuntime on the runtime role's own connection: a clean
+// database is ready; another role is not the runtime role; drift of the runtime is reported.
+func TestReadinessIsVerifyForTheRuntime(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	ctx := context.Background()
+	if err := verify.Readiness(ctx, connect(t, d.URL("ql_runtime")), d.Names); err != nil {
+		t.Fatalf("clean database as the runtime role: %v", err)
+	}
+	var notReady *verify.NotReadyError
+	err := verify.Readiness(ctx, connect(t, d.URL("ql_admin")), d.Names)
+	if !errors.As(err, &notReady) || notReady.Findings[0].Kind != "connected_role" {
+		t.Fatalf("as the admin role: %v, want a connected_role finding", err)
+	}
+	d.Exec(t, "GRANT TRUNCATE ON control_core.runs TO ql_runtime")
+	err = verify.Readiness(ctx, connect(t, d.URL("ql_runtime")), d.Names)
+	if !errors.As(err, &notReady) || !strings.Contains(err.Error(), "control_core.runs") || !strings.Contains(err.Error(), "TRUNCATE") {
+		t.Fatalf("TRUNCATE on runs: %v, want it named", err)
+	}
+}
+
+// Object names come from the catalogs, and a hostile one must not turn a comment of the fix
+// script into a statement: a trigger named with a newline and a statement after it.
+func TestFixSQLKeepsHostileNamesInsideComments(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	d.Exec(t, `CREATE FUNCTION public.noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+		CREATE TRIGGER "x
+DROP SCHEMA control_core CASCADE; --" BEFORE INSERT ON control_core.runs FOR EACH ROW EXECUTE FUNCTION public.noop()`)
+	ctx := context.Background()
+	rep, err := verify.Run(ctx, connect(t, d.URL("")), verify.Options{Names: d.Names})
+	if err != nil || rep.OK {
+		t.Fatalf("verify: %v, ok %v; want the trigger as drift", err, rep.OK)
+	}
+	var text, script bytes.Buffer
+	if err := verify.WriteText(&text, rep); err != nil || strings.Contains(text.String(), "\nDROP SCHEMA") {
+		t.Errorf("the text report printed the name's newline: %v\n%s", err, text.String())
+	}
+	if err := verify.WriteFixSQL(&script, rep); err != nil {
+		t.Fatal(err)
+	}
+	// In the comment the newline is a space; inside the quoted identifier of DROP TRIGGER it
+	// stays, which is harmless: running the script must leave the schema in place.
+	if !strings.Contains(script.String(), "-- extra_trigger: x DROP SCHEMA control_core CASCADE; -- on control_core.runs\n") {
+		t.Fatalf("the name's comment line:\n%s", script.String())
+	}
+	conn := connect(t, d.URL(""))
+	if _, err := conn.Exec(ctx, script.String(), pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("run the fix: %v\n%s", err, script.String())
+	}
+	rep, err = verify.Run(ctx, conn, verify.Options{Names: d.Names})
+	if err != nil || !rep.OK {
+		t.Fatalf("after the fix: %v %+v", err, rep)
 	}
 }

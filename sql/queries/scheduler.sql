@@ -317,17 +317,6 @@ WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text
   AND (s.next_fire_at_ms IS NULL OR @next_fire_at_ms::bigint >= s.next_fire_at_ms)
 RETURNING s.state_version;
 
--- name: RuntimeReadiness :one
--- What `qlsched run` needs before it claims anything: control-core v17, and exactly the runtime
--- privileges it uses (and not INSERT on schedules, which would mean the model drifted).
-SELECT coalesce((SELECT version FROM control_core.capabilities WHERE component = 'control-core'), -1)::integer AS capability,
-       has_table_privilege('control_core.trigger_schedules', 'SELECT, UPDATE')::boolean AS schedules_rw,
-       has_table_privilege('control_core.trigger_schedules', 'INSERT')::boolean AS schedules_insert,
-       has_table_privilege('control_core.runs', 'SELECT, INSERT, UPDATE')::boolean AS runs_rw,
-       has_table_privilege('control_core.attempts', 'SELECT, INSERT, UPDATE')::boolean AS attempts_rw,
-       has_table_privilege('control_core.run_events', 'SELECT, INSERT')::boolean AS events_rw,
-       has_function_privilege('control_core.db_now_ms()', 'EXECUTE')::boolean AS db_time;
-
 -- name: RecoveryCandidates :many
 -- The startup recovery source: runtime-owned Runs still queued or dispatching, except exactly the
 -- pristine shape admission leaves and the dispatcher may still claim normally: the Run queued, not

@@ -90,17 +90,3 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) r
 ORDER BY s.project_id, r.queued_at_ms DESC, r.trigger_id;
-
--- name: RuntimeObjects :one
--- The objects RuntimeReadiness reads, by name, before it reads them: on a half-migrated database
--- (say `qlmigrate up --to 13`) the schema exists but trigger_schedules or db_now_ms() do not, and
--- naming a missing object in has_table_privilege() raises an error instead of answering.
--- to_regclass/to_regprocedure answer NULL for a missing object. Missing ones, in this order.
-SELECT array_remove(ARRAY[
-           CASE WHEN to_regclass('control_core.capabilities') IS NULL THEN 'table control_core.capabilities' END,
-           CASE WHEN to_regclass('control_core.trigger_schedules') IS NULL THEN 'table control_core.trigger_schedules' END,
-           CASE WHEN to_regclass('control_core.runs') IS NULL THEN 'table control_core.runs' END,
-           CASE WHEN to_regclass('control_core.attempts') IS NULL THEN 'table control_core.attempts' END,
-           CASE WHEN to_regclass('control_core.run_events') IS NULL THEN 'table control_core.run_events' END,
-           CASE WHEN to_regprocedure('control_core.db_now_ms()') IS NULL THEN 'function control_core.db_now_ms()' END
-       ], NULL)::text[] AS missing;
