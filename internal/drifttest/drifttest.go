@@ -57,7 +57,7 @@ var Cases = []Case{
 		      ADD CONSTRAINT attempts_run_id_fkey FOREIGN KEY (run_id) REFERENCES control_core.runs (run_id) NOT VALID`,
 		Object: "attempts_run_id_fkey", Runtime: true},
 	{Name: "a foreign key made deferrable",
-		SQL: `ALTER TABLE control_core.attempts ALTER CONSTRAINT attempts_run_id_fkey DEFERRABLE INITIALLY DEFERRED`,
+		SQL:    `ALTER TABLE control_core.attempts ALTER CONSTRAINT attempts_run_id_fkey DEFERRABLE INITIALLY DEFERRED`,
 		Object: "attempts_run_id_fkey", Runtime: true},
 	{Name: "a column default changed",
 		SQL: `ALTER TABLE control_core.runs ALTER COLUMN created_at_ms SET DEFAULT 1`, Object: "control_core.runs.created_at_ms", Runtime: true},
@@ -104,7 +104,7 @@ var Cases = []Case{
 		SQL: `CREATE ROLE {prefix}group NOLOGIN; GRANT {runtime} TO {prefix}group;
 		      CREATE ROLE {prefix}via_group LOGIN; GRANT {prefix}group TO {prefix}via_group`, Object: "via_group", Runtime: true, PrivateRoles: true},
 	{Name: "a large object owned by the runtime role",
-		SQL: `DO $$ BEGIN EXECUTE format('ALTER LARGE OBJECT %s OWNER TO {runtime}', pg_catalog.lo_from_bytea(0, 'x')); END $$`,
+		SQL:    `DO $$ BEGIN EXECUTE format('ALTER LARGE OBJECT %s OWNER TO {runtime}', pg_catalog.lo_from_bytea(0, 'x')); END $$`,
 		Object: "large object", Runtime: true, PrivateRoles: true},
 	{Name: "DELETE and TRUNCATE on runs for the runtime role",
 		SQL: `GRANT DELETE, TRUNCATE ON control_core.runs TO {runtime}`, Object: "control_core.runs", Runtime: true},
