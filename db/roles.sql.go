@@ -42,23 +42,28 @@ func (q *Queries) CurrentRole(ctx context.Context) (CurrentRoleRow, error) {
 
 const roleAttributes = `-- name: RoleAttributes :many
 SELECT rolname::text AS name, rolcanlogin AS can_login, rolsuper AS superuser, rolcreatedb AS create_db,
-       rolcreaterole AS create_role, rolreplication AS replication, rolbypassrls AS bypass_rls
+       rolcreaterole AS create_role, rolreplication AS replication, rolbypassrls AS bypass_rls,
+       rolconnlimit::integer AS connection_limit,
+       (CASE WHEN rolvaliduntil IS NULL OR rolvaliduntil = 'infinity' THEN '' ELSE rolvaliduntil::text END)::text AS valid_until
 FROM pg_catalog.pg_roles
 WHERE rolname = ANY ($1::text[])
 ORDER BY rolname
 `
 
 type RoleAttributesRow struct {
-	Name        string      `json:"name"`
-	CanLogin    pgtype.Bool `json:"can_login"`
-	Superuser   pgtype.Bool `json:"superuser"`
-	CreateDb    pgtype.Bool `json:"create_db"`
-	CreateRole  pgtype.Bool `json:"create_role"`
-	Replication pgtype.Bool `json:"replication"`
-	BypassRls   pgtype.Bool `json:"bypass_rls"`
+	Name            string      `json:"name"`
+	CanLogin        pgtype.Bool `json:"can_login"`
+	Superuser       pgtype.Bool `json:"superuser"`
+	CreateDb        pgtype.Bool `json:"create_db"`
+	CreateRole      pgtype.Bool `json:"create_role"`
+	Replication     pgtype.Bool `json:"replication"`
+	BypassRls       pgtype.Bool `json:"bypass_rls"`
+	ConnectionLimit int32       `json:"connection_limit"`
+	ValidUntil      string      `json:"valid_until"`
 }
 
-// Attributes of the named roles that exist.
+// Attributes of the named roles that exist. valid_until is empty when the role never expires (NULL
+// or 'infinity'), else the time as the server renders it.
 func (q *Queries) RoleAttributes(ctx context.Context, names []string) ([]RoleAttributesRow, error) {
 	rows, err := q.db.Query(ctx, roleAttributes, names)
 	if err != nil {
@@ -76,6 +81,8 @@ func (q *Queries) RoleAttributes(ctx context.Context, names []string) ([]RoleAtt
 			&i.CreateRole,
 			&i.Replication,
 			&i.BypassRls,
+			&i.ConnectionLimit,
+			&i.ValidUntil,
 		); err != nil {
 			return nil, err
 		}

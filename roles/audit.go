@@ -22,7 +22,21 @@ type Audit struct {
 	Rows             []Row   `json:"rows"`
 	Drift            []Drift `json:"drift"`
 	Notes            []Drift `json:"notes"`
+	// AllowedMembers are the LOGIN roles the operator allowed as members (Options).
+	AllowedMembers []string `json:"allowed_members"`
 }
+
+// Options are what the operator adds to the model for one audit.
+type Options struct {
+	// AllowedMembers names LOGIN roles that may be members, directly or through other roles, of
+	// the four roles (a DBA, a pooler): each such membership is a note naming AllowMemberFlag
+	// instead of login_member drift. Only the member itself is matched, never a group it is in,
+	// so a new member of an allowed group is still seen.
+	AllowedMembers []string
+}
+
+// AllowMemberFlag is the qlmigrate flag that fills Options.AllowedMembers; notes name it.
+const AllowMemberFlag = "--allow-member"
 
 // Row is one line of the matrix: what one grantee holds on one object, expected and actual.
 // Privileges with grant option end in "*"; one granted by another role than the object's owner
@@ -40,23 +54,43 @@ type Row struct {
 }
 
 // Drift is one difference between the model and the catalogs, with the statements that remove it.
+// Notes use the same shape; their SQL is what removes what they describe, should the DBA want to.
 type Drift struct {
-	Kind    string   `json:"kind"` // see DriftKinds
-	Object  string   `json:"object"`
-	Grantee string   `json:"grantee,omitempty"`
+	Kind    string `json:"kind"` // see DriftKinds
+	Object  string `json:"object"`
+	Grantee string `json:"grantee,omitempty"`
+	// Role is the role whose powers the finding changes: one of the four roles (its attributes,
+	// settings, memberships, members, the privileges it holds, what it owns), PUBLIC (a
+	// privilege every role holds, the four included), another role that holds a privilege on a
+	// modelled object (the database owner, a stranger), or empty when the finding concerns the
+	// database or schema as a whole (an object's owner, the database's settings, ALTER ROLE ALL).
+	// Concerns answers "does this touch role r".
+	Role    string   `json:"role"`
 	Message string   `json:"message"`
 	SQL     []string `json:"sql,omitempty"`
 	phase   int
 }
 
-// DriftKinds lists every Drift.Kind, in the order their fixes must run.
-var DriftKinds = []string{
-	"missing_role", "role_attribute", "membership", "owner",
-	"extra_privilege", "grant_option", "column_privilege", "missing_privilege", "default_privilege",
+// Concerns reports whether d changes what role may do: it names role, PUBLIC, or nothing in
+// particular (the database or schema as a whole, which every session sees).
+func (d Drift) Concerns(role string) bool {
+	return d.Role == role || d.Role == string(Public) || d.Role == ""
 }
 
+// DriftKinds lists every Drift.Kind, in the order their fixes must run.
+var DriftKinds = []string{
+	"database_setting", "role_setting", "missing_role", "role_attribute", "membership", "login_member",
+	"owner", "large_object_owner", "extra_privilege", "grant_option", "column_privilege", "large_object_privilege",
+	"missing_privilege", "default_privilege",
+}
+
+// The fix phases. Settings come first: a database-level default_transaction_read_only makes the
+// fixing session itself read-only until its fix (which begins with SET TRANSACTION READ WRITE)
+// has run, and that must precede every other statement of the transaction.
 const (
-	phaseCreateRole = iota
+	phaseDatabaseSetting = iota
+	phaseRoleSetting
+	phaseCreateRole
 	phaseAttribute
 	phaseMembership
 	phaseOwner
@@ -75,28 +109,42 @@ func (a *Audit) RolesOnly() *Audit {
 		}
 	}
 	for _, d := range a.Notes {
-		if d.Kind == "member_of_model_role" {
+		switch d.Kind {
+		case "member_of_model_role", "allowed_member", "other_database":
 			out.Notes = append(out.Notes, d)
 		}
 	}
 	return out
 }
 
-// SQL returns every statement that removes the drift, in an order that works: roles, attributes,
-// memberships, owners, then REVOKE, GRANT and default privileges. Run it as a superuser.
+// SQL returns every statement that removes the drift, in an order that works: settings, roles,
+// attributes, memberships, owners, then REVOKE, GRANT and default privileges; a statement two
+// findings share appears once. Run it as a superuser, in one transaction or not.
 func (a *Audit) SQL() []string {
 	drift := append([]Drift(nil), a.Drift...)
 	sort.SliceStable(drift, func(i, j int) bool { return drift[i].phase < drift[j].phase })
 	var out []string
+	seen := map[string]bool{}
 	for _, d := range drift {
-		out = append(out, d.SQL...)
+		for _, s := range d.SQL {
+			if !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
 	}
 	return out
 }
 
-// Read compares the model with the catalogs. q must run on a transaction whose search_path is
-// pg_catalog only (see checksums.ReadReadiness).
+// Read is ReadWith without options.
 func Read(ctx context.Context, q *db.Queries, names Names) (*Audit, error) {
+	return ReadWith(ctx, q, names, Options{})
+}
+
+// ReadWith compares the model with the catalogs. q must run on a transaction whose search_path
+// is pg_catalog only (see checksums.ReadReadiness). Every catalog it reads is readable by any
+// role: the runtime and the owner role get the same audit as a superuser.
+func ReadWith(ctx context.Context, q *db.Queries, names Names, opts Options) (*Audit, error) {
 	info, err := q.ControlCoreObjects(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read server: %w", err)
@@ -129,16 +177,38 @@ func Read(ctx context.Context, q *db.Queries, names Names) (*Audit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read role memberships: %w", err)
 	}
-	a := &Audit{Database: info.Database, ServerVersion: info.ServerVersion, ServerVersionNum: int(info.ServerVersionNum), Rows: []Row{}, Drift: []Drift{}, Notes: []Drift{}}
+	allowed := append([]string{}, opts.AllowedMembers...)
+	logins, err := q.LoginMembers(ctx, db.LoginMembersParams{RoleNames: names.All(), AllowedMembers: allowed})
+	if err != nil {
+		return nil, fmt.Errorf("read login members: %w", err)
+	}
+	settings, err := q.RoleSettings(ctx, names.All())
+	if err != nil {
+		return nil, fmt.Errorf("read role and database settings: %w", err)
+	}
+	largeObjects, err := q.LargeObjectsOfRoles(ctx, names.All())
+	if err != nil {
+		return nil, fmt.Errorf("read large objects: %w", err)
+	}
+	elsewhere, err := q.OtherDatabasePrivileges(ctx, names.All())
+	if err != nil {
+		return nil, fmt.Errorf("read privileges on other databases: %w", err)
+	}
+	a := &Audit{Database: info.Database, ServerVersion: info.ServerVersion, ServerVersionNum: int(info.ServerVersionNum),
+		Rows: []Row{}, Drift: []Drift{}, Notes: []Drift{}, AllowedMembers: allowed}
 	ownerPrivs := map[string][]string{}
 	for _, d := range defaults {
 		ownerPrivs[d.Kind] = append(ownerPrivs[d.Kind], d.Privilege)
 	}
+	a.compareSettings(settings)
 	a.compareAttributes(names, attrs)
-	a.compareMemberships(names, members)
+	a.compareMemberships(names, members, logins)
+	a.compareLoginMembers(logins)
 	a.compareObjects(names, ownerPrivs, objects, acl)
+	a.compareLargeObjects(names, largeObjects)
 	a.compareColumns(columns)
 	a.compareDefaults(names, defACL)
+	a.noteOtherDatabases(elsewhere)
 	return a, nil
 }
 
@@ -168,13 +238,16 @@ func (a *Audit) compareAttributes(names Names, attrs []db.RoleAttributesRow) {
 	for _, at := range Attributes {
 		want = append(want, attrWord(at.Name, at.Want))
 	}
+	// CONNECTION LIMIT and VALID UNTIL are CREATE ROLE's defaults in the model: a limit can lock
+	// the runtime's pool out, an expiry makes every password login fail from that moment on.
+	expected := append(append([]string{}, want...), connLimitWord(-1), validUntilWord(""))
 	for _, role := range names.All() {
 		r, ok := by[role]
-		row := Row{Section: "attribute", Kind: "role", Object: role, Grantee: role, Expected: want, Actual: []string{}}
+		row := Row{Section: "attribute", Kind: "role", Object: role, Grantee: role, Expected: expected, Actual: []string{}}
 		if !ok {
 			row.Drift, row.Diff, row.Actual = true, []string{"missing"}, []string{"(no such role)"}
 			a.Rows = append(a.Rows, row)
-			a.add(Drift{Kind: "missing_role", Object: role, Grantee: role,
+			a.add(Drift{Kind: "missing_role", Object: role, Grantee: role, Role: role,
 				Message: fmt.Sprintf("role %s does not exist", role),
 				SQL:     []string{fmt.Sprintf("CREATE ROLE %s %s;", ident(role), strings.Join(want, " "))}}, phaseCreateRole)
 			continue
@@ -188,9 +261,24 @@ func (a *Audit) compareAttributes(names Names, attrs []db.RoleAttributesRow) {
 			}
 			row.Drift = true
 			row.Diff = append(row.Diff, attrWord(at.Name, have[at.Name]))
-			a.add(Drift{Kind: "role_attribute", Object: role, Grantee: role,
+			a.add(Drift{Kind: "role_attribute", Object: role, Grantee: role, Role: role,
 				Message: fmt.Sprintf("role %s is %s; the model says %s", role, attrWord(at.Name, have[at.Name]), attrWord(at.Name, at.Want)),
 				SQL:     []string{fmt.Sprintf("ALTER ROLE %s %s;", ident(role), attrWord(at.Name, at.Want))}}, phaseAttribute)
+		}
+		row.Actual = append(row.Actual, connLimitWord(r.ConnectionLimit), validUntilWord(r.ValidUntil))
+		if r.ConnectionLimit != -1 {
+			row.Drift = true
+			row.Diff = append(row.Diff, connLimitWord(r.ConnectionLimit))
+			a.add(Drift{Kind: "role_attribute", Object: role, Grantee: role, Role: role,
+				Message: fmt.Sprintf("role %s has CONNECTION LIMIT %d; the model says no limit (-1)", role, r.ConnectionLimit),
+				SQL:     []string{fmt.Sprintf("ALTER ROLE %s CONNECTION LIMIT -1;", ident(role))}}, phaseAttribute)
+		}
+		if r.ValidUntil != "" {
+			row.Drift = true
+			row.Diff = append(row.Diff, validUntilWord(r.ValidUntil))
+			a.add(Drift{Kind: "role_attribute", Object: role, Grantee: role, Role: role,
+				Message: fmt.Sprintf("role %s is VALID UNTIL %s (its password stops working then); the model says 'infinity'", role, r.ValidUntil),
+				SQL:     []string{fmt.Sprintf("ALTER ROLE %s VALID UNTIL 'infinity';", ident(role))}}, phaseAttribute)
 		}
 		a.Rows = append(a.Rows, row)
 	}
@@ -203,12 +291,28 @@ func attrWord(name string, on bool) string {
 	return "NO" + name
 }
 
+func connLimitWord(n int32) string { return fmt.Sprintf("CONNECTION LIMIT %d", n) }
+
+func validUntilWord(t string) string {
+	if t == "" {
+		return "VALID UNTIL 'infinity'"
+	}
+	return "VALID UNTIL '" + t + "'"
+}
+
 // ---- memberships ----------------------------------------------------------------------------
 
-func (a *Audit) compareMemberships(names Names, members []db.RoleMembershipsRow) {
+func (a *Audit) compareMemberships(names Names, members []db.RoleMembershipsRow, logins []db.LoginMembersRow) {
 	ours := map[string]bool{}
 	for _, r := range names.All() {
 		ours[r] = true
+	}
+	// Direct memberships of LOGIN roles that confer the role: compareLoginMembers reports them.
+	login := map[[3]string]bool{} // role, member, grantor → allowed
+	for _, l := range logins {
+		if len(l.Path) == 2 {
+			login[[3]string{l.RoleName, l.Member, l.Grantor}] = l.Allowed
+		}
 	}
 	for _, m := range members {
 		desc := fmt.Sprintf("%s is a member of %s (granted by %s", m.Member, m.RoleName, m.Grantor)
@@ -221,12 +325,22 @@ func (a *Audit) compareMemberships(names Names, members []db.RoleMembershipsRow)
 		if m.AdminOption {
 			row.Actual = []string{"MEMBER WITH ADMIN OPTION"}
 		}
+		if allowed, ok := login[[3]string{m.RoleName, m.Member, m.Grantor}]; ok && !ours[m.Member] {
+			row.Expected = []string{}
+			if allowed {
+				row.Expected = []string{"(allowed by " + AllowMemberFlag + ")"}
+			} else {
+				row.Drift, row.Diff = true, []string{"-MEMBER"}
+			}
+			a.Rows = append(a.Rows, row)
+			continue
+		}
 		if !ours[m.Member] {
 			// Not the four roles' privilege: the member's (a DBA, a pooler, or since PostgreSQL 16
 			// the non-superuser CREATEROLE role that created the role). Seen, not drift.
 			row.Expected = []string{"(not modelled)"}
 			a.Rows = append(a.Rows, row)
-			a.Notes = append(a.Notes, Drift{Kind: "member_of_model_role", Object: m.RoleName, Grantee: m.Member,
+			a.Notes = append(a.Notes, Drift{Kind: "member_of_model_role", Object: m.RoleName, Grantee: m.Member, Role: m.RoleName,
 				Message: desc + "; memberships in the four roles belong to their members and are not drift"})
 			continue
 		}
@@ -237,7 +351,7 @@ func (a *Audit) compareMemberships(names Names, members []db.RoleMembershipsRow)
 			// PostgreSQL 16 keeps one membership per grantor; name the one to remove.
 			stmt += " GRANTED BY " + ident(m.Grantor)
 		}
-		a.add(Drift{Kind: "membership", Object: m.RoleName, Grantee: m.Member,
+		a.add(Drift{Kind: "membership", Object: m.RoleName, Grantee: m.Member, Role: m.Member,
 			Message: desc + fmt.Sprintf("; %s must be a member of no role", m.Member),
 			SQL:     []string{stmt + ";"}}, phaseMembership)
 	}
@@ -333,7 +447,7 @@ func (a *Audit) compareObjects(names Names, ownerPrivs map[string][]string, obje
 		var diffOwner []string
 		if o.owner != wantOwner {
 			diffOwner = []string{"owner " + o.owner + " → " + wantOwner}
-			a.add(Drift{Kind: "owner", Object: o.name,
+			a.add(Drift{Kind: "owner", Object: o.name, Role: modelRole(names, o.owner),
 				Message: fmt.Sprintf("%s %s is owned by %s; the model says %s", o.kind, o.name, o.owner, wantOwner),
 				SQL:     []string{fmt.Sprintf("ALTER %s %s OWNER TO %s;", alterKind(o.kind), o.name, ident(wantOwner))}}, phaseOwner)
 			// ALTER … OWNER TO rewrites the ACL the same way: the old owner's entries become the
@@ -426,12 +540,12 @@ func (a *Audit) diffACL(names Names, o *object, owner string, ownerAll []string,
 				if want {
 					stmt += " WITH GRANT OPTION"
 				}
-				a.add(Drift{Kind: "missing_privilege", Object: o.name, Grantee: g,
+				a.add(Drift{Kind: "missing_privilege", Object: o.name, Grantee: g, Role: g,
 					Message: fmt.Sprintf("%s lacks %s on %s %s%s", g, k.privilege, o.kind, o.name, byNote(k, owner)),
 					SQL:     asRole(k.grantor, owner, stmt+";")}, phaseGrant)
 			case inHave && !inWant:
 				row.Diff = append(row.Diff, "+"+label(k, have, owner))
-				a.add(Drift{Kind: "extra_privilege", Object: o.name, Grantee: g,
+				a.add(Drift{Kind: "extra_privilege", Object: o.name, Grantee: g, Role: g,
 					Message: fmt.Sprintf("%s holds %s on %s %s%s, which the model does not grant", g, k.privilege, o.kind, o.name, byNote(k, owner)),
 					SQL:     asRole(k.grantor, owner, fmt.Sprintf("REVOKE %s FROM %s;", target, ident(g)))}, phaseRevoke)
 			case want != have:
@@ -441,7 +555,7 @@ func (a *Audit) diffACL(names Names, o *object, owner string, ownerAll []string,
 				if want {
 					stmt, phase = fmt.Sprintf("GRANT %s TO %s WITH GRANT OPTION;", target, ident(g)), phaseGrant
 				}
-				a.add(Drift{Kind: "grant_option", Object: o.name, Grantee: g,
+				a.add(Drift{Kind: "grant_option", Object: o.name, Grantee: g, Role: g,
 					Message: fmt.Sprintf("%s holds %s on %s %s %s grant option; the model says %s", g, k.privilege, o.kind, o.name,
 						map[bool]string{true: "with", false: "without"}[have], map[bool]string{true: "with", false: "without"}[want]),
 					SQL: asRole(k.grantor, owner, stmt)}, phase)
@@ -461,7 +575,7 @@ func (a *Audit) compareForeign(names Names, o *object) {
 		}
 		a.Rows = append(a.Rows, Row{Section: "object", Kind: o.kind, Object: o.name, Grantee: k.grantee,
 			Expected: []string{}, Actual: []string{label(k, o.actual[k], "")}, Drift: true, Diff: []string{"+" + k.privilege}})
-		a.add(Drift{Kind: "extra_privilege", Object: o.name, Grantee: k.grantee,
+		a.add(Drift{Kind: "extra_privilege", Object: o.name, Grantee: k.grantee, Role: k.grantee,
 			Message: fmt.Sprintf("%s holds %s on %s %s (granted by %s); the four roles hold nothing outside control_core",
 				k.grantee, k.privilege, o.kind, o.name, k.grantor),
 			SQL: asRole(k.grantor, o.owner, fmt.Sprintf("REVOKE %s ON %s %s FROM %s;", k.privilege, grantOn(o.kind), o.name, ident(k.grantee)))}, phaseRevoke)
@@ -555,6 +669,15 @@ func sortedKeys(a, b map[aclKey]bool, grantee string) []aclKey {
 	return out
 }
 
+// modelRole is role when it is one of the four, else empty: an owner outside the model concerns
+// the object as a whole.
+func modelRole(names Names, role string) string {
+	if contains(names.All(), role) {
+		return role
+	}
+	return ""
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -572,7 +695,7 @@ func (a *Audit) compareColumns(columns []db.ColumnPrivilegesRow) {
 		k := aclKey{c.Grantee, c.Privilege, c.Grantor}
 		a.Rows = append(a.Rows, Row{Section: "column", Kind: "column", Object: object, Owner: c.TableOwner, Grantee: c.Grantee,
 			Expected: []string{}, Actual: []string{label(k, c.Grantable, c.TableOwner)}, Drift: true, Diff: []string{"+" + c.Privilege}})
-		a.add(Drift{Kind: "column_privilege", Object: object, Grantee: c.Grantee,
+		a.add(Drift{Kind: "column_privilege", Object: object, Grantee: c.Grantee, Role: c.Grantee,
 			Message: fmt.Sprintf("%s holds %s on column %s of %s%s; the model has no column privileges",
 				c.Grantee, c.Privilege, c.ColumnName, c.TableName, byNote(k, c.TableOwner)),
 			SQL: asRole(c.Grantor, c.TableOwner, fmt.Sprintf("REVOKE %s (%s) ON TABLE %s FROM %s;", c.Privilege, c.ColumnName, c.TableName, ident(c.Grantee)))}, phaseRevoke)
@@ -658,7 +781,7 @@ func (a *Audit) compareDefaults(names Names, rows []db.DefaultPrivilegesRow) {
 				default:
 					continue
 				}
-				a.add(Drift{Kind: "default_privilege", Object: object, Grantee: g, Message: msg, SQL: []string{stmt + ";"}}, phaseDefault)
+				a.add(Drift{Kind: "default_privilege", Object: object, Grantee: g, Role: g, Message: msg, SQL: []string{stmt + ";"}}, phaseDefault)
 			}
 			row.Drift = len(row.Diff) > 0
 			a.Rows = append(a.Rows, row)

@@ -17,15 +17,21 @@ import (
 )
 
 func (a *app) grantsCmd() *cobra.Command {
-	var printSQL bool
+	var (
+		printSQL     bool
+		allowMembers []string
+	)
 	cmd := &cobra.Command{
-		Use:   "grants [--sql]",
+		Use:   "grants [--sql] [--allow-member ROLE]...",
 		Short: "Expected vs actual privileges per role and object; --sql prints the fix",
 		Long: `grants audits privileges for a DBA: a matrix of roles × objects × privileges, the model of
 roles/model.go (EXPECTED) beside the catalogs (ACTUAL), with DRIFT marking every difference
 (+PRIV: held but not modelled, -PRIV: modelled but missing). It covers the database, schema
 control_core and every table, sequence, function and type in it (all four roles and PUBLIC on
-each), column privileges, default privileges, role attributes and memberships. Privileges
+each), column privileges, default privileges, role attributes (CONNECTION LIMIT and VALID UNTIL
+included), memberships, settings (ALTER ROLE … SET, ALTER ROLE … IN DATABASE … SET for this
+database, ALTER DATABASE … SET, ALTER ROLE ALL … SET: the model has none) and large objects
+(the four roles own and hold none). Privileges
 ending in "*" carry the grant option; "ALL" is everything an owner holds on its own object on
 this server version (PostgreSQL 17 adds MAINTAIN on tables).
 
@@ -35,20 +41,27 @@ ALTER … OWNER TO, ALTER ROLE NOSUPERUSER …, REVOKE of a membership, ALTER DE
 column-level REVOKE. Review it, then run it as a superuser, e.g.
   qlmigrate grants --sql | psql -v ON_ERROR_STOP=1 "$SUPERUSER_URL"
 
-Memberships held by other roles in the four roles (a DBA, or since PostgreSQL 16 the
-CREATEROLE role that created them) are listed as notes, not drift.
+A LOGIN role that is a member of one of the four, directly or through other roles, and may use
+it (inherit or SET ROLE) is drift: whoever logs in as it acts as that role. --allow-member ROLE
+(repeatable) allows one by name; it is then a note saying so. Other memberships in the four
+roles (a superuser's; since PostgreSQL 16 the ADMIN-only one of the CREATEROLE role that created
+them; a NOLOGIN group's) are notes. So is what the four roles may do in the cluster's other
+databases (CONNECT, TEMPORARY), with the REVOKE that removes it; --sql prints no note's fix.
 
 It only reads. Exit codes: 0 no drift, 1 drift, 2 bad usage, 3 cannot connect.`,
 		Example: `  qlmigrate grants --database-url postgres://postgres@db.internal/control
   qlmigrate grants --sql > fix.sql`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkAllowMembers(allowMembers); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			conn, err := pgx.ConnectConfig(ctx, a.conn.Pool.ConnConfig)
 			if err != nil {
 				return &dbconn.ConnectError{Err: a.conn.RedactError(err)}
 			}
 			defer conn.Close(ctx)
-			audit, err := readAudit(ctx, conn, a.names)
+			audit, err := readAudit(ctx, conn, a.names, roles.Options{AllowedMembers: allowMembers})
 			if err != nil {
 				return err
 			}
@@ -85,18 +98,34 @@ It only reads. Exit codes: 0 no drift, 1 drift, 2 bad usage, 3 cannot connect.`,
 		},
 	}
 	cmd.Flags().BoolVar(&printSQL, "sql", false, "print only the GRANT/REVOKE/ALTER statements that remove the drift")
+	addAllowMemberFlag(cmd, &allowMembers)
 	return cmd
 }
 
+func addAllowMemberFlag(cmd *cobra.Command, into *[]string) {
+	cmd.Flags().StringArrayVar(into, strings.TrimPrefix(roles.AllowMemberFlag, "--"), nil,
+		"a LOGIN role that may be a member, directly or not, of the four roles (repeatable): a note instead of drift")
+}
+
+// checkAllowMembers refuses names no role can have, before any connection is opened.
+func checkAllowMembers(names []string) error {
+	for _, n := range names {
+		if n == "" || len(n) > 63 || strings.ContainsRune(n, 0) {
+			return cli.Usagef("%s %q: want a role name of 1 to 63 bytes", roles.AllowMemberFlag, n)
+		}
+	}
+	return nil
+}
+
 // readAudit reads the catalogs in one read-only transaction whose search_path is pg_catalog only.
-func readAudit(ctx context.Context, conn *pgx.Conn, names roles.Names) (*roles.Audit, error) {
+func readAudit(ctx context.Context, conn *pgx.Conn, names roles.Names, opts roles.Options) (*roles.Audit, error) {
 	var audit *roles.Audit
 	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
 			return err
 		}
 		var err error
-		audit, err = roles.Read(ctx, db.New(tx), names)
+		audit, err = roles.ReadWith(ctx, db.New(tx), names, opts)
 		return err
 	})
 	return audit, err
@@ -104,14 +133,16 @@ func readAudit(ctx context.Context, conn *pgx.Conn, names roles.Names) (*roles.A
 
 func writeMatrix(w io.Writer, a *roles.Audit) error {
 	titles := map[string]string{
-		"attribute":  "Role attributes",
-		"membership": "Role memberships",
-		"object":     "Object privileges (owner: ALL = every privilege of an owner; * = with grant option)",
-		"column":     "Column privileges (the model has none)",
-		"default":    "Default privileges (ALTER DEFAULT PRIVILEGES)",
+		"attribute":    "Role attributes",
+		"membership":   "Role memberships",
+		"object":       "Object privileges (owner: ALL = every privilege of an owner; * = with grant option)",
+		"column":       "Column privileges (the model has none)",
+		"default":      "Default privileges (ALTER DEFAULT PRIVILEGES)",
+		"setting":      "Settings (ALTER ROLE/DATABASE … SET; the model has none)",
+		"large_object": "Large objects of the four roles (the model has none)",
 	}
 	fmt.Fprintf(w, "grants on database %s (owner %s), PostgreSQL %s\n", a.Database, a.DatabaseOwner, a.ServerVersion)
-	for _, section := range []string{"attribute", "membership", "object", "column", "default"} {
+	for _, section := range []string{"attribute", "setting", "membership", "object", "column", "default", "large_object"} {
 		var rows []roles.Row
 		for _, r := range a.Rows {
 			if r.Section == section {
