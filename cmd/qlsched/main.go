@@ -30,6 +30,9 @@ Passwords never appear in output or logs.
 Exit codes: 0 success, 1 a check found a problem, 2 bad usage or configuration (nothing was
 opened), 3 cannot connect or the database failed.`,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.validate() },
+		// cobra's generated completion command would run the root's hook, which reads the
+		// connection settings: a command that never connects must not depend on them.
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")

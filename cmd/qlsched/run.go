@@ -99,7 +99,7 @@ Any number of replicas may run against one database; there is no leader.`,
 	f.StringVar(&cfg.Owner, "owner", cfg.Owner, "claim owner written into every fence; unique per replica (default: hostname-pid)")
 	f.IntVar(&cfg.Budget, "budget", cfg.Budget, fmt.Sprintf("claims per round, 1 … %d", coordinator.MaxBudget))
 	f.DurationVar(&cfg.Cadence, "cadence", cfg.Cadence, "time between round starts, 10ms … 1m")
-	f.DurationVar(&cfg.Lease, "lease", cfg.Lease, "claim lease, at least 1s and 2 × cadence")
+	f.DurationVar(&cfg.Lease, "lease", cfg.Lease, "claim lease, 1s … 10m and at least 2 × cadence")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long stop waits for the round in progress, 1s … 10m")
 	f.IntVar(&cfg.AdmitRetries, "admit-retries", cfg.AdmitRetries, "serialization-failure retries per admit, 0 … 20")
 	f.IntVar(&cfg.AdmitBatch, "admit-batch", cfg.AdmitBatch, "batch admission: rows per claim statement and per SERIALIZABLE admit transaction, 1 … budget (1: the ADR's one-row claim)")
