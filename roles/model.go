@@ -27,14 +27,18 @@ package roles
 //     PUBLIC, pg-0013); no other entry for the four roles, for schema control_core, or granting to
 //     one of the four roles.
 //   - Role attributes (Attributes): LOGIN, and none of SUPERUSER, CREATEDB, CREATEROLE,
-//     REPLICATION, BYPASSRLS.
+//     REPLICATION, BYPASSRLS; no CONNECTION LIMIT (-1) and no VALID UNTIL (or 'infinity').
 //   - Memberships: none of the four roles is a member of any role (of each other, of a predefined
 //     role such as pg_read_all_data, of anything): such a membership is drift. Memberships *in* the
 //     four roles held by other roles are not the four roles' privileges and are reported as notes:
 //     since PostgreSQL 16 a non-superuser CREATEROLE role that runs `roles create` is implicitly
 //     granted ADMIN membership in every role it creates (grantor: the bootstrap superuser), and a
 //     DBA or a connection pooler may be made a member of ql_owner to run migrations. Those belong
-//     to the creator or the DBA; `grants` lists them so that they are seen.
+//     to the creator or the DBA; `grants` lists them so that they are seen. A LOGIN member that
+//     may use the role (inherit or SET ROLE), directly or through other roles, is drift unless
+//     the operator allows it by name (Options.AllowedMembers, --allow-member): whoever logs in
+//     as it acts as the role.
+//   - Settings, large objects, other databases: see cluster.go.
 
 // Part is a grantee by its part in the model, independent of the role prefix.
 type Part string
