@@ -339,7 +339,8 @@ func fromRoles(a *roles.Audit) []Finding {
 			Fix: strings.Join(d.SQL, " "), SQL: d.SQL})
 	}
 	for _, d := range a.Notes {
-		out = append(out, Finding{Severity: SeverityNote, Kind: d.Kind, Object: d.Object, Role: d.Role, Message: d.Message})
+		out = append(out, Finding{Severity: SeverityNote, Kind: d.Kind, Object: d.Object, Role: d.Role, Message: d.Message,
+			Fix: strings.Join(d.SQL, " "), SQL: d.SQL})
 	}
 	return out
 }
