@@ -2,6 +2,7 @@ package checksums
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -12,11 +13,45 @@ import (
 // quoted for them. Every name in a statement here comes from the catalogs, which a hostile DBA
 // writes, so each is quoted as an identifier; definitions in statements come from the contract.
 
-// ident quotes one identifier.
-func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+// ident quotes one identifier where PostgreSQL needs it, as quote_ident does: a name that is
+// not lower-case letters, digits and underscores, or that is a keyword other than an
+// unreserved one, is double-quoted with its quotes doubled (pgx.Identifier).
+func ident(name string) string {
+	if plainIdent.MatchString(name) && !keywords[name] {
+		return name
+	}
+	return pgx.Identifier{name}.Sanitize()
+}
 
 // qualified quotes a name of schema control_core.
-func qualified(name string) string { return pgx.Identifier{"control_core", name}.Sanitize() }
+func qualified(name string) string { return "control_core." + ident(name) }
+
+var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// keywords are PostgreSQL's reserved, type/function-name and column-name keywords
+// (src/include/parser/kwlist.h, all but UNRESERVED_KEYWORD): as identifiers they need quotes.
+var keywords = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`
+	all analyse analyze and any array as asc asymmetric authorization between bigint binary bit
+	boolean both case cast char character check coalesce collate collation column concurrently
+	constraint create cross current_catalog current_date current_role current_schema current_time
+	current_timestamp current_user dec decimal default deferrable desc distinct do else end except
+	exists extract false fetch float for foreign freeze from full grant greatest group grouping
+	having ilike in initially inner inout int integer intersect interval into is isnull join json
+	json_array json_arrayagg json_exists json_object json_objectagg json_query json_scalar
+	json_serialize json_table json_value lateral leading least left like limit localtime
+	localtimestamp merge_action national natural nchar none normalize not notnull null nullif
+	numeric offset on only or order out outer overlaps overlay placing position precision primary
+	real references returning right row select session_user setof similar smallint some substring
+	symmetric system_user table tablesample then time timestamp to trailing treat trim true union
+	unique user using values varchar variadic verbose when where window with xmlattributes xmlconcat
+	xmlelement xmlexists xmlforest xmlnamespaces xmlparse xmlpi xmlroot xmlserialize xmltable
+	`) {
+		m[w] = true
+	}
+	return m
+}()
 
 // columnDef is a column as the contract renders it:
 //

@@ -48,3 +48,22 @@ func TestConfigSQL(t *testing.T) {
 		}
 	}
 }
+
+// Names in fix statements come from the catalogs: anything but a plain lower-case name that is
+// no keyword is quoted, so a hostile name stays one identifier.
+func TestIdentQuotesWhatNeedsIt(t *testing.T) {
+	for name, want := range map[string]string{
+		"runs_pkey":                 "runs_pkey",
+		"state":                     "state", // an unreserved keyword
+		"user":                      `"user"`,
+		"select":                    `"select"`,
+		"Runs":                      `"Runs"`,
+		"9lives":                    `"9lives"`,
+		`x"; DROP TABLE y; --`:      `"x""; DROP TABLE y; --"`,
+		"a\nDROP SCHEMA s CASCADE;": "\"a\nDROP SCHEMA s CASCADE;\"",
+	} {
+		if got := ident(name); got != want {
+			t.Errorf("ident(%q) = %s, want %s", name, got, want)
+		}
+	}
+}

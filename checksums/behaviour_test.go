@@ -57,15 +57,15 @@ func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 				RETURN NULL;
 			END $$;
 			CREATE TRIGGER runs_twice AFTER INSERT ON control_core.runs FOR EACH ROW EXECUTE FUNCTION control_core.runs_twice()`,
-			kind: "extra_trigger", object: "runs_twice on control_core.runs", has: `DROP TRIGGER "runs_twice" ON "control_core"."runs";`},
+			kind: "extra_trigger", object: "runs_twice on control_core.runs", has: "DROP TRIGGER runs_twice ON control_core.runs;"},
 		{name: "row level security enabled", setup: `ALTER TABLE control_core.trigger_schedules ENABLE ROW LEVEL SECURITY`,
 			kind: "changed_row_security", object: "control_core.trigger_schedules", has: "DISABLE ROW LEVEL SECURITY"},
 		{name: "row level security forced", setup: `ALTER TABLE control_core.trigger_schedules FORCE ROW LEVEL SECURITY`,
 			kind: "changed_force_row_security", object: "control_core.trigger_schedules", has: "NO FORCE ROW LEVEL SECURITY"},
 		{name: "policy with a hostile name", setup: `CREATE POLICY "p""; DROP TABLE control_core.runs; --" ON control_core.runs USING (false)`,
-			kind: "extra_policy", object: hostile + " on control_core.runs", has: `DROP POLICY "p""; DROP TABLE control_core.runs; --" ON "control_core"."runs";`},
+			kind: "extra_policy", object: hostile + " on control_core.runs", has: `DROP POLICY "p""; DROP TABLE control_core.runs; --" ON control_core.runs;`},
 		{name: "rule", setup: `CREATE RULE runs_echo AS ON INSERT TO control_core.runs DO ALSO NOTIFY runs_inserted`,
-			kind: "extra_rule", object: "runs_echo on control_core.runs", has: `DROP RULE "runs_echo"`},
+			kind: "extra_rule", object: "runs_echo on control_core.runs", has: "DROP RULE runs_echo ON control_core.runs;"},
 		// PostgreSQL refuses to make runs UNLOGGED ("it references logged table attempts");
 		// the audit log it lets go.
 		{name: "unlogged table", setup: `ALTER TABLE control_core.admin_audit_log SET UNLOGGED`,
@@ -73,7 +73,7 @@ func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 		{name: "replica identity nothing", setup: `ALTER TABLE control_core.trigger_schedules REPLICA IDENTITY NOTHING`,
 			kind: "changed_replica_identity", object: "control_core.trigger_schedules", has: "REPLICA IDENTITY DEFAULT"},
 		{name: "all triggers disabled, the foreign keys' too", setup: `ALTER TABLE control_core.runs DISABLE TRIGGER ALL`,
-			kind: "changed_internal_triggers", object: "runs_project_id_fkey", has: `ALTER TABLE "control_core"."runs" ENABLE TRIGGER ALL;`},
+			kind: "changed_internal_triggers", object: "runs_project_id_fkey", has: "ALTER TABLE control_core.runs ENABLE TRIGGER ALL;"},
 		{name: "foreign key of another table disabled here", setup: `ALTER TABLE control_core.runs DISABLE TRIGGER ALL`,
 			kind: "changed_internal_triggers", object: "attempts.attempts_run_id_fkey", has: "disabled, disabled"},
 		{name: "foreign key triggers fire on replicas only", setup: `DO $$ DECLARE t name; BEGIN
@@ -90,13 +90,13 @@ func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 		{name: "foreign key not valid (pg_get_constraintdef renders it)", setup: `ALTER TABLE control_core.attempts
 			DROP CONSTRAINT attempts_run_id_fkey,
 			ADD CONSTRAINT attempts_run_id_fkey FOREIGN KEY (run_id) REFERENCES control_core.runs (run_id) NOT VALID`,
-			kind: "changed_constraint", object: "attempts_run_id_fkey on control_core.attempts", has: `VALIDATE CONSTRAINT "attempts_run_id_fkey"`},
+			kind: "changed_constraint", object: "attempts_run_id_fkey on control_core.attempts", has: "ALTER TABLE control_core.attempts VALIDATE CONSTRAINT attempts_run_id_fkey;"},
 		{name: "foreign key deferrable (pg_get_constraintdef renders it)", setup: `ALTER TABLE control_core.attempts
 			DROP CONSTRAINT attempts_run_id_fkey,
 			ADD CONSTRAINT attempts_run_id_fkey FOREIGN KEY (run_id) REFERENCES control_core.runs (run_id) DEFERRABLE INITIALLY DEFERRED`,
 			kind: "changed_constraint", object: "attempts_run_id_fkey on control_core.attempts", has: "DEFERRABLE INITIALLY DEFERRED"},
 		{name: "column default changed", setup: `ALTER TABLE control_core.runs ALTER COLUMN created_at_ms SET DEFAULT 0`,
-			kind: "changed_column", object: "control_core.runs.created_at_ms", has: `ALTER COLUMN "created_at_ms" SET DEFAULT control_core.db_now_ms();`},
+			kind: "changed_column", object: "control_core.runs.created_at_ms", has: "ALTER TABLE control_core.runs ALTER COLUMN created_at_ms SET DEFAULT control_core.db_now_ms();"},
 		{name: "column collation changed", setup: `ALTER TABLE control_core.runs ALTER COLUMN project_id TYPE text COLLATE "C"`,
 			kind: "changed_column", object: "control_core.runs.project_id", has: `TYPE text COLLATE pg_catalog."default";`},
 		{name: "column type changed: no safe fix", setup: `ALTER TABLE control_core.projects ALTER COLUMN revision TYPE integer`,
@@ -106,13 +106,13 @@ func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 		{name: "generated column added", setup: `ALTER TABLE control_core.runs ADD COLUMN due_s bigint GENERATED ALWAYS AS (scheduled_for_ms / 1000) STORED`,
 			kind: "extra_column", object: "control_core.runs.due_s", has: "DROP EXPRESSION"},
 		{name: "extra NOT NULL column without default", setup: `ALTER TABLE control_core.runs ADD COLUMN label text NOT NULL`,
-			kind: "extra_column", object: "control_core.runs.label", has: `ALTER COLUMN "label" DROP NOT NULL;`},
+			kind: "extra_column", object: "control_core.runs.label", has: "ALTER TABLE control_core.runs ALTER COLUMN label DROP NOT NULL;"},
 		{name: "extra column with a default and a hostile name", setup: `ALTER TABLE control_core.runs ADD COLUMN "x; DROP TABLE control_core.runs; --" text DEFAULT 'x'`,
 			kind: "extra_column", object: "control_core.runs.x; DROP TABLE", has: `ALTER COLUMN "x; DROP TABLE control_core.runs; --" DROP DEFAULT;`},
 		{name: "extra nullable column", setup: `ALTER TABLE control_core.runs ADD COLUMN remark text`,
 			kind: "extra_column", object: "control_core.runs.remark", note: true},
 		{name: "extra unique index", setup: `CREATE UNIQUE INDEX runs_state_key ON control_core.runs (project_id, state)`,
-			kind: "extra_index", object: "control_core.runs_state_key", has: `DROP INDEX "control_core"."runs_state_key";`},
+			kind: "extra_index", object: "control_core.runs_state_key", has: "DROP INDEX control_core.runs_state_key;"},
 		{name: "extra expression index", setup: `CREATE INDEX runs_ratio_idx ON control_core.runs ((1 / length(state)))`,
 			kind: "extra_index", object: "control_core.runs_ratio_idx", has: "DROP INDEX"},
 		{name: "extra partial index", setup: `CREATE INDEX runs_queued_idx ON control_core.runs (project_id) WHERE state = 'queued'`,
@@ -120,16 +120,16 @@ func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 		{name: "extra plain index", setup: `CREATE INDEX runs_state_idx ON control_core.runs (state)`,
 			kind: "extra_index", object: "control_core.runs_state_idx", note: true},
 		{name: "extra CHECK constraint", setup: `ALTER TABLE control_core.runs ADD CONSTRAINT runs_no_queue_check CHECK (state <> 'queued') NOT VALID`,
-			kind: "extra_constraint", object: "runs_no_queue_check on control_core.runs", has: `DROP CONSTRAINT "runs_no_queue_check"`},
+			kind: "extra_constraint", object: "runs_no_queue_check on control_core.runs", has: "DROP CONSTRAINT runs_no_queue_check;"},
 		{name: "extra table with a foreign key into runs", setup: `CREATE TABLE public.run_notes (run_id uuid REFERENCES control_core.runs)`,
 			kind: "extra_internal_triggers", object: "public.run_notes.run_notes_run_id_fkey on control_core.runs",
-			has: `ALTER TABLE "public"."run_notes" DROP CONSTRAINT "run_notes_run_id_fkey";`},
+			has: "ALTER TABLE public.run_notes DROP CONSTRAINT run_notes_run_id_fkey;"},
 		{name: "extra table inheriting the schedules", setup: `CREATE TABLE public.shadow_schedules () INHERITS (control_core.trigger_schedules)`,
 			kind: "extra_inherited_by", object: "public.shadow_schedules inherits control_core.trigger_schedules", has: "NO INHERIT"},
 		{name: "extra table", setup: `CREATE TABLE control_core.scratch (id int NOT NULL DEFAULT 1)`,
 			kind: "extra_table", object: "control_core.scratch", note: true},
 		{name: "function owner changed", setup: `ALTER FUNCTION control_core.db_now_ms() OWNER TO CURRENT_USER`,
-			kind: "changed_owner", object: "control_core.db_now_ms()", has: `ALTER FUNCTION control_core.db_now_ms() OWNER TO "`},
+			kind: "changed_owner", object: "control_core.db_now_ms()", has: "ALTER FUNCTION control_core.db_now_ms() OWNER TO "},
 		{name: "function made security definer", setup: `ALTER FUNCTION control_core.db_now_ms() SECURITY DEFINER`,
 			kind: "changed_security", object: "control_core.db_now_ms()", has: "SECURITY INVOKER"},
 		{name: "function given a search_path", setup: `ALTER FUNCTION control_core.db_now_ms() SET search_path = public`,
@@ -148,7 +148,7 @@ func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 		{name: "enabled event trigger", setup: `
 			CREATE FUNCTION public.ql_watch_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN END $$;
 			CREATE EVENT TRIGGER ql_watch_ddl ON ddl_command_start EXECUTE FUNCTION public.ql_watch_ddl()`,
-			kind: "extra_event_trigger", object: "ql_watch_ddl", has: `ALTER EVENT TRIGGER "ql_watch_ddl" DISABLE;`},
+			kind: "extra_event_trigger", object: "ql_watch_ddl", has: "ALTER EVENT TRIGGER ql_watch_ddl DISABLE;"},
 		{name: "disabled event trigger", setup: `
 			CREATE FUNCTION public.ql_watch_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN END $$;
 			CREATE EVENT TRIGGER ql_watch_ddl ON ddl_command_start EXECUTE FUNCTION public.ql_watch_ddl();

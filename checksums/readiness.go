@@ -10,8 +10,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/qlcontrol/controlcore/db"
 )
 
@@ -247,7 +245,7 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 		}
 		if t.ConstraintName != "" {
 			f.remove = []string{fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s;",
-				pgx.Identifier{t.ConstraintSchema, t.ConstraintTable}.Sanitize(), ident(t.ConstraintName))}
+				ident(t.ConstraintSchema)+"."+ident(t.ConstraintTable), ident(t.ConstraintName))}
 		}
 		add(t.TableName, f)
 	}
@@ -262,8 +260,8 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 			remove: []string{fmt.Sprintf("DROP RULE %s ON %s;", ident(r.RuleName), qualified(r.TableName))}})
 	}
 	for _, i := range inheritance {
-		child, parent := pgx.Identifier{i.ChildSchema, i.ChildTable}, pgx.Identifier{i.ParentSchema, i.ParentTable}
-		noInherit := []string{fmt.Sprintf("ALTER TABLE %s NO INHERIT %s;", child.Sanitize(), parent.Sanitize())}
+		noInherit := []string{fmt.Sprintf("ALTER TABLE %s.%s NO INHERIT %s.%s;",
+			ident(i.ChildSchema), ident(i.ChildTable), ident(i.ParentSchema), ident(i.ParentTable))}
 		why := "every statement on the parent reads, locks and changes the child's rows too"
 		if i.ChildSchema == "control_core" {
 			f := Fact{Kind: "inherits", Name: i.ParentSchema + "." + i.ParentTable, why: why, remove: noInherit}
