@@ -8,5 +8,8 @@
 // repository and in the binary), the comparison of the ledger and goose's versions with the
 // binary's migrations (edited checksum, unknown applied version, pending migration), and the
 // readiness contract of control-core v17 (readiness_contract.txt) with its comparison against the
-// catalogs, each difference naming the object and its fix.
+// catalogs: the schema's shape and everything that changes what a statement on it does
+// (triggers and their enabled state, row-level security, rules, persistence, function
+// attributes and owners, the database's event triggers), each difference naming the object,
+// classified as drift or an inert note, with the statements that remove it (Drift.SQL).
 package checksums
