@@ -29,8 +29,15 @@ models, and reports every finding grouped by check, naming the object and the fi
                     capability must match the last applied migration, and readiness and
                     privileges, defined for the complete stream, are skipped)
   capability        control-core is at the capability the last migration sets (v17 / plugin_packages)
-  readiness         every table, column (type, nullability, default), key, CHECK constraint, index
-                    and function of checksums/readiness_contract.txt exists as written there
+  readiness         everything of checksums/readiness_contract.txt exists as written there:
+                    tables (persistence, row-level security, replica identity, inheritance),
+                    columns (type, nullability, default, collation, identity, generation), keys
+                    and CHECKs (deferrable, validated), indexes, triggers and whether they fire
+                    (the foreign keys' internal ones included), policies, rules, functions (body,
+                    volatility, security, settings, owner, strictness); no event trigger in the
+                    database; an extra object that changes what a statement does is drift (a NOT
+                    NULL or defaulted column, a constraint, a unique or expression index, a
+                    trigger, policy or rule), an inert one a note
   privileges        the catalogs hold exactly the privilege model of roles/model.go: database,
                     schema, table, sequence, function and column ACLs, default privileges,
                     ownership, role attributes (CONNECTION LIMIT and VALID UNTIL included) and
