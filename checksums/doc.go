@@ -1,7 +1,8 @@
 // Package checksums knows the migration files by version, name and sha256, and records that
-// sha256 in the database's checksum ledger inside the same transaction as the migration itself
-// (for a NO TRANSACTION migration, in one transaction with its version row: see LedgerStore), so
-// a version is never recorded as applied without the exact bytes that ran.
+// sha256 and the sha256 of its normal form (internal/sqlfile) in the database's checksum ledger
+// inside the same transaction as the migration itself (RecordSQL; for a NO TRANSACTION migration,
+// in one transaction with its version row), so a version is never recorded as applied without the
+// exact bytes that ran, and an edit of comments or whitespace can be told from one of statements.
 //
 // It also holds what verify checks about the stream and the schema: the integrity file
 // sql/migrations/migrations.sum (an edited, added, removed or renamed migration is caught in the

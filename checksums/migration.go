@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/qlcontrol/controlcore/internal/sqlfile"
 )
 
 // Migration is one migration file as the binary knows it.
@@ -17,6 +19,9 @@ type Migration struct {
 	File    string // 0014_cluster_scheduler_admission.sql
 	Name    string // pg-0014-cluster-scheduler-admission
 	SHA256  string // hex sha256 of the file's bytes, as committed
+	// Normal is the hex sha256 of the file's normal form (internal/sqlfile): equal for two
+	// files that differ only in comments and whitespace, different when a statement differs.
+	Normal string
 }
 
 var fileName = regexp.MustCompile(`^([0-9]{4})_([a-z0-9]+(?:_[a-z0-9]+)*)\.sql$`)
@@ -54,7 +59,11 @@ func Load(fsys fs.FS) ([]Migration, error) {
 			return nil, fmt.Errorf("read migration %s: %w", f, err)
 		}
 		sum := sha256.Sum256(body)
-		out = append(out, Migration{Version: version, File: f, Name: name, SHA256: hex.EncodeToString(sum[:])})
+		normal, err := sqlfile.NormalSHA256(string(body))
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: %w", f, err)
+		}
+		out = append(out, Migration{Version: version, File: f, Name: name, SHA256: hex.EncodeToString(sum[:]), Normal: normal})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil

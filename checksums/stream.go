@@ -37,6 +37,7 @@ type LedgerRow struct {
 	Version int64
 	Name    string
 	SHA256  string
+	Normal  string // normalized_sha256
 }
 
 // Stream is what the database says was applied: goose's applied versions and the ledger.
@@ -48,7 +49,8 @@ type Stream struct {
 // StreamDrift compares the database's record of applied migrations with the migrations of the
 // binary. It returns three lists, one per check of verify:
 //   - ledger: an applied migration whose ledger sha256 (or name) differs from the file in the
-//     binary (the file was edited after it ran), or that has no ledger row;
+//     binary (the file was edited after it ran: changed_cosmetic when the normal forms agree,
+//     changed_checksum when a statement differs), or that has no ledger row;
 //   - unknown: a version applied (in goose's table or the ledger) that the binary does not know;
 //   - pending: a migration of the binary that is not applied.
 func StreamDrift(migrations []Migration, s Stream) (ledger, unknown, pending []Drift) {
@@ -80,11 +82,16 @@ func StreamDrift(migrations []Migration, s Stream) (ledger, unknown, pending []D
 			ledger = append(ledger, Drift{Kind: "missing_checksum", Object: m.Name,
 				Message: fmt.Sprintf("%s is applied but has no checksum-ledger row: what ran cannot be proven", m.Name),
 				Fix:     "compare the schema with the migration by hand, then restore the ledger row from a backup"})
+		case row.SHA256 != m.SHA256 && row.Normal == m.Normal:
+			ledger = append(ledger, Drift{Kind: "changed_cosmetic", Object: m.Name,
+				Message: fmt.Sprintf("%s: changed (comments/whitespace only): the ledger holds sha256 %s, the file in this binary has %s, and both have the same statements (normal form %s)",
+					m.Name, short(row.SHA256), short(m.SHA256), short(m.Normal)),
+				Fix: fmt.Sprintf("restore %s as it was applied, or record the edit: qlmigrate accept --version %d --reason '…'", m.File, m.Version)})
 		case row.SHA256 != m.SHA256:
 			ledger = append(ledger, Drift{Kind: "changed_checksum", Object: m.Name,
-				Message: fmt.Sprintf("%s: the ledger recorded sha256 %s when it ran, the file in this binary has %s: the file was edited after it was applied",
+				Message: fmt.Sprintf("%s: changed (statements): the ledger recorded sha256 %s when it ran, the file in this binary has %s and other statements: the file was edited after it was applied",
 					m.Name, short(row.SHA256), short(m.SHA256)),
-				Fix: fmt.Sprintf("restore %s as it was applied and put any change in a new migration", m.File)})
+				Fix: fmt.Sprintf("restore %s as it was applied and put any change in a new migration (a statement edit cannot be accepted)", m.File)})
 		case row.Name != m.Name:
 			ledger = append(ledger, Drift{Kind: "changed_name", Object: m.Name,
 				Message: fmt.Sprintf("version %d ran as %s, the binary calls it %s: the file was renamed after it was applied", m.Version, row.Name, m.Name),

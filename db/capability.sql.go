@@ -30,7 +30,7 @@ func (q *Queries) Capability(ctx context.Context, component string) (ControlCore
 }
 
 const listLedger = `-- name: ListLedger :many
-SELECT version, name, sha256, applied_at_ms, applied_by
+SELECT version, name, sha256, normalized_sha256, applied_at_ms, applied_by, duration_ms
 FROM control_core.migration_ledger
 ORDER BY version
 `
@@ -49,8 +49,10 @@ func (q *Queries) ListLedger(ctx context.Context) ([]ControlCoreMigrationLedger,
 			&i.Version,
 			&i.Name,
 			&i.Sha256,
+			&i.NormalizedSha256,
 			&i.AppliedAtMs,
 			&i.AppliedBy,
+			&i.DurationMs,
 		); err != nil {
 			return nil, err
 		}

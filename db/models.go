@@ -65,12 +65,24 @@ type ControlCoreExecutionRevision struct {
 	CreatedAtMs         int64     `json:"created_at_ms"`
 }
 
+type ControlCoreMigrationAcceptance struct {
+	Version          int64  `json:"version"`
+	OldSha256        string `json:"old_sha256"`
+	NewSha256        string `json:"new_sha256"`
+	NormalizedSha256 string `json:"normalized_sha256"`
+	Reason           string `json:"reason"`
+	AcceptedBy       string `json:"accepted_by"`
+	AcceptedAtMs     int64  `json:"accepted_at_ms"`
+}
+
 type ControlCoreMigrationLedger struct {
-	Version     int64  `json:"version"`
-	Name        string `json:"name"`
-	Sha256      string `json:"sha256"`
-	AppliedAtMs int64  `json:"applied_at_ms"`
-	AppliedBy   string `json:"applied_by"`
+	Version          int64  `json:"version"`
+	Name             string `json:"name"`
+	Sha256           string `json:"sha256"`
+	NormalizedSha256 string `json:"normalized_sha256"`
+	AppliedAtMs      int64  `json:"applied_at_ms"`
+	AppliedBy        string `json:"applied_by"`
+	DurationMs       int64  `json:"duration_ms"`
 }
 
 type ControlCorePluginPackage struct {

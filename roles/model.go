@@ -89,11 +89,12 @@ var (
 	si  = []string{"SELECT", "INSERT"}
 )
 
-// Tables is every table of control_core (v17, 20 with goose's version table).
+// Tables is every table of control_core (v17, 21 with goose's version table).
 var Tables = []TableGrant{
 	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
 	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},
 	{Table: "migration_ledger", Source: "owner only"},
+	{Table: "migration_acceptances", Source: "owner only"},
 	// goose's own version table, created by `up` in control_core: owner only.
 	{Table: "goose_db_version", Source: "owner only"},
 	// the publisher writes projects, tasks, triggers and their immutable revisions

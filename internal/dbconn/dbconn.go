@@ -28,6 +28,7 @@ type Config struct {
 	Source   Source
 	secrets  []string
 	timeouts Timeouts
+	pooled   bool // see Pooled
 }
 
 // ConfigError means the connection settings themselves are unusable (exit code 2: no connection
@@ -65,6 +66,9 @@ func Resolve(flagURL string) (*Config, error) {
 		return nil, &ConfigError{Err: fmt.Errorf("%s: %s", src, parseFailure(raw, err))}
 	}
 	c := &Config{Pool: cfg, Source: src, secrets: secretsOf(cfg)}
+	if c.pooled, err = poolerFrom(cfg.ConnConfig.RuntimeParams); err != nil {
+		return nil, &ConfigError{Err: fmt.Errorf("%s: %w", src, err)}
+	}
 	t, err := timeoutsFrom(cfg)
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("%s: %w", src, err)}
@@ -147,20 +151,35 @@ func (c *Config) For(database, role string) *Config {
 	if role != "" {
 		pool.ConnConfig.RuntimeParams["role"] = role
 	}
-	return &Config{Pool: pool, Source: c.Source, secrets: c.secrets, timeouts: c.timeouts}
+	return &Config{Pool: pool, Source: c.Source, secrets: c.secrets, timeouts: c.timeouts, pooled: c.pooled}
 }
 
 // Open connects a pool and checks one connection, so "cannot connect" is reported here.
+//
+// A server that refuses a startup parameter the way PgBouncer does is a pooler: Open switches c
+// to pooled mode (see Pooled) and connects again, once.
 func (c *Config) Open(ctx context.Context) (*pgxpool.Pool, error) {
-	pool, err := pgxpool.NewWithConfig(ctx, c.Pool)
+	pool, err := c.open(ctx)
+	if err != nil && !c.pooled && refusedByPooler(err) {
+		c.SetPooled()
+		pool, err = c.open(ctx)
+	}
 	if err != nil {
 		return nil, c.connectError(err)
+	}
+	return pool, nil
+}
+
+func (c *Config) open(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, c.Pool)
+	if err != nil {
+		return nil, err
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, c.connectError(err)
+		return nil, err
 	}
 	return pool, nil
 }

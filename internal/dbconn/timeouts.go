@@ -143,6 +143,7 @@ func (c *Config) SetTimeouts(t Timeouts) {
 	if t.UserTimeout > 0 {
 		cc.RuntimeParams[paramUserTimeout] = ms(t.UserTimeout)
 	}
+	applyPooled(cc, c.pooled)
 	dialer := &net.Dialer{
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: t.KeepAliveIdle, Interval: t.KeepAliveInterval, Count: t.KeepAliveCount},
 		Control: func(network, _ string, rc syscall.RawConn) error {

@@ -1,133 +1,124 @@
-// Package migrate applies the control-core migration stream with goose, under goose's session
-// advisory lock, as the owner role, recording each migration's checksum in the ledger inside the
-// migration's own transaction (for a NO TRANSACTION migration: in one transaction with its
-// version row, after its statements; see checksums.LedgerStore).
+// Package migrate applies the control-core migration stream: it validates the database's record
+// of what ran before it touches anything, then applies each pending migration in a transaction of
+// its own that takes the migration lock, re-reads what is applied, runs the statements and writes
+// the version row and the checksum-ledger row. It also prints that same plan as SQL (the dry run),
+// reports status and records an audited acceptance of a cosmetic edit.
+//
+// The lock is PostgreSQL's transaction-scoped advisory lock on goose's key, taken first in every
+// migration transaction: it lives exactly as long as the transaction that needs it, so it is as
+// real behind a transaction-pooling PgBouncer as on a direct connection, where a session lock is
+// none. Concurrent runs queue on it, and each applies only what is still pending once it holds it.
 package migrate
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
-	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/qlcontrol/controlcore/checksums"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/dbconn"
+	"github.com/qlcontrol/controlcore/internal/sqlfile"
+	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
 	"github.com/qlcontrol/controlcore/sql/migrations"
 )
 
 // VersionTable is goose's version table; it lives in control_core so the owner role owns it.
-const VersionTable = "control_core.goose_db_version"
+const VersionTable = checksums.VersionTable
+
+// LockKey is the advisory lock key of the migration lock: goose's, so a goose run and a
+// qlmigrate run exclude each other.
+const LockKey = lock.DefaultLockID
+
+// DefaultLockTimeout is how long up waits for the migration lock unless told otherwise.
+const DefaultLockTimeout = 5 * time.Minute
 
 // Options configure a Runner.
 type Options struct {
 	Names roles.Names
 	// FS holds the migrations; nil means the stream embedded in the binary.
 	FS fs.FS
-	// AsOwner makes every session SET ROLE to the owner role (required to apply migrations when
-	// connecting as a superuser or another member of the owner role).
+	// AsOwner makes every migration transaction SET LOCAL ROLE to the owner role (and, on a
+	// direct connection, every session SET ROLE), required to apply migrations when connecting as
+	// a superuser or another member of the owner role.
 	AsOwner bool
+	// LockTimeout bounds the wait for the migration lock; 0 means DefaultLockTimeout.
+	LockTimeout time.Duration
+	// Waiting, when set, is called while up waits for the migration lock: soon after the wait
+	// starts and every WaitReportInterval, with the sessions holding it.
+	Waiting func(waited time.Duration, holders []LockHolder)
 }
+
+// WaitReportInterval is how often Options.Waiting is called during a wait.
+const WaitReportInterval = 5 * time.Second
 
 // Runner applies and reports migrations on one database.
 type Runner struct {
 	Pool       *pgxpool.Pool
-	sqlDB      *sql.DB
-	provider   *goose.Provider
 	Migrations []checksums.Migration
+	conn       *dbconn.Config
+	opts       Options
+	fsys       fs.FS
 	byVersion  map[int64]checksums.Migration
-	// noTx holds the versions annotated "-- +goose NO TRANSACTION": a failure in one of them
-	// may leave part of it applied, and the error must say so.
-	noTx map[int64]bool
+	files      map[int64]*sqlfile.File // as run: role names rewritten for the prefix
 }
 
-// Open connects and prepares goose. Close releases the connections.
+// Open connects and reads the migrations. Close releases the connections.
 func Open(ctx context.Context, cfg *dbconn.Config, opts Options) (*Runner, error) {
 	fsys := opts.FS
 	if fsys == nil {
 		fsys = migrations.FS
 	}
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
 	list, err := checksums.Load(fsys)
 	if err != nil {
 		return nil, err
 	}
-	rewritten := fstest.MapFS{}
-	noTx := map[int64]bool{}
+	if len(list) == 0 {
+		return nil, errors.New("the migration stream is empty")
+	}
+	r := &Runner{Migrations: list, opts: opts, fsys: fsys, byVersion: map[int64]checksums.Migration{}, files: map[int64]*sqlfile.File{}}
 	for _, m := range list {
 		body, err := fs.ReadFile(fsys, m.File)
 		if err != nil {
 			return nil, fmt.Errorf("read migration %s: %w", m.File, err)
 		}
-		rewritten[m.File] = &fstest.MapFile{Data: opts.Names.Rewrite(body)}
-		if nonTransactional(body) {
-			noTx[m.Version] = true
+		f, err := sqlfile.Parse(string(opts.Names.Rewrite(body)))
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: %w", m.File, err)
 		}
+		r.byVersion[m.Version], r.files[m.Version] = m, f
 	}
 
-	poolCfg := cfg.Pool.Copy()
+	// A copy: Open may switch it to pooled mode when it meets a pooler.
+	r.conn = cfg.For(cfg.Pool.ConnConfig.Database, "")
 	if opts.AsOwner {
-		owner := opts.Names.Owner
-		poolCfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-			return setRole(ctx, conn, owner)
+		owner, conn := opts.Names.Owner, r.conn
+		r.conn.Pool.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			if conn.Pooled() {
+				return nil // session state would outlive our transaction: SET LOCAL ROLE instead
+			}
+			return setRole(ctx, c, owner)
 		}
 	}
-	pool, err := (&dbconn.Config{Pool: poolCfg}).Open(ctx)
-	if err != nil {
-		return nil, cfg.RedactError(err)
-	}
-	store, err := checksums.NewLedgerStore(VersionTable, list)
-	if err != nil {
-		pool.Close()
+	if r.Pool, err = r.conn.Open(ctx); err != nil {
 		return nil, err
 	}
-	// Poll the session lock every second for up to 10 minutes: a concurrent `up` holds it only
-	// while it applies migrations.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 600))
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	provider, err := goose.NewProvider(goose.DialectCustom, sqlDB, rewritten,
-		goose.WithStore(store), goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		sqlDB.Close()
-		pool.Close()
-		return nil, fmt.Errorf("prepare goose: %w", err)
-	}
-	by := make(map[int64]checksums.Migration, len(list))
-	for _, m := range list {
-		by[m.Version] = m
-	}
-	return &Runner{Pool: pool, sqlDB: sqlDB, provider: provider, Migrations: list, byVersion: by, noTx: noTx}, nil
+	return r, nil
 }
 
-// nonTransactional reports whether a migration carries goose's "-- +goose NO TRANSACTION"
-// annotation, recognised as goose's parser does: a line starting with "--" that names +goose,
-// whose rest is the annotation in any case.
-func nonTransactional(body []byte) bool {
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "--") || !strings.Contains(line, "+goose") {
-			continue
-		}
-		cmd := strings.Replace(strings.ReplaceAll(line, "--", ""), "+goose", "", 1)
-		if strings.EqualFold(strings.TrimSpace(cmd), "NO TRANSACTION") {
-			return true
-		}
-	}
-	return false
-}
+// Pooled reports whether the runner talks through a transaction-pooling pooler (dbconn.Pooled).
+func (r *Runner) Pooled() bool { return r.conn.Pooled() }
 
 // RoleError means the session could not become the owner role.
 type RoleError struct {
@@ -156,9 +147,24 @@ func setRole(ctx context.Context, conn *pgx.Conn, owner string) error {
 }
 
 // Close releases the connections.
-func (r *Runner) Close() {
-	_ = r.sqlDB.Close()
-	r.Pool.Close()
+func (r *Runner) Close() { r.Pool.Close() }
+
+// DriftError means up found the database's record of what ran differs from this binary's
+// migrations (verify's integrity, ledger or unknown_versions findings) and applied nothing.
+type DriftError struct{ Report *verify.Report }
+
+func (e *DriftError) Error() string {
+	return fmt.Sprintf("%d drift finding(s) in the integrity file, the ledger or the applied versions: nothing was applied", e.Report.Summary.Drift)
+}
+
+// Validate runs the checks up runs before it takes the lock (verify.ScopeUp), read-only.
+func (r *Runner) Validate(ctx context.Context) (*verify.Report, error) {
+	report, err := verify.Run(ctx, r.Pool, verify.Options{Names: r.opts.Names, Scope: verify.ScopeUp, FS: r.fsys})
+	if err != nil {
+		return nil, fmt.Errorf("validate before applying: %w", err)
+	}
+	report.Target = r.conn.Describe()
+	return report, nil
 }
 
 // Applied is one migration that Up applied.
@@ -167,121 +173,260 @@ type Applied struct {
 	Duration  time.Duration
 }
 
-// Up applies every pending migration up to and including version to (0: all). Each migration
-// runs in its own transaction with its version and ledger rows; a failing one leaves nothing
-// behind, and the ones before it stay applied. A NO TRANSACTION migration is the exception: its
-// statements autocommit one by one, so a failure may leave some of them applied (it stays
-// pending, with neither a version nor a ledger row, and the next Up runs it again).
-func (r *Runner) Up(ctx context.Context, to int64) ([]Applied, error) {
-	if to != 0 {
-		if _, ok := r.byVersion[to]; !ok {
-			return nil, fmt.Errorf("--to %d: no such migration (have 1 … %d)", to, r.Migrations[len(r.Migrations)-1].Version)
-		}
+// checkTo refuses a --to that names no migration.
+func (r *Runner) checkTo(to int64) error {
+	if _, ok := r.byVersion[to]; to != 0 && !ok {
+		return fmt.Errorf("--to %d: no such migration (have 1 … %d)", to, r.Migrations[len(r.Migrations)-1].Version)
 	}
-	if err := r.ensureSchema(ctx); err != nil {
+	return nil
+}
+
+// Up validates the database, then applies every pending migration up to and including version
+// to (0: all), each in its own transaction that takes the migration lock, re-reads the applied
+// versions and writes the migration's statements, version row and ledger row: a failing one
+// leaves nothing behind, and the ones before it stay applied. Any validation drift is a
+// *DriftError and nothing is applied; a lock wait longer than Options.LockTimeout is a
+// *LockTimeoutError.
+//
+// A NO TRANSACTION migration (the stream has none) runs its statements one by one in autocommit
+// under the session form of the same lock, then records itself in a transaction: a failure may
+// leave some of its statements applied (it stays pending and the next Up runs it again). Behind
+// a transaction-pooling pooler no session lock holds, so Up refuses it (*PoolerError).
+func (r *Runner) Up(ctx context.Context, to int64) ([]Applied, error) {
+	if err := r.checkTo(to); err != nil {
 		return nil, err
 	}
-	var (
-		results []*goose.MigrationResult
-		err     error
-	)
-	if to == 0 {
-		results, err = r.provider.Up(ctx)
-	} else {
-		results, err = r.provider.UpTo(ctx, to)
-	}
-	var partial *goose.PartialError
-	if errors.As(err, &partial) {
-		results = partial.Applied
-		failed := partial.Failed.Source.Version
-		if r.noTx[failed] {
-			err = fmt.Errorf("%s failed; it runs without a transaction (NO TRANSACTION), so the statements before the failure may have been applied; "+
-				"it is not recorded as applied and the next up runs it again: %w", r.byVersion[failed].Name, partial.Err)
-		} else {
-			err = fmt.Errorf("%s failed, nothing of it was applied: %w", r.byVersion[failed].Name, partial.Err)
-		}
-	}
-	applied := make([]Applied, 0, len(results))
-	for _, res := range results {
-		applied = append(applied, Applied{Migration: r.byVersion[res.Source.Version], Duration: res.Duration})
-	}
-	return applied, err
-}
-
-// ensureSchema creates control_core before goose creates its version table in it, under the
-// same advisory lock key goose's session locker uses, so concurrent `up` runs do not race.
-func (r *Runner) ensureSchema(ctx context.Context) error {
-	return pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock.DefaultLockID); err != nil {
-			return fmt.Errorf("take the migration lock: %w", err)
-		}
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS control_core"); err != nil {
-			return fmt.Errorf("create schema control_core: %w", err)
-		}
-		return nil
-	})
-}
-
-// ChecksumState compares an applied migration's ledger row with the file in the binary.
-type ChecksumState string
-
-const (
-	ChecksumOK      ChecksumState = "ok"
-	ChecksumChanged ChecksumState = "changed" // the ledger holds another sha256: the file was edited after it ran
-	ChecksumMissing ChecksumState = "missing" // applied, but no ledger row
-	ChecksumPending ChecksumState = "-"
-)
-
-// Status is one line of `qlmigrate status`.
-type Status struct {
-	Migration checksums.Migration
-	Applied   bool
-	AppliedAt time.Time
-	Checksum  ChecksumState
-}
-
-// Status lists every migration the binary knows with its applied time and checksum state.
-func (r *Runner) Status(ctx context.Context) ([]Status, error) {
-	exists, err := db.New(r.Pool).SchemaExists(ctx)
+	report, err := r.Validate(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("look for schema control_core: %w", err)
+		return nil, err
 	}
-	ledger := map[int64]string{}
-	var applied map[int64]time.Time
-	if exists {
-		rows, err := db.New(r.Pool).ListLedger(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read checksum ledger: %w", err)
+	if !report.OK {
+		return nil, &DriftError{Report: report}
+	}
+	var applied []Applied
+	for {
+		m, done, err := r.applyNext(ctx, to)
+		if err != nil || done {
+			return applied, err
 		}
-		for _, row := range rows {
-			ledger[row.Version] = row.Sha256
+		if m != nil {
+			applied = append(applied, *m)
 		}
-		st, err := r.provider.Status(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read goose versions: %w", err)
+	}
+}
+
+// txPrologue is what every transaction of up runs first: the role, the bounds a pooled session
+// does not carry, and the migration lock (lock_timeout bounds only that wait).
+func (r *Runner) txPrologue() (before []string, lockSQL string, after []string) {
+	if r.opts.AsOwner {
+		before = append(before, "SET LOCAL ROLE "+pgx.Identifier{r.opts.Names.Owner}.Sanitize()+";")
+	}
+	before = append(before, r.conn.LocalSettings()...)
+	before = append(before, fmt.Sprintf("SET LOCAL lock_timeout = %d;", r.opts.LockTimeout.Milliseconds()))
+	return before, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);", LockKey), []string{"SET LOCAL lock_timeout TO DEFAULT;"}
+}
+
+// applyNext takes the lock in a new transaction and applies the first pending migration up to to;
+// done when none is left.
+func (r *Runner) applyNext(ctx context.Context, to int64) (*Applied, bool, error) {
+	tx, err := r.Pool.Begin(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit a no-op; on error the rollback is the point
+	before, lockSQL, after := r.txPrologue()
+	if err := r.execAll(ctx, tx, before); err != nil {
+		return nil, false, err
+	}
+	if err := r.takeLock(ctx, func() error { _, err := tx.Exec(ctx, lockSQL); return err }); err != nil {
+		return nil, false, err
+	}
+	if err := r.execAll(ctx, tx, after); err != nil {
+		return nil, false, err
+	}
+	st, err := readApplied(ctx, tx)
+	if err != nil {
+		return nil, false, err
+	}
+	if !st.tableExists {
+		if err := r.execAll(ctx, tx, checksums.VersionTableSQL()); err != nil {
+			return nil, false, fmt.Errorf("create goose's version table: %w", err)
 		}
-		applied = map[int64]time.Time{}
-		for _, s := range st {
-			if s.State == goose.StateApplied {
-				applied[s.Source.Version] = s.AppliedAt
+		return nil, false, commit(ctx, tx)
+	}
+	next := r.nextPending(st.applied, to)
+	if next == nil {
+		return nil, true, commit(ctx, tx)
+	}
+	if r.files[next.Version].NoTransaction {
+		_ = tx.Rollback(ctx) // release the transaction lock: the session lock takes over
+		a, err := r.applyNoTx(ctx, *next)
+		return a, false, err
+	}
+	start := time.Now()
+	stmts := append([]string{checksums.StartSQL}, r.statements(next.Version)...)
+	if err := r.execAll(ctx, tx, append(stmts, checksums.RecordSQL(*next)...)); err != nil {
+		return nil, false, fmt.Errorf("%s failed, nothing of it was applied: %w", next.Name, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, false, fmt.Errorf("%s: commit failed, nothing of it was applied: %w", next.Name, err)
+	}
+	return &Applied{Migration: *next, Duration: time.Since(start)}, false, nil
+}
+
+func commit(ctx context.Context, tx pgx.Tx) error {
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func (r *Runner) execAll(ctx context.Context, tx pgx.Tx, stmts []string) error {
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			var pgErr *pgconn.PgError
+			if strings.HasPrefix(s, "SET LOCAL ROLE") && errors.As(err, &pgErr) {
+				return &RoleError{User: r.conn.Pool.ConnConfig.User, Owner: r.opts.Names.Owner, Err: err}
 			}
+			return err
 		}
 	}
-	out := make([]Status, 0, len(r.Migrations))
+	return nil
+}
+
+// statements are the Up statements of a migration as they run.
+func (r *Runner) statements(version int64) []string {
+	f := r.files[version]
+	out := make([]string, 0, len(f.Up))
+	for _, s := range f.Up {
+		out = append(out, s.SQL)
+	}
+	return out
+}
+
+func (r *Runner) nextPending(applied map[int64]bool, to int64) *checksums.Migration {
 	for _, m := range r.Migrations {
-		s := Status{Migration: m, Checksum: ChecksumPending}
-		if at, ok := applied[m.Version]; ok {
-			s.Applied, s.AppliedAt = true, at
-			switch sum, ok := ledger[m.Version]; {
-			case !ok:
-				s.Checksum = ChecksumMissing
-			case sum != m.SHA256:
-				s.Checksum = ChecksumChanged
-			default:
-				s.Checksum = ChecksumOK
-			}
+		if to != 0 && m.Version > to {
+			return nil
 		}
-		out = append(out, s)
+		if !applied[m.Version] {
+			return &m
+		}
 	}
-	return out, nil
+	return nil
+}
+
+// PoolerError means what was asked cannot be done safely through a transaction-pooling pooler.
+type PoolerError struct{ Migration string }
+
+func (e *PoolerError) Error() string {
+	return fmt.Sprintf("%s is a NO TRANSACTION migration: it needs a session-level migration lock, which a transaction-pooling pooler does not keep; "+
+		"run up on a direct connection to the server (or through a session-pooling port)", e.Migration)
+}
+
+// applyNoTx applies a NO TRANSACTION migration under the session advisory lock on one connection.
+func (r *Runner) applyNoTx(ctx context.Context, m checksums.Migration) (*Applied, error) {
+	if r.conn.Pooled() {
+		return nil, &PoolerError{Migration: m.Name}
+	}
+	c, err := r.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire a connection: %w", err)
+	}
+	defer c.Release()
+	if _, err := c.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", r.opts.LockTimeout.Milliseconds())); err != nil {
+		return nil, err
+	}
+	if err := r.takeLock(ctx, func() error { _, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", LockKey); return err }); err != nil {
+		return nil, err
+	}
+	defer func() {
+		// a fresh context: the lock must go even when ctx was cancelled; closing the connection
+		// would release it too
+		unlockCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := c.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", LockKey); err != nil {
+			_ = c.Conn().Close(unlockCtx)
+		}
+	}()
+	if _, err := c.Exec(ctx, "RESET lock_timeout"); err != nil {
+		return nil, err
+	}
+	st, err := readApplied(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if st.applied[m.Version] {
+		return nil, nil // another run applied it while we waited
+	}
+	start := time.Now()
+	fail := func(err error) error {
+		return fmt.Errorf("%s failed; it runs without a transaction (NO TRANSACTION), so the statements before the failure may have been applied; "+
+			"it is not recorded as applied and the next up runs it again: %w", m.Name, err)
+	}
+	// the start mark is a session setting here: outside a transaction block a local one would
+	// last for its own statement only
+	if _, err := c.Exec(ctx, "SELECT set_config('qlmigrate.started_at', clock_timestamp()::text, false)"); err != nil {
+		return nil, fail(err)
+	}
+	for _, s := range r.statements(m.Version) {
+		if _, err := c.Exec(ctx, s); err != nil {
+			return nil, fail(err)
+		}
+	}
+	err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return r.execAll(ctx, tx, checksums.RecordSQL(m)) })
+	if err != nil {
+		return nil, fail(err)
+	}
+	return &Applied{Migration: m, Duration: time.Since(start)}, nil
+}
+
+// appliedState is what goose's version table says.
+type appliedState struct {
+	tableExists bool
+	applied     map[int64]bool
+	at          map[int64]time.Time
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// appliedVersions reads goose's version table, which goose's format defines and sqlc (which
+// reads sql/migrations) cannot type: hence a string here. The newest row of each version decides
+// (older goose recorded a down as an is_applied = false row).
+const appliedVersions = `SELECT version_id, tstamp FROM (
+    SELECT DISTINCT ON (version_id) version_id, is_applied, tstamp
+    FROM control_core.goose_db_version
+    WHERE version_id > 0
+    ORDER BY version_id, id DESC) v
+WHERE is_applied
+ORDER BY version_id`
+
+func readApplied(ctx context.Context, q querier) (appliedState, error) {
+	st := appliedState{applied: map[int64]bool{}, at: map[int64]time.Time{}}
+	if err := q.QueryRow(ctx, "SELECT to_regclass('control_core.goose_db_version') IS NOT NULL").Scan(&st.tableExists); err != nil {
+		return st, fmt.Errorf("look for goose's version table: %w", err)
+	}
+	if !st.tableExists {
+		return st, nil
+	}
+	rows, err := q.Query(ctx, appliedVersions)
+	if err != nil {
+		return st, fmt.Errorf("read goose versions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int64
+		var at time.Time
+		if err := rows.Scan(&v, &at); err != nil {
+			return st, fmt.Errorf("read goose versions: %w", err)
+		}
+		st.applied[v], st.at[v] = true, at
+	}
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("read goose versions: %w", err)
+	}
+	return st, nil
 }

@@ -53,6 +53,13 @@ const (
 	// as a whole; the connected role must be the runtime role. The ledger and goose's versions
 	// are the owner's to read (and `qlmigrate verify`'s to check).
 	ScopeRuntime
+	// ScopeUp is what `qlmigrate up` checks before it takes the migration lock: the integrity
+	// file, the ledger and unknown versions (pending migrations are what up is for: notes). Any
+	// drift there means the database did not run what this binary would build on.
+	ScopeUp
+	// ScopeProbe is `qlmigrate probe`: the integrity file and the capability only, one read of a
+	// table every role of the model may read, for an init container or a startup probe.
+	ScopeProbe
 )
 
 // Options configure one verification.
@@ -209,12 +216,16 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 
 	var stream checksums.Stream
 	var pending []checksums.Drift
-	if opts.Scope == ScopeRuntime {
+	switch opts.Scope {
+	case ScopeRuntime, ScopeProbe:
 		why := "read by `qlmigrate verify` as the owner role: the runtime role may not read goose's table or the ledger"
+		if opts.Scope == ScopeProbe {
+			why = "not part of the probe (`qlmigrate verify` checks it)"
+		}
 		r.skip(CheckLedger, why)
 		r.skip(CheckUnknown, why)
 		r.skip(CheckPending, why)
-	} else {
+	default:
 		if stream, pending, err = r.checkStream(ctx, tx, q, info, list, opts); err != nil {
 			return nil, err
 		}
@@ -235,7 +246,22 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 			}
 		}
 	}
+	if opts.Scope == ScopeUp {
+		why := "checked by `qlmigrate verify` after up"
+		for _, c := range []string{CheckCapability, CheckReadiness, CheckPrivileges} {
+			r.skip(c, why)
+		}
+		r.ElapsedMs = float64(time.Since(start).Microseconds()) / 1000
+		return r, nil
+	}
 	r.add(CheckCapability, "", capability(ctx, q, info.CapabilitiesExists, want))
+	if opts.Scope == ScopeProbe {
+		why := "not part of the probe (`qlmigrate verify` checks it)"
+		r.skip(CheckReadiness, why)
+		r.skip(CheckPrivileges, why)
+		r.ElapsedMs = float64(time.Since(start).Microseconds()) / 1000
+		return r, nil
+	}
 
 	switch {
 	case !info.SchemaExists && opts.Scope == ScopeRuntime:
@@ -389,7 +415,7 @@ func (r *Report) checkStream(ctx context.Context, tx pgx.Tx, q *db.Queries, info
 			return stream, nil, permission(opts.Names, fmt.Errorf("read checksum ledger: %w", err))
 		}
 		for _, row := range rows {
-			stream.Ledger = append(stream.Ledger, checksums.LedgerRow{Version: row.Version, Name: row.Name, SHA256: row.Sha256})
+			stream.Ledger = append(stream.Ledger, checksums.LedgerRow{Version: row.Version, Name: row.Name, SHA256: row.Sha256, Normal: row.NormalizedSha256})
 		}
 	case info.SchemaExists && len(stream.Applied) > 0:
 		ledgerFindings = append(ledgerFindings, Finding{Severity: SeverityDrift, Kind: "missing_ledger", Object: "control_core.migration_ledger",
@@ -400,7 +426,7 @@ func (r *Report) checkStream(ctx context.Context, tx pgx.Tx, q *db.Queries, info
 	r.add(CheckLedger, "", append(ledgerFindings, fromChecksums(ledger)...))
 	r.add(CheckUnknown, "", fromChecksums(unknown))
 	pendingFindings := fromChecksums(pending)
-	if opts.AllowPending {
+	if opts.AllowPending || opts.Scope == ScopeUp {
 		for i := range pendingFindings {
 			pendingFindings[i].Severity = SeverityNote
 		}

@@ -26,12 +26,33 @@ CREATE TABLE control_core.capabilities (
 
 -- The checksum ledger: one row per applied migration, written by the migration runner inside the
 -- migration's own transaction, so a version is never recorded without the sha256 of what ran.
+-- normalized_sha256 hashes the file's normal form (no comments, whitespace reduced: see
+-- internal/sqlfile), so an edit of comments or whitespace can be told from one of statements.
+-- sha256 is the file the ledger vouches for now: `qlmigrate accept` may move it to a cosmetic edit
+-- of the same statements, never to other statements, and keeps the old one in
+-- migration_acceptances.
 CREATE TABLE control_core.migration_ledger (
-    version       bigint PRIMARY KEY CHECK (version > 0),
-    name          text   NOT NULL CHECK (name ~ '^pg-[0-9]{4}-[a-z0-9-]+$'),
-    sha256        text   NOT NULL CHECK (sha256 ~ '^[0-9a-f]{64}$'),
-    applied_at_ms bigint NOT NULL CHECK (applied_at_ms > 0),
-    applied_by    text   NOT NULL DEFAULT session_user
+    version           bigint PRIMARY KEY CHECK (version > 0),
+    name              text   NOT NULL CHECK (name ~ '^pg-[0-9]{4}-[a-z0-9-]+$'),
+    sha256            text   NOT NULL CHECK (sha256 ~ '^[0-9a-f]{64}$'),
+    normalized_sha256 text   NOT NULL CHECK (normalized_sha256 ~ '^[0-9a-f]{64}$'),
+    applied_at_ms     bigint NOT NULL CHECK (applied_at_ms > 0),
+    applied_by        text   NOT NULL DEFAULT session_user,
+    duration_ms       bigint NOT NULL CHECK (duration_ms >= 0)
+);
+
+-- Who accepted which cosmetic edit of an applied migration, when and why (`qlmigrate accept`),
+-- with the sha256 the ledger held before: the ledger's history, never rewritten.
+CREATE TABLE control_core.migration_acceptances (
+    version           bigint NOT NULL REFERENCES control_core.migration_ledger (version),
+    old_sha256        text   NOT NULL CHECK (old_sha256 ~ '^[0-9a-f]{64}$'),
+    new_sha256        text   NOT NULL CHECK (new_sha256 ~ '^[0-9a-f]{64}$'),
+    normalized_sha256 text   NOT NULL CHECK (normalized_sha256 ~ '^[0-9a-f]{64}$'),
+    reason            text   NOT NULL CHECK (length(btrim(reason)) BETWEEN 1 AND 1000),
+    accepted_by       text   NOT NULL DEFAULT session_user,
+    accepted_at_ms    bigint NOT NULL CHECK (accepted_at_ms > 0),
+    PRIMARY KEY (version, accepted_at_ms, new_sha256),
+    CHECK (old_sha256 <> new_sha256)
 );
 
 -- +goose StatementBegin

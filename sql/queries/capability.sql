@@ -6,7 +6,7 @@ WHERE component = $1;
 
 -- name: ListLedger :many
 -- The checksum ledger, one row per applied migration.
-SELECT version, name, sha256, applied_at_ms, applied_by
+SELECT version, name, sha256, normalized_sha256, applied_at_ms, applied_by, duration_ms
 FROM control_core.migration_ledger
 ORDER BY version;
 
