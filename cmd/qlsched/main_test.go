@@ -536,8 +536,8 @@ func TestRunRefusesAHalfMigratedDatabase(t *testing.T) {
 		to      int64
 		missing []string
 	}{
-		{13, []string{"control-core is at v12", "table control_core.trigger_schedules does not exist", "function control_core.db_now_ms() does not exist"}},
-		{14, []string{"control-core is at v13", "function control_core.db_now_ms() does not exist"}},
+		{13, []string{"control-core is v12", "table control_core.trigger_schedules is missing", "function control_core.db_now_ms() is missing"}},
+		{14, []string{"control-core is v13", "function control_core.db_now_ms() is missing"}},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("up --to %d", c.to), func(t *testing.T) {

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/qlcontrol/controlcore/roles"
@@ -50,5 +51,19 @@ func Readiness(ctx context.Context, conn Beginner, names roles.Names) error {
 			}
 		}
 	}
+	// What is missing says most (a partly migrated database lacks whole tables, and each of
+	// their columns and keys would be a finding too): capability and missing objects first.
+	slices.SortStableFunc(drift, func(a, b Finding) int { return headline(a) - headline(b) })
 	return &NotReadyError{Findings: drift}
+}
+
+func headline(f Finding) int {
+	switch f.Kind {
+	case "missing_schema", "capability_changed", "missing_capability", "connected_role":
+		return 0
+	case "missing_table", "missing_function":
+		return 1
+	default:
+		return 2
+	}
 }
