@@ -65,6 +65,15 @@ func (a *app) openRunner(ctx context.Context, asOwner bool) (*migrate.Runner, er
 	return migrate.Open(ctx, a.conn, migrate.Options{Names: a.names, AsOwner: asOwner})
 }
 
+// JSON schema identifiers of the documents qlmigrate prints (docs/json.md). Each changes only
+// when a field is removed or changes meaning; fields may be added.
+const (
+	schemaUp     = "qlmigrate.up/v1"
+	schemaPlan   = "qlmigrate.plan/v1"
+	schemaStatus = "qlmigrate.status/v1"
+	schemaAccept = "qlmigrate.accept/v1"
+)
+
 func (a *app) json() bool { return a.format == "json" }
 
 func writeJSON(w io.Writer, v any) error {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	_ "time/tzdata" // every binary resolves zones identically, also in minimal containers
 
@@ -24,11 +25,20 @@ func (a *app) rootCmd() *cobra.Command {
 this binary) and checks a database against them.
 
 Connection: --database-url, else QL_DATABASE_URL, else the standard PG* variables.
-Passwords never appear in output.
+Passwords never appear in output. Behind a transaction-pooling PgBouncer add ql_pooler=transaction
+to the URL (qlmigrate also detects PgBouncer when it refuses a startup parameter).
 
 Exit codes: 0 success, 1 a check found a problem, 2 bad usage or configuration (nothing was
-opened), 3 cannot connect or the database failed.`,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.validate() },
+opened), 3 cannot connect or the database failed. --format json documents: docs/json.md.`,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.validate(); err != nil {
+				return err
+			}
+			// who holds a lock or runs a statement is then visible in pg_stat_activity
+			host, _ := os.Hostname()
+			a.conn.SetApplicationName(fmt.Sprintf("%s (%s pid %d)", cmd.CommandPath(), host, os.Getpid()))
+			return nil
+		},
 		// cobra's generated completion command would run the root's hook, which reads the
 		// connection settings: a command that never connects must not depend on them.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
@@ -37,6 +47,6 @@ opened), 3 cannot connect or the database failed.`,
 	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")
 	pf.StringVar(&a.rolePrefix, "role-prefix", "ql_", "prefix of the four role names: <prefix>owner, <prefix>admin, <prefix>runtime, <prefix>worker_ingress")
 	pf.StringVar(&a.format, "format", "text", "output format: text or json")
-	root.AddCommand(a.upCmd(), a.statusCmd(), a.rolesCmd(), a.verifyCmd(), a.grantsCmd(), a.hashCmd())
+	root.AddCommand(a.upCmd(), a.statusCmd(), a.acceptCmd(), a.probeCmd(), a.rolesCmd(), a.verifyCmd(), a.grantsCmd(), a.hashCmd())
 	return root
 }

@@ -8,15 +8,25 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/migrate"
 )
 
 func (a *app) statusCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "status",
-		Short: "List every migration: version, name, applied at, checksum state",
+	var exitCode bool
+	cmd := &cobra.Command{
+		Use:   "status [--exit-code]",
+		Short: "List every migration: version, name, applied at, by whom, how long, checksum state",
 		Long: `status lists every migration embedded in this binary with the time it was applied (or
-"pending") and the state of its checksum-ledger row: ok, changed (the file differs from what
-ran), missing (applied without a ledger row) or - (not applied). It changes nothing.`,
+"pending"), the session user that applied it, how long its statements took, and the state of its
+checksum-ledger row: ok, changed (statements) (a statement of the file differs from what ran),
+changed (comments/whitespace only) (qlmigrate accept can record it), missing (applied without a
+ledger row) or - (not applied). It reads in one read-only transaction, takes no lock and changes
+nothing.
+
+--exit-code: exit 1 while any migration is pending or any applied one is changed or missing (a
+CI gate); without it status exits 0 whatever it shows.`,
+		Example: `  qlmigrate status --exit-code || echo "migrations pending or changed"`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			r, err := a.openRunner(ctx, false)
@@ -29,54 +39,80 @@ ran), missing (applied without a ledger row) or - (not applied). It changes noth
 				return err
 			}
 			capability, capErr := db.New(r.Pool).Capability(ctx, "control-core")
+			pending, bad := 0, 0
+			for _, s := range rows {
+				switch {
+				case !s.Applied:
+					pending++
+				case s.Checksum != migrate.ChecksumOK:
+					bad++
+				}
+			}
 			out := cmd.OutOrStdout()
 			if a.json() {
 				type item struct {
-					Version   int64      `json:"version"`
-					Name      string     `json:"name"`
-					File      string     `json:"file"`
-					Applied   bool       `json:"applied"`
-					AppliedAt *time.Time `json:"applied_at,omitempty"`
-					Checksum  string     `json:"checksum"`
+					Version    int64      `json:"version"`
+					Name       string     `json:"name"`
+					File       string     `json:"file"`
+					Applied    bool       `json:"applied"`
+					AppliedAt  *time.Time `json:"applied_at,omitempty"`
+					AppliedBy  string     `json:"applied_by,omitempty"`
+					DurationMs *int64     `json:"duration_ms,omitempty"`
+					Checksum   string     `json:"checksum"`
 				}
 				res := struct {
+					Schema     string `json:"schema"`
 					Migrations []item `json:"migrations"`
+					Pending    int    `json:"pending"`
+					Changed    int    `json:"changed"`
 					Capability *int32 `json:"capability,omitempty"`
-				}{Migrations: []item{}}
+				}{Schema: schemaStatus, Migrations: []item{}, Pending: pending, Changed: bad}
 				for _, s := range rows {
 					it := item{Version: s.Migration.Version, Name: s.Migration.Name, File: s.Migration.File, Applied: s.Applied, Checksum: string(s.Checksum)}
 					if s.Applied {
 						at := s.AppliedAt.UTC()
 						it.AppliedAt = &at
 					}
+					if s.AppliedBy != "" {
+						ms := s.Duration.Milliseconds()
+						it.AppliedBy, it.DurationMs = s.AppliedBy, &ms
+					}
 					res.Migrations = append(res.Migrations, it)
 				}
 				if capErr == nil {
 					res.Capability = &capability.Version
 				}
-				return writeJSON(out, res)
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED AT\tCHECKSUM")
-			pending := 0
-			for _, s := range rows {
-				at := "pending"
-				if s.Applied {
-					at = s.AppliedAt.UTC().Format(time.RFC3339)
-				} else {
-					pending++
+				if err := writeJSON(out, res); err != nil {
+					return err
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Migration.Version, s.Migration.Name, at, s.Checksum)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if capErr == nil {
-				fmt.Fprintf(out, "\ncontrol-core capability v%d (%s); %d of %d applied\n", capability.Version, capability.Name, len(rows)-pending, len(rows))
 			} else {
-				fmt.Fprintf(out, "\ncontrol-core not installed; %d of %d applied\n", len(rows)-pending, len(rows))
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED AT\tAPPLIED BY\tDURATION\tCHECKSUM")
+				for _, s := range rows {
+					at, by, took := "pending", "-", "-"
+					if s.Applied {
+						at = s.AppliedAt.UTC().Format(time.RFC3339)
+					}
+					if s.AppliedBy != "" {
+						by, took = s.AppliedBy, s.Duration.String()
+					}
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", s.Migration.Version, s.Migration.Name, at, by, took, s.Checksum.Text())
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if capErr == nil {
+					fmt.Fprintf(out, "\ncontrol-core capability v%d (%s); %d of %d applied\n", capability.Version, capability.Name, len(rows)-pending, len(rows))
+				} else {
+					fmt.Fprintf(out, "\ncontrol-core not installed; %d of %d applied\n", len(rows)-pending, len(rows))
+				}
+			}
+			if exitCode && pending+bad > 0 {
+				return cli.Problemf("%d migration(s) pending, %d changed or missing (--exit-code)", pending, bad)
 			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 1 while a migration is pending, changed or missing (a CI gate)")
+	return cmd
 }

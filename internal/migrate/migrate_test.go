@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/testpg"
@@ -25,6 +26,17 @@ func open(t *testing.T, d *testpg.DB, role string, fsys fs.FS) *migrate.Runner {
 	}
 	t.Cleanup(r.Close)
 	return r
+}
+
+// withSum writes the integrity file of a test stream, which up checks before anything else.
+func withSum(t *testing.T, stream fstest.MapFS) {
+	t.Helper()
+	delete(stream, checksums.SumFileName)
+	sum, err := checksums.ComputeSum(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream[checksums.SumFileName] = &fstest.MapFile{Data: sum.Bytes()}
 }
 
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
@@ -65,8 +77,8 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if notOwned != 0 {
 		t.Errorf("%d objects in control_core are not owned by ql_owner", notOwned)
 	}
-	if n := count(t, su, "SELECT count(*) FROM pg_class WHERE relnamespace = 'control_core'::regnamespace AND relkind = 'r'"); n != 20 {
-		t.Errorf("control_core has %d tables, want 20 (19 of the model + goose's version table)", n)
+	if n := count(t, su, "SELECT count(*) FROM pg_class WHERE relnamespace = 'control_core'::regnamespace AND relkind = 'r'"); n != 21 {
+		t.Errorf("control_core has %d tables, want 21 (20 of the model + goose's version table)", n)
 	}
 
 	again, err := r.Up(ctx, 0)
@@ -114,7 +126,8 @@ func TestStatusReportsAnEditedLedgerChecksum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := testpg.New(t)
-	d.Exec(t, "UPDATE control_core.migration_ledger SET sha256 = repeat('0', 64) WHERE version = 5")
+	d.Exec(t, "UPDATE control_core.migration_ledger SET sha256 = repeat('0', 64), normalized_sha256 = repeat('0', 64) WHERE version = 5")
+	d.Exec(t, "UPDATE control_core.migration_ledger SET sha256 = repeat('0', 64) WHERE version = 6")
 	r := open(t, d, "ql_owner", nil)
 	st, err := r.Status(ctx)
 	if err != nil {
@@ -122,8 +135,14 @@ func TestStatusReportsAnEditedLedgerChecksum(t *testing.T) {
 	}
 	for _, s := range st {
 		want := migrate.ChecksumOK
-		if s.Migration.Version == 5 {
+		switch s.Migration.Version {
+		case 5:
 			want = migrate.ChecksumChanged
+		case 6:
+			want = migrate.ChecksumCosmetic
+		}
+		if s.AppliedBy == "" || s.Duration < 0 {
+			t.Errorf("%s: applied by %q, duration %s; want the session user and a duration", s.Migration.Name, s.AppliedBy, s.Duration)
 		}
 		if s.Checksum != want {
 			t.Errorf("%s checksum %s, want %s", s.Migration.Name, s.Checksum, want)
@@ -150,6 +169,7 @@ INSERT INTO control_core.half_done VALUES (1);
 ALTER TABLE control_core.projects ADD COLUMN half_done integer;
 SELECT 1 / 0;
 `)}
+	withSum(t, stream)
 	d := testpg.NewEmpty(t)
 	r := open(t, d, "ql_owner", stream)
 	applied, err := r.Up(ctx, 0)
@@ -198,7 +218,7 @@ func TestNonTransactionalMigrationRecordsVersionAndLedgerTogether(t *testing.T) 
 			// The migration takes the ledger row of its own version, so the ledger insert that
 			// follows goose's version insert fails: the version row must roll back with it.
 			name:     "a failed ledger row takes the version row with it",
-			body:     "-- +goose NO TRANSACTION\n-- +goose Up\nINSERT INTO control_core.migration_ledger (version, name, sha256, applied_at_ms) VALUES (3, 'pg-0003-squatter', repeat('0', 64), 1);\n",
+			body:     "-- +goose NO TRANSACTION\n-- +goose Up\nINSERT INTO control_core.migration_ledger (version, name, sha256, normalized_sha256, applied_at_ms, duration_ms) VALUES (3, 'pg-0003-squatter', repeat('0', 64), repeat('0', 64), 1, 0);\n",
 			wantErr:  []string{"pg-0003-no-tx failed", "NO TRANSACTION", "may have been applied", "duplicate key"},
 			versions: 0, ledger: "pg-0003-squatter",
 		},
@@ -216,6 +236,7 @@ func TestNonTransactionalMigrationRecordsVersionAndLedgerTogether(t *testing.T) 
 				stream[f] = &fstest.MapFile{Data: body}
 			}
 			stream["0003_no_tx.sql"] = &fstest.MapFile{Data: []byte(c.body)}
+			withSum(t, stream)
 			d := testpg.NewEmpty(t)
 			r := open(t, d, "ql_owner", stream)
 			applied, err := r.Up(ctx, 0)
