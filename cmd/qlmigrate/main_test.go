@@ -198,8 +198,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 		t.Fatalf("embedded stream: %d migrations, %v; want 18", len(stream), err)
 	}
 	for _, m := range stream {
-		// VERSION NAME APPLIED-AT CHECKSUM, the time in RFC 3339.
-		line := regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+%s\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+ok$`, m.Version, regexp.QuoteMeta(m.Name)))
+		// VERSION NAME APPLIED-AT APPLIED-BY DURATION CHECKSUM, the time in RFC 3339.
+		line := regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+%s\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+\S+\s+\S+\s+ok$`, m.Version, regexp.QuoteMeta(m.Name)))
 		if !line.MatchString(r.stdout) {
 			t.Errorf("status has no line for %s with an applied time and checksum ok:\n%s", m.Name, r.stdout)
 		}

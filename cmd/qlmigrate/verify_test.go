@@ -150,11 +150,13 @@ func TestVerifyFindsSchemaDrift(t *testing.T) {
 		check     string // the check that must fail
 		want      []string
 	}{
-		{"edited ledger checksum", "UPDATE control_core.migration_ledger SET sha256 = repeat('0', 64) WHERE version = 14",
-			"ledger", []string{"pg-0014-cluster-scheduler-admission", "the file was edited after it was applied"}},
+		{"edited ledger checksum", "UPDATE control_core.migration_ledger SET sha256 = repeat('0', 64), normalized_sha256 = repeat('0', 64) WHERE version = 14",
+			"ledger", []string{"pg-0014-cluster-scheduler-admission", "changed (statements)", "the file was edited after it was applied"}},
+		{"cosmetic edit of the file", "UPDATE control_core.migration_ledger SET sha256 = repeat('0', 64) WHERE version = 14",
+			"ledger", []string{"pg-0014-cluster-scheduler-admission", "changed (comments/whitespace only)", "qlmigrate accept --version 14"}},
 		{"unknown applied version in goose's table", "INSERT INTO control_core.goose_db_version (version_id, is_applied) VALUES (19, true)",
 			"unknown_versions", []string{"version 19 is applied", "does not know it"}},
-		{"unknown applied version in the ledger", "INSERT INTO control_core.migration_ledger (version, name, sha256) VALUES (23, 'pg-0023-from-the-future', repeat('a', 64))",
+		{"unknown applied version in the ledger", "INSERT INTO control_core.migration_ledger (version, name, sha256, normalized_sha256, duration_ms) VALUES (23, 'pg-0023-from-the-future', repeat('a', 64), repeat('a', 64), 1)",
 			"unknown_versions", []string{"version 23", "pg-0023-from-the-future"}},
 		{"capability changed", "UPDATE control_core.capabilities SET version = 16, name = 'exact_grants' WHERE component = 'control-core'",
 			"capability", []string{"control-core is v16 / exact_grants", "expects v17 / plugin_packages"}},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/qlcontrol/controlcore/db"
@@ -58,8 +59,18 @@ func (e *LockTimeoutError) Error() string {
 }
 
 // Holders returns the sessions that hold the migration lock now.
+// It reads as the login role (SET LOCAL ROLE NONE), not the owner role up acts as: a superuser or
+// a pg_read_all_stats member sees every column of every session.
 func (r *Runner) Holders(ctx context.Context) ([]LockHolder, error) {
-	rows, err := db.New(r.Pool).MigrationLockHolders(ctx, LockKey)
+	var rows []db.MigrationLockHoldersRow
+	err := pgx.BeginTxFunc(ctx, r.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE NONE"); err != nil {
+			return err
+		}
+		var err error
+		rows, err = db.New(tx).MigrationLockHolders(ctx, LockKey)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read who holds the migration lock: %w", err)
 	}

@@ -269,3 +269,7 @@ func lastLines(b []byte, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// ServerCredential is the OS user a server started by a test runs as: nil when not root, else
+// postgres (or nobody). Other servers the tests start (PgBouncer) refuse root too.
+func ServerCredential() (*syscall.Credential, error) { return serverCredential() }
