@@ -55,6 +55,9 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
 		t.Errorf("replicas %v, want 3", dep.Spec.Replicas)
 	}
+	if ic := dep.Spec.Template.Spec.InitContainers; len(ic) != 1 || len(ic[0].Command) != 2 || ic[0].Command[0] != "qlmigrate" || ic[0].Command[1] != "probe" {
+		t.Errorf("want one init container running [qlmigrate probe], got %+v", ic)
+	}
 	c := dep.Spec.Template.Spec.Containers[0]
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 		t.Error("want a readiness probe on /readyz and a liveness probe on /healthz")
@@ -128,5 +131,18 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		if len(step.c.Env) == 0 || step.c.Env[0].Name != "QL_DATABASE_URL" || step.c.Env[0].ValueFrom.SecretKeyRef.Key != "owner-url" {
 			t.Errorf("job container %s does not connect as the owner (QL_DATABASE_URL from owner-url)", step.c.Name)
 		}
+	}
+	probe := dep.Spec.Template.Spec.InitContainers[0]
+	probeHelp, err := exec.Command(qlmigrate, "probe", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("qlmigrate probe --help: %v\n%s", err, probeHelp)
+	}
+	for _, arg := range probe.Args {
+		if m := flag.FindStringSubmatch(arg); m == nil || !strings.Contains(string(probeHelp), "--"+m[1]+" ") {
+			t.Errorf("argument %q is not a qlmigrate probe flag", arg)
+		}
+	}
+	if len(probe.Env) == 0 || probe.Env[0].ValueFrom.SecretKeyRef.Key != "runtime-url" {
+		t.Errorf("the probe does not connect as the runtime role (runtime-url)")
 	}
 }
