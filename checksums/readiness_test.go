@@ -98,8 +98,8 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 			tables++
 		}
 	}
-	if tables != 19 {
-		t.Errorf("the contract lists %d tables, want the 19 of control-core v17", tables)
+	if tables != 20 {
+		t.Errorf("the contract lists %d tables, want the 20 of control-core v17", tables)
 	}
 }
 
