@@ -534,14 +534,22 @@ func changedDrift(want, got Fact, loc Locator) Drift {
 	case "column":
 		return columnDrift(d, want, got, origin)
 	case "constraint":
-		if got.Def == want.Def+" NOT VALID" {
+		if got.Def == want.Def+" (index INVALID)" {
+			d.Message = fmt.Sprintf("constraint %s: its index is not valid, so the constraint enforces nothing", describe(want))
+			d.SQL = []string{fmt.Sprintf("REINDEX INDEX %s;", qualified(want.Name))}
+		} else if got.Def == want.Def+" NOT VALID" {
 			d.Message = fmt.Sprintf("constraint %s is NOT VALID: rows written before it was added were never checked", describe(want))
 			d.SQL = []string{fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s;", table, ident(want.Name))}
 		} else {
 			d.SQL = []string{fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s, ADD CONSTRAINT %s %s;", table, ident(want.Name), ident(want.Name), want.Def)}
 		}
 	case "index":
-		d.SQL = []string{fmt.Sprintf("DROP INDEX %s;", qualified(want.Name)), want.Def + ";"}
+		if got.Def == want.Def+" (INVALID)" {
+			d.Message = fmt.Sprintf("index %s is not valid: no statement uses it", describe(want))
+			d.SQL = []string{fmt.Sprintf("REINDEX INDEX %s;", qualified(want.Name))}
+		} else {
+			d.SQL = []string{fmt.Sprintf("DROP INDEX %s;", qualified(want.Name)), want.Def + ";"}
+		}
 	case "trigger":
 		d.SQL = []string{fmt.Sprintf("DROP TRIGGER %s ON %s;", ident(want.Name), table), want.Def + ";"}
 	case "trigger_enabled":

@@ -50,11 +50,15 @@ ORDER BY 1, 2;
 -- name: ReadinessConstraints :many
 -- Primary, unique, foreign key, CHECK and exclusion constraints (NOT NULL constraints, which
 -- PostgreSQL 18 also lists here, are the columns' nullability instead). pg_get_constraintdef
--- renders DEFERRABLE, INITIALLY DEFERRED and NOT VALID, so those are part of the definition.
+-- renders DEFERRABLE, INITIALLY DEFERRED and NOT VALID, so those are part of the definition. A
+-- key whose index is not valid (a superuser's UPDATE of pg_index, a failed REINDEX CONCURRENTLY)
+-- enforces nothing: the definition says so.
 SELECT c.relname::text AS table_name,
        k.conname::text AS constraint_name,
-       pg_catalog.pg_get_constraintdef(k.oid)::text AS definition
+       (pg_catalog.pg_get_constraintdef(k.oid)
+        || CASE WHEN x.indisvalid AND x.indisready AND x.indislive OR x.indexrelid IS NULL THEN '' ELSE ' (index INVALID)' END)::text AS definition
 FROM pg_catalog.pg_constraint k
+LEFT JOIN pg_catalog.pg_index x ON x.indexrelid = k.conindid AND k.contype IN ('p', 'u', 'x')
 JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
@@ -67,7 +71,8 @@ ORDER BY 1, 2;
 -- every write evaluates.
 SELECT c.relname::text AS table_name,
        i.relname::text AS index_name,
-       pg_catalog.pg_get_indexdef(i.oid)::text AS definition,
+       (pg_catalog.pg_get_indexdef(i.oid)
+        || CASE WHEN x.indisvalid AND x.indisready AND x.indislive THEN '' ELSE ' (INVALID)' END)::text AS definition,
        x.indisunique AS is_unique,
        (x.indexprs IS NOT NULL OR x.indpred IS NOT NULL)::boolean AS evaluates
 FROM pg_catalog.pg_index x
