@@ -39,6 +39,20 @@ test-matrix:
 demo:
 	go run ./cmd/qlsched demo
 
+# Mutation testing (docs/testing.md): each mutation of internal/mutate/mutations.txt, applied one
+# at a time to a copy of HEAD (commit first; MUTATE_FLAGS="-tree worktree" takes the checkout as it
+# is), with the tests that must kill it; fails unless every one is killed. MUTATE_SUBSET=ci, or
+# `make mutate-fast`, runs the fast list CI runs. MUTATE_FLAGS="-doc docs/testing.md" writes the
+# table there.
+.PHONY: mutate mutate-fast
+MUTATE_SUBSET ?=
+MUTATE_FLAGS ?=
+mutate:
+	go run ./internal/mutate -subset "$(MUTATE_SUBSET)" $(MUTATE_FLAGS)
+
+mutate-fast:
+	@$(MAKE) --no-print-directory mutate MUTATE_SUBSET=ci
+
 # The fault and HA gates of issue #5 (internal/faults, build tag "faults", so `make test` does not
 # run them twice) and the fault proxy's own tests: backend termination, physical promotion,
 # raw-wire COMMIT-response loss, network partition, and a short chaos soak (the CI_CHAOS
