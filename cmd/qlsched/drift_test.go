@@ -2,10 +2,13 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/qlcontrol/controlcore/internal/drifttest"
 	"github.com/qlcontrol/controlcore/internal/testpg"
@@ -58,5 +61,48 @@ func TestRunRefusesEveryDriftThatTouchesTheRuntime(t *testing.T) {
 				t.Errorf("a change that does not touch the runtime: want the replica to start and stop cleanly, got %v\n%s", err, logged.String())
 			}
 		})
+	}
+}
+
+// A function or operator in public (or in a schema named after the role) that shadows a
+// built-in one the queries call unqualified (||, convert_to) is not drift of control-core, and
+// must not matter: every session runs with search_path pg_catalog, so a replica admits as if they
+// were not there. With the default search_path each of them made every admit fail, or ran code
+// of whoever created them as the runtime role. (A cast is not found by path: a user-defined cast
+// is readiness drift instead.)
+func TestRunIsImmuneToShadowingObjectsInPublic(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	publishEverySecond(t, d, "t")
+	d.Exec(t, `CREATE FUNCTION public.cat(text, bigint) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT $1 || 'X' || $2::text $$;
+		CREATE OPERATOR public.|| (LEFTARG = text, RIGHTARG = bigint, FUNCTION = public.cat);
+		CREATE FUNCTION public.convert_to(text, text) RETURNS bytea LANGUAGE sql IMMUTABLE AS $$ SELECT '\x00'::bytea $$;
+		CREATE SCHEMA ql_runtime AUTHORIZATION ql_runtime;
+		CREATE OPERATOR ql_runtime.|| (LEFTARG = text, RIGHTARG = bigint, FUNCTION = public.cat)`)
+	cmd := exec.Command(qlsched(t), "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
+		"--cadence", "100ms", "--owner", "shadowed")
+	var logged bytes.Buffer
+	cmd.Stderr = &logged
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	su := d.Pool(t, "")
+	ctx := context.Background()
+	var runs int
+	for deadline := time.Now().Add(20 * time.Second); runs < 2; time.Sleep(100 * time.Millisecond) { // polling the database
+		if err := su.QueryRow(ctx, "SELECT count(*) FROM control_core.runs").Scan(&runs); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d runs after 20 s, want 2:\n%s", runs, logged.String())
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit: %v\n%s", err, logged.String())
+	}
+	if strings.Contains(logged.String(), "level=ERROR") || strings.Contains(logged.String(), "level=WARN") {
+		t.Errorf("the replica logged errors:\n%s", logged.String())
 	}
 }

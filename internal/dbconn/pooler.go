@@ -36,9 +36,9 @@ func (c *Config) SetPooled() {
 	c.SetTimeouts(c.timeouts)
 }
 
-// LocalSettings returns the statements that apply the server-side bounds of Timeouts to one
-// transaction (SET LOCAL), to run first in every transaction when Pooled; nil on a direct
-// connection, whose sessions got them at startup.
+// LocalSettings returns the statements that apply the server-side bounds of Timeouts and the
+// SearchPath to one transaction (SET LOCAL), to run first in every transaction when Pooled; nil
+// on a direct connection, whose sessions got them at startup.
 func (c *Config) LocalSettings() []string {
 	if !c.pooled {
 		return nil
@@ -47,6 +47,7 @@ func (c *Config) LocalSettings() []string {
 	return []string{
 		"SET LOCAL " + paramStatement + " = " + ms(c.timeouts.Statement) + ";",
 		"SET LOCAL " + paramIdleInTx + " = " + ms(c.timeouts.IdleInTransaction) + ";",
+		"SET LOCAL " + paramSearchPath + " = " + SearchPath + ";",
 	}
 }
 
@@ -94,7 +95,7 @@ func applyPooled(cc *pgx.ConnConfig, pooled bool) {
 		return
 	}
 	cc.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	for _, p := range []string{paramStatement, paramIdleInTx, paramKAIdle, paramKAInterval, paramKACount, paramUserTimeout} {
+	for _, p := range []string{paramStatement, paramIdleInTx, paramKAIdle, paramKAInterval, paramKACount, paramUserTimeout, paramSearchPath} {
 		delete(cc.RuntimeParams, p)
 	}
 }

@@ -80,7 +80,17 @@ const (
 	paramKAInterval  = "tcp_keepalives_interval"
 	paramKACount     = "tcp_keepalives_count"
 	paramUserTimeout = "tcp_user_timeout"
+	paramSearchPath  = "search_path"
 )
+
+// SearchPath is the search_path of every session this package opens, whatever the connection
+// string or the role's settings say: pg_catalog only. control-core names each of its objects
+// with its schema, so nothing needs the path; and with the default ("$user", public) a function,
+// operator or cast that someone created in public, or in a schema named after the role, would
+// take the place of a built-in one that a query calls unqualified (||, encode, sha256 …) and run
+// inside every admit as the runtime role. pg_temp stays first for relations only, and every
+// relation is qualified.
+const SearchPath = "pg_catalog"
 
 // timeoutsFrom returns the defaults, overridden by what the URL set: connect_timeout (at most
 // ConnectTimeout), statement_timeout and idle_in_transaction_session_timeout (any PostgreSQL
@@ -143,6 +153,7 @@ func (c *Config) SetTimeouts(t Timeouts) {
 	if t.UserTimeout > 0 {
 		cc.RuntimeParams[paramUserTimeout] = ms(t.UserTimeout)
 	}
+	cc.RuntimeParams[paramSearchPath] = SearchPath
 	applyPooled(cc, c.pooled)
 	dialer := &net.Dialer{
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: t.KeepAliveIdle, Interval: t.KeepAliveInterval, Count: t.KeepAliveCount},
