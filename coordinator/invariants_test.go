@@ -52,15 +52,41 @@ func TestRunsTableRefusesForgedRuns(t *testing.T) {
 			t.Errorf("%s: err %v, want a violation of %s", c.name, err, c.constraint)
 		}
 	}
+	// Nor can an UPDATE move the Run off its occurrence, or make it a manual one, to free the
+	// occurrence for a second Run.
+	for _, c := range []struct{ name, set string }{
+		{"made manual", "trigger_id = NULL, trigger_revision = NULL, scheduled_for_ms = NULL, idempotency_key = 'manual-disguised'"},
+		{"moved to another occurrence", fmt.Sprintf("scheduled_for_ms = scheduled_for_ms + 7, idempotency_key = '%s'", fmt.Sprintf("ql3:cron:v1:nightly:%d:%d", rev1.Revision, at+7))},
+		{"given another run id", "run_id = gen_random_uuid()"},
+		{"handed to the operator", "owner = 'operator'"},
+	} {
+		_, err := f.rt.Exec(ctx, "UPDATE control_core.runs SET "+c.set+" WHERE trigger_id = 'nightly'")
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23000" {
+			t.Errorf("a Run %s: err %v, want the identity guard's integrity_constraint_violation", c.name, err)
+		}
+	}
+	if _, err := f.rt.Exec(ctx, "UPDATE control_core.runs SET state = 'dispatching', updated_at_ms = updated_at_ms + 1 WHERE trigger_id = 'nightly'"); err != nil {
+		t.Errorf("a Run's state and times stay the runtime's to update: %v", err)
+	}
 	if n := f.count(`SELECT count(*) FROM control_core.runs WHERE trigger_id = 'nightly'`); n != 1 {
 		t.Errorf("runs of nightly: %d, want 1", n)
 	}
-	// A Run started by hand names no trigger; its key is the caller's.
-	if _, err := f.su.Exec(ctx, `INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id,
-	        idempotency_key, state, owner, queued_at_ms)
-	    SELECT gen_random_uuid(), project_id, task_id, revision, execution_revision_id, 'manual:1', 'queued', 'operator', 1
-	    FROM control_core.task_revisions WHERE project_id = 'p' LIMIT 1`); err != nil {
+	// A Run started by hand names no trigger; its key is the caller's, but never a cron
+	// occurrence's (it would block that occurrence's admission).
+	manual := func(key string) error {
+		_, err := f.rt.Exec(ctx, `INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id,
+		        idempotency_key, state, owner, queued_at_ms)
+		    SELECT gen_random_uuid(), project_id, task_id, revision, execution_revision_id, $1, 'queued', 'operator', 1
+		    FROM control_core.task_revisions WHERE project_id = 'p' LIMIT 1`, key)
+		return err
+	}
+	if err := manual("manual:1"); err != nil {
 		t.Errorf("a manual Run with a key of its own: %v", err)
+	}
+	var pgErr *pgconn.PgError
+	if err := manual(key(rev1.Revision) + "000"); !errors.As(err, &pgErr) || pgErr.ConstraintName != "runs_manual_key_check" {
+		t.Errorf("a manual Run under a cron key: err %v, want a violation of runs_manual_key_check", err)
 	}
 }
 

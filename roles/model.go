@@ -137,6 +137,7 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.admin_audit_log_stamp()", Source: "pg-0015: fires as the admin audit log's BEFORE INSERT trigger, which needs no EXECUTE"},
 	{Function: "control_core.db_now_ms()", Execute: []Part{Admin, Runtime}, Source: "pg-0017"},
 	{Function: "control_core.lock_project(text, text)", Execute: []Part{Admin}, Source: "pg-0018: the audited Project lock is admin-only"},
+	{Function: "control_core.runs_identity_guard()", Source: "pg-0006: fires as the runs table's BEFORE UPDATE trigger, which needs no EXECUTE"},
 }
 
 // DefaultPrivilege is the one default-ACL entry the model has: for functions the owner role

@@ -36,10 +36,36 @@ CREATE TABLE control_core.runs (
     CHECK (state <> 'queued' OR queued_at_ms IS NOT NULL),
     CONSTRAINT runs_cron_key_check CHECK (trigger_id IS NULL OR idempotency_key =
         'ql3:cron:v1:' || trigger_id || ':' || trigger_revision::text || ':' || scheduled_for_ms::text),
+    -- a Run started by hand cannot take a cron occurrence's key, and block its admission
+    CONSTRAINT runs_manual_key_check CHECK (trigger_id IS NOT NULL OR idempotency_key NOT LIKE 'ql3:cron:%'),
     -- One Run per occurrence; its index also serves "the newest Runs of a trigger" (scanned
     -- backwards), so no separate index is needed.
     CONSTRAINT runs_occurrence_key UNIQUE (project_id, trigger_id, scheduled_for_ms)
 );
+-- A Run's identity never changes once written: otherwise an UPDATE could move a Run off its
+-- occurrence (or make it a manual one) and free the occurrence for a second Run. Its state and
+-- times are what the runtime and the dispatcher update.
+-- +goose StatementBegin
+CREATE FUNCTION control_core.runs_identity_guard() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog
+AS $$
+BEGIN
+    IF (NEW.run_id, NEW.project_id, NEW.task_id, NEW.task_revision, NEW.execution_revision_id, NEW.trigger_id,
+        NEW.trigger_revision, NEW.scheduled_for_ms, NEW.idempotency_key, NEW.owner, NEW.created_at_ms)
+       IS DISTINCT FROM
+       (OLD.run_id, OLD.project_id, OLD.task_id, OLD.task_revision, OLD.execution_revision_id, OLD.trigger_id,
+        OLD.trigger_revision, OLD.scheduled_for_ms, OLD.idempotency_key, OLD.owner, OLD.created_at_ms) THEN
+        RAISE EXCEPTION 'runs: the identity of Run % (its project, task, trigger, occurrence, key, owner and creation) cannot change', OLD.run_id
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER runs_identity_guard BEFORE UPDATE ON control_core.runs
+    FOR EACH ROW EXECUTE FUNCTION control_core.runs_identity_guard();
+
 CREATE INDEX runs_task_revision_idx ON control_core.runs (project_id, task_id, task_revision);
 CREATE INDEX runs_execution_revision_idx ON control_core.runs (execution_revision_id);
 
