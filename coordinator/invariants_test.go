@@ -58,7 +58,6 @@ func TestRunsTableRefusesForgedRuns(t *testing.T) {
 		{"made manual", "trigger_id = NULL, trigger_revision = NULL, scheduled_for_ms = NULL, idempotency_key = 'manual-disguised'"},
 		{"moved to another occurrence", fmt.Sprintf("scheduled_for_ms = scheduled_for_ms + 7, idempotency_key = '%s'", fmt.Sprintf("ql3:cron:v1:nightly:%d:%d", rev1.Revision, at+7))},
 		{"given another run id", "run_id = gen_random_uuid()"},
-		{"handed to the operator", "owner = 'operator'"},
 	} {
 		_, err := f.rt.Exec(ctx, "UPDATE control_core.runs SET "+c.set+" WHERE trigger_id = 'nightly'")
 		var pgErr *pgconn.PgError

@@ -43,8 +43,8 @@ CREATE TABLE control_core.runs (
     CONSTRAINT runs_occurrence_key UNIQUE (project_id, trigger_id, scheduled_for_ms)
 );
 -- A Run's identity never changes once written: otherwise an UPDATE could move a Run off its
--- occurrence (or make it a manual one) and free the occurrence for a second Run. Its state and
--- times are what the runtime and the dispatcher update.
+-- occurrence (or make it a manual one) and free the occurrence for a second Run. Its state,
+-- owner and times are what the runtime, the dispatcher and an operator update.
 -- +goose StatementBegin
 CREATE FUNCTION control_core.runs_identity_guard() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -52,11 +52,11 @@ SET search_path = pg_catalog
 AS $$
 BEGIN
     IF (NEW.run_id, NEW.project_id, NEW.task_id, NEW.task_revision, NEW.execution_revision_id, NEW.trigger_id,
-        NEW.trigger_revision, NEW.scheduled_for_ms, NEW.idempotency_key, NEW.owner, NEW.created_at_ms)
+        NEW.trigger_revision, NEW.scheduled_for_ms, NEW.idempotency_key)
        IS DISTINCT FROM
        (OLD.run_id, OLD.project_id, OLD.task_id, OLD.task_revision, OLD.execution_revision_id, OLD.trigger_id,
-        OLD.trigger_revision, OLD.scheduled_for_ms, OLD.idempotency_key, OLD.owner, OLD.created_at_ms) THEN
-        RAISE EXCEPTION 'runs: the identity of Run % (its project, task, trigger, occurrence, key, owner and creation) cannot change', OLD.run_id
+        OLD.trigger_revision, OLD.scheduled_for_ms, OLD.idempotency_key) THEN
+        RAISE EXCEPTION 'runs: the identity of Run % (its project, task, trigger, occurrence and key) cannot change', OLD.run_id
             USING ERRCODE = 'integrity_constraint_violation';
     END IF;
     RETURN NEW;
