@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/qlcontrol/controlcore/roles"
 )
@@ -87,7 +88,9 @@ func fixRank(f Finding) int {
 // may hold a newline, which would end the comment and turn the rest into a statement.
 func printable(s string) string {
 	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == '\u2028' || r == '\u2029' {
+		// C0 and C1 controls, line and paragraph separators, and format characters (bidi
+		// overrides such as U+202E make a terminal show text in another order than it is).
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029' {
 			return ' '
 		}
 		return r
