@@ -87,6 +87,10 @@ var Cases = []Case{
 		SQL: `ALTER FUNCTION control_core.db_now_ms() SET search_path = public`, Object: "control_core.db_now_ms()", Runtime: true},
 	{Name: "a function's volatility changed",
 		SQL: `ALTER FUNCTION control_core.db_now_ms() VOLATILE`, Object: "control_core.db_now_ms()", Runtime: true},
+	{Name: "a cast replacing a built-in conversion",
+		SQL: `CREATE FUNCTION public.totid(text) RETURNS tid LANGUAGE sql IMMUTABLE AS $$ SELECT '(0,1)'::tid $$;
+		      CREATE CAST (text AS tid) WITH FUNCTION public.totid(text)`,
+		Object: "cast (text AS tid)", Runtime: true},
 	{Name: "an event trigger",
 		SQL: `CREATE FUNCTION public.on_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN END $$;
 		      CREATE EVENT TRIGGER on_ddl ON ddl_command_start EXECUTE FUNCTION public.on_ddl()`, Object: "on_ddl", Runtime: true},

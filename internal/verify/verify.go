@@ -288,6 +288,11 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
+			casts, err := checksums.CastDrift(ctx, q)
+			if err != nil {
+				return nil, fmt.Errorf("readiness: %w", err)
+			}
+			drift = append(drift, casts...)
 			r.add(CheckReadiness, "", fromChecksums(drift))
 		}
 		findings := fromRoles(audit)
