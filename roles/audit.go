@@ -79,9 +79,9 @@ func (d Drift) Concerns(role string) bool {
 
 // DriftKinds lists every Drift.Kind, in the order their fixes must run.
 var DriftKinds = []string{
-	"database_setting", "role_setting", "missing_role", "role_attribute", "membership", "login_member",
+	"database_setting", "database_connections", "role_setting", "missing_role", "role_attribute", "membership", "login_member",
 	"owner", "large_object_owner", "extra_privilege", "grant_option", "column_privilege", "large_object_privilege",
-	"missing_privilege", "default_privilege",
+	"definer_function", "missing_privilege", "default_privilege",
 }
 
 // The fix phases. Settings come first: a database-level default_transaction_read_only makes the
@@ -110,7 +110,7 @@ func (a *Audit) RolesOnly() *Audit {
 	}
 	for _, d := range a.Notes {
 		switch d.Kind {
-		case "member_of_model_role", "allowed_member", "other_database":
+		case "member_of_model_role", "allowed_member", "other_database", "database_connections":
 			out.Notes = append(out.Notes, d)
 		}
 	}
@@ -194,6 +194,14 @@ func ReadWith(ctx context.Context, q *db.Queries, names Names, opts Options) (*A
 	if err != nil {
 		return nil, fmt.Errorf("read privileges on other databases: %w", err)
 	}
+	connections, err := q.DatabaseConnections(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the database's connection limit: %w", err)
+	}
+	definers, err := q.DefinerFunctions(ctx, names.All())
+	if err != nil {
+		return nil, fmt.Errorf("read SECURITY DEFINER functions: %w", err)
+	}
 	a := &Audit{Database: info.Database, ServerVersion: info.ServerVersion, ServerVersionNum: int(info.ServerVersionNum),
 		Rows: []Row{}, Drift: []Drift{}, Notes: []Drift{}, AllowedMembers: allowed}
 	ownerPrivs := map[string][]string{}
@@ -201,11 +209,13 @@ func ReadWith(ctx context.Context, q *db.Queries, names Names, opts Options) (*A
 		ownerPrivs[d.Kind] = append(ownerPrivs[d.Kind], d.Privilege)
 	}
 	a.compareSettings(settings)
+	a.compareDatabaseConnections(connections)
 	a.compareAttributes(names, attrs)
 	a.compareMemberships(names, members, logins)
 	a.compareLoginMembers(logins)
 	a.compareObjects(names, ownerPrivs, objects, acl)
 	a.compareLargeObjects(names, largeObjects)
+	a.compareDefinerFunctions(names, definers)
 	a.compareColumns(columns)
 	a.compareDefaults(names, defACL)
 	a.noteOtherDatabases(elsewhere)

@@ -22,7 +22,14 @@ import (
 //   - LOGIN members: no LOGIN role may act as one of the four roles, directly or through other
 //     roles, unless the operator allows it by name (Options.AllowedMembers). Superusers need no
 //     membership; the PostgreSQL 16 CREATEROLE creator's ADMIN-only membership confers nothing.
-//   - Large objects: none owned by, none granted to the four roles.
+//   - Large objects: none owned by, none granted to the four roles or to PUBLIC.
+//   - The database: no CONNECTION LIMIT 0 and not ALLOW_CONNECTIONS false (the roles could not
+//     connect); another limit is the operator's capacity choice (a note).
+//   - SECURITY DEFINER routines outside control_core: none that one of the four roles (or PUBLIC)
+//     may execute and whose owner may write control_core's tables (a superuser, a holder of
+//     INSERT, UPDATE, DELETE or TRUNCATE on one, an owner of one, or one of the four roles): a
+//     call runs the body with its owner's powers. An extension's function is no exception; the
+//     finding names the routine and its owner for the DBA to decide.
 //   - Other databases: CONNECT and TEMPORARY there are notes (they do not touch this database,
 //     but they are what a stolen runtime password opens).
 
@@ -146,7 +153,7 @@ func describePath(path []string) string {
 	return "(through " + strings.Join(via, " → ") + ")"
 }
 
-// compareLargeObjects reports large objects owned by or granted to the four roles. The fix gives
+// compareLargeObjects reports large objects owned by or granted to the four roles or PUBLIC. The fix gives
 // an owned object to the database's owner (the DBA's role; the bootstrap superuser when the
 // database belongs to one of the four) rather than unlinking it: its data may be someone's, and
 // ownership moves the four roles' rights away without losing a byte. The DBA decides what to
@@ -207,11 +214,18 @@ func (a *Audit) compareLargeObjects(names Names, rows []db.LargeObjectsOfRolesRo
 			if grantee == o.owner {
 				grantee = owner
 			}
-			if !contains(names.All(), grantee) {
+			if !contains(names.All(), grantee) && grantee != string(Public) {
 				continue
 			}
 			a.Rows = append(a.Rows, Row{Section: "large_object", Kind: "large object", Object: object, Owner: o.owner, Grantee: grantee,
 				Expected: []string{}, Actual: privs, Drift: true, Diff: []string{"+" + strings.Join(privs, ",")}})
+			if grantee == string(Public) {
+				// Every role holds what PUBLIC holds, the four included (lo_compat_privileges off).
+				a.add(Drift{Kind: "large_object_privilege", Object: object, Grantee: grantee, Role: grantee,
+					Message: fmt.Sprintf("PUBLIC holds %s on %s (granted by %s): every role, the four included, may use it so; PUBLIC holds nothing on large objects", strings.Join(privs, ", "), object, e.grantor),
+					SQL:     asRole(grantor, owner, fmt.Sprintf("REVOKE ALL ON LARGE OBJECT %d FROM PUBLIC;", o.oid))}, phaseRevoke)
+				continue
+			}
 			a.add(Drift{Kind: "large_object_privilege", Object: object, Grantee: grantee, Role: grantee,
 				Message: fmt.Sprintf("%s holds %s on %s (granted by %s); the four roles hold nothing on large objects", grantee, strings.Join(privs, ", "), object, e.grantor),
 				SQL:     asRole(grantor, owner, fmt.Sprintf("REVOKE %s ON LARGE OBJECT %d FROM %s;", strings.Join(privs, ", "), o.oid, ident(grantee)))}, phaseRevoke)
@@ -289,5 +303,144 @@ func (a *Audit) noteOtherDatabases(rows []db.OtherDatabasePrivilegesRow) {
 				strings.Join(n.privileges, ", "), pgx.Identifier{n.database}.Sanitize(), ident(n.via)))
 		}
 		a.Notes = append(a.Notes, d)
+	}
+}
+
+// compareDatabaseConnections reports a database that no role but a superuser may connect to:
+// CONNECTION LIMIT 0 or ALLOW_CONNECTIONS false (drift, the database as a whole). Any other limit
+// is the operator's capacity choice: a note with the same fix.
+func (a *Audit) compareDatabaseConnections(c db.DatabaseConnectionsRow) {
+	database := pgx.Identifier{c.Database}.Sanitize()
+	object := "database " + c.Database
+	row := Row{Section: "setting", Kind: "database", Object: object, Grantee: "(every role)",
+		Expected: []string{connLimitWord(-1), "ALLOW_CONNECTIONS true"}, Actual: []string{connLimitWord(c.ConnectionLimit), fmt.Sprintf("ALLOW_CONNECTIONS %v", c.AllowConnections)}}
+	if !c.AllowConnections {
+		row.Drift, row.Diff = true, append(row.Diff, "ALLOW_CONNECTIONS false")
+		a.add(Drift{Kind: "database_connections", Object: object + ": ALLOW_CONNECTIONS",
+			Message: fmt.Sprintf("database %s does not allow connections (ALLOW_CONNECTIONS false): no role, the four included, may open a session in it; the model says true", c.Database),
+			SQL:     []string{fmt.Sprintf("ALTER DATABASE %s ALLOW_CONNECTIONS true;", database)}}, phaseDatabaseSetting)
+	}
+	switch {
+	case c.ConnectionLimit == 0:
+		row.Drift, row.Diff = true, append(row.Diff, connLimitWord(0))
+		a.add(Drift{Kind: "database_connections", Object: object + ": CONNECTION LIMIT",
+			Message: fmt.Sprintf("database %s has CONNECTION LIMIT 0: no role but a superuser may connect, the runtime's replicas and the admin role included; the model says no limit (-1)", c.Database),
+			SQL:     []string{fmt.Sprintf("ALTER DATABASE %s CONNECTION LIMIT -1;", database)}}, phaseDatabaseSetting)
+	case c.ConnectionLimit > 0:
+		a.Notes = append(a.Notes, Drift{Kind: "database_connections", Object: object + ": CONNECTION LIMIT",
+			Message: fmt.Sprintf("database %s has CONNECTION LIMIT %d: at most %d sessions of roles other than superusers at once, the replicas' pools included; an operator's capacity choice, not drift", c.Database, c.ConnectionLimit, c.ConnectionLimit),
+			SQL:     []string{fmt.Sprintf("ALTER DATABASE %s CONNECTION LIMIT -1;", database)}})
+	}
+	if c.ConnectionLimit != -1 || !c.AllowConnections {
+		a.Rows = append(a.Rows, row)
+	}
+}
+
+// compareDefinerFunctions reports each SECURITY DEFINER routine outside control_core that one of
+// the four roles may execute and whose owner may write control_core's tables: one finding with
+// role PUBLIC when PUBLIC may execute it, else one per model role that may. The fix revokes
+// EXECUTE from PUBLIC and from the four roles that hold it directly (a grant made by another
+// grantor than the owner as that grantor, first: a grant option may depend on it); a privilege
+// held through membership in another role goes with that membership, drift of its own.
+func (a *Audit) compareDefinerFunctions(names Names, rows []db.DefinerFunctionsRow) {
+	type fn struct {
+		signature, kind, owner string
+		superuser, public      bool
+		roles                  []string
+		via                    map[string][]string
+		grantors               []string            // in the order of the ACL
+		grantees               map[string][]string // grantor → grantees among PUBLIC and the four
+	}
+	var order []string
+	fns := map[string]*fn{}
+	for _, r := range rows {
+		f, ok := fns[r.Signature]
+		if !ok {
+			f = &fn{signature: r.Signature, kind: r.Kind, owner: r.Owner, superuser: r.OwnerSuperuser, public: r.PublicMay,
+				via: map[string][]string{}, grantees: map[string][]string{}}
+			for i, g := range r.Direct {
+				by := r.DirectGrantors[i]
+				if _, ok := f.grantees[by]; !ok {
+					f.grantors = append(f.grantors, by)
+				}
+				f.grantees[by] = append(f.grantees[by], g)
+			}
+			fns[r.Signature] = f
+			order = append(order, r.Signature)
+		}
+		f.roles = append(f.roles, r.RoleName)
+		f.via[r.RoleName] = r.Via
+	}
+	for _, k := range order {
+		f := fns[k]
+		keyword := strings.ToUpper(f.kind)
+		// Another grantor's grants first, then the owner's, which also takes PUBLIC's.
+		grantors := append([]string{}, f.grantors...)
+		sort.SliceStable(grantors, func(i, j int) bool { return grantors[i] != f.owner && grantors[j] == f.owner })
+		var fix []string
+		ownerDone := false
+		for _, by := range grantors {
+			list := f.grantees[by]
+			if by == f.owner {
+				ownerDone = true
+				if !contains(list, string(Public)) {
+					list = append([]string{string(Public)}, list...)
+				}
+			}
+			var quoted []string
+			for _, g := range list {
+				quoted = append(quoted, ident(g))
+			}
+			fix = append(fix, asRole(by, f.owner, fmt.Sprintf("REVOKE EXECUTE ON %s %s FROM %s;", keyword, f.signature, strings.Join(quoted, ", ")))...)
+		}
+		if !ownerDone {
+			fix = append(fix, fmt.Sprintf("REVOKE EXECUTE ON %s %s FROM PUBLIC;", keyword, f.signature))
+		}
+		owner := f.owner
+		switch {
+		case f.superuser:
+			owner += " (a superuser)"
+		case contains(names.All(), f.owner):
+			owner += " (one of the four roles)"
+		default:
+			owner += " (who may write control_core's tables)"
+		}
+		what := fmt.Sprintf("%s %s is SECURITY DEFINER and owned by %s", f.kind, f.signature, owner)
+		consequence := fmt.Sprintf("a call runs its body with %s's powers, whatever the caller may do itself; revoke EXECUTE (an extension's %s too: the DBA decides whether the roles need it, as drift)", f.owner, f.kind)
+		row := Row{Section: "object", Kind: f.kind, Object: f.signature, Owner: f.owner, Expected: []string{}, Actual: []string{"EXECUTE (SECURITY DEFINER)"}, Drift: true, Diff: []string{"+EXECUTE"}}
+		if f.public {
+			row.Grantee = string(Public)
+			a.Rows = append(a.Rows, row)
+			a.add(Drift{Kind: "definer_function", Object: f.signature, Grantee: string(Public), Role: string(Public),
+				Message: fmt.Sprintf("%s; PUBLIC may execute it, so %s may: %s", what, strings.Join(f.roles, ", "), consequence),
+				SQL:     fix}, phaseRevoke)
+			continue
+		}
+		held := func(grantee string) bool {
+			for _, list := range f.grantees {
+				if contains(list, grantee) {
+					return true
+				}
+			}
+			return false
+		}
+		for _, role := range f.roles {
+			var how string
+			switch {
+			case held(role):
+				how = "granted to it"
+			case len(f.via[role]) > 0:
+				how = "through membership in " + strings.Join(f.via[role], ", ") + ", drift of its own whose fix removes it"
+			case held(string(Public)):
+				how = "through PUBLIC's EXECUTE and its own USAGE on the schema"
+			default:
+				how = "as a superuser, drift of its own"
+			}
+			row.Grantee = role
+			a.Rows = append(a.Rows, row)
+			a.add(Drift{Kind: "definer_function", Object: f.signature, Grantee: role, Role: role,
+				Message: fmt.Sprintf("%s; %s may execute it (%s): %s", what, role, how, consequence),
+				SQL:     fix}, phaseRevoke)
+		}
 	}
 }

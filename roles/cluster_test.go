@@ -3,6 +3,7 @@ package roles_test
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 
@@ -78,6 +79,16 @@ func databaseOwner(t *testing.T, d *testpg.DB, name string) string {
 		t.Fatal(err)
 	}
 	return owner
+}
+
+// superuserName is the role d's superuser connections use.
+func superuserName(t *testing.T, d *testpg.DB) string {
+	t.Helper()
+	var name string
+	if err := d.Pool(t, "").QueryRow(context.Background(), "SELECT current_user").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // execAs runs sql on d connected as role ("" the superuser), in one transaction.
@@ -159,12 +170,35 @@ func TestRoleAndDatabaseDriftIsFoundAndFixed(t *testing.T) {
 		{name: "a large object granted to the admin role", sql: "SELECT lo_create(424243); GRANT SELECT, UPDATE ON LARGE OBJECT 424243 TO {admin}",
 			kind: "large_object_privilege", object: "large object 424243", role: "{admin}",
 			message: "{admin} holds SELECT, UPDATE on large object 424243", fix: `REVOKE SELECT, UPDATE ON LARGE OBJECT 424243 FROM "{admin}";`},
+		{name: "a large object granted to PUBLIC", sql: "SELECT lo_create(424244); GRANT SELECT, UPDATE ON LARGE OBJECT 424244 TO PUBLIC",
+			kind: "large_object_privilege", object: "large object 424244", role: "PUBLIC",
+			message: "PUBLIC holds SELECT, UPDATE on large object 424244", fix: `REVOKE ALL ON LARGE OBJECT 424244 FROM PUBLIC;`},
+		{name: "the database's CONNECTION LIMIT 0", sql: "ALTER DATABASE {db} CONNECTION LIMIT 0",
+			kind: "database_connections", object: "database {db}: CONNECTION LIMIT", role: "",
+			message: "no role but a superuser may connect", fix: `ALTER DATABASE "{db}" CONNECTION LIMIT -1;`},
+		{name: "the database's CONNECTION LIMIT 50 is a note", sql: "ALTER DATABASE {db} CONNECTION LIMIT 50",
+			note: "database_connections: database {db} has CONNECTION LIMIT 50: at most 50 sessions of roles other than superusers at once, the replicas' pools included; an operator's capacity choice, not drift"},
+		{name: "a SECURITY DEFINER function PUBLIC may execute, owned by a superuser",
+			sql:  "CREATE FUNCTION public.evil() RETURNS void SECURITY DEFINER LANGUAGE sql AS 'DELETE FROM control_core.attempts; DELETE FROM control_core.run_events; DELETE FROM control_core.runs'",
+			kind: "definer_function", object: "public.evil()", role: "PUBLIC",
+			message: "is SECURITY DEFINER and owned by {su} (a superuser); PUBLIC may execute it, so {admin}, {owner}, {runtime}, {worker} may", fix: `REVOKE EXECUTE ON FUNCTION public.evil() FROM PUBLIC;`},
+		{name: "a SECURITY DEFINER procedure with a hostile name",
+			sql:  `CREATE PROCEDURE public."e""v il"(text) SECURITY DEFINER LANGUAGE sql AS 'SELECT 1'`,
+			kind: "definer_function", object: `public."e""v il"(text)`, role: "PUBLIC",
+			message: "procedure", fix: `REVOKE EXECUTE ON PROCEDURE public."e""v il"(text) FROM PUBLIC;`},
+		{name: "a SECURITY DEFINER function of a role that may do nothing is not drift", extra: []string{"nobody"},
+			sql: "CREATE ROLE {p}nobody NOLOGIN; CREATE FUNCTION public.harmless() RETURNS int SECURITY DEFINER LANGUAGE sql AS 'SELECT 1'; ALTER FUNCTION public.harmless() OWNER TO {p}nobody"},
+		{name: "a SECURITY DEFINER function nobody of the four may execute is not drift",
+			sql: "CREATE FUNCTION public.locked() RETURNS int SECURITY DEFINER LANGUAGE sql AS 'SELECT 1'; REVOKE EXECUTE ON FUNCTION public.locked() FROM PUBLIC"},
+		{name: "a SECURITY INVOKER function of a superuser is not drift",
+			sql: "CREATE FUNCTION public.invoker() RETURNS int LANGUAGE sql AS 'SELECT 1'"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			d, names := privateV17(t, c.extra...)
 			expand := strings.NewReplacer("{owner}", names.Owner, "{admin}", names.Admin, "{runtime}", names.Runtime,
+				"{worker}", names.WorkerIngress, "{su}", superuserName(t, d),
 				"{db}", d.Name, "{p}", names.Prefix, "{dbowner}", pgx.Identifier{databaseOwner(t, d, d.Name)}.Sanitize()).Replace
 			as := ""
 			if c.as == "runtime" {
@@ -311,5 +345,146 @@ func TestOtherDatabasesAreNotes(t *testing.T) {
 		if n.Object == "database "+other {
 			t.Errorf("after the REVOKEs: %+v", n)
 		}
+	}
+}
+
+// Findings that come with others (a grant that is extra_privilege too, a membership): each case
+// lists every kind and role it must produce ("kind role object"), and Audit.SQL(), run as a
+// superuser in one transaction, leaves the audit clean.
+func TestDefinerFunctionsAndPublicLargeObjectsWithOtherDrift(t *testing.T) {
+	t.Parallel()
+	const evil = "CREATE FUNCTION public.evil() RETURNS void SECURITY DEFINER LANGUAGE sql AS " +
+		"'DELETE FROM control_core.attempts; DELETE FROM control_core.run_events; DELETE FROM control_core.runs'; "
+	cases := []struct {
+		name  string
+		sql   string
+		extra []string
+		want  []string // "kind role object", every finding, in any order
+		// message: a definer_function finding's message holds it.
+		message string
+	}{
+		{name: "EXECUTE granted to the runtime role only", sql: evil + "REVOKE EXECUTE ON FUNCTION public.evil() FROM PUBLIC; GRANT EXECUTE ON FUNCTION public.evil() TO {runtime}",
+			want:    []string{"definer_function {runtime} public.evil()", "extra_privilege {runtime} public.evil()"},
+			message: "{runtime} may execute it (granted to it)"},
+		{name: "EXECUTE through membership in another role", extra: []string{"grp"},
+			sql: evil + "REVOKE EXECUTE ON FUNCTION public.evil() FROM PUBLIC; CREATE ROLE {p}grp NOLOGIN; " +
+				"GRANT EXECUTE ON FUNCTION public.evil() TO {p}grp; GRANT {p}grp TO {runtime}",
+			want:    []string{"definer_function {runtime} public.evil()", "membership {runtime} {p}grp"},
+			message: "{runtime} may execute it (through membership in {p}grp"},
+		{name: "EXECUTE granted by another grantor to PUBLIC", extra: []string{"grantor"},
+			sql: evil + "REVOKE EXECUTE ON FUNCTION public.evil() FROM PUBLIC; CREATE ROLE {p}grantor NOLOGIN; " +
+				"GRANT EXECUTE ON FUNCTION public.evil() TO {p}grantor WITH GRANT OPTION; " +
+				"SET ROLE {p}grantor; GRANT EXECUTE ON FUNCTION public.evil() TO PUBLIC; RESET ROLE",
+			want:    []string{"definer_function PUBLIC public.evil()"},
+			message: "PUBLIC may execute it"},
+		{name: "an owner that may delete Runs, not a superuser", extra: []string{"writer"},
+			sql: "CREATE ROLE {p}writer NOLOGIN; GRANT USAGE ON SCHEMA control_core TO {p}writer; GRANT DELETE ON control_core.runs TO {p}writer; " +
+				evil + "ALTER FUNCTION public.evil() OWNER TO {p}writer",
+			want: []string{"definer_function PUBLIC public.evil()", "extra_privilege {p}writer control_core.runs",
+				"extra_privilege {p}writer control_core"},
+			message: "owned by {p}writer (who may write control_core's tables)"},
+		{name: "a function of the runtime role", sql: "CREATE FUNCTION public.mine() RETURNS int SECURITY DEFINER LANGUAGE sql AS 'SELECT 1'; ALTER FUNCTION public.mine() OWNER TO {runtime}",
+			want:    []string{"definer_function PUBLIC public.mine()"},
+			message: "owned by {runtime} (one of the four roles)"},
+		{name: "a large object of the runtime role granted to PUBLIC",
+			sql:  "SELECT lo_create(424245); ALTER LARGE OBJECT 424245 OWNER TO {runtime}; SET ROLE {runtime}; GRANT SELECT ON LARGE OBJECT 424245 TO PUBLIC; RESET ROLE",
+			want: []string{"large_object_owner {runtime} large object 424245", "large_object_privilege PUBLIC large object 424245"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d, names := privateV17(t, c.extra...)
+			expand := strings.NewReplacer("{owner}", names.Owner, "{admin}", names.Admin, "{runtime}", names.Runtime,
+				"{worker}", names.WorkerIngress, "{db}", d.Name, "{p}", names.Prefix).Replace
+			if err := execAs(t, d, "", expand(c.sql)); err != nil {
+				t.Fatalf("set-up: %v", err)
+			}
+			a := auditAs(t, d.URL(""), names, roles.Options{})
+			var got, want []string
+			for _, dr := range a.Drift {
+				got = append(got, dr.Kind+" "+dr.Role+" "+dr.Object)
+				if dr.Kind == "definer_function" && !strings.Contains(dr.Message, expand(c.message)) {
+					t.Errorf("message %q, want it to hold %q", dr.Message, expand(c.message))
+				}
+				t.Logf("%s %s (role %q): %s\n  fix: %s", dr.Kind, dr.Object, dr.Role, dr.Message, strings.Join(dr.SQL, " "))
+			}
+			for _, w := range c.want {
+				want = append(want, expand(w))
+			}
+			sort.Strings(got)
+			sort.Strings(want)
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("findings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if err := execAs(t, d, "", strings.Join(a.SQL(), "\n")); err != nil {
+				t.Fatalf("the fix %q: %v", a.SQL(), err)
+			}
+			if after := auditAs(t, d.URL(""), names, roles.Options{}); !after.OK() {
+				t.Fatalf("after the fix %q: %+v", a.SQL(), after.Drift)
+			}
+			if strings.Contains(c.name, "runtime role only") || strings.Contains(c.name, "membership") {
+				err := execAs(t, d, names.Runtime, "SELECT public.evil()")
+				if err == nil || !strings.Contains(err.Error(), "permission denied") {
+					t.Errorf("the runtime role calls public.evil() after the fix: %v, want permission denied", err)
+				}
+			}
+		})
+	}
+}
+
+// ALLOW_CONNECTIONS false shuts every role out, superusers included, so only a session opened
+// before can see it: the audit names it as drift of the database and its fix lets roles in again.
+func TestDatabaseNotAllowingConnectionsIsDrift(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, names := privateV17(t)
+	conn, err := pgx.Connect(ctx, d.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	other, err := pgx.Connect(ctx, d.Server.URL("", "postgres")) // the current database may not be the one altered
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	if _, err := other.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" ALLOW_CONNECTIONS false"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = other.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" ALLOW_CONNECTIONS true")
+	})
+	var a *roles.Audit
+	read := func() {
+		err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
+				return err
+			}
+			a, err = roles.Read(ctx, db.New(tx), names)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	if len(a.Drift) != 1 || a.Drift[0].Kind != "database_connections" || a.Drift[0].Role != "" ||
+		a.Drift[0].Object != "database "+d.Name+": ALLOW_CONNECTIONS" ||
+		strings.Join(a.SQL(), " ") != fmt.Sprintf(`ALTER DATABASE "%s" ALLOW_CONNECTIONS true;`, d.Name) {
+		t.Fatalf("drift %+v, SQL %q", a.Drift, a.SQL())
+	}
+	t.Logf("%s: %s\n  fix: %s", a.Drift[0].Object, a.Drift[0].Message, strings.Join(a.SQL(), " "))
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, strings.Join(a.SQL(), "\n"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	if !a.OK() {
+		t.Fatalf("after the fix: %+v", a.Drift)
+	}
+	if after := auditAs(t, d.URL(names.Runtime), names, roles.Options{}); !after.OK() {
+		t.Fatalf("the runtime role connects again and sees %+v", after.Drift)
 	}
 }

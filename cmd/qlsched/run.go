@@ -55,9 +55,11 @@ func (a *app) runCmd() *cobra.Command {
      UPDATE on runs and attempts; SELECT, INSERT on run events; EXECUTE on db_now_ms(); nothing
      else, on any object or large object), with no stored settings (ALTER ROLE … SET, also IN
      DATABASE), no VALID UNTIL or CONNECTION LIMIT, no privileged attribute, no membership, and
-     no LOGIN role a member of it; PUBLIC must hold nothing on control_core and the database
-     must have no stored settings. Any of these refuses to start (exit 1), names the finding
-     and claims nothing; qlmigrate verify --fix-sql prints the fix;
+     no LOGIN role a member of it; PUBLIC must hold nothing on control_core or on a large
+     object; no SECURITY DEFINER function outside control_core that the runtime role or PUBLIC
+     may execute may belong to a role that may write control_core's tables; the database must
+     have no stored settings. Any of these refuses to start (exit 1), names the finding and
+     claims nothing; qlmigrate verify --fix-sql prints the fix;
   3. startup recovery: runtime-owned queued/dispatching Runs that are not in the pristine admitted
      shape fail closed (see docs/scheduling.md);
   4. the lifecycle: a round every --cadence claims at most --budget due schedule rows, each under a

@@ -126,4 +126,11 @@ var Cases = []Case{
 		SQL: `ALTER ROLE {admin} SET work_mem = '1MB'`, Object: "work_mem", Runtime: false, PrivateRoles: true},
 	{Name: "an extra privilege on an admin-only table (not the runtime's)",
 		SQL: `GRANT SELECT ON control_core.plugin_packages TO {worker}`, Object: "control_core.plugin_packages", Runtime: false},
+	{Name: "a SECURITY DEFINER function in public that deletes every run",
+		SQL: `CREATE FUNCTION public.evil() RETURNS void SECURITY DEFINER LANGUAGE sql
+		      AS 'DELETE FROM control_core.attempts; DELETE FROM control_core.run_events; DELETE FROM control_core.runs'`,
+		Object: "public.evil()", Runtime: true},
+	{Name: "a large object granted to PUBLIC",
+		SQL:    `DO $$ BEGIN EXECUTE format('GRANT SELECT, UPDATE ON LARGE OBJECT %s TO PUBLIC', pg_catalog.lo_from_bytea(0, 'x')); END $$`,
+		Object: "large object", Runtime: true},
 }

@@ -64,7 +64,7 @@ ORDER BY 1, 2, pg_catalog.array_length(x.path, 1), 3, 4;
 
 -- name: LargeObjectsOfRoles :many
 -- Large objects of this database owned by one of the four roles or whose ACL grants to one of
--- them, with every entry of their ACL (a fix that changes the owner rewrites the old owner's
+-- them or to PUBLIC (every role, the four included), with every entry of their ACL (a fix that changes the owner rewrites the old owner's
 -- entries). database_owner and bootstrap_superuser are the candidates for the new owner.
 SELECT l.oid::bigint AS large_object,
        pg_catalog.pg_get_userbyid(l.lomowner)::text AS owner,
@@ -78,7 +78,7 @@ FROM pg_catalog.pg_largeobject_metadata l
 LEFT JOIN LATERAL pg_catalog.aclexplode(l.lomacl) AS a(grantor, grantee, privilege_type, is_grantable) ON true
 WHERE pg_catalog.pg_get_userbyid(l.lomowner) = ANY (@role_names::text[])
    OR EXISTS (SELECT 1 FROM pg_catalog.aclexplode(l.lomacl) x
-              WHERE x.grantee <> 0 AND pg_catalog.pg_get_userbyid(x.grantee) = ANY (@role_names::text[]))
+              WHERE x.grantee = 0 OR pg_catalog.pg_get_userbyid(x.grantee) = ANY (@role_names::text[]))
 ORDER BY 1, 4, 5, 3;
 
 -- name: OtherDatabasePrivileges :many
@@ -105,3 +105,72 @@ WHERE r.rolname = ANY (@role_names::text[])
   AND d.datname <> pg_catalog.current_database() AND d.datallowconn AND NOT d.datistemplate
   AND pg_catalog.has_database_privilege(r.oid, d.oid, p.privilege)
 ORDER BY 1, 2, 3, 4, 5;
+
+-- name: DefinerFunctions :many
+-- SECURITY DEFINER routines (functions and procedures) outside pg_catalog, information_schema
+-- and control_core (control_core's are the contract's, audited by checksums) that one of the four
+-- roles may execute (EXECUTE on the routine and USAGE on its schema, through PUBLIC, a grant of
+-- its own or a membership) and whose owner may change control_core's data: a superuser, a role
+-- holding INSERT, UPDATE, DELETE or TRUNCATE on (or owning) a control_core table, or one of the
+-- four roles. Calling one runs its body with its owner's powers. One row per routine and model
+-- role that may execute it. public_may: PUBLIC itself may (EXECUTE and the schema's USAGE);
+-- direct: the grantees of EXECUTE among PUBLIC and the four roles (what the fix revokes), with
+-- their grantors at the same index in direct_grantors; via:
+-- the other roles whose EXECUTE role_name holds through membership.
+WITH model AS (
+    SELECT r.oid, r.rolname FROM pg_catalog.pg_roles r WHERE r.rolname = ANY (@role_names::text[])
+), fn AS (
+    SELECT p.oid, p.prokind, p.pronamespace, p.proowner,
+           pg_catalog.format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes)) AS signature,
+           pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) AS acl
+    FROM pg_catalog.pg_proc p
+    JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE p.prosecdef AND p.prokind IN ('f', 'p')
+      AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'control_core')
+), routines AS (
+    SELECT DISTINCT f.oid, f.prokind, f.pronamespace, f.proowner, f.signature FROM fn f
+), writers AS (
+    SELECT r.oid, r.proowner,
+           (o.rolsuper OR o.oid IN (SELECT oid FROM model) OR EXISTS (
+                SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace cn ON cn.oid = c.relnamespace
+                WHERE cn.nspname = 'control_core' AND c.relkind IN ('r', 'p')
+                  AND (c.relowner = o.oid OR pg_catalog.has_table_privilege(o.oid, c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))
+           ))::boolean AS dangerous,
+           o.rolsuper AS owner_superuser
+    FROM routines r JOIN pg_catalog.pg_roles o ON o.oid = r.proowner
+)
+SELECT r.signature::text AS signature,
+       (CASE r.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END)::text AS kind,
+       pg_catalog.pg_get_userbyid(r.proowner)::text AS owner,
+       w.owner_superuser::boolean AS owner_superuser,
+       m.rolname::text AS role_name,
+       (pg_catalog.has_function_privilege('public', r.oid, 'EXECUTE')
+        AND pg_catalog.has_schema_privilege('public', r.pronamespace, 'USAGE'))::boolean AS public_may,
+       coalesce((SELECT pg_catalog.array_agg(CASE WHEN (f.acl).grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.pg_get_userbyid((f.acl).grantee) END
+                                             ORDER BY (f.acl).grantor, (f.acl).grantee)
+                 FROM fn f
+                 WHERE f.oid = r.oid AND (f.acl).privilege_type = 'EXECUTE'
+                   AND ((f.acl).grantee = 0 OR (f.acl).grantee IN (SELECT oid FROM model))), '{}')::text[] AS direct,
+       coalesce((SELECT pg_catalog.array_agg(pg_catalog.pg_get_userbyid((f.acl).grantor) ORDER BY (f.acl).grantor, (f.acl).grantee)
+                 FROM fn f
+                 WHERE f.oid = r.oid AND (f.acl).privilege_type = 'EXECUTE'
+                   AND ((f.acl).grantee = 0 OR (f.acl).grantee IN (SELECT oid FROM model))), '{}')::text[] AS direct_grantors,
+       coalesce((SELECT pg_catalog.array_agg(DISTINCT pg_catalog.pg_get_userbyid((f.acl).grantee))
+                 FROM fn f
+                 WHERE f.oid = r.oid AND (f.acl).privilege_type = 'EXECUTE'
+                   AND (f.acl).grantee <> 0 AND (f.acl).grantee <> m.oid
+                   AND pg_catalog.pg_has_role(m.oid, (f.acl).grantee, 'USAGE')), '{}')::text[] AS via
+FROM routines r
+JOIN writers w ON w.oid = r.oid
+CROSS JOIN model m
+WHERE w.dangerous
+  AND pg_catalog.has_function_privilege(m.oid, r.oid, 'EXECUTE')
+  AND pg_catalog.has_schema_privilege(m.oid, r.pronamespace, 'USAGE')
+ORDER BY 1, 5;
+
+-- name: DatabaseConnections :one
+-- Who may connect to this database at all: its CONNECTION LIMIT (-1: none; superusers are never
+-- limited) and ALLOW_CONNECTIONS.
+SELECT d.datname::text AS database, d.datconnlimit::integer AS connection_limit, d.datallowconn::boolean AS allow_connections
+FROM pg_catalog.pg_database d
+WHERE d.datname = pg_catalog.current_database();
