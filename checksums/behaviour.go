@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/qlcontrol/controlcore/db"
 )
 
 // What the readiness check needs beyond the contract's text: the parts of a column, the
@@ -62,6 +64,9 @@ type columnDef struct {
 	def            string // the default, or the generation expression when generated is set
 	identity       string // "a" always, "d" by default, "" none (pg_attribute.attidentity)
 	generated      string // "s" stored, "v" virtual, "" none (pg_attribute.attgenerated)
+	// domainBase is the base type (format_type) of a column whose type is a domain, or an array
+	// of one ("text[]"); "" otherwise. Read from the catalogs only: the contract's type says it.
+	domainBase string
 }
 
 func (c columnDef) String() string {
@@ -129,9 +134,11 @@ func columnOf(f Fact) (columnDef, bool) {
 }
 
 // extra classifies a column the contract lacks. Inert is a nullable column without default,
-// identity or generation: statements that do not name it behave as before. Anything else is
-// evaluated or enforced by every INSERT, and is made inert, keeping its values, by the
-// statements returned (a virtual generated column stores nothing and is dropped).
+// identity or generation, of a type that is not a domain: statements that do not name it behave
+// as before. Anything else is evaluated or enforced by every INSERT, and is made inert, keeping
+// its values, by the statements returned (a virtual generated column stores nothing and is
+// dropped). A domain's NOT NULL, CHECK and DEFAULT live in the domain, not the column, so the
+// column is given the domain's base type (binary-coercible: no value changes, no rewrite).
 func (c columnDef) extra(table, column string) (inert bool, why string, remove []string) {
 	alter := "ALTER TABLE " + table + " ALTER COLUMN " + column + " "
 	var whys []string
@@ -156,6 +163,10 @@ func (c columnDef) extra(table, column string) (inert bool, why string, remove [
 			whys = append(whys, "it is NOT NULL without a default, so every INSERT that does not name it fails")
 		}
 		remove = append(remove, alter+"DROP NOT NULL;")
+	}
+	if c.domainBase != "" {
+		whys = append(whys, "its type "+c.typ+" is a domain, whose NOT NULL, CHECK and DEFAULT every INSERT evaluates")
+		remove = append(remove, alter+"TYPE "+c.domainBase+";")
 	}
 	if len(remove) == 0 {
 		return true, "", nil
@@ -280,4 +291,42 @@ func configSQL(fn, want string) []string {
 		stmts = append(stmts, fmt.Sprintf("ALTER FUNCTION %s SET search_path TO %s;", fn, value))
 	}
 	return stmts
+}
+
+// publicationFact is a publication that publishes a control_core table. With a row filter or a
+// column list it is drift: PostgreSQL refuses every UPDATE and DELETE of the table whose replica
+// identity does not cover the filter's or list's columns (42P10, "cannot update table"), and
+// removing the table from the publication (it was listed by name: filters and lists exist only
+// there) makes it inert. Without either it is a note: replication reads the table's changes,
+// and statements on it behave as before while the table keeps a replica identity (the
+// contract's, whose change is drift itself). Its fix, for the note, is in ref.
+func publicationFact(p db.ReadinessPublicationsRow) Fact {
+	def := "for " + p.Via
+	if p.ColumnList != "" {
+		def += " (" + p.ColumnList + ")"
+	}
+	if p.RowFilter != "" {
+		def += " where " + p.RowFilter
+	}
+	def += " publish " + p.Publishes
+	if p.Publishes == "" {
+		def += "nothing"
+	}
+	f := Fact{Kind: "publication", Name: p.PublicationName, Def: def, inert: true}
+	table, pub := qualified(p.TableName), ident(p.PublicationName)
+	switch p.Via {
+	case "table":
+		f.ref = fmt.Sprintf("ALTER PUBLICATION %s DROP TABLE %s;", pub, table)
+	case "schema":
+		f.ref = fmt.Sprintf("ALTER PUBLICATION %s DROP TABLES IN SCHEMA control_core;", pub)
+	default:
+		f.ref = fmt.Sprintf("DROP PUBLICATION %s;", pub)
+	}
+	if p.Via == "table" && (p.RowFilter != "" || p.ColumnList != "") {
+		f.inert = false
+		f.why = "its row filter or column list makes every UPDATE and DELETE of the table fail " +
+			"(42P10) unless the replica identity covers their columns"
+		f.remove = []string{f.ref}
+	}
+	return f
 }

@@ -2,7 +2,11 @@ package checksums
 
 import (
 	"slices"
+	"strings"
 	"testing"
+	"testing/fstest"
+
+	"github.com/qlcontrol/controlcore/sql/migrations"
 )
 
 // A column's rendering reads back into the same parts, so the fix of a changed column is built
@@ -64,6 +68,56 @@ func TestIdentQuotesWhatNeedsIt(t *testing.T) {
 	} {
 		if got := ident(name); got != want {
 			t.Errorf("ident(%q) = %s, want %s", name, got, want)
+		}
+	}
+}
+
+// Every function of the contract is recreated from the statement of the migration that defines
+// it, found by the SQL scanner (a StatementBegin block or not), with OR REPLACE added; a later
+// statement that alters the function, or a second definition that differs, leaves it without one.
+func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
+	contract, err := Contract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys := fstest.MapFS{
+		"0001_a.sql": {Data: []byte("-- +goose Up\n-- a comment\nCREATE FUNCTION control_core.f(a int) RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;\n" +
+			"-- +goose StatementBegin\nSELECT 1; create or replace function control_core.\"G\"() returns int language sql as 'select 2';\n-- +goose StatementEnd\n" +
+			"CREATE FUNCTION control_core.h() RETURNS int LANGUAGE sql AS $$ SELECT 3 $$;\n")},
+		"0002_b.sql": {Data: []byte("-- +goose Up\nALTER FUNCTION control_core.h() STABLE;\n" +
+			"DROP FUNCTION IF EXISTS control_core.f(int);\nCREATE FUNCTION control_core.f(a int) RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;\n" +
+			"CREATE OR REPLACE FUNCTION control_core.\"G\"() RETURNS int LANGUAGE sql AS 'select 3';\n")},
+	}
+	stream, err := Load(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc := NewLocator(fsys, stream)
+	for object, want := range map[string]string{
+		"function control_core.f(integer)": "CREATE OR REPLACE FUNCTION control_core.f(a int) RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;",
+		`function control_core."G"()`:      "",
+		"function control_core.h()":        "",
+		"function control_core.nope()":     "",
+	} {
+		got, ok := loc.recreate(object)
+		if got != want || ok != (want != "") {
+			t.Errorf("recreate(%s) = %q, %v; want %q", object, got, ok, want)
+		}
+	}
+
+	real, err := Load(migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc = NewLocator(migrations.FS, real)
+	for _, f := range contract {
+		if f.Kind != "function" {
+			continue
+		}
+		name, _ := functionName(f.Object)
+		stmt, ok := loc.recreate(f.Object)
+		if !ok || !strings.HasPrefix(stmt, "CREATE OR REPLACE FUNCTION control_core."+name+"(") || !strings.HasSuffix(stmt, "$$;") {
+			t.Errorf("recreate(%s) = %q, %v", f.Object, stmt, ok)
 		}
 	}
 }

@@ -140,9 +140,49 @@ func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 			kind: "changed_volatility", object: "control_core.db_now_ms()", has: "ALTER FUNCTION control_core.db_now_ms() STABLE;"},
 		{name: "function made strict", setup: `ALTER FUNCTION control_core.lock_project(text, text) STRICT`,
 			kind: "changed_null_input", object: "control_core.lock_project(text, text)", has: "CALLED ON NULL INPUT"},
-		{name: "function body replaced: no safe fix", setup: `CREATE OR REPLACE FUNCTION control_core.db_now_ms() RETURNS bigint
+		{name: "function body replaced (a migration statement without StatementBegin)", setup: `CREATE OR REPLACE FUNCTION control_core.db_now_ms() RETURNS bigint
 			LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT 0::bigint $$`,
-			kind: "changed_body", object: "control_core.db_now_ms()", has: "CREATE OR REPLACE FUNCTION", noFix: true},
+			kind: "changed_body", object: "control_core.db_now_ms()", has: "CREATE OR REPLACE FUNCTION control_core.db_now_ms() RETURNS bigint"},
+		{name: "function body replaced (in a StatementBegin block)", setup: `CREATE OR REPLACE FUNCTION control_core.lock_project(p_project_id text, p_reason text)
+			RETURNS bigint LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog AS $$ BEGIN RETURN 0; END $$`,
+			kind: "changed_body", object: "control_core.lock_project(text, text)", has: "CREATE OR REPLACE FUNCTION control_core.lock_project(p_project_id text, p_reason text)"},
+		{name: "trigger function body replaced", setup: `CREATE OR REPLACE FUNCTION control_core.admin_audit_log_stamp() RETURNS trigger
+			LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog AS $$ BEGIN RETURN NEW; END $$`,
+			kind: "changed_body", object: "control_core.admin_audit_log_stamp()", has: "NEW.actor := session_user;"},
+		{name: "bootstrap function body replaced", setup: `CREATE OR REPLACE FUNCTION control_core.advance_capability(p_component text, p_version integer, p_name text, p_migration text)
+			RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog AS $$ BEGIN END $$`,
+			kind: "changed_body", object: "control_core.advance_capability(text, integer, text, text)", has: "CREATE OR REPLACE FUNCTION control_core.advance_capability("},
+		{name: "function language changed", setup: `CREATE OR REPLACE FUNCTION control_core.db_now_ms() RETURNS bigint
+			LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$ BEGIN RETURN 0; END $$`,
+			kind: "changed_language", object: "control_core.db_now_ms()", has: "CREATE OR REPLACE FUNCTION control_core.db_now_ms()"},
+		{name: "function given another setting beside its search_path", setup: `ALTER FUNCTION control_core.lock_project(text, text) SET work_mem = '1MB'`,
+			kind: "changed_config", object: "control_core.lock_project(text, text)", has: "RESET ALL"},
+		{name: "function arguments renamed: no fix in place", setup: `DROP FUNCTION control_core.lock_project(text, text);
+			CREATE FUNCTION control_core.lock_project(a text, b text) RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN RETURN 0; END $$`,
+			kind: "changed_arguments", object: "control_core.lock_project(text, text)", has: "DROP FUNCTION control_core.lock_project(text, text)", noFix: true},
+		{name: "function result changed: no fix in place", setup: `DROP FUNCTION control_core.db_now_ms() CASCADE;
+			CREATE FUNCTION control_core.db_now_ms() RETURNS integer LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT 0 $$`,
+			kind: "changed_returns", object: "control_core.db_now_ms()", has: "CREATE OR REPLACE FUNCTION cannot", noFix: true},
+		{name: "publication with a row filter", setup: `CREATE PUBLICATION hp2 FOR TABLE control_core.trigger_schedules WHERE (claim_owner IS NULL)`,
+			kind: "extra_publication", object: "hp2 of control_core.trigger_schedules", has: "ALTER PUBLICATION hp2 DROP TABLE control_core.trigger_schedules;"},
+		{name: "publication with a column list and a hostile name", setup: `CREATE PUBLICATION "p""; DROP TABLE control_core.runs; --" FOR TABLE control_core.trigger_schedules (claim_owner)`,
+			kind: "extra_publication", object: hostile + " of control_core.trigger_schedules",
+			has: `ALTER PUBLICATION "p""; DROP TABLE control_core.runs; --" DROP TABLE control_core.trigger_schedules;`},
+		{name: "publication with a row filter beside plain ones", setup: `CREATE PUBLICATION hp6 FOR TABLE control_core.runs, control_core.trigger_schedules WHERE (claim_version > 0) WITH (publish = 'update')`,
+			kind: "extra_publication", object: "hp6 of control_core.trigger_schedules", has: "ALTER PUBLICATION hp6 DROP TABLE control_core.trigger_schedules;"},
+		{name: "publication of a table", setup: `CREATE PUBLICATION hp3 FOR TABLE control_core.runs`,
+			kind: "extra_publication", object: "hp3 of control_core.runs", note: true},
+		{name: "publication of the schema", setup: `CREATE PUBLICATION hp4 FOR TABLES IN SCHEMA control_core`,
+			kind: "extra_publication", object: "hp4 of control_core.trigger_schedules", note: true},
+		{name: "publication of all tables", setup: `CREATE PUBLICATION hp5 FOR ALL TABLES`,
+			kind: "extra_publication", object: "hp5 of control_core.runs", note: true},
+		{name: "extra column of a NOT NULL domain", setup: `CREATE DOMAIN public.nn AS text NOT NULL; ALTER TABLE control_core.runs ADD COLUMN hx public.nn`,
+			kind: "extra_column", object: "control_core.runs.hx", has: "ALTER TABLE control_core.runs ALTER COLUMN hx TYPE text;"},
+		{name: "extra column of an array of a CHECK domain", setup: `CREATE DOMAIN public.pos AS integer CHECK (VALUE > 0); ALTER TABLE control_core.runs ADD COLUMN hy public.pos[]`,
+			kind: "extra_column", object: "control_core.runs.hy", has: "ALTER TABLE control_core.runs ALTER COLUMN hy TYPE integer[];"},
+		{name: "extra column of a defaulted domain over a domain", setup: `CREATE DOMAIN public.v10 AS varchar(10) CHECK (VALUE <> '');
+			CREATE DOMAIN public.v10d AS public.v10 DEFAULT 'x'; ALTER TABLE control_core.runs ADD COLUMN hz public.v10d`,
+			kind: "extra_column", object: "control_core.runs.hz", has: "ALTER TABLE control_core.runs ALTER COLUMN hz TYPE character varying(10);"},
 		{name: "extra function", setup: `CREATE FUNCTION control_core.helper() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$`,
 			kind: "extra_function", object: "control_core.helper()", note: true},
 		{name: "enabled event trigger", setup: `

@@ -54,7 +54,7 @@ type Fact struct {
 	why    string     // beyond the contract, how it changes what statements do
 	remove []string   // beyond the contract, the statements that remove it (or make it inert)
 	col    *columnDef // a column's parts
-	ref    string     // internal_triggers and inherits: the Object of the other table; owner: the schema owner
+	ref    string     // internal_triggers and inherits: the Object of the other table; owner: the schema owner; publication: the statement that removes it
 }
 
 func (f Fact) key() string { return f.Object + "\x00" + f.Kind + "\x00" + f.Name }
@@ -67,7 +67,7 @@ const databaseObject = "database"
 var named = map[string]bool{
 	"column": true, "constraint": true, "index": true, "trigger": true, "trigger_enabled": true,
 	"internal_triggers": true, "policy": true, "rule": true, "inherits": true, "inherited_by": true,
-	"event_trigger": true,
+	"event_trigger": true, "publication": true,
 }
 
 // Contract returns the committed readiness contract of control-core v17.
@@ -190,6 +190,10 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read event triggers: %w", err)
 	}
+	publications, err := q.ReadinessPublications(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read publications: %w", err)
+	}
 
 	byTable := map[string][]Fact{}
 	add := func(table string, f Fact) {
@@ -198,7 +202,7 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 	}
 	for _, c := range columns {
 		cd := columnDef{typ: c.DataType, collation: c.Collation, notNull: c.NotNull, def: c.DefaultExpr,
-			identity: c.Identity, generated: c.Generated}
+			identity: c.Identity, generated: c.Generated, domainBase: c.DomainBase}
 		f := Fact{Kind: "column", Name: c.ColumnName, Def: cd.String(), col: &cd}
 		f.inert, f.why, f.remove = cd.extra(qualified(c.TableName), ident(c.ColumnName))
 		add(c.TableName, f)
@@ -273,6 +277,9 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 		if i.ParentSchema == "control_core" {
 			add(i.ParentTable, Fact{Kind: "inherited_by", Name: i.ChildSchema + "." + i.ChildTable, why: why, remove: noInherit})
 		}
+	}
+	for _, p := range publications {
+		add(p.TableName, publicationFact(p))
 	}
 
 	var facts []Fact
@@ -351,6 +358,14 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 		want[f.key()] = true
 		listed[f.Object] = true
 	}
+	// Functions whose arguments or result differ: CREATE OR REPLACE cannot turn those back, so
+	// none of their findings gets the migration's statement (it would fail, and the script with it).
+	reshaped := map[string]bool{}
+	for _, f := range contract {
+		if got, ok := have[f.key()]; ok && (f.Kind == "arguments" || f.Kind == "returns") && got.Def != f.Def {
+			reshaped[f.Object] = true
+		}
+	}
 	var out []Drift
 	missingObject := map[string]bool{}
 	internal := map[string][]internalChange{} // changed internal triggers, one finding per table
@@ -375,7 +390,7 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 			}
 			internal[f.Object] = append(internal[f.Object], internalChange{f.Name, f.Def, got.Def})
 		default:
-			out = append(out, changedDrift(f, got, loc))
+			out = append(out, changedDrift(f, got, loc, reshaped[f.Object]))
 		}
 	}
 	for _, object := range tablesOrder {
@@ -435,6 +450,8 @@ func describe(f Fact) string {
 		return f.Name + " inherits " + table
 	case "event_trigger":
 		return f.Name
+	case "publication":
+		return f.Name + " of " + table
 	default: // function and its properties
 		return strings.TrimPrefix(f.Object, "function ")
 	}
@@ -452,6 +469,8 @@ func describeKind(f Fact) string {
 		return "table " + describe(f)
 	case "event_trigger":
 		return "event trigger " + describe(f)
+	case "publication":
+		return "publication " + describe(f)
 	default:
 		return "function " + describe(f)
 	}
@@ -465,9 +484,14 @@ func extraDrift(f Fact) Drift {
 		d.Note = true
 		d.Message = fmt.Sprintf("%s is not in the readiness contract", describeKind(f))
 		d.Fix = "none needed for readiness; if it belongs to control-core, add it with a migration and regenerate " + ContractFile
-		if f.Kind == "event_trigger" {
+		switch f.Kind {
+		case "event_trigger":
 			d.Message = fmt.Sprintf("event trigger %s is disabled (an enabled one would be drift)", f.Name)
 			d.Fix = "none needed; DROP EVENT TRIGGER it if nothing needs it"
+		case "publication":
+			d.Message = fmt.Sprintf("publication %s publishes table %s (%s): inert while the table keeps its replica identity, which the contract checks",
+				ident(f.Name), strings.TrimPrefix(f.Object, "table "), f.Def)
+			d.Fix = "none needed for readiness; if nothing replicates it, remove it: " + f.ref
 		}
 		return d
 	}
@@ -523,7 +547,9 @@ func missingDrift(f Fact, loc Locator) Drift {
 	return d
 }
 
-func changedDrift(want, got Fact, loc Locator) Drift {
+// changedDrift reports a fact the catalogs hold otherwise than the contract. reshaped says the
+// fact's function has other arguments or another result, which CREATE OR REPLACE cannot undo.
+func changedDrift(want, got Fact, loc Locator, reshaped bool) Drift {
 	origin := loc.Origin(want)
 	d := Drift{Kind: "changed_" + want.Kind, Object: describe(want),
 		Message: fmt.Sprintf("%s differs from the contract: want %q, have %q", describeKind(want), want.Def, got.Def)}
@@ -576,8 +602,12 @@ func changedDrift(want, got Fact, loc Locator) Drift {
 		if want.Def != "index" {
 			d.SQL = []string{fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY %s;", table, strings.ToUpper(want.Def))}
 		}
-	case "relkind", "inherits", "inherited_by", "rule", "body", "arguments", "returns", "language":
+	case "relkind", "inherits", "inherited_by", "rule":
 		// no statement turns them back safely: the object is recreated from its migration
+	case "body", "language":
+		if stmt, ok := loc.recreate(want.Object); ok && !reshaped {
+			d.SQL = []string{stmt}
+		}
 	case "volatility", "parallel", "security", "null_input":
 		attr := strings.ToUpper(want.Def)
 		switch want.Kind {
@@ -589,6 +619,9 @@ func changedDrift(want, got Fact, loc Locator) Drift {
 		d.SQL = []string{fmt.Sprintf("ALTER FUNCTION %s %s;", fn, attr)}
 	case "config":
 		d.SQL = configSQL(fn, want.Def)
+		if stmt, ok := loc.recreate(want.Object); ok && d.SQL == nil && !reshaped {
+			d.SQL = []string{stmt}
+		}
 	case "owner":
 		if want.Def == "schema owner" && got.ref != "" {
 			d.Message = fmt.Sprintf("function %s is owned by %s, not by the owner of schema control_core (%s): it runs as its owner when SECURITY DEFINER, and its owner may change it",
@@ -600,8 +633,16 @@ func changedDrift(want, got Fact, loc Locator) Drift {
 		d.Message = fmt.Sprintf("function %s: its %s differs from the contract: want %q, have %q", describe(want), want.Kind, want.Def, got.Def)
 	}
 	switch {
+	case len(d.SQL) == 1 && strings.HasPrefix(d.SQL[0], "CREATE "):
+		d.Fix = "recreate the function as " + origin + " defines it: its CREATE FUNCTION statement run as CREATE OR REPLACE FUNCTION " +
+			"(the statement in sql), which keeps its owner, its grants and what depends on it, and loses no data"
 	case len(d.SQL) > 0:
 		d.Fix = strings.Join(d.SQL, " ")
+	case reshaped || want.Kind == "arguments" || want.Kind == "returns":
+		d.Fix = "no statement turns it back in place: CREATE OR REPLACE FUNCTION cannot change a function's argument names, " +
+			"defaults or result, so DROP FUNCTION " + fn + " (its grants, and a trigger or default that uses it, go with it: CASCADE) " +
+			"and CREATE FUNCTION it again as " + origin + " defines it, then restore its owner (ALTER FUNCTION … OWNER TO the schema's owner), " +
+			"its grants (qlmigrate grants --sql) and what the drop cascaded to, as the migrations define them"
 	case strings.HasPrefix(want.Object, "function "):
 		d.Fix = "no safe statement turns it back: recreate the function as " + origin + " defines it (CREATE OR REPLACE FUNCTION)"
 	default:

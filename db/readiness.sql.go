@@ -10,9 +10,19 @@ import (
 )
 
 const readinessColumns = `-- name: ReadinessColumns :many
+WITH RECURSIVE dom(oid, base, typmod, depth) AS (
+    -- every domain with its base type, followed through domains over domains
+    SELECT y.oid, y.typbasetype, y.typtypmod, 0 FROM pg_catalog.pg_type y WHERE y.typtype = 'd'
+    UNION ALL
+    SELECT dom.oid, b.typbasetype, b.typtypmod, dom.depth + 1
+    FROM dom JOIN pg_catalog.pg_type b ON b.oid = dom.base
+    WHERE b.typtype = 'd' AND dom.depth < 32
+)
 SELECT c.relname::text AS table_name,
        a.attname::text AS column_name,
        pg_catalog.format_type(a.atttypid, a.atttypmod)::text AS data_type,
+       coalesce(pg_catalog.format_type(dom.base, dom.typmod)
+                || (CASE WHEN t.typtype = 'd' THEN '' ELSE '[]' END), '')::text AS domain_base,
        (CASE WHEN a.attcollation <> t.typcollation
              THEN coalesce((SELECT pg_catalog.format('%I.%I', cn.nspname, co.collname)
                             FROM pg_catalog.pg_collation co
@@ -27,7 +37,10 @@ FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_catalog.pg_type et ON et.oid = t.typelem AND t.typsubscript = 'pg_catalog.array_subscript_handler'::pg_catalog.regproc
 LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+LEFT JOIN dom ON dom.oid = (CASE WHEN t.typtype = 'd' THEN t.oid WHEN et.typtype = 'd' THEN et.oid END)
+             AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type b WHERE b.oid = dom.base AND b.typtype = 'd')
 WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
   AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY 1, 2
@@ -37,6 +50,7 @@ type ReadinessColumnsRow struct {
 	TableName   string `json:"table_name"`
 	ColumnName  string `json:"column_name"`
 	DataType    string `json:"data_type"`
+	DomainBase  string `json:"domain_base"`
 	Collation   string `json:"collation"`
 	NotNull     bool   `json:"not_null"`
 	DefaultExpr string `json:"default_expr"`
@@ -46,7 +60,9 @@ type ReadinessColumnsRow struct {
 
 // Every column of those tables: type as the server renders it, its collation where it is not
 // the type's own, nullability, default, identity and generation (pg_attrdef holds the
-// generation expression of a generated column, its "default").
+// generation expression of a generated column, its "default"). domain_base is the base type
+// of a column whose type is a domain, or an array of one (” otherwise): a domain's NOT NULL,
+// CHECK and DEFAULT are evaluated by every INSERT although the column shows none of them.
 func (q *Queries) ReadinessColumns(ctx context.Context) ([]ReadinessColumnsRow, error) {
 	rows, err := q.db.Query(ctx, readinessColumns)
 	if err != nil {
@@ -60,6 +76,7 @@ func (q *Queries) ReadinessColumns(ctx context.Context) ([]ReadinessColumnsRow, 
 			&i.TableName,
 			&i.ColumnName,
 			&i.DataType,
+			&i.DomainBase,
 			&i.Collation,
 			&i.NotNull,
 			&i.DefaultExpr,
@@ -377,6 +394,86 @@ func (q *Queries) ReadinessPolicies(ctx context.Context) ([]ReadinessPoliciesRow
 	for rows.Next() {
 		var i ReadinessPoliciesRow
 		if err := rows.Scan(&i.TableName, &i.PolicyName, &i.Definition); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const readinessPublications = `-- name: ReadinessPublications :many
+SELECT x.table_name::text AS table_name,
+       x.publication_name::text AS publication_name,
+       x.via::text AS via,
+       x.row_filter::text AS row_filter,
+       x.column_list::text AS column_list,
+       pg_catalog.concat_ws(', ', CASE WHEN p.pubinsert THEN 'insert' END, CASE WHEN p.pubupdate THEN 'update' END,
+                            CASE WHEN p.pubdelete THEN 'delete' END, CASE WHEN p.pubtruncate THEN 'truncate' END)::text AS publishes
+FROM (
+    SELECT c.relname AS table_name, p.pubname AS publication_name, 'table' AS via,
+           coalesce(pg_catalog.pg_get_expr(pr.prqual, pr.prrelid), '') AS row_filter,
+           coalesce((SELECT pg_catalog.string_agg(pg_catalog.quote_ident(att.attname), ', ' ORDER BY k.ord)
+                     FROM pg_catalog.unnest(pr.prattrs::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+                     JOIN pg_catalog.pg_attribute att ON att.attrelid = pr.prrelid AND att.attnum = k.attnum), '') AS column_list,
+           p.oid AS pub
+    FROM pg_catalog.pg_publication_rel pr
+    JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid
+    JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+    UNION ALL
+    SELECT c.relname, p.pubname, 'schema', '', '', p.oid
+    FROM pg_catalog.pg_publication_namespace pn
+    JOIN pg_catalog.pg_publication p ON p.oid = pn.pnpubid
+    JOIN pg_catalog.pg_class c ON c.relnamespace = pn.pnnspid
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+    UNION ALL
+    SELECT c.relname, p.pubname, 'all tables', '', '', p.oid
+    FROM pg_catalog.pg_publication p
+    JOIN pg_catalog.pg_class c ON true
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    WHERE p.puballtables
+      AND n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+) x
+JOIN pg_catalog.pg_publication p ON p.oid = x.pub
+ORDER BY 1, 2, 3
+`
+
+type ReadinessPublicationsRow struct {
+	TableName       string `json:"table_name"`
+	PublicationName string `json:"publication_name"`
+	Via             string `json:"via"`
+	RowFilter       string `json:"row_filter"`
+	ColumnList      string `json:"column_list"`
+	Publishes       string `json:"publishes"`
+}
+
+// The publications that publish a table of control_core: listed by name (FOR TABLE, with its
+// row filter and column list, PostgreSQL 15+), through the schema (FOR TABLES IN SCHEMA, 15+),
+// or FOR ALL TABLES. A row filter or column list that the replica identity does not cover makes
+// every UPDATE and DELETE of the table fail (42P10); a publication without either is inert while
+// the table keeps a replica identity (the contract's, whose change is drift itself).
+func (q *Queries) ReadinessPublications(ctx context.Context) ([]ReadinessPublicationsRow, error) {
+	rows, err := q.db.Query(ctx, readinessPublications)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessPublicationsRow{}
+	for rows.Next() {
+		var i ReadinessPublicationsRow
+		if err := rows.Scan(
+			&i.TableName,
+			&i.PublicationName,
+			&i.Via,
+			&i.RowFilter,
+			&i.ColumnList,
+			&i.Publishes,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -133,4 +133,18 @@ var Cases = []Case{
 	{Name: "a large object granted to PUBLIC",
 		SQL:    `DO $$ BEGIN EXECUTE format('GRANT SELECT, UPDATE ON LARGE OBJECT %s TO PUBLIC', pg_catalog.lo_from_bytea(0, 'x')); END $$`,
 		Object: "large object", Runtime: true},
+	{Name: "a publication with a row filter on the schedules",
+		SQL: `CREATE PUBLICATION hp2 FOR TABLE control_core.trigger_schedules WHERE (claim_owner IS NULL)`, Object: "hp2", Runtime: true},
+	{Name: "a publication with a column list on the schedules",
+		SQL: `CREATE PUBLICATION hp3 FOR TABLE control_core.trigger_schedules (claim_owner)`, Object: "hp3", Runtime: true},
+	{Name: "an extra column of a NOT NULL domain",
+		SQL:    `CREATE DOMAIN public.nn AS text NOT NULL; ALTER TABLE control_core.runs ADD COLUMN hx public.nn`,
+		Object: "control_core.runs.hx", Runtime: true},
+	{Name: "a function body replaced",
+		SQL: `CREATE OR REPLACE FUNCTION control_core.lock_project(p_project_id text, p_reason text) RETURNS bigint
+		      LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog AS $$ BEGIN RETURN 0; END $$`,
+		Object: "control_core.lock_project(text, text)", Runtime: true},
+	{Name: "the database-time function body replaced",
+		SQL:    `CREATE OR REPLACE FUNCTION control_core.db_now_ms() RETURNS bigint LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT 1::bigint $$`,
+		Object: "control_core.db_now_ms()", Runtime: true},
 }

@@ -1,0 +1,190 @@
+package checksums
+
+import (
+	"strings"
+
+	"github.com/qlcontrol/controlcore/internal/sqlfile"
+)
+
+// A function's body, language or settings turn back without losing anything by running its
+// CREATE FUNCTION statement again as CREATE OR REPLACE FUNCTION: that keeps its owner, its
+// grants and what depends on it (the trigger that calls it, the defaults that call it), and sets
+// every attribute the statement names (an attribute it does not name goes back to its default,
+// as the migration left it). CREATE OR REPLACE cannot change the argument names or the return
+// type, so a function whose arguments or result differ is not recreated this way.
+
+// recreate returns the CREATE OR REPLACE FUNCTION statement of the migration that defines the
+// function of object ("function control_core.lock_project(text, text)"): the last statement of
+// the stream that creates a function of that name in control_core, exactly as written there (its
+// leading comments left out). ok is false where no migration creates it, where its name is
+// created more than once with different text (an overload, or a redefinition this would not
+// tell apart), or where a statement after it alters, renames or drops it: then running the one
+// statement again would not give the function the migrations leave.
+func (l Locator) recreate(object string) (stmt string, ok bool) {
+	name, ok := functionName(object)
+	if !ok {
+		return "", false
+	}
+	altered := false
+	for _, m := range l.migrations {
+		body, found := l.bodies[m.File]
+		if !found {
+			continue
+		}
+		file, err := sqlfile.Parse(body)
+		if err != nil {
+			return "", false
+		}
+		for _, st := range file.Up {
+			for _, toks := range statements(st.Tokens) {
+				switch {
+				case createsFunction(toks, name):
+					text := createOrReplace(body, toks)
+					if stmt != "" && text != stmt {
+						return "", false
+					}
+					stmt, altered = text, false
+				case altersFunction(toks, name):
+					altered = true
+				}
+			}
+		}
+	}
+	if altered {
+		return "", false
+	}
+	return stmt, stmt != ""
+}
+
+// functionName reads the unquoted name out of a function object of schema control_core.
+func functionName(object string) (string, bool) {
+	rest, ok := strings.CutPrefix(object, "function control_core.")
+	if !ok {
+		return "", false
+	}
+	name, _, ok := strings.Cut(rest, "(")
+	if !ok || name == "" {
+		return "", false
+	}
+	toks, err := sqlfile.Lex(name, sqlfile.Options{})
+	if err != nil || len(toks) != 1 {
+		return "", false
+	}
+	return identText(toks[0])
+}
+
+// identText is the name an identifier token stands for: an unquoted one folded to lower case,
+// a quoted one with its quotes removed.
+func identText(t sqlfile.Token) (string, bool) {
+	switch t.Kind {
+	case sqlfile.Ident:
+		return strings.ToLower(t.Text), true
+	case sqlfile.QuotedIdent:
+		if strings.HasPrefix(t.Text, `"`) && strings.HasSuffix(t.Text, `"`) && len(t.Text) >= 2 {
+			return strings.ReplaceAll(t.Text[1:len(t.Text)-1], `""`, `"`), true
+		}
+	}
+	return "", false
+}
+
+// statements cuts a statement goose sends as one (a StatementBegin block may hold several) into its
+// statements: at each ";" outside parentheses, comments left out.
+func statements(toks []sqlfile.Token) [][]sqlfile.Token {
+	var (
+		out   [][]sqlfile.Token
+		cur   []sqlfile.Token
+		depth int
+	)
+	for _, t := range toks {
+		if t.Kind == sqlfile.LineComment || t.Kind == sqlfile.BlockComment {
+			continue
+		}
+		cur = append(cur, t)
+		if t.Kind != sqlfile.Punct {
+			continue
+		}
+		switch t.Text {
+		case "(":
+			depth++
+		case ")":
+			depth--
+		case ";":
+			if depth == 0 {
+				out = append(out, cur)
+				cur = nil
+			}
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// leading matches the leading tokens of toks against words, case-insensitively; it returns
+// the rest.
+func leading(toks []sqlfile.Token, words ...string) ([]sqlfile.Token, bool) {
+	for _, w := range words {
+		if len(toks) == 0 || toks[0].Kind != sqlfile.Ident || !strings.EqualFold(toks[0].Text, w) {
+			return nil, false
+		}
+		toks = toks[1:]
+	}
+	return toks, true
+}
+
+// namesFunction says whether toks start with control_core.NAME (.
+func namesFunction(toks []sqlfile.Token, name string) bool {
+	if len(toks) < 4 {
+		return false
+	}
+	schema, ok1 := identText(toks[0])
+	fn, ok2 := identText(toks[2])
+	return ok1 && ok2 && schema == "control_core" && toks[1].Text == "." && fn == name && toks[3].Text == "("
+}
+
+// createsFunction says whether toks are CREATE [OR REPLACE] FUNCTION control_core.NAME(….
+func createsFunction(toks []sqlfile.Token, name string) bool {
+	rest, ok := leading(toks, "create")
+	if !ok {
+		return false
+	}
+	if r, ok := leading(rest, "or", "replace"); ok {
+		rest = r
+	}
+	rest, ok = leading(rest, "function")
+	return ok && namesFunction(rest, name)
+}
+
+// altersFunction says whether toks are ALTER or DROP FUNCTION/ROUTINE of control_core.NAME, or
+// a CREATE OR REPLACE PROCEDURE of it (which would fail, but say so rather than guess).
+func altersFunction(toks []sqlfile.Token, name string) bool {
+	for _, verb := range [][]string{{"alter", "function"}, {"alter", "routine"}, {"drop", "function"}, {"drop", "routine"}} {
+		rest, ok := leading(toks, verb...)
+		if !ok {
+			continue
+		}
+		if r, ok := leading(rest, "if", "exists"); ok {
+			rest = r
+		}
+		if len(rest) >= 3 {
+			schema, ok1 := identText(rest[0])
+			fn, ok2 := identText(rest[2])
+			if ok1 && ok2 && schema == "control_core" && rest[1].Text == "." && fn == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// createOrReplace is the statement toks hold, as written in src, with OR REPLACE after its
+// CREATE where it lacks one.
+func createOrReplace(src string, toks []sqlfile.Token) string {
+	create, last := toks[0], toks[len(toks)-1]
+	text := src[create.Start:last.End]
+	if _, ok := leading(toks[1:], "or", "replace"); ok {
+		return text
+	}
+	return src[create.Start:create.End] + " OR REPLACE" + src[create.End:last.End]
+}
