@@ -49,9 +49,10 @@ func (a *app) runCmd() *cobra.Command {
      and generation, keys and CHECKs with their deferrability and validation, indexes,
      functions with owner and body, triggers and whether they fire, row-level security and
      policies, rules, persistence), with nothing extra that changes what a statement does (a
-     NOT NULL or defaulted column, a constraint, a unique or expression index, a trigger, a
-     policy, a rule) and no event trigger in the database; the runtime role must hold exactly
-     its privileges (SELECT/UPDATE on trigger_schedules and no INSERT or DELETE; SELECT, INSERT,
+     NOT NULL, defaulted or domain-typed column, a constraint, a unique or expression index, a
+     trigger, a policy, a rule, a filtered publication) and no event trigger or user-defined
+     cast on built-in types in the database; the runtime role must hold exactly its
+     privileges (SELECT/UPDATE on trigger_schedules and no INSERT or DELETE; SELECT, INSERT,
      UPDATE on runs and attempts; SELECT, INSERT on run events; EXECUTE on db_now_ms(); nothing
      else, on any object or large object), with no stored settings (ALTER ROLE … SET, also IN
      DATABASE), no VALID UNTIL or CONNECTION LIMIT, no privileged attribute, no membership, and
@@ -59,7 +60,9 @@ func (a *app) runCmd() *cobra.Command {
      object; no SECURITY DEFINER function outside control_core that the runtime role or PUBLIC
      may execute may belong to a role that may write control_core's tables; the database must
      have no stored settings. Any of these refuses to start (exit 1), names the finding and
-     claims nothing; qlmigrate verify --fix-sql prints the fix;
+     claims nothing; qlmigrate verify --fix-sql prints the fix. Every session runs with
+     search_path pg_catalog, so a function or operator created in public cannot stand in for
+     a built-in one;
   3. startup recovery: runtime-owned queued/dispatching Runs that are not in the pristine admitted
      shape fail closed (see docs/scheduling.md);
   4. the lifecycle: a round every --cadence claims at most --budget due schedule rows, each under a
