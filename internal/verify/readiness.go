@@ -20,15 +20,15 @@ func (e *NotReadyError) Error() string {
 	fmt.Fprintf(&b, "database not ready for the scheduler: %d finding(s)", len(e.Findings))
 	for i, f := range e.Findings {
 		if i == shownFindings {
-			fmt.Fprintf(&b, "; and %d more", len(e.Findings)-i)
+			fmt.Fprintf(&b, "\n  … and %d more", len(e.Findings)-i)
 			break
 		}
-		fmt.Fprintf(&b, "; %s: %s", f.Object, f.Message)
+		fmt.Fprintf(&b, "\n  - %s: %s", printable(f.Object), printable(f.Message))
 		if f.Fix != "" {
-			fmt.Fprintf(&b, " (fix: %s)", f.Fix)
+			fmt.Fprintf(&b, "\n    fix: %s", printable(f.Fix))
 		}
 	}
-	b.WriteString("; `qlmigrate verify` reports them all and `qlmigrate verify --fix-sql` prints the fix")
+	b.WriteString("\n`qlmigrate verify` reports them all; `qlmigrate verify --fix-sql` prints the statements that remove them")
 	return b.String()
 }
 
