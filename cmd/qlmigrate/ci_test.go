@@ -27,7 +27,7 @@ func TestCIGates(t *testing.T) {
 		t.Errorf("status --exit-code with 4 pending: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	dry := run(t, nil, "up", "--dry-run", "--database-url", su)
-	if dry.code != 0 || strings.Count(dry.stdout, "\nBEGIN;\n") != 4 || !strings.Contains(dry.stdout, "-- pg-0015-database-time") {
+	if dry.code != 0 || strings.Count(dry.stdout, "\n"+migrate.BeginSQL+"\n") != 4 || !strings.Contains(dry.stdout, "-- pg-0015-database-time") {
 		t.Errorf("up --dry-run: exit %d, want 4 transactions from pg-0015\n%s%s", dry.code, dry.stdout, dry.stderr)
 	}
 	if r := run(t, nil, "up", "--database-url", su); r.code != 0 || strings.Count(r.stdout, "applied pg-") != 4 {

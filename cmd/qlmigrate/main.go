@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
 )
 
 func main() {
@@ -48,5 +49,17 @@ opened), 3 cannot connect or the database failed. --format json documents: docs/
 	pf.StringVar(&a.rolePrefix, "role-prefix", "ql_", "prefix of the four role names: <prefix>owner, <prefix>admin, <prefix>runtime, <prefix>worker_ingress")
 	pf.StringVar(&a.format, "format", "text", "output format: text or json")
 	root.AddCommand(a.upCmd(), a.statusCmd(), a.acceptCmd(), a.probeCmd(), a.rolesCmd(), a.verifyCmd(), a.grantsCmd(), a.hashCmd())
+	explainPooler(root)
 	return root
+}
+
+// explainPooler makes every command's error say ql_pooler=transaction is missing when it is the
+// sign of a transaction pooler that was not detected (dbconn.PoolerHint).
+func explainPooler(cmd *cobra.Command) {
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(c *cobra.Command, args []string) error { return dbconn.PoolerHint(run(c, args)) }
+	}
+	for _, sub := range cmd.Commands() {
+		explainPooler(sub)
+	}
 }

@@ -304,8 +304,14 @@ func (p *process) exited() bool {
 // migration is applied exactly once.
 func TestConcurrentUpProcessesApplyOnce(t *testing.T) {
 	t.Parallel()
+	concurrentUpAppliesOnce(t, testpg.NewEmpty(t))
+}
+
+// concurrentUpAppliesOnce runs the two provably overlapping up processes on d and checks both
+// exit 0 and every migration is applied once.
+func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
+	t.Helper()
 	ctx := context.Background()
-	d := testpg.NewEmpty(t)
 	holder, err := pgx.Connect(ctx, d.URL(""))
 	if err != nil {
 		t.Fatal(err)

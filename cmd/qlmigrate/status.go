@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/migrate"
 )
@@ -38,7 +37,7 @@ CI gate); without it status exits 0 whatever it shows.`,
 			if err != nil {
 				return err
 			}
-			capability, capErr := db.New(r.Pool).Capability(ctx, "control-core")
+			capability, capErr := r.Capability(ctx)
 			pending, bad := 0, 0
 			for _, s := range rows {
 				switch {

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/checksums"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/verify"
@@ -113,7 +112,7 @@ is still a real one.`,
 			if errors.As(upErr, &lockErr) {
 				upErr = &cli.ProblemError{Err: upErr}
 			}
-			capability, capErr := db.New(r.Pool).Capability(ctx, "control-core")
+			capability, capErr := r.Capability(ctx)
 			if a.json() {
 				type item struct {
 					Version    int64   `json:"version"`

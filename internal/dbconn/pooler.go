@@ -36,8 +36,8 @@ func (c *Config) SetPooled() {
 	c.SetTimeouts(c.timeouts)
 }
 
-// LocalSettings returns the statements that apply the server-side bounds of Timeouts and the
-// SearchPath to one transaction (SET LOCAL), to run first in every transaction when Pooled; nil
+// LocalSettings returns the statements that apply the server-side bounds of Timeouts, the
+// SearchPath and StandardConformingStrings to one transaction (SET LOCAL), to run first in every transaction when Pooled; nil
 // on a direct connection, whose sessions got them at startup.
 func (c *Config) LocalSettings() []string {
 	if !c.pooled {
@@ -48,6 +48,7 @@ func (c *Config) LocalSettings() []string {
 		"SET LOCAL " + paramStatement + " = " + ms(c.timeouts.Statement) + ";",
 		"SET LOCAL " + paramIdleInTx + " = " + ms(c.timeouts.IdleInTransaction) + ";",
 		"SET LOCAL " + paramSearchPath + " = " + SearchPath + ";",
+		"SET LOCAL " + paramSCS + " = " + StandardConformingStrings + ";",
 	}
 }
 
@@ -99,3 +100,27 @@ func applyPooled(cc *pgx.ConnConfig, pooled bool) {
 		delete(cc.RuntimeParams, p)
 	}
 }
+
+// PoolerHint returns err explained when it is the sign of a transaction-pooling pooler that
+// Open did not detect (one that passes or ignores every startup parameter, PgBouncer with
+// ignore_startup_parameters say): a named prepared statement of the driver's cache that the
+// server session does not know, or already knows from another client ("prepared statement
+// \"stmtcache_…\" already exists"). Any other error is returned as it is.
+func PoolerHint(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != "42P05" && pgErr.Code != "26000") ||
+		!strings.Contains(pgErr.Message, "stmtcache_") {
+		return err
+	}
+	return &PoolerHintError{Err: err}
+}
+
+// PoolerHintError is an error that says a transaction-pooling pooler stands between the client
+// and the server and ql_pooler=transaction is missing (see PoolerHint).
+type PoolerHintError struct{ Err error }
+
+func (e *PoolerHintError) Error() string {
+	return e.Err.Error() + " (a transaction-pooling pooler such as PgBouncer stands between this client and the server, " +
+		"and it could not be detected: add " + PoolerParam + "=transaction to the connection URL)"
+}
+func (e *PoolerHintError) Unwrap() error { return e.Err }

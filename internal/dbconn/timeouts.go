@@ -81,7 +81,15 @@ const (
 	paramKACount     = "tcp_keepalives_count"
 	paramUserTimeout = "tcp_user_timeout"
 	paramSearchPath  = "search_path"
+	paramSCS         = "standard_conforming_strings"
 )
+
+// StandardConformingStrings is the standard_conforming_strings of every session this package
+// opens, whatever PGOPTIONS, the connection string, the role's or the database's settings say:
+// on. The SQL lexer of qlmigrate (internal/sqlfile) and pgx's own quoting read a backslash in
+// '…' as an ordinary character; with it off the server would take '\.' for '.' and apply a
+// different statement than the one that was checked and hashed.
+const StandardConformingStrings = "on"
 
 // SearchPath is the search_path of every session this package opens, whatever the connection
 // string or the role's settings say: pg_catalog only. control-core names each of its objects
@@ -154,6 +162,7 @@ func (c *Config) SetTimeouts(t Timeouts) {
 		cc.RuntimeParams[paramUserTimeout] = ms(t.UserTimeout)
 	}
 	cc.RuntimeParams[paramSearchPath] = SearchPath
+	cc.RuntimeParams[paramSCS] = StandardConformingStrings
 	applyPooled(cc, c.pooled)
 	dialer := &net.Dialer{
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: t.KeepAliveIdle, Interval: t.KeepAliveInterval, Count: t.KeepAliveCount},

@@ -3,12 +3,15 @@ package dbconn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestResolveAppliesDefaultTimeouts(t *testing.T) {
@@ -161,5 +164,27 @@ func TestResponseTimeout(t *testing.T) {
 	to.Response = 0 // off: the raw connection
 	if _, ok := dialWith(t, to, addr).(*responseConn); ok {
 		t.Error("response timeout 0 still wraps the connection")
+	}
+}
+
+// The driver's prepared-statement errors that only a transaction pooler causes name the
+// setting that fixes them; any other error is left as it is.
+func TestPoolerHintNamesQlPooler(t *testing.T) {
+	dup := &pgconn.PgError{Code: "42P05", Message: `prepared statement "stmtcache_0123abcd" already exists`}
+	err := PoolerHint(fmt.Errorf("read goose versions: %w", dup))
+	var pgErr *pgconn.PgError
+	if !strings.Contains(err.Error(), "ql_pooler=transaction") || !strings.Contains(err.Error(), "stmtcache_0123abcd") || !errors.As(err, &pgErr) {
+		t.Errorf("PoolerHint(duplicate stmtcache statement) = %v, want it to name ql_pooler=transaction and keep the cause", err)
+	}
+	gone := &pgconn.PgError{Code: "26000", Message: `prepared statement "stmtcache_0123abcd" does not exist`}
+	if err := PoolerHint(gone); !strings.Contains(err.Error(), "ql_pooler=transaction") {
+		t.Errorf("PoolerHint(missing stmtcache statement) = %v, want ql_pooler=transaction named", err)
+	}
+	other := &pgconn.PgError{Code: "42P05", Message: `prepared statement "mine" already exists`}
+	if err := PoolerHint(other); err != error(other) {
+		t.Errorf("PoolerHint(another error) = %v, want it unchanged", err)
+	}
+	if PoolerHint(nil) != nil {
+		t.Error("PoolerHint(nil) is not nil")
 	}
 }

@@ -58,10 +58,12 @@ func (e *LockTimeoutError) Error() string {
 	return fmt.Sprintf("gave up after %s waiting for the migration lock (lock timeout), held by %s; nothing more was applied", e.Waited.Round(time.Millisecond), who)
 }
 
-// Holders returns the sessions that hold the migration lock now.
-// It reads as the login role (SET LOCAL ROLE NONE), not the owner role up acts as: a superuser or
+// Holders returns the sessions that hold the migration lock now, giving up after holdersTimeout
+// (a connection of the pool may be what it waits for). It reads as the login role (SET LOCAL ROLE NONE), not the owner role up acts as: a superuser or
 // a pg_read_all_stats member sees every column of every session.
 func (r *Runner) Holders(ctx context.Context) ([]LockHolder, error) {
+	ctx, cancel := context.WithTimeout(ctx, holdersTimeout)
+	defer cancel()
 	var rows []db.MigrationLockHoldersRow
 	err := pgx.BeginTxFunc(ctx, r.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL ROLE NONE"); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/qlcontrol/controlcore/checksums"
+	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/internal/sqlfile"
 	"github.com/qlcontrol/controlcore/internal/verify"
@@ -46,8 +47,8 @@ type Options struct {
 	Names roles.Names
 	// FS holds the migrations; nil means the stream embedded in the binary.
 	FS fs.FS
-	// AsOwner makes every migration transaction SET LOCAL ROLE to the owner role (and, on a
-	// direct connection, every session SET ROLE), required to apply migrations when connecting as
+	// AsOwner makes every transaction SET LOCAL ROLE to the owner role (never a session SET
+	// ROLE, which a pooler would hand on to its other clients), required to apply migrations when connecting as
 	// a superuser or another member of the owner role.
 	AsOwner bool
 	// LockTimeout bounds the wait for the migration lock; 0 means DefaultLockTimeout.
@@ -100,21 +101,103 @@ func Open(ctx context.Context, cfg *dbconn.Config, opts Options) (*Runner, error
 		r.byVersion[m.Version], r.files[m.Version] = m, f
 	}
 
-	// A copy: Open may switch it to pooled mode when it meets a pooler.
+	// A copy: Open may switch it to pooled mode when it meets a pooler. No session state is ever
+	// set on it (no SET ROLE, no SET): through a pooler that was not detected, a server session
+	// goes on to other clients. The owner role is SET LOCAL ROLE in every transaction instead.
 	r.conn = cfg.For(cfg.Pool.ConnConfig.Database, "")
-	if opts.AsOwner {
-		owner, conn := opts.Names.Owner, r.conn
-		r.conn.Pool.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-			if conn.Pooled() {
-				return nil // session state would outlive our transaction: SET LOCAL ROLE instead
-			}
-			return setRole(ctx, c, owner)
-		}
+	// The migration transaction waits for the lock on one connection while another names the
+	// holder: pool_max_conns=1 would leave the second waiting forever.
+	if r.conn.Pool.MaxConns < minConns {
+		r.conn.Pool.MaxConns = minConns
+	}
+	// The client's response bound must outlast a lock wait, in which the server says nothing.
+	if t := r.conn.Timeouts(); t.Response > 0 && t.Response < opts.LockTimeout+dbconn.ResponseMargin {
+		t.Response = opts.LockTimeout + dbconn.ResponseMargin
+		r.conn.SetTimeouts(t)
 	}
 	if r.Pool, err = r.conn.Open(ctx); err != nil {
 		return nil, err
 	}
+	if opts.AsOwner {
+		if err := r.checkRole(ctx); err != nil {
+			r.Pool.Close()
+			return nil, err
+		}
+	}
 	return r, nil
+}
+
+// minConns is the least number of connections a Runner's pool has, whatever pool_max_conns says.
+const minConns = 2
+
+// holdersTimeout bounds one look-up of the lock's holders.
+const holdersTimeout = 10 * time.Second
+
+// checkRole tells early, in a transaction that changes nothing, whether the connected role may
+// SET LOCAL ROLE to the owner role.
+func (r *Runner) checkRole(ctx context.Context) error {
+	return r.readTx(ctx, func(tx pgx.Tx) error { return nil })
+}
+
+// begin starts a transaction of the runner: read committed, whatever default_transaction_isolation
+// says (every statement after the lock must see what the transactions before it committed), or
+// the given options; then the owner role when AsOwner and, when pooled, the settings a pooled
+// session does not carry.
+func (r *Runner) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	tx, err := r.Pool.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	if r.opts.AsOwner {
+		if _, err := tx.Exec(ctx, setLocalRole(r.opts.Names.Owner)); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, r.roleError(ctx, err)
+		}
+	}
+	for _, s := range r.conn.LocalSettings() {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, err
+		}
+	}
+	return tx, nil
+}
+
+// roleError explains a failed SET LOCAL ROLE to the owner role.
+func (r *Runner) roleError(ctx context.Context, err error) error {
+	var user string
+	if qerr := r.Pool.QueryRow(ctx, "SELECT session_user").Scan(&user); qerr != nil {
+		user = r.conn.Pool.ConnConfig.User
+	}
+	return &RoleError{User: user, Owner: r.opts.Names.Owner, Err: err}
+}
+
+// readTx runs fn in a read-only repeatable-read transaction begun by begin.
+func (r *Runner) readTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := r.begin(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	return fn(tx)
+}
+
+// beginner hands verify.Run transactions begun by the runner (role and settings included).
+type beginner struct{ r *Runner }
+
+func (b beginner) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	return b.r.begin(ctx, opts)
+}
+
+// Capability reads control-core's capability row, as the owner role when AsOwner.
+func (r *Runner) Capability(ctx context.Context) (db.ControlCoreCapability, error) {
+	var c db.ControlCoreCapability
+	err := r.readTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		c, err = db.New(tx).Capability(ctx, "control-core")
+		return err
+	})
+	return c, err
 }
 
 // Pooled reports whether the runner talks through a transaction-pooling pooler (dbconn.Pooled).
@@ -132,18 +215,8 @@ func (e *RoleError) Error() string {
 }
 func (e *RoleError) Unwrap() error { return e.Err }
 
-func setRole(ctx context.Context, conn *pgx.Conn, owner string) error {
-	var current string
-	if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&current); err != nil {
-		return err
-	}
-	if current == owner {
-		return nil
-	}
-	if _, err := conn.Exec(ctx, "SET ROLE "+pgx.Identifier{owner}.Sanitize()); err != nil {
-		return &RoleError{User: current, Owner: owner, Err: err}
-	}
-	return nil
+func setLocalRole(owner string) string {
+	return "SET LOCAL ROLE " + pgx.Identifier{owner}.Sanitize() + ";"
 }
 
 // Close releases the connections.
@@ -159,7 +232,7 @@ func (e *DriftError) Error() string {
 
 // Validate runs the checks up runs before it takes the lock (verify.ScopeUp), read-only.
 func (r *Runner) Validate(ctx context.Context) (*verify.Report, error) {
-	report, err := verify.Run(ctx, r.Pool, verify.Options{Names: r.opts.Names, Scope: verify.ScopeUp, FS: r.fsys})
+	report, err := verify.Run(ctx, beginner{r}, verify.Options{Names: r.opts.Names, Scope: verify.ScopeUp, FS: r.fsys})
 	if err != nil {
 		return nil, fmt.Errorf("validate before applying: %w", err)
 	}
@@ -216,20 +289,31 @@ func (r *Runner) Up(ctx context.Context, to int64) ([]Applied, error) {
 }
 
 // txPrologue is what every transaction of up runs first: the role, the bounds a pooled session
-// does not carry, and the migration lock (lock_timeout bounds only that wait).
+// does not carry, and the migration lock. lock_timeout bounds only that wait, and
+// statement_timeout is off for it (a shorter one in the URL would otherwise end the wait before
+// the lock timeout, without naming the holder); both are restored after it.
 func (r *Runner) txPrologue() (before []string, lockSQL string, after []string) {
 	if r.opts.AsOwner {
-		before = append(before, "SET LOCAL ROLE "+pgx.Identifier{r.opts.Names.Owner}.Sanitize()+";")
+		before = append(before, setLocalRole(r.opts.Names.Owner))
 	}
 	before = append(before, r.conn.LocalSettings()...)
-	before = append(before, fmt.Sprintf("SET LOCAL lock_timeout = %d;", r.opts.LockTimeout.Milliseconds()))
-	return before, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);", LockKey), []string{"SET LOCAL lock_timeout TO DEFAULT;"}
+	before = append(before, fmt.Sprintf("SET LOCAL lock_timeout = %d;", r.opts.LockTimeout.Milliseconds()), "SET LOCAL statement_timeout = 0;")
+	after = []string{"SET LOCAL lock_timeout TO DEFAULT;", fmt.Sprintf("SET LOCAL statement_timeout = %d;", r.conn.Timeouts().Statement.Milliseconds())}
+	return before, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);", LockKey), after
 }
+
+// txOptions are the options of every transaction of up: read committed whatever
+// default_transaction_isolation says, so that what it reads after taking the lock is what the
+// runs before it committed (a repeatable-read snapshot is taken before the lock is granted).
+var txOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// BeginSQL is how the dry run writes the start of a transaction: as txOptions begins it.
+const BeginSQL = "BEGIN ISOLATION LEVEL READ COMMITTED;"
 
 // applyNext takes the lock in a new transaction and applies the first pending migration up to to;
 // done when none is left.
 func (r *Runner) applyNext(ctx context.Context, to int64) (*Applied, bool, error) {
-	tx, err := r.Pool.Begin(ctx)
+	tx, err := r.Pool.BeginTx(ctx, txOptions)
 	if err != nil {
 		return nil, false, fmt.Errorf("begin: %w", err)
 	}
@@ -374,7 +458,7 @@ func (r *Runner) applyNoTx(ctx context.Context, m checksums.Migration) (*Applied
 			return nil, fail(err)
 		}
 	}
-	err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return r.execAll(ctx, tx, checksums.RecordSQL(m)) })
+	err = pgx.BeginTxFunc(ctx, c, txOptions, func(tx pgx.Tx) error { return r.execAll(ctx, tx, checksums.RecordSQL(m)) })
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/checksums"
+	"github.com/qlcontrol/controlcore/internal/sqlfile"
 )
 
 // PlanTx is one transaction up would run.
@@ -40,9 +41,9 @@ func (r *Runner) DryRun(ctx context.Context, to int64) (*Plan, error) {
 	if !report.OK {
 		return nil, &DriftError{Report: report}
 	}
-	tx, err := r.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := r.begin(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+		return nil, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	st, err := readApplied(ctx, tx)
@@ -74,7 +75,7 @@ func (r *Runner) DryRun(ctx context.Context, to int64) (*Plan, error) {
 				fmt.Sprintf("SELECT pg_advisory_lock(%d);", LockKey), "RESET lock_timeout;",
 				"SELECT set_config('qlmigrate.started_at', clock_timestamp()::text, false);"}
 			p.Txs = append(p.Txs, PlanTx{Migration: &m, NoTransaction: true,
-				Statements: append(append(append(start, stmts...), "BEGIN;"), append(record, "COMMIT;", fmt.Sprintf("SELECT pg_advisory_unlock(%d);", LockKey))...)})
+				Statements: append(append(append(start, stmts...), BeginSQL), append(record, "COMMIT;", fmt.Sprintf("SELECT pg_advisory_unlock(%d);", LockKey))...)})
 			continue
 		}
 		all := append(append(append([]string{}, prologue...), checksums.StartSQL), stmts...)
@@ -95,7 +96,11 @@ func terminated(s string) string {
 // version and ledger rows. Run it with psql -v ON_ERROR_STOP=1 -f, connected as up would be.
 func (p *Plan) WriteSQL(w io.Writer, now time.Time) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "-- qlmigrate up --dry-run: %d pending migration(s) on %s, planned %s\n", len(p.Pending), p.Target, now.UTC().Format(time.RFC3339))
+	// Every comment line stays one line (sqlfile.CommentText): a control character, a newline in
+	// a database name say, would end it and put the rest, a psql meta-command perhaps, into the
+	// script a DBA runs.
+	c := sqlfile.CommentText
+	fmt.Fprintf(&b, "-- qlmigrate up --dry-run: %d pending migration(s) on %s, planned %s\n", len(p.Pending), c(p.Target), now.UTC().Format(time.RFC3339))
 	b.WriteString("-- The exact SQL up would run, in order. up itself also re-reads the applied versions after\n" +
 		"-- taking the lock in each transaction and skips a migration another run applied meanwhile;\n" +
 		"-- this script does not. Review, then: psql -v ON_ERROR_STOP=1 -f this.sql \"$URL\"\n")
@@ -108,7 +113,7 @@ func (p *Plan) WriteSQL(w io.Writer, now time.Time) error {
 		if tx.Migration == nil {
 			b.WriteString("-- goose's version table, created once before pg-0001\n")
 		} else {
-			fmt.Fprintf(&b, "-- %s (%s), sha256 %s, normal form %s\n", tx.Migration.Name, tx.Migration.File, tx.Migration.SHA256, tx.Migration.Normal)
+			fmt.Fprintf(&b, "-- %s (%s), sha256 %s, normal form %s\n", c(tx.Migration.Name), c(tx.Migration.File), c(tx.Migration.SHA256), c(tx.Migration.Normal))
 		}
 		if tx.NoTransaction {
 			b.WriteString("-- NO TRANSACTION: its statements autocommit one by one under the session lock\n")
@@ -117,7 +122,7 @@ func (p *Plan) WriteSQL(w io.Writer, now time.Time) error {
 			}
 			continue
 		}
-		b.WriteString("BEGIN;\n")
+		b.WriteString(BeginSQL + "\n")
 		for _, s := range tx.Statements {
 			b.WriteString(s + "\n")
 		}

@@ -50,9 +50,9 @@ type Status struct {
 // Status lists every migration the binary knows with its applied time and checksum state, read
 // in one read-only transaction without any lock.
 func (r *Runner) Status(ctx context.Context) ([]Status, error) {
-	tx, err := r.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := r.begin(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+		return nil, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	st, err := readApplied(ctx, tx)

@@ -21,8 +21,9 @@ import (
 // test's lifetime, and returns a superuser URL through it to database. It runs as the server's
 // OS user (PgBouncer refuses root), trusts loopback clients as the server does, and keeps
 // PgBouncer's defaults otherwise (so it refuses startup parameters it does not know, as a
-// production PgBouncer does). Without a pgbouncer binary the test fails: CI installs it.
-func (d *DB) PgBouncer(t testing.TB) string {
+// production PgBouncer does). Each of extra is a line added to its [pgbouncer] section
+// ("ignore_startup_parameters = …", say). Without a pgbouncer binary the test fails: CI installs it.
+func (d *DB) PgBouncer(t testing.TB, extra ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
@@ -77,6 +78,9 @@ max_client_conn = 100
 default_pool_size = 4
 logfile = %s
 `, server.Hostname(), server.Port(), port, filepath.Join(dir, "users.txt"), filepath.Join(dir, "pgbouncer.log"))
+	for _, line := range extra {
+		ini += line + "\n"
+	}
 	for name, body := range map[string]string{"users.txt": users, "pgbouncer.ini": ini} {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
@@ -115,6 +119,9 @@ logfile = %s
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			for _, line := range extra {
+				ini += line + "\n"
+			}
 			t.Fatalf("pgbouncer exited: %s%s", out.String(), strings.TrimSpace(string(log)))
 		case <-ctx.Done():
 			t.Fatalf("pgbouncer does not listen on port %d after 20 s: %s", port, out.String())

@@ -5,8 +5,8 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"unicode"
 
+	"github.com/qlcontrol/controlcore/internal/sqlfile"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
@@ -84,15 +84,5 @@ func fixRank(f Finding) int {
 	}
 }
 
-// comment makes s safe inside a one-line SQL comment: object names come from the catalogs and
-// may hold a newline, which would end the comment and turn the rest into a statement.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		// C0 and C1 controls, line and paragraph separators, and format characters (bidi
-		// overrides such as U+202E make a terminal show text in another order than it is).
-		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029' {
-			return ' '
-		}
-		return r
-	}, s)
-}
+// printable makes s safe for one "--" comment line (sqlfile.CommentText).
+func printable(s string) string { return sqlfile.CommentText(s) }
