@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/roles"
 )
@@ -32,27 +30,8 @@ func privateDB(t *testing.T) (*testpg.DB, roles.Names) {
 // privateDBAt is privateDB migrated up to version to (0: all).
 func privateDBAt(t *testing.T, to int64) (*testpg.DB, roles.Names) {
 	t.Helper()
-	ctx := context.Background()
-	d := testpg.NewEmpty(t)
-	names, err := roles.NewNames(fmt.Sprintf("qlv%d_%d_", os.Getpid(), privateSeq.Add(1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dropRoles(d, names) })
-	// NewEmpty bootstrapped the shared ql_ roles here; this database is the prefix's alone.
-	d.Exec(t, fmt.Sprintf("REVOKE ALL ON DATABASE %s FROM ql_owner", pgx.Identifier{d.Name}.Sanitize()))
-	if err := d.Server.BootstrapNames(ctx, d.Name, names); err != nil {
-		t.Fatalf("roles create %s*: %v", names.Prefix, err)
-	}
-	r, err := migrate.Open(ctx, d.Config(t, ""), migrate.Options{Names: names, AsOwner: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if _, err := r.Up(ctx, to); err != nil {
-		t.Fatalf("up as %s: %v", names.Owner, err)
-	}
-	return d, names
+	d := testpg.NewPrivateAt(t, to)
+	return d, d.Names
 }
 
 // dropRoles drops the database (before testpg's own clean-up, which then finds nothing) and the

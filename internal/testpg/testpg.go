@@ -357,6 +357,12 @@ var privateSeq atomic.Int64
 // roles and any other role whose name starts with the prefix are dropped when the test ends.
 func NewPrivate(t testing.TB) *DB {
 	t.Helper()
+	return NewPrivateAt(t, 0)
+}
+
+// NewPrivateAt is NewPrivate migrated up to version to (0: all).
+func NewPrivateAt(t testing.TB, to int64) *DB {
+	t.Helper()
 	ctx := context.Background()
 	d := NewEmpty(t)
 	names, err := roles.NewNames(fmt.Sprintf("qlp%d_%d_", os.Getpid(), privateSeq.Add(1)))
@@ -374,7 +380,7 @@ func NewPrivate(t testing.TB) *DB {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := r.Up(ctx, 0); err != nil {
+	if _, err := r.Up(ctx, to); err != nil {
 		t.Fatalf("up as %s: %v", names.Owner, err)
 	}
 	d.Names = names
