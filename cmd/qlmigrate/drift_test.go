@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/internal/drifttest"
-	"github.com/qlcontrol/controlcore/internal/testpg"
 )
 
 // Every class of catalog change that alters behaviour (issue 16, points 1 and 2) fails verify,
@@ -19,10 +18,7 @@ func TestVerifyCatchesEveryDriftClassAndItsFixSQLRemovesIt(t *testing.T) {
 	for _, c := range drifttest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
-			d := testpg.New(t)
-			if c.PrivateRoles {
-				d = testpg.NewPrivate(t)
-			}
+			d := c.DB(t)
 			d.Exec(t, c.Render(d.Name, d.Names))
 			args := []string{"verify", "--role-prefix", d.Names.Prefix, "--database-url", d.URL("")}
 			r := run(t, nil, args...)

@@ -22,10 +22,7 @@ func TestRunRefusesEveryDriftThatTouchesTheRuntime(t *testing.T) {
 	for _, c := range drifttest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
-			d := testpg.New(t)
-			if c.PrivateRoles {
-				d = testpg.NewPrivate(t)
-			}
+			d := c.DB(t)
 			publish(t, []string{"--database-url", d.URL(d.Names.Admin)},
 				[]string{"project", "create", "--project", "p"},
 				[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},

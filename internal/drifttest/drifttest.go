@@ -6,7 +6,9 @@ package drifttest
 
 import (
 	"strings"
+	"testing"
 
+	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
@@ -24,6 +26,15 @@ type Case struct {
 	// PrivateRoles: the change alters a role itself (cluster-wide), so the test needs roles of
 	// its own (testpg.NewPrivate).
 	PrivateRoles bool
+}
+
+// DB returns a migrated database for the case: one with roles of its own when it changes a role.
+func (c Case) DB(t testing.TB) *testpg.DB {
+	t.Helper()
+	if c.PrivateRoles {
+		return testpg.NewPrivate(t)
+	}
+	return testpg.New(t)
 }
 
 // Render fills the placeholders of c.SQL for database and names.
