@@ -89,7 +89,9 @@ func Run(root *cobra.Command, args []string, stderr io.Writer, redact func(strin
 	defer stop()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+	// Interrupted: whatever failed after the signal failed because of it (a driver closing its
+	// connection on cancellation does not always wrap context.Canceled).
+	if err != nil && ctx.Err() != nil {
 		fmt.Fprintf(stderr, "%s: interrupted\n", root.Name())
 		return ExitInterrupted
 	}
