@@ -501,6 +501,18 @@ func (c *chaos) fault() []pending {
 	if faulted >= c.cfg.maxFaulted {
 		return nil
 	}
+	// A short soak must see every kind of fault (by chance alone, 14 faults miss a restart about
+	// once in a hundred soaks): from the fourth fault on, a kind not seen yet comes first.
+	if c.kills+c.stops-c.outageStops+c.restarts >= 3 {
+		switch {
+		case c.kills == 0:
+			roll = 0.1
+		case c.stops == c.outageStops:
+			roll = 0.5
+		case c.restarts == 0:
+			roll = 0.9
+		}
+	}
 	p := live[c.rng.IntN(len(live))]
 	if c.rng.IntN(2) == 0 { // aim at a replica holding a claim right now
 		for try := 0; try < 5; try++ {
