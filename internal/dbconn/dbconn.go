@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -168,6 +169,26 @@ func (c *Config) Open(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, c.connectError(err)
 	}
 	return pool, nil
+}
+
+// Connect opens one connection (for work that must stay on one session: a catalog read in one
+// snapshot, a lock), with the same bounds, pooler detection and error shape as Open.
+func (c *Config) Connect(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := c.connect(ctx)
+	if err != nil && !c.pooled && refusedByPooler(err) {
+		c.SetPooled()
+		conn, err = c.connect(ctx)
+	}
+	if err != nil {
+		return nil, c.connectError(err)
+	}
+	return conn, nil
+}
+
+func (c *Config) connect(ctx context.Context) (*pgx.Conn, error) {
+	connectCtx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
+	return pgx.ConnectConfig(connectCtx, c.Pool.ConnConfig)
 }
 
 func (c *Config) open(ctx context.Context) (*pgxpool.Pool, error) {
