@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -239,7 +240,7 @@ func (p *Publisher) inProject(ctx context.Context, project, reason string, fn fu
 		q := db.New(tx)
 		if _, err := q.LockProject(ctx, db.LockProjectParams{ProjectID: project, Reason: reason}); err != nil {
 			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "P0002" { // no_data_found from lock_project
+			if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound { // from lock_project
 				return fmt.Errorf("project %s: %w (create it first)", project, ErrNotFound)
 			}
 			return fmt.Errorf("lock project %s: %w", project, err)

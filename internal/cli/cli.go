@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -69,7 +70,7 @@ func ExitCode(err error) int {
 		return ExitUsage
 	case errors.As(err, &problem):
 		return ExitProblem
-	case errors.As(err, &pgErr) && pgErr.Code == "P0001":
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.RaiseException:
 		// RAISE EXCEPTION from our own SQL: a check inside a migration failed
 		return ExitProblem
 	default:

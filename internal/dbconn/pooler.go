@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -87,7 +88,7 @@ func poolerFrom(params map[string]string) (bool, error) {
 // way to tell it from other protocol violations.
 func refusedByPooler(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "08P01" && strings.HasPrefix(pgErr.Message, "unsupported startup parameter")
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ProtocolViolation && strings.HasPrefix(pgErr.Message, "unsupported startup parameter")
 }
 
 // applyPooled sets what pooled mode changes on the driver's configuration.
@@ -108,7 +109,7 @@ func applyPooled(cc *pgx.ConnConfig, pooled bool) {
 // \"stmtcache_…\" already exists"). Any other error is returned as it is.
 func PoolerHint(err error) error {
 	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != "42P05" && pgErr.Code != "26000") ||
+	if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != pgerrcode.DuplicatePreparedStatement && pgErr.Code != pgerrcode.InvalidSQLStatementName) ||
 		!strings.Contains(pgErr.Message, "stmtcache_") {
 		return err
 	}

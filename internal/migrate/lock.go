@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -102,7 +103,7 @@ func (r *Runner) takeLock(ctx context.Context, acquire func() error) error {
 	stop()
 	<-watched
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: lock_timeout expired
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable { // lock_timeout expired
 		holders, herr := r.Holders(ctx)
 		if herr != nil {
 			return errors.Join(&LockTimeoutError{Waited: time.Since(start)}, herr)
