@@ -20,6 +20,11 @@ const (
 	Punct                    // ( ) [ ] , ; : .
 	LineComment              // -- to the end of the line
 	BlockComment             // /* … */, nested
+	// Other is a character that is whitespace to some supported PostgreSQL majors only: the
+	// vertical tab (\v), whitespace from PostgreSQL 16, scan.l's "other" single-character
+	// token before (a syntax error in PostgreSQL 15). A token of its own, never whitespace, so
+	// an edit that adds or removes one is never cosmetic.
+	Other
 )
 
 // Token is one lexeme of the source.
@@ -64,8 +69,10 @@ type lexer struct {
 	toks []Token
 }
 
+// isSpace is scan.l's {space} in every supported major (15 … 18): PostgreSQL 16 added \v, which
+// is therefore not whitespace here (see Other). \f has been whitespace in every version.
 func isSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'
 }
 func isIdentStart(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c >= 0x80
@@ -161,6 +168,9 @@ func (l *lexer) next() (Kind, error) {
 	case strings.IndexByte(opChars, c) >= 0:
 		l.operator()
 		return Operator, nil
+	case c == '\v':
+		l.pos = i + 1
+		return Other, nil
 	}
 	return 0, &LexError{Offset: i, What: fmt.Sprintf("unexpected character %q", c)}
 }

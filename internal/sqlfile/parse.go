@@ -156,18 +156,24 @@ func lineOf(src string, off int) int { return strings.Count(src[:off], "\n") + 1
 
 // NormalFormVersion names the normal form; it is part of what is hashed, so a change to the
 // rules cannot be mistaken for a cosmetic edit.
-const NormalFormVersion = "qlmigrate-normal/1"
+const NormalFormVersion = "qlmigrate-normal/2"
 
 // Normal is the file without its comments and with its whitespace reduced to what PostgreSQL and
 // goose can tell apart: every token of every statement as written (case kept, literals byte for
-// byte), one space between tokens, one line per statement, and what the annotations decide:
-// whether it runs in a transaction, where Up and Down start and where statements end
-// (StatementBegin/End grouping included). Two files with the same normal form send the same
-// statements, in the same transactions, to the server.
+// byte), one line per statement, and what the annotations decide: whether it runs in a
+// transaction, where Up and Down start and where statements end (StatementBegin/End grouping
+// included). Two files with the same normal form send the same statements, in the same
+// transactions, to the server.
 //
-// The one place whitespace between tokens changes meaning is kept: two string constants
-// separated by a newline (and only spaces or -- comments) are one constant, separated otherwise
-// they are two tokens (a syntax error); the normal form writes "\n" or " " between them.
+// Between two tokens of a statement the normal form writes nothing where the source has nothing
+// (they touch) and one separator where the source has any run of whitespace and comments, so the
+// normal form read by PostgreSQL 15 … 18 yields the same tokens as the source: "1 AND" and
+// "1AND" (an error from PostgreSQL 15), ": =" and ":=" differ. Adding or removing the only
+// whitespace between two tokens is thus a statement edit even where the server would read the
+// same tokens ("x::int", "x :: int"); changing how much whitespace there is, or which comments,
+// is cosmetic. The separator is " ", except where PostgreSQL reads the whitespace: two string
+// constants separated by a newline (and only spaces or -- comments) are one constant, so there
+// it is "\n".
 func (f *File) Normal() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\nno_transaction %t\n", NormalFormVersion, f.NoTransaction)
@@ -197,7 +203,7 @@ func normalStatement(toks []Token) string {
 			onlyLineComments = false
 			continue
 		}
-		if prev != nil {
+		if prev != nil && t.Start > prev.End { // touching tokens stay touching
 			sep := " "
 			if prev.Kind == String && t.Kind == String && t.NewlineBefore && onlyLineComments {
 				sep = "\n"

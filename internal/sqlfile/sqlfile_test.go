@@ -41,6 +41,7 @@ func TestLexTrickyInputs(t *testing.T) {
 		{"operators and comment start", "a*/* c */b =-1 x::int", Options{}, []string{"a", "*", "/* c */", "b", "=", "-", "1", "x", "::", "int"}},
 		{"numbers", "1.5e-3 .5 0x1F 1_000 1..2", Options{}, []string{"1.5e-3", ".5", "0x1F", "1_000", "1", ".", ".2"}},
 		{"bit and hex strings", "B'01' X'ff' N'n'", Options{}, []string{"B'01'", "X'ff'", "N'n'"}},
+		{"vertical tab is a token, form feed whitespace", "a\vb\fc", Options{}, []string{"a", "\v", "b", "c"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -79,11 +80,14 @@ func TestNormalFormTellsCosmeticFromStatementEdits(t *testing.T) {
 	want := norm(base)
 	cosmetic := map[string]string{
 		"comments and blank lines":    strings.Replace(base, "-- create a table\n", "-- create the table\n\n/* why: see ADR */\n", 1),
-		"reindented statement":        strings.Replace(base, "CREATE TABLE t (a text", "CREATE   TABLE\n    t (\n  a text", 1),
+		"reindented statement":        strings.Replace(base, "CREATE TABLE t (a text", "CREATE   TABLE\n    t\t(a text", 1),
 		"trailing comment":            base + "-- the end\n",
 		"comment in a block":          strings.Replace(base, "SELECT 1; $$;", "SELECT 1; $$; -- one", 1),
 		"same split without a block":  strings.Replace(strings.Replace(base, "-- +goose StatementBegin\n", "", 1), "-- +goose StatementEnd\n", "", 1),
 		"continuation with a comment": strings.Replace(base, "('a'\n'b')", "('a' -- first\n'b')", 1),
+		"form feed for a space":       strings.Replace(base, "CREATE TABLE t", "CREATE\fTABLE t", 1),
+		"comment for a space":         strings.Replace(base, "CREATE TABLE t", "CREATE/* c */TABLE t", 1),
+		"tab and newline for a space": strings.Replace(base, "VALUES ('a'", "VALUES\t\n\t('a'", 1),
 	}
 	for name, src := range cosmetic {
 		if got := norm(src); got != want {
@@ -133,5 +137,49 @@ func TestParseSplitsAsTheServerReads(t *testing.T) {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q): no error", bad)
 		}
+	}
+}
+
+// TestNormalFormKeepsWhatTheScannerReads: each edit changes how PostgreSQL 15 … 18 tokenises the
+// statement, or whether it accepts it, so none is cosmetic.
+func TestNormalFormKeepsWhatTheScannerReads(t *testing.T) {
+	const src = "-- +goose Up\n" +
+		"SELECT 1 AND true, x::int, f(a := 1);\n" +
+		"-- +goose StatementBegin\n" +
+		"DO $$ DECLARE v int; BEGIN v := 1; END $$;\n" +
+		"-- +goose StatementEnd\n" +
+		"SELECT a FROM t WHERE a >= 1 OR b = - 1;\n"
+	want, err := NormalSHA256(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ name, old, new string }{
+		// PostgreSQL 15+ rejects a number followed by an identifier (trailing junk); 14 read 1 AND.
+		{"space removed after a number", "1 AND", "1AND"},
+		// ":=" is one token (COLON_EQUALS, a named argument), ": =" two (a syntax error)
+		{"named-argument arrow split", "a := 1", "a : = 1"},
+		// the same tokens to the server, but whether whitespace separates two tokens is kept
+		{"space added between touching tokens", "x::int", "x :: int"},
+		{"operator split", "a >= 1", "a > = 1"},
+		{"operator joined", "= - 1", "= -1"},
+		// \v is whitespace from PostgreSQL 16 only: in 15 a syntax error.
+		{"vertical tab for a space", "SELECT a FROM", "SELECT\va FROM"},
+		{"vertical tab added", "SELECT 1 AND", "SELECT 1 \vAND"},
+		{"inside a dollar-quoted body", "v := 1", "v  := 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			edited := strings.Replace(src, c.old, c.new, 1)
+			if edited == src {
+				t.Fatalf("%q not in the source", c.old)
+			}
+			got, err := NormalSHA256(edited)
+			if err != nil {
+				t.Fatalf("NormalSHA256: %v", err)
+			}
+			if got == want {
+				t.Errorf("%q -> %q: normal hash unchanged, want statements changed", c.old, c.new)
+			}
+		})
 	}
 }
