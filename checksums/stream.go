@@ -7,7 +7,8 @@ import (
 )
 
 // Drift is one finding of a check of this package: what is wrong, naming the object, and how to
-// fix it. A Note is reported but is not drift (it does not fail verify).
+// fix it. Reports print the Object before the Message ("pg-0003-…: changed (statements): …"), so
+// the Message does not repeat it. A Note is reported but is not drift (it does not fail verify).
 type Drift struct {
 	Kind    string // e.g. edited_file, changed_checksum, unknown_version, pending, missing_column
 	Object  string // the file, migration or schema object, named as a DBA looks it up
@@ -71,30 +72,30 @@ func StreamDrift(migrations []Migration, s Stream) (ledger, unknown, pending []D
 		switch {
 		case !applied[m.Version] && !hasRow:
 			pending = append(pending, Drift{Kind: "pending", Object: m.Name,
-				Message: fmt.Sprintf("%s (%s) is not applied", m.Name, m.File),
+				Message: fmt.Sprintf("not applied (%s)", m.File),
 				Fix:     "run `qlmigrate up` (or pass --allow-pending while a rollout is in progress)"})
 		case !applied[m.Version]:
 			ledger = append(ledger, Drift{Kind: "ledger_without_version", Object: m.Name,
-				Message: fmt.Sprintf("%s has a ledger row but goose's table does not record it as applied", m.Name),
+				Message: "has a ledger row but goose's table does not record it as applied",
 				Fix: fmt.Sprintf("find out who removed version %d from control_core.goose_db_version; "+
 					"if the migration's objects exist, re-insert it (INSERT INTO control_core.goose_db_version (version_id, is_applied) VALUES (%d, true))", m.Version, m.Version)})
 		case !hasRow:
 			ledger = append(ledger, Drift{Kind: "missing_checksum", Object: m.Name,
-				Message: fmt.Sprintf("%s is applied but has no checksum-ledger row: what ran cannot be proven", m.Name),
+				Message: "applied but has no checksum-ledger row: what ran cannot be proven",
 				Fix:     "compare the schema with the migration by hand, then restore the ledger row from a backup"})
 		case row.SHA256 != m.SHA256 && row.Normal == m.Normal:
 			ledger = append(ledger, Drift{Kind: "changed_cosmetic", Object: m.Name,
-				Message: fmt.Sprintf("%s: changed (comments/whitespace only): the ledger holds sha256 %s, the file in this binary has %s, and both have the same statements (normal form %s)",
-					m.Name, short(row.SHA256), short(m.SHA256), short(m.Normal)),
+				Message: fmt.Sprintf("changed (comments/whitespace only): the ledger holds sha256 %s, the file in this binary has %s, and both have the same statements (normal form %s)",
+					short(row.SHA256), short(m.SHA256), short(m.Normal)),
 				Fix: fmt.Sprintf("restore %s as it was applied, or record the edit: qlmigrate accept --version %d --reason '…'", m.File, m.Version)})
 		case row.SHA256 != m.SHA256:
 			ledger = append(ledger, Drift{Kind: "changed_checksum", Object: m.Name,
-				Message: fmt.Sprintf("%s: changed (statements): the ledger recorded sha256 %s when it ran, the file in this binary has %s and other statements: the file was edited after it was applied",
-					m.Name, short(row.SHA256), short(m.SHA256)),
+				Message: fmt.Sprintf("changed (statements): the ledger recorded sha256 %s when it ran, the file in this binary has %s and other statements: the file was edited after it was applied",
+					short(row.SHA256), short(m.SHA256)),
 				Fix: fmt.Sprintf("restore %s as it was applied and put any change in a new migration (a statement edit cannot be accepted)", m.File)})
 		case row.Name != m.Name:
 			ledger = append(ledger, Drift{Kind: "changed_name", Object: m.Name,
-				Message: fmt.Sprintf("version %d ran as %s, the binary calls it %s: the file was renamed after it was applied", m.Version, row.Name, m.Name),
+				Message: fmt.Sprintf("version %d ran as %s: the file was renamed after it was applied", m.Version, row.Name),
 				Fix:     fmt.Sprintf("rename %s back; a migration's name never changes", m.File)})
 		}
 	}
@@ -124,7 +125,7 @@ func StreamDrift(migrations []Migration, s Stream) (ledger, unknown, pending []D
 	}
 	for _, v := range versions {
 		unknown = append(unknown, Drift{Kind: "unknown_version", Object: fmt.Sprintf("version %d", v),
-			Message: fmt.Sprintf("version %d is applied (in %s) but this binary does not know it (it ships 1 … %d)", v, unknownVersions[v], last),
+			Message: fmt.Sprintf("applied (in %s) but this binary does not know it (it ships 1 … %d)", unknownVersions[v], last),
 			Fix:     "run the qlmigrate that shipped it (a newer binary applied it), or remove the version if it was inserted by hand"})
 	}
 	return ledger, unknown, pending

@@ -130,11 +130,11 @@ func TestVerifyFindsSchemaDrift(t *testing.T) {
 		want      []string
 	}{
 		{"edited ledger checksum", "UPDATE control_core.migration_ledger SET sha256 = repeat('0', 64), normalized_sha256 = repeat('0', 64) WHERE version = 14",
-			"ledger", []string{"pg-0014-cluster-scheduler-admission", "changed (statements)", "the file was edited after it was applied"}},
+			"ledger", []string{"pg-0014-cluster-scheduler-admission: changed (statements)", "the file was edited after it was applied"}},
 		{"cosmetic edit of the file", "UPDATE control_core.migration_ledger SET sha256 = repeat('0', 64) WHERE version = 14",
-			"ledger", []string{"pg-0014-cluster-scheduler-admission", "changed (comments/whitespace only)", "qlmigrate accept --version 14"}},
+			"ledger", []string{"pg-0014-cluster-scheduler-admission: changed (comments/whitespace only)", "qlmigrate accept --version 14"}},
 		{"unknown applied version in goose's table", "INSERT INTO control_core.goose_db_version (version_id, is_applied) VALUES (19, true)",
-			"unknown_versions", []string{"version 19 is applied", "does not know it"}},
+			"unknown_versions", []string{"version 19: applied (in goose's table)", "does not know it"}},
 		{"unknown applied version in the ledger", "INSERT INTO control_core.migration_ledger (version, name, sha256, normalized_sha256, duration_ms) VALUES (23, 'pg-0023-from-the-future', repeat('a', 64), repeat('a', 64), 1)",
 			"unknown_versions", []string{"version 23", "pg-0023-from-the-future"}},
 		{"capability changed", "UPDATE control_core.capabilities SET version = 16, name = 'exact_grants' WHERE component = 'control-core'",
@@ -189,7 +189,7 @@ func TestVerifyPendingMigration(t *testing.T) {
 		t.Fatalf("up --to 17: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := run(t, nil, "verify", "--database-url", d.URL(""))
-	assertDrift(t, r, "pending", []string{"pg-0018-plugin-packages (0018_plugin_packages.sql) is not applied", "qlmigrate up"})
+	assertDrift(t, r, "pending", []string{"pg-0018-plugin-packages: not applied (0018_plugin_packages.sql)", "qlmigrate up"})
 	if !strings.Contains(r.stdout, "readiness         skipped") {
 		t.Errorf("readiness should be skipped while a migration is pending:\n%s", r.stdout)
 	}
