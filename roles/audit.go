@@ -136,6 +136,28 @@ func (a *Audit) SQL() []string {
 	return out
 }
 
+// Beginner starts the transaction ReadAudit reads in (*pgx.Conn, *pgxpool.Pool, pgx.Tx).
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// ReadAudit reads the catalogs and compares them with the model (ReadWith) in one read-only
+// repeatable-read transaction of its own, so every section comes from one snapshot, with
+// search_path pg_catalog only, so the server names every object schema-qualified whatever the
+// role's settings. It only reads.
+func ReadAudit(ctx context.Context, conn Beginner, names Names, opts Options) (*Audit, error) {
+	var audit *Audit
+	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
+			return err
+		}
+		var err error
+		audit, err = ReadWith(ctx, db.New(tx), names, opts)
+		return err
+	})
+	return audit, err
+}
+
 // Read is ReadWith without options.
 func Read(ctx context.Context, q *db.Queries, names Names) (*Audit, error) {
 	return ReadWith(ctx, q, names, Options{})

@@ -72,6 +72,12 @@ const (
 	schemaPlan   = "qlmigrate.plan/v1"
 	schemaStatus = "qlmigrate.status/v1"
 	schemaAccept = "qlmigrate.accept/v1"
+
+	schemaGrants      = "qlmigrate.grants/v1"
+	schemaGrantsSQL   = "qlmigrate.grants-sql/v1"
+	schemaHash        = "qlmigrate.hash/v1"
+	schemaHashCheck   = "qlmigrate.hash-check/v1"
+	schemaRolesCreate = "qlmigrate.roles-create/v1"
 )
 
 func (a *app) json() bool { return a.format == "json" }

@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
@@ -56,12 +52,12 @@ It only reads. Exit codes: 0 no drift, 1 drift, 2 bad usage, 3 cannot connect.`,
 				return err
 			}
 			ctx := cmd.Context()
-			conn, err := pgx.ConnectConfig(ctx, a.conn.Pool.ConnConfig)
+			conn, err := a.conn.Connect(ctx)
 			if err != nil {
-				return &dbconn.ConnectError{Err: a.conn.RedactError(err)}
+				return err
 			}
 			defer conn.Close(ctx)
-			audit, err := readAudit(ctx, conn, a.names, roles.Options{AllowedMembers: allowMembers})
+			audit, err := roles.ReadAudit(ctx, conn, a.names, roles.Options{AllowedMembers: allowMembers})
 			if err != nil {
 				return err
 			}
@@ -73,18 +69,20 @@ It only reads. Exit codes: 0 no drift, 1 drift, 2 bad usage, 3 cannot connect.`,
 					stmts = []string{}
 				}
 				err = writeJSON(out, struct {
-					SQL []string `json:"sql"`
-				}{stmts})
+					Schema string   `json:"schema"`
+					SQL    []string `json:"sql"`
+				}{schemaGrantsSQL, stmts})
 			case printSQL:
 				for _, s := range audit.SQL() {
 					fmt.Fprintln(out, s)
 				}
 			case a.json():
 				err = writeJSON(out, struct {
+					Schema string `json:"schema"`
 					*roles.Audit
 					OK  bool     `json:"ok"`
 					SQL []string `json:"sql"`
-				}{audit, audit.OK(), append([]string{}, audit.SQL()...)})
+				}{schemaGrants, audit, audit.OK(), append([]string{}, audit.SQL()...)})
 			default:
 				err = writeMatrix(out, audit)
 			}
@@ -115,20 +113,6 @@ func checkAllowMembers(names []string) error {
 		}
 	}
 	return nil
-}
-
-// readAudit reads the catalogs in one read-only transaction whose search_path is pg_catalog only.
-func readAudit(ctx context.Context, conn *pgx.Conn, names roles.Names, opts roles.Options) (*roles.Audit, error) {
-	var audit *roles.Audit
-	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
-			return err
-		}
-		var err error
-		audit, err = roles.ReadWith(ctx, db.New(tx), names, opts)
-		return err
-	})
-	return audit, err
 }
 
 func writeMatrix(w io.Writer, a *roles.Audit) error {

@@ -53,10 +53,11 @@ A migration that has been applied must never change: put a change in a new migra
 						problems = []checksums.SumProblem{}
 					}
 					if err := writeJSON(out, struct {
+						Schema   string                 `json:"schema"`
 						File     string                 `json:"file"`
 						OK       bool                   `json:"ok"`
 						Problems []checksums.SumProblem `json:"problems"`
-					}{sumPath, len(problems) == 0, problems}); err != nil {
+					}{schemaHashCheck, sumPath, len(problems) == 0, problems}); err != nil {
 						return err
 					}
 				} else {
@@ -86,10 +87,11 @@ A migration that has been applied must never change: put a change in a new migra
 			}
 			if a.json() {
 				return writeJSON(out, struct {
-					File  string `json:"file"`
-					Sum   string `json:"sum"`
-					Files int    `json:"files"`
-				}{sumPath, sum.Sum, len(sum.Entries)})
+					Schema string `json:"schema"`
+					File   string `json:"file"`
+					Sum    string `json:"sum"`
+					Files  int    `json:"files"`
+				}{schemaHash, sumPath, sum.Sum, len(sum.Entries)})
 			}
 			fmt.Fprintf(out, "wrote %s: %d migrations, %s\n", sumPath, len(sum.Entries), sum.Sum)
 			return nil

@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
@@ -33,9 +31,9 @@ An existing role is never altered: one with a privileged attribute (or without L
 with the statement that would fix it, and the command exits 1. Running it again changes nothing.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			conn, err := pgx.ConnectConfig(ctx, a.conn.Pool.ConnConfig)
+			conn, err := a.conn.Connect(ctx)
 			if err != nil {
-				return &dbconn.ConnectError{Err: a.conn.RedactError(err)}
+				return err
 			}
 			defer conn.Close(ctx)
 			report, err := roles.Create(ctx, conn, a.names)
@@ -48,7 +46,10 @@ with the statement that would fix it, and the command exits 1. Running it again 
 			}
 			out := cmd.OutOrStdout()
 			if a.json() {
-				if err := writeJSON(out, report); err != nil {
+				if err := writeJSON(out, struct {
+					Schema string `json:"schema"`
+					roles.CreateReport
+				}{schemaRolesCreate, report}); err != nil {
 					return err
 				}
 			} else {

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/internal/verify"
 )
 
@@ -65,9 +63,9 @@ Exit codes: 0 no drift, 1 drift, 2 bad usage, 3 cannot connect or the database f
 				return err
 			}
 			ctx := cmd.Context()
-			conn, err := pgx.ConnectConfig(ctx, a.conn.Pool.ConnConfig)
+			conn, err := a.conn.Connect(ctx)
 			if err != nil {
-				return &dbconn.ConnectError{Err: a.conn.RedactError(err)}
+				return err
 			}
 			defer conn.Close(ctx)
 			report, err := verify.Run(ctx, conn, verify.Options{Names: a.names, AllowPending: allowPending, AllowMembers: allowMembers})
