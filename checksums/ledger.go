@@ -1,6 +1,12 @@
 package checksums
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // VersionTable is goose's version table, kept in goose's format so goose's own tools read it; it
 // lives in control_core so the owner role owns it.
@@ -36,4 +42,61 @@ func RecordSQL(m Migration) []string {
 			"        floor(extract(epoch FROM clock_timestamp() - current_setting('qlmigrate.started_at')::timestamptz) * 1000)::bigint);",
 			m.Version, m.Name, m.SHA256, m.Normal),
 	}
+}
+
+// Querier runs ReadApplied's queries (pgx.Tx, *pgx.Conn, *pgxpool.Conn, *pgxpool.Pool).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// GooseVersions is what goose's version table records.
+type GooseVersions struct {
+	TableExists bool
+	Applied     []int64             // the applied versions, ascending
+	At          map[int64]time.Time // when goose recorded each applied version
+}
+
+// IsApplied reports whether version v is applied.
+func (g GooseVersions) IsApplied(v int64) bool { _, ok := g.At[v]; return ok }
+
+// appliedVersions reads goose's version table. goose creates that table at run time, so sqlc,
+// which takes the schema from sql/migrations, cannot type a query on it: hence a string here.
+// goose v3 inserts a row per applied version and deletes it on down; older goose recorded a down
+// as an is_applied = false row, so the newest row of each version decides.
+const appliedVersions = `SELECT version_id, tstamp FROM (
+    SELECT DISTINCT ON (version_id) version_id, is_applied, tstamp
+    FROM ` + VersionTable + `
+    WHERE version_id > 0
+    ORDER BY version_id, id DESC) v
+WHERE is_applied
+ORDER BY version_id`
+
+// ReadApplied reads goose's version table, the one reader of it (verify, up, the dry run and
+// status use it): no table is no error, TableExists says so.
+func ReadApplied(ctx context.Context, q Querier) (GooseVersions, error) {
+	g := GooseVersions{At: map[int64]time.Time{}}
+	if err := q.QueryRow(ctx, "SELECT to_regclass('"+VersionTable+"') IS NOT NULL").Scan(&g.TableExists); err != nil {
+		return g, fmt.Errorf("look for goose's version table: %w", err)
+	}
+	if !g.TableExists {
+		return g, nil
+	}
+	rows, err := q.Query(ctx, appliedVersions)
+	if err != nil {
+		return g, fmt.Errorf("read goose versions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int64
+		var at time.Time
+		if err := rows.Scan(&v, &at); err != nil {
+			return g, fmt.Errorf("read goose versions: %w", err)
+		}
+		g.Applied, g.At[v] = append(g.Applied, v), at
+	}
+	if err := rows.Err(); err != nil {
+		return g, fmt.Errorf("read goose versions: %w", err)
+	}
+	return g, nil
 }

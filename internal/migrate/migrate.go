@@ -328,17 +328,17 @@ func (r *Runner) applyNext(ctx context.Context, to int64) (*Applied, bool, error
 	if err := r.execAll(ctx, tx, after); err != nil {
 		return nil, false, err
 	}
-	st, err := readApplied(ctx, tx)
+	st, err := checksums.ReadApplied(ctx, tx)
 	if err != nil {
 		return nil, false, err
 	}
-	if !st.tableExists {
+	if !st.TableExists {
 		if err := r.execAll(ctx, tx, checksums.VersionTableSQL()); err != nil {
 			return nil, false, fmt.Errorf("create goose's version table: %w", err)
 		}
 		return nil, false, commit(ctx, tx)
 	}
-	next := r.nextPending(st.applied, to)
+	next := r.nextPending(st, to)
 	if next == nil {
 		return nil, true, commit(ctx, tx)
 	}
@@ -388,12 +388,12 @@ func (r *Runner) statements(version int64) []string {
 	return out
 }
 
-func (r *Runner) nextPending(applied map[int64]bool, to int64) *checksums.Migration {
+func (r *Runner) nextPending(applied checksums.GooseVersions, to int64) *checksums.Migration {
 	for _, m := range r.Migrations {
 		if to != 0 && m.Version > to {
 			return nil
 		}
-		if !applied[m.Version] {
+		if !applied.IsApplied(m.Version) {
 			return &m
 		}
 	}
@@ -436,11 +436,11 @@ func (r *Runner) applyNoTx(ctx context.Context, m checksums.Migration) (*Applied
 	if _, err := c.Exec(ctx, "RESET lock_timeout"); err != nil {
 		return nil, err
 	}
-	st, err := readApplied(ctx, c)
+	st, err := checksums.ReadApplied(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	if st.applied[m.Version] {
+	if st.IsApplied(m.Version) {
 		return nil, nil // another run applied it while we waited
 	}
 	start := time.Now()
@@ -463,54 +463,4 @@ func (r *Runner) applyNoTx(ctx context.Context, m checksums.Migration) (*Applied
 		return nil, fail(err)
 	}
 	return &Applied{Migration: m, Duration: time.Since(start)}, nil
-}
-
-// appliedState is what goose's version table says.
-type appliedState struct {
-	tableExists bool
-	applied     map[int64]bool
-	at          map[int64]time.Time
-}
-
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// appliedVersions reads goose's version table, which goose's format defines and sqlc (which
-// reads sql/migrations) cannot type: hence a string here. The newest row of each version decides
-// (older goose recorded a down as an is_applied = false row).
-const appliedVersions = `SELECT version_id, tstamp FROM (
-    SELECT DISTINCT ON (version_id) version_id, is_applied, tstamp
-    FROM control_core.goose_db_version
-    WHERE version_id > 0
-    ORDER BY version_id, id DESC) v
-WHERE is_applied
-ORDER BY version_id`
-
-func readApplied(ctx context.Context, q querier) (appliedState, error) {
-	st := appliedState{applied: map[int64]bool{}, at: map[int64]time.Time{}}
-	if err := q.QueryRow(ctx, "SELECT to_regclass('control_core.goose_db_version') IS NOT NULL").Scan(&st.tableExists); err != nil {
-		return st, fmt.Errorf("look for goose's version table: %w", err)
-	}
-	if !st.tableExists {
-		return st, nil
-	}
-	rows, err := q.Query(ctx, appliedVersions)
-	if err != nil {
-		return st, fmt.Errorf("read goose versions: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var v int64
-		var at time.Time
-		if err := rows.Scan(&v, &at); err != nil {
-			return st, fmt.Errorf("read goose versions: %w", err)
-		}
-		st.applied[v], st.at[v] = true, at
-	}
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("read goose versions: %w", err)
-	}
-	return st, nil
 }

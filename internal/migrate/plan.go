@@ -46,21 +46,21 @@ func (r *Runner) DryRun(ctx context.Context, to int64) (*Plan, error) {
 		return nil, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	st, err := readApplied(ctx, tx)
+	st, err := checksums.ReadApplied(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
 	p := &Plan{Target: r.conn.Describe()}
 	before, lockSQL, after := r.txPrologue()
 	prologue := append(append(append([]string{}, before...), lockSQL), after...)
-	if !st.tableExists {
+	if !st.TableExists {
 		p.Txs = append(p.Txs, PlanTx{Statements: append(append([]string{}, prologue...), checksums.VersionTableSQL()...)})
 	}
 	for _, m := range r.Migrations {
 		if to != 0 && m.Version > to {
 			break
 		}
-		if st.applied[m.Version] {
+		if st.IsApplied(m.Version) {
 			continue
 		}
 		m := m

@@ -55,7 +55,7 @@ func (r *Runner) Status(ctx context.Context) ([]Status, error) {
 		return nil, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	st, err := readApplied(ctx, tx)
+	st, err := checksums.ReadApplied(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
@@ -76,8 +76,8 @@ func (r *Runner) Status(ctx context.Context) ([]Status, error) {
 	out := make([]Status, 0, len(r.Migrations))
 	for _, m := range r.Migrations {
 		s := Status{Migration: m, Checksum: ChecksumPending}
-		if st.applied[m.Version] {
-			s.Applied, s.AppliedAt = true, st.at[m.Version]
+		if st.IsApplied(m.Version) {
+			s.Applied, s.AppliedAt = true, st.At[m.Version]
 			row, ok := ledger[m.Version]
 			switch {
 			case !ok:

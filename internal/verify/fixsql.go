@@ -42,12 +42,12 @@ func WriteFixSQL(w io.Writer, r *Report) error {
 		target = r.Database
 	}
 	fmt.Fprintf(&b, "-- qlmigrate verify --fix-sql: %s (PostgreSQL %s), %d finding(s) with statements, %d without.\n",
-		printable(target), printable(r.ServerVersion), len(fix), len(manual))
+		sqlfile.CommentText(target), sqlfile.CommentText(r.ServerVersion), len(fix), len(manual))
 	b.WriteString("-- Review, then run as a superuser: psql -v ON_ERROR_STOP=1 -f fix.sql (all or nothing).\n")
 	if len(fix) > 0 {
 		b.WriteString("BEGIN;\n")
 		for _, f := range fix {
-			fmt.Fprintf(&b, "-- %s: %s\n", printable(f.Kind), printable(f.Object))
+			fmt.Fprintf(&b, "-- %s: %s\n", sqlfile.CommentText(f.Kind), sqlfile.CommentText(f.Object))
 			for _, stmt := range f.SQL {
 				b.WriteString(stmt)
 				if !strings.HasSuffix(strings.TrimSpace(stmt), ";") {
@@ -61,9 +61,9 @@ func WriteFixSQL(w io.Writer, r *Report) error {
 	if len(manual) > 0 {
 		b.WriteString("-- Not fixed by this script (no safe statement):\n")
 		for _, f := range manual {
-			fmt.Fprintf(&b, "--   %s: %s: %s\n", printable(f.Kind), printable(f.Object), printable(f.Message))
+			fmt.Fprintf(&b, "--   %s: %s: %s\n", sqlfile.CommentText(f.Kind), sqlfile.CommentText(f.Object), sqlfile.CommentText(f.Message))
 			if f.Fix != "" {
-				fmt.Fprintf(&b, "--     what to do: %s\n", printable(f.Fix))
+				fmt.Fprintf(&b, "--     what to do: %s\n", sqlfile.CommentText(f.Fix))
 			}
 		}
 	}
@@ -83,6 +83,3 @@ func fixRank(f Finding) int {
 		return len(roles.DriftKinds) + 1 + i
 	}
 }
-
-// printable makes s safe for one "--" comment line (sqlfile.CommentText).
-func printable(s string) string { return sqlfile.CommentText(s) }

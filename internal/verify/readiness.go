@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/qlcontrol/controlcore/internal/sqlfile"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
@@ -23,9 +24,9 @@ func (e *NotReadyError) Error() string {
 			fmt.Fprintf(&b, "\n  … and %d more", len(e.Findings)-i)
 			break
 		}
-		fmt.Fprintf(&b, "\n  - %s: %s", printable(f.Object), printable(f.Message))
+		fmt.Fprintf(&b, "\n  - %s: %s", sqlfile.CommentText(f.Object), sqlfile.CommentText(f.Message))
 		if f.Fix != "" {
-			fmt.Fprintf(&b, "\n    fix: %s", printable(f.Fix))
+			fmt.Fprintf(&b, "\n    fix: %s", sqlfile.CommentText(f.Fix))
 		}
 	}
 	b.WriteString("\n`qlmigrate verify` reports them all; `qlmigrate verify --fix-sql` prints the statements that remove them")

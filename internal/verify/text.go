@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/qlcontrol/controlcore/internal/sqlfile"
 )
 
 // WriteText renders the report for a person: one block per check, each finding with the object
@@ -40,9 +42,9 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 		fmt.Fprintf(&b, "%-17s %s\n", c.Name, status)
 		for _, f := range c.Findings {
-			fmt.Fprintf(&b, "  %-5s %s: %s\n", f.Severity, printable(f.Object), printable(f.Message))
+			fmt.Fprintf(&b, "  %-5s %s: %s\n", f.Severity, sqlfile.CommentText(f.Object), sqlfile.CommentText(f.Message))
 			if f.Fix != "" {
-				fmt.Fprintf(&b, "        fix: %s\n", printable(f.Fix))
+				fmt.Fprintf(&b, "        fix: %s\n", sqlfile.CommentText(f.Fix))
 			}
 		}
 	}

@@ -163,18 +163,6 @@ func (e *PermissionError) Error() string {
 }
 func (e *PermissionError) Unwrap() error { return e.Err }
 
-// appliedVersions reads goose's version table. goose creates that table at run time, so sqlc,
-// which takes the schema from sql/migrations, cannot type a query on it: hence a string here.
-// goose v3 inserts a row per applied version and deletes it on down; older goose recorded a down
-// as an is_applied = false row, so the newest row of each version decides.
-const appliedVersions = `SELECT version_id FROM (
-    SELECT DISTINCT ON (version_id) version_id, is_applied
-    FROM control_core.goose_db_version
-    WHERE version_id > 0
-    ORDER BY version_id, id DESC) v
-WHERE is_applied
-ORDER BY version_id`
-
 // Run verifies the database behind conn against the binary's migrations and the models.
 func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 	start := time.Now()
@@ -404,14 +392,11 @@ func (r *Report) skip(name, reason string) {
 func (r *Report) checkStream(ctx context.Context, tx pgx.Tx, q *db.Queries, info db.ControlCoreObjectsRow, list []checksums.Migration, opts Options) (checksums.Stream, []checksums.Drift, error) {
 	var stream checksums.Stream
 	if info.GooseTableExists {
-		rows, err := tx.Query(ctx, appliedVersions)
+		goose, err := checksums.ReadApplied(ctx, tx)
 		if err != nil {
-			return stream, nil, permission(opts.Names, fmt.Errorf("read goose versions: %w", err))
+			return stream, nil, permission(opts.Names, err)
 		}
-		stream.Applied, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return stream, nil, permission(opts.Names, fmt.Errorf("read goose versions: %w", err))
-		}
+		stream.Applied = goose.Applied
 	}
 	var ledgerFindings []Finding
 	switch {

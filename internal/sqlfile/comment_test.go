@@ -1,8 +1,8 @@
-package verify
+package sqlfile
 
 import "testing"
 
-func TestPrintableKeepsNamesOnOneLineInTheirOrder(t *testing.T) {
+func TestCommentTextKeepsNamesOnOneLineInTheirOrder(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"plain_name", "plain_name"},
 		{"a\nb\rc\td", "a b c d"},
@@ -12,8 +12,8 @@ func TestPrintableKeepsNamesOnOneLineInTheirOrder(t *testing.T) {
 		{"x\u2028y\u2029z\u200bw", "x y z w"},
 		{"\x1b[31mred", " [31mred"},
 	} {
-		if got := printable(c.in); got != c.want {
-			t.Errorf("printable(%q) = %q, want %q", c.in, got, c.want)
+		if got := CommentText(c.in); got != c.want {
+			t.Errorf("CommentText(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }
