@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
@@ -132,5 +133,49 @@ func TestConcurrentUpThroughPgBouncerAppliesOnce(t *testing.T) {
 	var owner string
 	if err := conn.QueryRow(ctx, "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'control_core'").Scan(&owner); err != nil || owner != "ql_owner" {
 		t.Errorf("control_core owned by %q (%v), want ql_owner (SET LOCAL ROLE through the pooler)", owner, err)
+	}
+}
+
+// status --exit-code fails on every drift up refuses on, also the kinds no line of its table
+// shows, and names it.
+func TestStatusExitCodeFailsWhereUpRefuses(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, sql, want string }{
+		{"unknown applied version", "INSERT INTO control_core.goose_db_version (version_id, is_applied) VALUES (99, true)",
+			"version 99: applied (in goose's table) but this binary does not know it"},
+		{"changed ledger name", "UPDATE control_core.migration_ledger SET name = 'pg-0003-renamed' WHERE version = 3",
+			"version 3 ran as pg-0003-renamed: the file was renamed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d := testpg.New(t)
+			su := d.URL("")
+			if r := run(t, nil, "status", "--exit-code", "--database-url", su); r.code != 0 {
+				t.Fatalf("status --exit-code before the edit: exit %d, want 0\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			d.Exec(t, c.sql)
+			up := run(t, nil, "up", "--database-url", su)
+			if up.code != 1 || !strings.Contains(up.stdout, c.want) {
+				t.Fatalf("up: exit %d, want 1 saying %q\n%s%s", up.code, c.want, up.stdout, up.stderr)
+			}
+			r := run(t, nil, "status", "--exit-code", "--database-url", su)
+			if r.code != 1 || !strings.Contains(r.stdout, c.want) || !strings.Contains(r.stdout, "up refuses to apply anything: 1 drift finding(s)") {
+				t.Errorf("status --exit-code: exit %d, want 1 saying %q\n%s%s", r.code, c.want, r.stdout, r.stderr)
+			}
+			if r := run(t, nil, "status", "--database-url", su); r.code != 0 {
+				t.Errorf("status without --exit-code: exit %d, want 0", r.code)
+			}
+			r = run(t, nil, "status", "--format", "json", "--database-url", su)
+			var res struct {
+				UpRefuses bool `json:"up_refuses"`
+				Drift     []struct {
+					Message string `json:"message"`
+				} `json:"drift"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || !res.UpRefuses || len(res.Drift) != 1 || !strings.Contains(res.Drift[0].Message, strings.SplitN(c.want, ": ", 2)[1]) {
+				t.Errorf("status --format json: %v, want up_refuses and the one finding\n%s", err, r.stdout)
+			}
+		})
 	}
 }

@@ -8,7 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/migrate"
+	"github.com/qlcontrol/controlcore/internal/sqlfile"
+	"github.com/qlcontrol/controlcore/internal/verify"
 )
 
 func (a *app) statusCmd() *cobra.Command {
@@ -23,8 +24,12 @@ changed (comments/whitespace only) (qlmigrate accept can record it), missing (ap
 ledger row) or - (not applied). It reads in one read-only transaction, takes no lock and changes
 nothing.
 
---exit-code: exit 1 while any migration is pending or any applied one is changed or missing (a
-CI gate); without it status exits 0 whatever it shows.`,
+Below the table it lists every finding up would refuse on, from up's own validation run in the
+same snapshot; among them a version applied that this binary does not know and a renamed
+migration, which no line of the table shows.
+
+--exit-code: exit 1 while any migration is pending, any applied one is changed or missing, or up
+would refuse (a CI gate); without it status exits 0 whatever it shows.`,
 		Example: `  qlmigrate status --exit-code || echo "migrations pending or changed"`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -33,20 +38,12 @@ CI gate); without it status exits 0 whatever it shows.`,
 				return err
 			}
 			defer r.Close()
-			rows, err := r.Status(ctx)
+			st, err := r.Status(ctx)
 			if err != nil {
 				return err
 			}
 			capability, capErr := r.Capability(ctx)
-			pending, bad := 0, 0
-			for _, s := range rows {
-				switch {
-				case !s.Applied:
-					pending++
-				case s.Checksum != migrate.ChecksumOK:
-					bad++
-				}
-			}
+			rows, pending, bad, drift := st.Migrations, st.Pending(), st.Changed(), st.Drift()
 			out := cmd.OutOrStdout()
 			if a.json() {
 				type item struct {
@@ -60,12 +57,17 @@ CI gate); without it status exits 0 whatever it shows.`,
 					Checksum   string     `json:"checksum"`
 				}
 				res := struct {
-					Schema     string `json:"schema"`
-					Migrations []item `json:"migrations"`
-					Pending    int    `json:"pending"`
-					Changed    int    `json:"changed"`
-					Capability *int32 `json:"capability,omitempty"`
-				}{Schema: schemaStatus, Migrations: []item{}, Pending: pending, Changed: bad}
+					Schema     string           `json:"schema"`
+					Migrations []item           `json:"migrations"`
+					Pending    int              `json:"pending"`
+					Changed    int              `json:"changed"`
+					Capability *int32           `json:"capability,omitempty"`
+					UpRefuses  bool             `json:"up_refuses"`
+					Drift      []verify.Finding `json:"drift"`
+				}{Schema: schemaStatus, Migrations: []item{}, Pending: pending, Changed: bad, UpRefuses: !st.Validation.OK, Drift: drift}
+				if res.Drift == nil {
+					res.Drift = []verify.Finding{}
+				}
 				for _, s := range rows {
 					it := item{Version: s.Migration.Version, Name: s.Migration.Name, File: s.Migration.File, Applied: s.Applied, Checksum: string(s.Checksum)}
 					if s.Applied {
@@ -105,13 +107,19 @@ CI gate); without it status exits 0 whatever it shows.`,
 				} else {
 					fmt.Fprintf(out, "\ncontrol-core not installed; %d of %d applied\n", len(rows)-pending, len(rows))
 				}
+				if len(drift) > 0 {
+					fmt.Fprintf(out, "up refuses to apply anything: %d drift finding(s) (`qlmigrate verify` reports them with their fixes)\n", len(drift))
+					for _, f := range drift {
+						fmt.Fprintf(out, "  %s: %s\n", sqlfile.CommentText(f.Object), sqlfile.CommentText(f.Message))
+					}
+				}
 			}
-			if exitCode && pending+bad > 0 {
-				return cli.Problemf("%d migration(s) pending, %d changed or missing (--exit-code)", pending, bad)
+			if exitCode && !st.Current() {
+				return cli.Problemf("%d migration(s) pending, %d changed or missing, %d drift finding(s) up refuses on (--exit-code)", pending, bad, len(drift))
 			}
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 1 while a migration is pending, changed or missing (a CI gate)")
+	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 1 while a migration is pending, changed or missing, or up would refuse (a CI gate)")
 	return cmd
 }

@@ -133,8 +133,8 @@ func TestAcceptTakesACosmeticEditButNeverAStatementEdit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st[4].Checksum != migrate.ChecksumCosmetic {
-		t.Fatalf("status of the edited pg-0005: %s, want %s", st[4].Checksum, migrate.ChecksumCosmetic)
+	if st.Migrations[4].Checksum != migrate.ChecksumCosmetic {
+		t.Fatalf("status of the edited pg-0005: %s, want %s", st.Migrations[4].Checksum, migrate.ChecksumCosmetic)
 	}
 	var drift *migrate.DriftError
 	if _, err := r.Up(ctx, 0); !errors.As(err, &drift) {
@@ -280,7 +280,7 @@ func TestDryRunReadsOnlyTakesNoLockWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range st {
+	for _, s := range st.Migrations {
 		if !s.Applied || s.Checksum != migrate.ChecksumOK {
 			t.Errorf("after the script: %s applied=%v checksum=%s", s.Migration.Name, s.Applied, s.Checksum)
 		}

@@ -232,7 +232,12 @@ func (e *DriftError) Error() string {
 
 // Validate runs the checks up runs before it takes the lock (verify.ScopeUp), read-only.
 func (r *Runner) Validate(ctx context.Context) (*verify.Report, error) {
-	report, err := verify.Run(ctx, beginner{r}, verify.Options{Names: r.opts.Names, Scope: verify.ScopeUp, FS: r.fsys})
+	return r.validate(ctx, beginner{r})
+}
+
+// validate is the one validation of up and status, in a transaction conn begins.
+func (r *Runner) validate(ctx context.Context, conn verify.Beginner) (*verify.Report, error) {
+	report, err := verify.Run(ctx, conn, verify.Options{Names: r.opts.Names, Scope: verify.ScopeUp, FS: r.fsys})
 	if err != nil {
 		return nil, fmt.Errorf("validate before applying: %w", err)
 	}

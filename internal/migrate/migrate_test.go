@@ -89,7 +89,7 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range st {
+	for _, s := range st.Migrations {
 		if !s.Applied || s.Checksum != migrate.ChecksumOK {
 			t.Errorf("%s: applied=%v checksum=%s, want applied with checksum ok", s.Migration.Name, s.Applied, s.Checksum)
 		}
@@ -112,7 +112,7 @@ func TestUpToStopsThereAndStatusShowsPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range st {
+	for _, s := range st.Migrations {
 		if want := s.Migration.Version <= 14; s.Applied != want {
 			t.Errorf("%s applied=%v, want %v", s.Migration.Name, s.Applied, want)
 		}
@@ -133,7 +133,7 @@ func TestStatusReportsAnEditedLedgerChecksum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range st {
+	for _, s := range st.Migrations {
 		want := migrate.ChecksumOK
 		switch s.Migration.Version {
 		case 5:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/verify"
 )
 
 // ChecksumState compares an applied migration's ledger row with the file in the binary.
@@ -47,14 +48,69 @@ type Status struct {
 	Checksum  ChecksumState
 }
 
-// Status lists every migration the binary knows with its applied time and checksum state, read
-// in one read-only transaction without any lock.
-func (r *Runner) Status(ctx context.Context) ([]Status, error) {
+// StatusReport is `qlmigrate status`: every migration the binary knows, and what up would
+// decide before applying anything, read in one snapshot.
+type StatusReport struct {
+	Migrations []Status
+	// Validation is up's own check (Validate: integrity file, ledger, unknown applied
+	// versions): up refuses to apply anything unless it is OK. It also catches what no line of
+	// Migrations shows: a version applied that the binary does not know, a renamed migration.
+	Validation *verify.Report
+}
+
+// Pending counts the migrations not applied.
+func (s *StatusReport) Pending() int {
+	n := 0
+	for _, m := range s.Migrations {
+		if !m.Applied {
+			n++
+		}
+	}
+	return n
+}
+
+// Changed counts the applied migrations whose checksum is not ok (changed or missing).
+func (s *StatusReport) Changed() int {
+	n := 0
+	for _, m := range s.Migrations {
+		if m.Applied && m.Checksum != ChecksumOK {
+			n++
+		}
+	}
+	return n
+}
+
+// Drift is the validation's drift findings: why up would refuse.
+func (s *StatusReport) Drift() []verify.Finding {
+	var out []verify.Finding
+	for _, c := range s.Validation.Checks {
+		for _, f := range c.Findings {
+			if f.Severity == verify.SeverityDrift {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// Current reports whether up has nothing to do and nothing to refuse: no migration pending,
+// none changed or missing, and the validation OK (status --exit-code).
+func (s *StatusReport) Current() bool {
+	return s.Pending() == 0 && s.Changed() == 0 && s.Validation.OK
+}
+
+// Status lists every migration the binary knows with its applied time and checksum state, and
+// runs up's validation (Validate) in the same read-only transaction, without any lock.
+func (r *Runner) Status(ctx context.Context) (*StatusReport, error) {
 	tx, err := r.begin(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	validation, err := r.validate(ctx, savepoint{tx})
+	if err != nil {
+		return nil, err
+	}
 	st, err := checksums.ReadApplied(ctx, tx)
 	if err != nil {
 		return nil, err
@@ -96,5 +152,13 @@ func (r *Runner) Status(ctx context.Context) ([]Status, error) {
 		}
 		out = append(out, s)
 	}
-	return out, nil
+	return &StatusReport{Migrations: out, Validation: validation}, nil
+}
+
+// savepoint hands verify.Run a subtransaction of tx: its reads see tx's snapshot, and what it
+// sets (SET LOCAL search_path) ends with it.
+type savepoint struct{ tx pgx.Tx }
+
+func (s savepoint) BeginTx(ctx context.Context, _ pgx.TxOptions) (pgx.Tx, error) {
+	return s.tx.Begin(ctx)
 }
