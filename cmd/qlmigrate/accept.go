@@ -33,8 +33,8 @@ Run it as the owner role (or a superuser: it does SET LOCAL ROLE <prefix>owner).
 migration whose ledger already holds the file's sha256 changes nothing and exits 0.`,
 		Example: `  qlmigrate accept --version 5 --reason "reflowed comments, PR #123"`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			if version < 1 {
-				return cli.Usagef("--version %d: want an applied migration's version, 1 or more", version)
+			if err := migrate.CheckVersion(nil, version); err != nil {
+				return err
 			}
 			trimmed := strings.TrimSpace(reason)
 			if n := utf8.RuneCountInString(trimmed); n < 1 || n > 1000 || !utf8.ValidString(reason) {

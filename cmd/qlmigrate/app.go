@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 
 	"github.com/qlcontrol/controlcore/internal/cli"
@@ -21,8 +22,8 @@ type app struct {
 	conn  *dbconn.Config
 }
 
-// validateFlags checks every global flag except the connection settings: all an offline command
-// (hash) needs.
+// validateFlags checks every global flag except the connection settings: all a command that
+// does not connect (hash, help) needs.
 func (a *app) validateFlags() error {
 	if a.format != "text" && a.format != "json" {
 		return cli.Usagef("--format %q: want text or json", a.format)
@@ -35,23 +36,30 @@ func (a *app) validateFlags() error {
 	return nil
 }
 
-// validate checks every global flag and parses the connection settings without connecting.
-func (a *app) validate() error {
-	if err := a.validateFlags(); err != nil {
-		return err
-	}
+// resolveConn parses the connection settings, without connecting, for a command that connects.
+func (a *app) resolveConn() error {
 	conn, err := dbconn.Resolve(a.databaseURL)
 	if err != nil {
 		return err
 	}
-	// A migration on a large table may rightly run longer than the runtime's statement bound:
-	// unless the URL asks for one, qlmigrate sets none (keepalives still notice a dead peer).
-	if t := conn.Timeouts(); t.Statement == dbconn.DefaultStatementTimeout {
-		t.Statement, t.Response = 0, 0
-		conn.SetTimeouts(t)
-	}
+	migrate.ApplyTimeouts(conn)
 	a.conn = conn
 	return nil
+}
+
+// flagOf names the flag that sets each field internal/migrate names in a *migrate.FieldError.
+var flagOf = map[string]string{"To": "--to", "LockTimeout": "--lock-timeout", "Version": "--version"}
+
+// flagError turns a *migrate.FieldError into the usage error the user reads, naming the flag.
+func flagError(err error) error {
+	var field *migrate.FieldError
+	if errors.As(err, &field) {
+		if flag, ok := flagOf[field.Field]; ok {
+			return cli.Usagef("%s %v: %s", flag, field.Value, field.Want)
+		}
+		return &cli.UsageError{Err: err}
+	}
+	return err
 }
 
 func (a *app) redact(s string) string {

@@ -33,8 +33,6 @@ A migration that has been applied must never change: put a change in a new migra
 "qlmigrate hash" and commit migrations.sum with it.`,
 		Example: `  qlmigrate hash --check
   qlmigrate hash --dir sql/migrations`,
-		// offline: replaces the root's hook, which resolves the connection settings
-		PersistentPreRunE: func(*cobra.Command, []string) error { return a.validateFlags() },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			info, err := os.Stat(dir)

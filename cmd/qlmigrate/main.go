@@ -32,7 +32,15 @@ to the URL (qlmigrate also detects PgBouncer when it refuses a startup parameter
 Exit codes: 0 success, 1 a check found a problem, 2 bad usage or configuration (nothing was
 opened), 3 cannot connect or the database failed. --format json documents: docs/json.md.`,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := a.validate(); err != nil {
+			if err := a.validateFlags(); err != nil {
+				return err
+			}
+			// Only a command that connects reads the connection settings: a bad QL_DATABASE_URL
+			// must not break help or hash.
+			if cmd.Annotations[connectsAnnotation] == "" {
+				return nil
+			}
+			if err := a.resolveConn(); err != nil {
 				return err
 			}
 			// who holds a lock or runs a statement is then visible in pg_stat_activity
@@ -40,17 +48,31 @@ opened), 3 cannot connect or the database failed. --format json documents: docs/
 			a.conn.SetApplicationName(fmt.Sprintf("%s (%s pid %d)", cmd.CommandPath(), host, os.Getpid()))
 			return nil
 		},
-		// cobra's generated completion command would run the root's hook, which reads the
-		// connection settings: a command that never connects must not depend on them.
+		// no generated completion command: qlmigrate has no use for one
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")
 	pf.StringVar(&a.rolePrefix, "role-prefix", "ql_", "prefix of the four role names: <prefix>owner, <prefix>admin, <prefix>runtime, <prefix>worker_ingress")
 	pf.StringVar(&a.format, "format", "text", "output format: text or json")
-	root.AddCommand(a.upCmd(), a.statusCmd(), a.acceptCmd(), a.probeCmd(), a.rolesCmd(), a.verifyCmd(), a.grantsCmd(), a.hashCmd())
+	root.AddCommand(connects(a.upCmd()), connects(a.statusCmd()), connects(a.acceptCmd()), connects(a.probeCmd()), a.rolesCmd(),
+		connects(a.verifyCmd()), connects(a.grantsCmd()), a.hashCmd())
 	explainPooler(root)
+	mapFieldErrors(root)
 	return root
+}
+
+// connectsAnnotation marks a command that opens a connection (connects).
+const connectsAnnotation = "qlmigrate/connects"
+
+// connects marks cmd as one that opens a connection: the root's hook resolves the connection
+// settings (--database-url, QL_DATABASE_URL, PG*) for it, and for no other command (help, hash).
+func connects(cmd *cobra.Command) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[connectsAnnotation] = "true"
+	return cmd
 }
 
 // explainPooler makes every command's error say ql_pooler=transaction is missing when it is the
@@ -61,5 +83,18 @@ func explainPooler(cmd *cobra.Command) {
 	}
 	for _, sub := range cmd.Commands() {
 		explainPooler(sub)
+	}
+}
+
+// mapFieldErrors makes every command's *migrate.FieldError a usage error naming its flag.
+func mapFieldErrors(cmd *cobra.Command) {
+	if pre := cmd.PreRunE; pre != nil {
+		cmd.PreRunE = func(c *cobra.Command, args []string) error { return flagError(pre(c, args)) }
+	}
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(c *cobra.Command, args []string) error { return flagError(run(c, args)) }
+	}
+	for _, sub := range cmd.Commands() {
+		mapFieldErrors(sub)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3/lock"
+	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/internal/testpg"
@@ -87,6 +88,10 @@ func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
 		{"bad format", []string{"status", "--format", "yaml"}, `--format "yaml": want text or json`},
 		{"negative --to", []string{"up", "--to", "-3"}, "--to -3"},
 		{"--to beyond the last migration", []string{"up", "--to", "19"}, "--to 19: the stream has versions 1 … 18"},
+		{"--to beyond the last migration, dry run", []string{"up", "--dry-run", "--to", "19"}, "--to 19: the stream has versions 1 … 18"},
+		{"--lock-timeout too short", []string{"up", "--lock-timeout", "10ms"}, "--lock-timeout 10ms: want 100ms … 24h0m0s"},
+		{"accept --version 0", []string{"accept", "--version", "0", "--reason", "x"}, "--version 0: want a migration version, 1 or more"},
+		{"accept --version beyond the last migration", []string{"accept", "--version", "19", "--reason", "x"}, "--version 19: the stream has versions 1 … 18"},
 		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, "--role-prefix"},
 		{"extra argument", []string{"status", "now"}, "unknown command"},
 		{"unparseable URL", []string{"status", "--database-url", "postgres://u:hunter2@127.0.0.1:1/x%zz"}, "cannot parse"},
@@ -381,6 +386,8 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 
 // hash is offline: it reads no connection settings, so garbage in every one of them (which
 // would be exit 2 for a command that connects) changes nothing.
+// No command that does not connect (hash, help, cobra's completion requests) reads the
+// connection settings.
 func TestHashReadsNoConnectionSettings(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -398,7 +405,8 @@ func TestHashReadsNoConnectionSettings(t *testing.T) {
 		}
 	}
 	garbage := []string{"QL_DATABASE_URL=postgres://u:hunter2@h:notaport/x%zz", "PGPORT=nope", "PGSERVICE=no-such-service", "PGSSLMODE=bogus"}
-	for _, args := range [][]string{{"hash", "--dir", dir}, {"hash", "--check", "--dir", dir}, {"hash", "--check", "--dir", dir, "--database-url", "host='unterminated"}} {
+	for _, args := range [][]string{{"hash", "--dir", dir}, {"hash", "--check", "--dir", dir}, {"hash", "--check", "--dir", dir, "--database-url", "host='unterminated"},
+		{"help"}, {"help", "up"}, {"up", "--help"}, {"roles", "--help"}, {"__complete", "up", "--"}} {
 		r := run(t, garbage, args...)
 		if r.code != 0 {
 			t.Errorf("%v with garbage connection settings: exit %d, stderr %q; want 0", args, r.code, r.stderr)
@@ -411,4 +419,22 @@ func TestHashReadsNoConnectionSettings(t *testing.T) {
 	if r := run(t, garbage, "status"); r.code != 2 || strings.Contains(r.stderr, "hunter2") {
 		t.Errorf("status with garbage settings: exit %d, stderr %q; want exit 2 without the password", r.code, r.stderr)
 	}
+}
+
+// Every command that runs, hash aside, connects and so is marked: the root's hook resolves the
+// connection settings for marked commands only (an unmarked one would find none).
+func TestEveryCommandButHashIsMarkedAsConnecting(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Runnable() && c.HasParent() {
+			marked := c.Annotations[connectsAnnotation] != ""
+			if offline := c.Name() == "hash"; marked == offline {
+				t.Errorf("%s: marked as connecting %v, want %v", c.CommandPath(), marked, !offline)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk((&app{}).rootCmd())
 }

@@ -15,7 +15,7 @@ func (a *app) rolesCmd() *cobra.Command {
 		Use:   "roles",
 		Short: "Bootstrap the four LOGIN roles",
 	}
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(connects(&cobra.Command{
 		Use:   "create",
 		Short: "Create the four LOGIN roles if missing and let the owner role create control_core",
 		Long: `roles create, run by a superuser or a CREATEROLE role that owns the database, creates
@@ -63,6 +63,6 @@ with the statement that would fix it, and the command exits 1. Running it again 
 			}
 			return nil
 		},
-	})
+	}))
 	return cmd
 }

@@ -8,17 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/verify"
-	"github.com/qlcontrol/controlcore/sql/migrations"
-)
-
-// lockTimeout bounds of --lock-timeout.
-const (
-	minLockTimeout = 100 * time.Millisecond
-	maxLockTimeout = 24 * time.Hour
 )
 
 func (a *app) upCmd() *cobra.Command {
@@ -60,22 +52,12 @@ is still a real one.`,
   qlmigrate up --dry-run > plan.sql && psql -v ON_ERROR_STOP=1 -f plan.sql "$OWNER_URL"
   qlmigrate up --lock-timeout 30s --database-url 'postgres://ql_owner@pgbouncer:6432/control?ql_pooler=transaction'`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			if to < 0 {
-				return cli.Usagef("--to %d: want a migration version, 1 or more", to)
-			}
-			if lockTimeout < minLockTimeout || lockTimeout > maxLockTimeout {
-				return cli.Usagef("--lock-timeout %s: want %s … %s", lockTimeout, minLockTimeout, maxLockTimeout)
-			}
 			// The stream is embedded, so a version it does not have is bad usage, caught before
 			// anything is opened.
-			list, err := checksums.Load(migrations.FS)
-			if err != nil {
-				return fmt.Errorf("read the embedded migrations: %w", err)
+			if err := (migrate.Options{LockTimeout: lockTimeout}).Validate(); err != nil {
+				return err
 			}
-			if last := list[len(list)-1].Version; to > last {
-				return cli.Usagef("--to %d: the stream has versions 1 … %d", to, last)
-			}
-			return nil
+			return migrate.CheckTarget(nil, to)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -163,7 +145,7 @@ is still a real one.`,
 	}
 	cmd.Flags().Int64Var(&to, "to", 0, "apply up to and including this version (default: all)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the exact SQL up would run (psql -f ready) instead; read-only, takes no lock, writes nothing")
-	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", migrate.DefaultLockTimeout, "how long to wait for the migration lock before exiting 1 (100ms … 24h); the holder is named every 5 s while waiting")
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", migrate.DefaultLockTimeout, fmt.Sprintf("how long to wait for the migration lock before exiting 1 (%s … %s); the holder is named every 5 s while waiting", migrate.MinLockTimeout, migrate.MaxLockTimeout))
 	return cmd
 }
 

@@ -36,11 +36,15 @@ func (e *AcceptError) Error() string { return e.Migration + ": cannot accept: " 
 // binary, when the edit changed comments or whitespace only (the same normal form): the ledger
 // row moves to the new sha256 and an audit row keeps the old one with who, when and why, in one
 // transaction. A statement edit, a migration that is not applied or a binary whose integrity
-// file does not match its migrations is an *AcceptError.
+// file does not match its migrations is an *AcceptError; a version the stream does not have a
+// *FieldError (field Version).
 func (r *Runner) Accept(ctx context.Context, version int64, reason string) (*Acceptance, error) {
 	m, ok := r.byVersion[version]
 	if !ok {
-		return nil, fmt.Errorf("--version %d: no such migration (have 1 … %d)", version, r.Migrations[len(r.Migrations)-1].Version)
+		if version < 1 {
+			return nil, &FieldError{Field: "Version", Value: version, Want: "want a migration version, 1 or more"}
+		}
+		return nil, versionIn(r.Migrations, "Version", version)
 	}
 	problems, err := checksums.CheckSum(r.fsys)
 	if err != nil {

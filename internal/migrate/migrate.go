@@ -51,7 +51,8 @@ type Options struct {
 	// ROLE, which a pooler would hand on to its other clients), required to apply migrations when connecting as
 	// a superuser or another member of the owner role.
 	AsOwner bool
-	// LockTimeout bounds the wait for the migration lock; 0 means DefaultLockTimeout.
+	// LockTimeout bounds the wait for the migration lock: 0 means DefaultLockTimeout, else
+	// MinLockTimeout … MaxLockTimeout.
 	LockTimeout time.Duration
 	// Waiting, when set, is called while up waits for the migration lock: soon after the wait
 	// starts and every WaitReportInterval, with the sessions holding it.
@@ -74,6 +75,9 @@ type Runner struct {
 
 // Open connects and reads the migrations. Close releases the connections.
 func Open(ctx context.Context, cfg *dbconn.Config, opts Options) (*Runner, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	fsys := opts.FS
 	if fsys == nil {
 		fsys = migrations.FS
@@ -251,12 +255,15 @@ type Applied struct {
 	Duration  time.Duration
 }
 
-// checkTo refuses a --to that names no migration.
+// checkTo refuses a target that names no migration (a *FieldError of field To).
 func (r *Runner) checkTo(to int64) error {
-	if _, ok := r.byVersion[to]; to != 0 && !ok {
-		return fmt.Errorf("--to %d: no such migration (have 1 … %d)", to, r.Migrations[len(r.Migrations)-1].Version)
+	if to == 0 {
+		return nil
 	}
-	return nil
+	if to < 0 {
+		return &FieldError{Field: "To", Value: to, Want: "want a migration version, 1 or more"}
+	}
+	return versionIn(r.Migrations, "To", to)
 }
 
 // Up validates the database, then applies every pending migration up to and including version
@@ -264,7 +271,7 @@ func (r *Runner) checkTo(to int64) error {
 // versions and writes the migration's statements, version row and ledger row: a failing one
 // leaves nothing behind, and the ones before it stay applied. Any validation drift is a
 // *DriftError and nothing is applied; a lock wait longer than Options.LockTimeout is a
-// *LockTimeoutError.
+// *LockTimeoutError; a target the stream does not have a *FieldError (field To).
 //
 // A NO TRANSACTION migration (the stream has none) runs its statements one by one in autocommit
 // under the session form of the same lock, then records itself in a transaction: a failure may

@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"strings"
 	"testing"
@@ -117,8 +118,9 @@ func TestUpToStopsThereAndStatusShowsPending(t *testing.T) {
 			t.Errorf("%s applied=%v, want %v", s.Migration.Name, s.Applied, want)
 		}
 	}
-	if _, err := r.Up(ctx, 99); err == nil || !strings.Contains(err.Error(), "no such migration") {
-		t.Errorf("up --to 99: err %v, want 'no such migration'", err)
+	var field *migrate.FieldError
+	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 18") {
+		t.Errorf("Up(ctx, 99): err %v, want a *FieldError of field To saying which versions exist", err)
 	}
 }
 
