@@ -193,12 +193,19 @@ func (b beginner) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, erro
 	return b.r.begin(ctx, opts)
 }
 
+// Capability is control-core's capability row: the version, name and migration that set it.
+type Capability struct {
+	Version   int32
+	Name      string
+	Migration string
+}
+
 // Capability reads control-core's capability row, as the owner role when AsOwner.
-func (r *Runner) Capability(ctx context.Context) (db.ControlCoreCapability, error) {
-	var c db.ControlCoreCapability
+func (r *Runner) Capability(ctx context.Context) (Capability, error) {
+	var c Capability
 	err := r.readTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		c, err = db.New(tx).Capability(ctx, "control-core")
+		row, err := db.New(tx).Capability(ctx, "control-core")
+		c = Capability{Version: row.Version, Name: row.Name, Migration: row.Migration}
 		return err
 	})
 	return c, err
