@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
@@ -73,7 +74,7 @@ database at the end.`,
 
 // demoTriggers are the sample triggers: every second, every 2 s catching up once, every 5 s
 // skipping after an outage, and a daily one that initialises and waits.
-var demoTriggers = []coordinator.TriggerSpec{
+var demoTriggers = []admin.TriggerSpec{
 	{Trigger: "every-second", Cron: "* * * * * *", TimeZone: "UTC", Misfire: coordinator.MisfireSkip},
 	{Trigger: "every-2s", Cron: "*/2 * * * * *", TimeZone: "Europe/Berlin", Misfire: coordinator.MisfireFireOnce},
 	{Trigger: "every-5s", Cron: "*/5 * * * * *", TimeZone: "America/New_York", Misfire: coordinator.MisfireSkip},
@@ -190,11 +191,11 @@ func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Dur
 		return err
 	}
 	defer adminPool.Close()
-	pub := coordinator.NewPublisher(adminPool)
+	pub := admin.NewPublisher(adminPool)
 	if err := pub.CreateProject(ctx, "demo"); err != nil {
 		return err
 	}
-	if _, err := pub.PublishTask(ctx, "demo", "hello", []byte(`{"image":"example/hello:1","args":["--greet","world"]}`)); err != nil {
+	if _, err := pub.PublishTask(ctx, admin.TaskSpec{Project: "demo", Task: "hello", ExecutorSpec: []byte(`{"image":"example/hello:1","args":["--greet","world"]}`)}); err != nil {
 		return err
 	}
 	for _, t := range demoTriggers {
@@ -266,14 +267,18 @@ func runDemo(ctx context.Context, out io.Writer, replicas int, duration time.Dur
 	}
 
 	step("admitted runs (newest 8)")
-	runs, err := db.New(adminPool).ListRuns(ctx, db.ListRunsParams{MaxRows: 8})
+	runs, err := admin.NewReader(adminPool).Runs(ctx, admin.RunFilter{Limit: 8})
 	if err != nil {
 		return err
 	}
 	for _, r := range runs {
-		fmt.Fprintf(out, "    %s  %-13s scheduled %s  lag %4dms  %s  attempts %d events %d\n", r.RunID, r.TriggerID.String,
-			time.UnixMilli(r.ScheduledForMs.Int64).UTC().Format("15:04:05.000"), r.QueuedAtMs.Int64-r.ScheduledForMs.Int64,
-			r.State, r.Attempts, r.Events)
+		at := "-"
+		if r.ScheduledForMs != nil {
+			at = time.UnixMilli(*r.ScheduledForMs).UTC().Format("15:04:05.000")
+		}
+		lag, _ := r.LagMs()
+		fmt.Fprintf(out, "    %s  %-13s scheduled %s  lag %4dms  %s  attempts %d events %d\n", r.RunID, deref(r.TriggerID),
+			at, lag, r.State, r.Attempts, r.Events)
 	}
 	step("exactly-once audit")
 	audit, err := db.New(adminPool).AuditExactlyOnce(ctx)
