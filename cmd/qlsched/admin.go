@@ -166,7 +166,8 @@ cleared and the state and claim versions incremented, so a replica still holding
 old revision can never admit with it. The first occurrence is the first one after the next claim.
 
 Cron: five fields (minute hour day-of-month month day-of-week), an optional leading seconds
-field, or @yearly @monthly @weekly @daily @hourly. @every is an interval, not cron: rejected.
+field, or one of @yearly @annually @monthly @weekly @daily @midnight @hourly (@annually is
+@yearly, @midnight is @daily). @every is an interval, not cron: rejected.
 The spec is stored exactly as given: at most 200 characters of printable ASCII, and leading or
 trailing spaces are refused (not trimmed). --timezone: an IANA name of at most 64 characters.
 --misfire skip: after an outage, advance to the next occurrence without a Run.
