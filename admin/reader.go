@@ -53,12 +53,18 @@ type Trigger struct {
 // TriggerFilter selects triggers; a zero field selects all.
 type TriggerFilter struct{ Project string }
 
+// Validate refuses a filter that could never match a stored row.
+func (f TriggerFilter) Validate() error {
+	if f.Project != "" {
+		return ValidateID(FieldProject, f.Project)
+	}
+	return nil
+}
+
 // Triggers lists triggers by project and id.
 func (r *Reader) Triggers(ctx context.Context, f TriggerFilter) ([]Trigger, error) {
-	if f.Project != "" {
-		if err := ValidateID(FieldProject, f.Project); err != nil {
-			return nil, err
-		}
+	if err := f.Validate(); err != nil {
+		return nil, err
 	}
 	var out []Trigger
 	err := r.snapshot(ctx, func(q *db.Queries) error {
@@ -118,17 +124,25 @@ type RunFilter struct {
 	Limit            int
 }
 
-// Runs lists the newest Runs.
-func (r *Reader) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
+// Validate refuses a filter that could never match a stored row, and a limit out of bounds.
+func (f RunFilter) Validate() error {
 	for _, id := range []struct{ field, id string }{{FieldProject, f.Project}, {FieldTrigger, f.Trigger}} {
 		if id.id != "" {
 			if err := ValidateID(id.field, id.id); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
 	if f.Limit < 1 || f.Limit > MaxRunsLimit {
-		return nil, fieldErrf(FieldLimit, "%d: want 1 … %d", f.Limit, MaxRunsLimit)
+		return fieldErrf(FieldLimit, "%d is out of range: want 1 … %d", f.Limit, MaxRunsLimit)
+	}
+	return nil
+}
+
+// Runs lists the newest Runs.
+func (r *Reader) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
 	}
 	var out []Run
 	err := r.snapshot(ctx, func(q *db.Queries) error {

@@ -18,16 +18,16 @@ import (
 	"github.com/qlcontrol/controlcore/internal/limits"
 )
 
-// flags names the command-line flag of each input field of package admin.
-var flags = map[string]string{
-	admin.FieldProject:      "--project",
-	admin.FieldTask:         "--task",
-	admin.FieldTrigger:      "--trigger",
-	admin.FieldCron:         "--cron",
-	admin.FieldTimeZone:     "--timezone",
-	admin.FieldMisfire:      "--misfire",
-	admin.FieldExecutorSpec: "--executor-spec",
-	admin.FieldLimit:        "--limit",
+// flagOf names the command-line flag that gives an input field of package admin.
+func flagOf(field string) (string, bool) {
+	switch field {
+	case admin.FieldProject, admin.FieldTask, admin.FieldTrigger, admin.FieldCron, admin.FieldTimeZone,
+		admin.FieldMisfire, admin.FieldLimit:
+		return "--" + field, true
+	case admin.FieldExecutorSpec:
+		return "--executor-spec", true
+	}
+	return "", false
 }
 
 // adminErr maps errors of package admin onto the exit-code contract: a refused field is bad
@@ -39,7 +39,7 @@ func adminErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &field):
-		if flag, ok := flags[field.Field]; ok {
+		if flag, ok := flagOf(field.Field); ok {
 			return &cli.UsageError{Err: fmt.Errorf("%s: %w", flag, field.Err)}
 		}
 		return &cli.UsageError{Err: err}
@@ -209,10 +209,8 @@ backlog (docs/scheduling.md has the exact rule).`,
 		Use:   "list [--project ID]",
 		Short: "List triggers with their schedule state",
 		PreRunE: func(*cobra.Command, []string) error {
-			if filter.Project != "" {
-				if err := admin.ValidateID(admin.FieldProject, filter.Project); err != nil {
-					return adminErr(err)
-				}
+			if err := filter.Validate(); err != nil {
+				return adminErr(err)
 			}
 			_, err := a.connConfig()
 			return err
@@ -252,15 +250,8 @@ func (a *app) runsCmd() *cobra.Command {
 		Use:   "list [--project ID] [--trigger ID] [--limit N]",
 		Short: "List the most recent runs",
 		PreRunE: func(*cobra.Command, []string) error {
-			for _, id := range [][2]string{{admin.FieldProject, filter.Project}, {admin.FieldTrigger, filter.Trigger}} {
-				if id[1] != "" {
-					if err := admin.ValidateID(id[0], id[1]); err != nil {
-						return adminErr(err)
-					}
-				}
-			}
-			if filter.Limit < 1 || filter.Limit > admin.MaxRunsLimit {
-				return cli.Usagef("--limit %d: want 1 … %d", filter.Limit, admin.MaxRunsLimit)
+			if err := filter.Validate(); err != nil {
+				return adminErr(err)
 			}
 			_, err := a.connConfig()
 			return err

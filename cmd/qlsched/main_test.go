@@ -100,7 +100,9 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"trigger", "publish", "--project", "P!", "--trigger", "t", "--task", "k", "--cron", "* * * * *"}, `--project: project id "P!"`},
 		{[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", "[1,2]"}, "--executor-spec: "},
 		{[]string{"project", "create", "--project", ""}, "--project: project id"},
-		{[]string{"runs", "list", "--limit", "0"}, "--limit 0"},
+		{[]string{"runs", "list", "--limit", "0"}, "--limit: 0 is out of range"},
+		{[]string{"runs", "list", "--trigger", "T T"}, "--trigger: trigger id"},
+		{[]string{"trigger", "list", "--project", "P!"}, "--project: project id"},
 		{[]string{"demo", "--replicas", "9"}, "--replicas 9"},
 	}
 	for _, c := range cases {
