@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { testpg.Main(m) }
 type fixture struct {
 	t     testing.TB
 	d     *testpg.DB
-	admin *Publisher
+	admin *testPublisher
 	su    *pgxpool.Pool
 	rt    *pgxpool.Pool
 }
@@ -29,7 +29,7 @@ type fixture struct {
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	d := testpg.New(t)
-	f := &fixture{t: t, d: d, admin: NewPublisher(d.Pool(t, "ql_admin")), su: d.Pool(t, ""), rt: d.Pool(t, "ql_runtime")}
+	f := &fixture{t: t, d: d, admin: newTestPublisher(d.Pool(t, "ql_admin")), su: d.Pool(t, ""), rt: d.Pool(t, "ql_runtime")}
 	ctx := context.Background()
 	if err := f.admin.CreateProject(ctx, "p"); err != nil {
 		t.Fatal(err)

@@ -9,25 +9,41 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/limits"
 )
 
-// publishErr maps publisher errors onto the exit-code contract.
-func publishErr(err error) error {
-	var invalid *coordinator.InvalidError
+// flagOf names the command-line flag that gives an input field of package admin.
+func flagOf(field string) (string, bool) {
+	switch field {
+	case admin.FieldProject, admin.FieldTask, admin.FieldTrigger, admin.FieldCron, admin.FieldTimeZone,
+		admin.FieldMisfire, admin.FieldLimit:
+		return "--" + field, true
+	case admin.FieldExecutorSpec:
+		return "--executor-spec", true
+	}
+	return "", false
+}
+
+// adminErr maps errors of package admin onto the exit-code contract: a refused field is bad
+// usage (exit 2) and names the flag the user gave it with; a missing or existing object is a
+// problem found (exit 1).
+func adminErr(err error) error {
+	var field *admin.FieldError
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &invalid):
+	case errors.As(err, &field):
+		if flag, ok := flagOf(field.Field); ok {
+			return &cli.UsageError{Err: fmt.Errorf("%s: %w", flag, field.Err)}
+		}
 		return &cli.UsageError{Err: err}
-	case errors.Is(err, coordinator.ErrNotFound), errors.Is(err, coordinator.ErrExists):
+	case errors.Is(err, admin.ErrNotFound), errors.Is(err, admin.ErrExists):
 		return &cli.ProblemError{Err: err}
 	}
 	return err
@@ -65,15 +81,15 @@ func (a *app) projectCmd() *cobra.Command {
 		Short: "Create an active project",
 		Long:  "project create creates an active project at revision 1 in one admin transaction, with an audit row.",
 		PreRunE: func(*cobra.Command, []string) error {
-			if err := coordinator.ValidateID("project", project); err != nil {
-				return &cli.UsageError{Err: err}
+			if err := admin.ValidateID(admin.FieldProject, project); err != nil {
+				return adminErr(err)
 			}
 			_, err := a.connConfig()
 			return err
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				if err := publishErr(coordinator.NewPublisher(pool).CreateProject(cmd.Context(), project)); err != nil {
+				if err := adminErr(admin.NewPublisher(pool).CreateProject(cmd.Context(), project)); err != nil {
 					return err
 				}
 				return a.output(cmd.OutOrStdout(), map[string]any{"project": project, "revision": 1}, func() {
@@ -91,7 +107,10 @@ const idRule = limits.IDRule
 
 func (a *app) taskCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Publish tasks (admin role)"}
-	var project, task, spec string
+	var (
+		t    admin.TaskSpec
+		spec string
+	)
 	publish := &cobra.Command{
 		Use:   "publish --project ID --task ID --executor-spec JSON",
 		Short: "Publish a new task revision pinned to a remote_worker execution revision",
@@ -101,35 +120,31 @@ PostgreSQL jsonb text); identical specs share one execution revision. Admission 
 digest, so a spec edited behind its digest admits nothing.`,
 		Example: `  qlsched task publish --project billing --task invoice --executor-spec '{"image":"billing/invoice:1.4"}'`,
 		PreRunE: func(*cobra.Command, []string) error {
-			for _, id := range [][2]string{{"project", project}, {"task", task}} {
-				if err := coordinator.ValidateID(id[0], id[1]); err != nil {
-					return &cli.UsageError{Err: err}
-				}
-			}
-			// every rule jsonb and the size bound hold, before connecting; the message names
-			// the position and the rule, never the spec's content
-			if err := coordinator.ValidateExecutorSpec([]byte(spec)); err != nil {
-				return &cli.UsageError{Err: err}
+			// the publisher's own checks, before connecting (every rule jsonb and the size
+			// bound hold; the message names the position and the rule, never the spec's content)
+			t.ExecutorSpec = []byte(spec)
+			if err := t.Validate(); err != nil {
+				return adminErr(err)
 			}
 			_, err := a.connConfig()
 			return err
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub, err := coordinator.NewPublisher(pool).PublishTask(cmd.Context(), project, task, []byte(spec))
-				if err := publishErr(err); err != nil {
+				pub, err := admin.NewPublisher(pool).PublishTask(cmd.Context(), t)
+				if err := adminErr(err); err != nil {
 					return err
 				}
 				return a.output(cmd.OutOrStdout(), pub, func() {
 					fmt.Fprintf(cmd.OutOrStdout(), "task %s/%s revision %d published; execution revision %s (sha256 %s)\n",
-						project, task, pub.Revision, pub.ExecutionRevisionID, pub.ExecutionDigest)
+						t.Project, t.Task, pub.Revision, pub.ExecutionRevisionID, pub.ExecutionDigest)
 				})
 			})
 		},
 	}
 	fl := publish.Flags()
-	fl.StringVar(&project, "project", "", "project id")
-	fl.StringVar(&task, "task", "", "task id: "+idRule)
+	fl.StringVar(&t.Project, "project", "", "project id")
+	fl.StringVar(&t.Task, "task", "", "task id: "+idRule)
 	fl.StringVar(&spec, "executor-spec", "", "the remote_worker execution spec: a JSON object of at most 64 KiB that PostgreSQL jsonb stores (no \\u0000, no unpaired surrogate escapes, numbers within numeric's range, at most 1000 levels deep)")
 	cmd.AddCommand(publish)
 	return cmd
@@ -138,7 +153,7 @@ digest, so a spec edited behind its digest admits nothing.`,
 func (a *app) triggerCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "trigger", Short: "Publish and list cron triggers"}
 	var (
-		t        coordinator.TriggerSpec
+		t        admin.TriggerSpec
 		misfire  string
 		disabled bool
 	)
@@ -151,7 +166,8 @@ cleared and the state and claim versions incremented, so a replica still holding
 old revision can never admit with it. The first occurrence is the first one after the next claim.
 
 Cron: five fields (minute hour day-of-month month day-of-week), an optional leading seconds
-field, or @yearly @monthly @weekly @daily @hourly. @every is an interval, not cron: rejected.
+field, or one of @yearly @annually @monthly @weekly @daily @midnight @hourly (@annually is
+@yearly, @midnight is @daily). @every is an interval, not cron: rejected.
 The spec is stored exactly as given: at most 200 characters of printable ASCII, and leading or
 trailing spaces are refused (not trimmed). --timezone: an IANA name of at most 64 characters.
 --misfire skip: after an outage, advance to the next occurrence without a Run.
@@ -161,15 +177,15 @@ backlog (docs/scheduling.md has the exact rule).`,
 		PreRunE: func(*cobra.Command, []string) error {
 			t.Misfire, t.Enabled = coordinator.MisfirePolicy(misfire), !disabled
 			if err := t.Validate(); err != nil {
-				return &cli.UsageError{Err: err}
+				return adminErr(err)
 			}
 			_, err := a.connConfig()
 			return err
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub, err := coordinator.NewPublisher(pool).PublishTrigger(cmd.Context(), t)
-				if err := publishErr(err); err != nil {
+				pub, err := admin.NewPublisher(pool).PublishTrigger(cmd.Context(), t)
+				if err := adminErr(err); err != nil {
 					return err
 				}
 				return a.output(cmd.OutOrStdout(), pub, func() {
@@ -188,23 +204,21 @@ backlog (docs/scheduling.md has the exact rule).`,
 	fl.StringVar(&misfire, "misfire", "skip", "misfire policy: skip or fire_once")
 	fl.BoolVar(&disabled, "disabled", false, "publish the revision disabled (never claimed)")
 
-	var project string
+	var filter admin.TriggerFilter
 	list := &cobra.Command{
 		Use:   "list [--project ID]",
 		Short: "List triggers with their schedule state",
 		PreRunE: func(*cobra.Command, []string) error {
-			if project != "" {
-				if err := coordinator.ValidateID("project", project); err != nil {
-					return &cli.UsageError{Err: err}
-				}
+			if err := filter.Validate(); err != nil {
+				return adminErr(err)
 			}
 			_, err := a.connConfig()
 			return err
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				rows, err := db.New(pool).ListTriggers(cmd.Context(), pgtype.Text{String: project, Valid: project != ""})
-				if err != nil {
+				rows, err := admin.NewReader(pool).Triggers(cmd.Context(), filter)
+				if err := adminErr(err); err != nil {
 					return err
 				}
 				out := cmd.OutOrStdout()
@@ -213,51 +227,39 @@ backlog (docs/scheduling.md has the exact rule).`,
 					fmt.Fprintln(tw, "PROJECT\tTRIGGER\tREV\tCRON\tTIMEZONE\tMISFIRE\tENABLED\tNEXT FIRE\tLAST SCHEDULED\tCLAIM")
 					for _, r := range rows {
 						claim := "-"
-						if r.ClaimOwner.Valid {
-							claim = fmt.Sprintf("%s v%d (%+.1fs)", r.ClaimOwner.String, r.ClaimVersion, float64(r.ClaimExpiresAtMs.Int64-r.NowMs)/1000)
+						if r.ClaimOwner != nil && r.ClaimExpiresAtMs != nil {
+							claim = fmt.Sprintf("%s v%d (%+.1fs)", *r.ClaimOwner, r.ClaimVersion, float64(*r.ClaimExpiresAtMs-r.NowMs)/1000)
 						}
 						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%v\t%s\t%s\t%s\n", r.ProjectID, r.TriggerID, r.TriggerRevision,
-							r.CronSpec, r.Timezone, r.MisfirePolicy, r.Enabled, msTime(r.NextFireAtMs), msTime(r.LastScheduledAtMs), claim)
+							r.CronSpec, r.TimeZone, r.MisfirePolicy, r.Enabled, msTime(r.NextFireAtMs), msTime(r.LastScheduledAtMs), claim)
 					}
 					tw.Flush()
 				})
 			})
 		},
 	}
-	list.Flags().StringVar(&project, "project", "", "only this project")
+	list.Flags().StringVar(&filter.Project, "project", "", "only this project")
 	cmd.AddCommand(publish, list)
 	return cmd
 }
 
 func (a *app) runsCmd() *cobra.Command {
-	var (
-		project, trigger string
-		limit            int
-	)
+	var filter admin.RunFilter
 	cmd := &cobra.Command{Use: "runs", Short: "Inspect admitted runs"}
 	list := &cobra.Command{
 		Use:   "list [--project ID] [--trigger ID] [--limit N]",
 		Short: "List the most recent runs",
 		PreRunE: func(*cobra.Command, []string) error {
-			for _, id := range [][2]string{{"project", project}, {"trigger", trigger}} {
-				if id[1] != "" {
-					if err := coordinator.ValidateID(id[0], id[1]); err != nil {
-						return &cli.UsageError{Err: err}
-					}
-				}
-			}
-			if limit < 1 || limit > 10000 {
-				return cli.Usagef("--limit %d: want 1 … 10000", limit)
+			if err := filter.Validate(); err != nil {
+				return adminErr(err)
 			}
 			_, err := a.connConfig()
 			return err
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				rows, err := db.New(pool).ListRuns(cmd.Context(), db.ListRunsParams{
-					ProjectID: pgtype.Text{String: project, Valid: project != ""},
-					TriggerID: pgtype.Text{String: trigger, Valid: trigger != ""}, MaxRows: int32(limit)})
-				if err != nil {
+				rows, err := admin.NewReader(pool).Runs(cmd.Context(), filter)
+				if err := adminErr(err); err != nil {
 					return err
 				}
 				out := cmd.OutOrStdout()
@@ -266,10 +268,10 @@ func (a *app) runsCmd() *cobra.Command {
 					fmt.Fprintln(tw, "RUN\tPROJECT\tTRIGGER\tSCHEDULED FOR\tLAG\tSTATE\tATTEMPTS\tEVENTS\tIDEMPOTENCY KEY")
 					for _, r := range rows {
 						lag := "-"
-						if r.ScheduledForMs.Valid && r.QueuedAtMs.Valid {
-							lag = fmt.Sprintf("%dms", r.QueuedAtMs.Int64-r.ScheduledForMs.Int64)
+						if ms, ok := r.LagMs(); ok {
+							lag = fmt.Sprintf("%dms", ms)
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.RunID, r.ProjectID, r.TriggerID.String,
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.RunID, r.ProjectID, deref(r.TriggerID),
 							msTime(r.ScheduledForMs), lag, r.State, r.Attempts, r.Events, r.IdempotencyKey)
 					}
 					tw.Flush()
@@ -278,16 +280,24 @@ func (a *app) runsCmd() *cobra.Command {
 		},
 	}
 	fl := list.Flags()
-	fl.StringVar(&project, "project", "", "only this project")
-	fl.StringVar(&trigger, "trigger", "", "only this trigger")
-	fl.IntVar(&limit, "limit", 50, "at most this many runs, newest first (1 … 10000)")
+	fl.StringVar(&filter.Project, "project", "", "only this project")
+	fl.StringVar(&filter.Trigger, "trigger", "", "only this trigger")
+	fl.IntVar(&filter.Limit, "limit", 50, fmt.Sprintf("at most this many runs, newest first (1 … %d)", admin.MaxRunsLimit))
 	cmd.AddCommand(list)
 	return cmd
 }
 
-func msTime(v pgtype.Int8) string {
-	if !v.Valid {
+// msTime renders a database time in milliseconds; nil is "-".
+func msTime(ms *int64) string {
+	if ms == nil {
 		return "-"
 	}
-	return time.UnixMilli(v.Int64).UTC().Format("2006-01-02T15:04:05.000Z")
+	return time.UnixMilli(*ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -44,7 +44,8 @@ func (a *app) runCmd() *cobra.Command {
 
   1. configuration: every bound is checked before anything is opened (exit 2);
   2. readiness, the same code as qlmigrate verify, on this connection: the connected role must
-     be the runtime role (<--role-prefix>runtime); control-core must be at v17; the schema must
+     be the runtime role (<--role-prefix>runtime); control-core must be at the capability the
+     last migration embedded in this binary sets (qlmigrate probe prints it); the schema must
      match the readiness contract in full (tables, columns with defaults, collations, identity
      and generation, keys and CHECKs with their deferrability and validation, indexes,
      functions with owner and body, triggers and whether they fire, row-level security and

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/dbconn"
@@ -363,11 +364,11 @@ func prepare(ctx context.Context, c *pgcluster.Cluster) (string, error) {
 
 // publish creates the project, a task and the triggers and returns the period of the triggers.
 func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config) (time.Duration, error) {
-	pub := coordinator.NewPublisher(pool)
+	pub := admin.NewPublisher(pool)
 	if err := pub.CreateProject(ctx, project); err != nil {
 		return 0, err
 	}
-	if _, err := pub.PublishTask(ctx, project, "job", []byte(`{"image":"bench/job:1"}`)); err != nil {
+	if _, err := pub.PublishTask(ctx, admin.TaskSpec{Project: project, Task: "job", ExecutorSpec: []byte(`{"image":"bench/job:1"}`)}); err != nil {
 		return 0, err
 	}
 	period := time.Minute
@@ -382,9 +383,9 @@ func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config
 	// queue on the project's lock anyway (10,000 triggers took 31 s that way)
 	const publishChunk = 1000
 	for from := 0; from < cfg.Triggers; from += publishChunk {
-		var specs []coordinator.TriggerSpec
+		var specs []admin.TriggerSpec
 		for i := from; i < min(from+publishChunk, cfg.Triggers); i++ {
-			specs = append(specs, coordinator.TriggerSpec{Project: project, Trigger: fmt.Sprintf("t%07d", i),
+			specs = append(specs, admin.TriggerSpec{Project: project, Trigger: fmt.Sprintf("t%07d", i),
 				Task: "job", Cron: spec(i), TimeZone: "UTC", Misfire: coordinator.MisfireFireOnce, Enabled: true})
 		}
 		if _, err := pub.PublishTriggers(ctx, specs); err != nil {

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
@@ -73,7 +74,7 @@ func TestChaosSoak(t *testing.T) {
 
 	bin := buildQlsched(t)
 	d := testpg.New(t)
-	tg := &target{t: t, su: d.Pool(t, ""), admin: coordinator.NewPublisher(d.Pool(t, "ql_admin"))}
+	tg := &target{t: t, su: d.Pool(t, ""), admin: admin.NewPublisher(d.Pool(t, "ql_admin"))}
 	tg.seed()
 	for i := range cfg.triggers {
 		tg.trigger(fmt.Sprintf("c%04d", i), "* * * * * *", coordinator.MisfireFireOnce)

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/internal/faultproxy"
@@ -42,7 +43,7 @@ const yearly = "0 0 1 1 *"
 type target struct {
 	t      *testing.T
 	su     *pgxpool.Pool
-	admin  *coordinator.Publisher
+	admin  *admin.Publisher
 	config func(role string) *dbconn.Config
 }
 
@@ -51,7 +52,7 @@ type target struct {
 func newTarget(t *testing.T) *target {
 	t.Helper()
 	d := testpg.New(t)
-	tg := &target{t: t, su: d.Pool(t, ""), admin: coordinator.NewPublisher(d.Pool(t, "ql_admin")),
+	tg := &target{t: t, su: d.Pool(t, ""), admin: admin.NewPublisher(d.Pool(t, "ql_admin")),
 		config: func(role string) *dbconn.Config { return d.Config(t, role) }}
 	tg.seed()
 	return tg
@@ -63,7 +64,7 @@ func (tg *target) seed() {
 	if err := tg.admin.CreateProject(ctx, "p"); err != nil {
 		tg.t.Fatal(err)
 	}
-	if _, err := tg.admin.PublishTask(ctx, "p", "task", []byte(`{"image":"example/job:1"}`)); err != nil {
+	if _, err := tg.admin.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: "task", ExecutorSpec: []byte(`{"image":"example/job:1"}`)}); err != nil {
 		tg.t.Fatal(err)
 	}
 }
@@ -71,7 +72,7 @@ func (tg *target) seed() {
 // trigger publishes an enabled cron trigger on task "task".
 func (tg *target) trigger(id, cron string, misfire coordinator.MisfirePolicy) {
 	tg.t.Helper()
-	_, err := tg.admin.PublishTrigger(context.Background(), coordinator.TriggerSpec{Project: "p", Trigger: id, Task: "task",
+	_, err := tg.admin.PublishTrigger(context.Background(), admin.TriggerSpec{Project: "p", Trigger: id, Task: "task",
 		Cron: cron, TimeZone: "UTC", Misfire: misfire, Enabled: true})
 	if err != nil {
 		tg.t.Fatalf("publish trigger %s: %v", id, err)
@@ -378,7 +379,7 @@ func (c *ownCluster) target(t *testing.T, server *pgcluster.Cluster, seed bool) 
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	tg := &target{t: t, su: open(""), admin: coordinator.NewPublisher(open("ql_admin")),
+	tg := &target{t: t, su: open(""), admin: admin.NewPublisher(open("ql_admin")),
 		config: func(role string) *dbconn.Config {
 			cfg, err := dbconn.Resolve(c.urlOn(server, role))
 			if err != nil {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/metrics"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
@@ -34,12 +34,12 @@ func TestBacklogIsWhatAClaimWouldTake(t *testing.T) {
 	ctx := context.Background()
 	d := testpg.New(t)
 	su, rt := d.Pool(t, ""), d.Pool(t, "ql_runtime")
-	pub := coordinator.NewPublisher(d.Pool(t, "ql_admin"))
+	pub := admin.NewPublisher(d.Pool(t, "ql_admin"))
 	for _, p := range []string{"p", "gone"} {
 		if err := pub.CreateProject(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pub.PublishTask(ctx, p, "k", []byte(`{"image":"x"}`)); err != nil {
+		if _, err := pub.PublishTask(ctx, admin.TaskSpec{Project: p, Task: "k", ExecutorSpec: []byte(`{"image":"x"}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,7 +62,7 @@ func TestBacklogIsWhatAClaimWouldTake(t *testing.T) {
 	}
 	var want []string
 	for _, c := range cases {
-		if _, err := pub.PublishTrigger(ctx, coordinator.TriggerSpec{Project: c.project, Trigger: c.trigger, Task: "k",
+		if _, err := pub.PublishTrigger(ctx, admin.TriggerSpec{Project: c.project, Trigger: c.trigger, Task: "k",
 			Cron: "* * * * *", TimeZone: "UTC", Misfire: coordinator.MisfireSkip, Enabled: c.enabled}); err != nil {
 			t.Fatalf("publish %s: %v", c.trigger, err)
 		}
@@ -83,12 +83,12 @@ func TestBacklogIsWhatAClaimWouldTake(t *testing.T) {
 	if due != int64(len(want)) || age < 120*time.Second || age > 150*time.Second {
 		t.Errorf("gauge: %d due, oldest %s; want %d (%v), oldest about 120s", due, age, len(want), want)
 	}
-	projects, err := db.New(rt).ProjectStatus(ctx)
+	status, err := admin.NewReader(rt).Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var statusBacklog int64
-	for _, p := range projects {
+	for _, p := range status.Projects {
 		statusBacklog += p.Backlog
 		if p.ProjectID == "p" && (p.OldestOverdueMs == 0 || p.NowMs-p.OldestOverdueMs < 120000 || p.NowMs-p.OldestOverdueMs > 150000) {
 			t.Errorf("status of p: oldest overdue %d ms before now, want about 120000", p.NowMs-p.OldestOverdueMs)

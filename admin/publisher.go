@@ -1,4 +1,4 @@
-package coordinator
+package admin
 
 import (
 	"context"
@@ -12,45 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/limits"
 )
-
-// InvalidError is input rejected before anything was written.
-type InvalidError struct{ Err error }
-
-func (e *InvalidError) Error() string { return e.Err.Error() }
-func (e *InvalidError) Unwrap() error { return e.Err }
-
-func invalidf(format string, args ...any) error {
-	return &InvalidError{Err: fmt.Errorf(format, args...)}
-}
-
-// ErrNotFound means a project or task named by a publish does not exist.
-var ErrNotFound = errors.New("not found")
-
-// ErrExists means the project already exists.
-var ErrExists = errors.New("already exists")
-
-// ValidateID checks a project, task or trigger identifier against the database's CHECK.
-func ValidateID(kind, id string) error {
-	if err := limits.CheckID(kind, id); err != nil {
-		return &InvalidError{Err: err}
-	}
-	return nil
-}
-
-// MaxExecutorSpec bounds an execution spec's size.
-const MaxExecutorSpec = limits.MaxExecutorSpec
-
-// ValidateExecutorSpec accepts exactly the JSON objects jsonb stores, up to MaxExecutorSpec bytes.
-// Its error names the position and the rule, never the content: a spec may hold secrets.
-func ValidateExecutorSpec(spec []byte) error {
-	if err := limits.CheckExecutorSpec(spec); err != nil {
-		return &InvalidError{Err: fmt.Errorf("--executor-spec: %w", err)}
-	}
-	return nil
-}
 
 // Publisher writes projects, tasks and triggers as the admin role, each publish in one
 // transaction under the audited Project lock (control_core.lock_project).
@@ -61,7 +26,7 @@ func NewPublisher(pool *pgxpool.Pool) *Publisher { return &Publisher{pool: pool}
 
 // CreateProject creates an active project at revision 1.
 func (p *Publisher) CreateProject(ctx context.Context, project string) error {
-	if err := ValidateID("project", project); err != nil {
+	if err := ValidateID(FieldProject, project); err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
@@ -75,6 +40,23 @@ func (p *Publisher) CreateProject(ctx context.Context, project string) error {
 	})
 }
 
+// TaskSpec is a task revision to publish: a remote_worker execution spec (a JSON object).
+type TaskSpec struct {
+	Project, Task string
+	ExecutorSpec  []byte
+}
+
+// Validate checks every field; the executor spec by rule and position only (it may hold secrets).
+func (t TaskSpec) Validate() error {
+	if err := ValidateID(FieldProject, t.Project); err != nil {
+		return err
+	}
+	if err := ValidateID(FieldTask, t.Task); err != nil {
+		return err
+	}
+	return ValidateExecutorSpec(t.ExecutorSpec)
+}
+
 // TaskPublished describes a new task revision.
 type TaskPublished struct {
 	Revision            int64
@@ -83,35 +65,29 @@ type TaskPublished struct {
 	ContentDigest       string
 }
 
-// PublishTask publishes a new revision of task that pins a remote_worker execution revision with
-// spec (a JSON object; identical specs share one content-addressed execution revision).
-func (p *Publisher) PublishTask(ctx context.Context, project, task string, spec []byte) (TaskPublished, error) {
+// PublishTask publishes a new revision of a task that pins a remote_worker execution revision
+// with the task's spec (identical specs share one content-addressed execution revision).
+func (p *Publisher) PublishTask(ctx context.Context, t TaskSpec) (TaskPublished, error) {
 	var out TaskPublished
-	if err := ValidateID("project", project); err != nil {
+	if err := t.Validate(); err != nil {
 		return out, err
 	}
-	if err := ValidateID("task", task); err != nil {
-		return out, err
-	}
-	if err := ValidateExecutorSpec(spec); err != nil {
-		return out, err
-	}
-	err := p.inProject(ctx, project, "task.publish", func(q *db.Queries) error {
-		exec, err := q.UpsertExecutionRevision(ctx, db.UpsertExecutionRevisionParams{ProjectID: project, Spec: spec})
+	err := p.inProject(ctx, t.Project, "task.publish", func(q *db.Queries) error {
+		exec, err := q.UpsertExecutionRevision(ctx, db.UpsertExecutionRevisionParams{ProjectID: t.Project, Spec: t.ExecutorSpec})
 		if err != nil {
 			return fmt.Errorf("execution revision: %w", err)
 		}
-		head, err := q.BumpTaskHead(ctx, db.BumpTaskHeadParams{ProjectID: project, TaskID: task})
+		head, err := q.BumpTaskHead(ctx, db.BumpTaskHeadParams{ProjectID: t.Project, TaskID: t.Task})
 		if err != nil {
 			return fmt.Errorf("task head: %w", err)
 		}
-		rev, err := q.InsertTaskRevision(ctx, db.InsertTaskRevisionParams{ProjectID: project, TaskID: task, Revision: head, ExecutionRevisionID: exec.ExecutionRevisionID})
+		rev, err := q.InsertTaskRevision(ctx, db.InsertTaskRevisionParams{ProjectID: t.Project, TaskID: t.Task, Revision: head, ExecutionRevisionID: exec.ExecutionRevisionID})
 		if err != nil {
 			return fmt.Errorf("task revision: %w", err)
 		}
 		out = TaskPublished{Revision: rev.Revision, ExecutionRevisionID: exec.ExecutionRevisionID, ExecutionDigest: exec.Digest, ContentDigest: rev.ContentDigest}
 		detail, _ := json.Marshal(map[string]any{"revision": head, "execution_digest": exec.Digest})
-		return q.AuditAdmin(ctx, db.AuditAdminParams{Action: "task.publish", ProjectID: project, Subject: task, Detail: detail})
+		return q.AuditAdmin(ctx, db.AuditAdminParams{Action: "task.publish", ProjectID: t.Project, Subject: t.Task, Detail: detail})
 	})
 	return out, err
 }
@@ -120,7 +96,7 @@ func (p *Publisher) PublishTask(ctx context.Context, project, task string, spec 
 type TriggerSpec struct {
 	Project, Trigger, Task string
 	Cron, TimeZone         string
-	Misfire                MisfirePolicy
+	Misfire                coordinator.MisfirePolicy
 	Enabled                bool
 }
 
@@ -128,22 +104,27 @@ type TriggerSpec struct {
 // first: they are the columns' bounds, and a spec or zone the database would store differently
 // from what was parsed (leading or trailing spaces) is refused, not trimmed.
 func (t TriggerSpec) Validate() error {
-	for _, f := range []struct{ kind, id string }{{"project", t.Project}, {"trigger", t.Trigger}, {"task", t.Task}} {
-		if err := ValidateID(f.kind, f.id); err != nil {
+	for _, f := range []struct{ field, id string }{{FieldProject, t.Project}, {FieldTrigger, t.Trigger}, {FieldTask, t.Task}} {
+		if err := ValidateID(f.field, f.id); err != nil {
 			return err
 		}
 	}
-	if _, err := ParseMisfirePolicy(string(t.Misfire)); err != nil {
-		return &InvalidError{Err: err}
+	if _, err := coordinator.ParseMisfirePolicy(string(t.Misfire)); err != nil {
+		return fieldErr(FieldMisfire, err)
 	}
 	if err := limits.CheckCronSpec(t.Cron); err != nil {
-		return invalidf("--cron: %w", err)
+		return fieldErr(FieldCron, err)
 	}
 	if err := limits.CheckTimeZone(t.TimeZone); err != nil {
-		return invalidf("--timezone: %w", err)
+		return fieldErr(FieldTimeZone, err)
 	}
-	if _, err := ParseSchedule(t.Cron, t.TimeZone); err != nil {
-		return &InvalidError{Err: err}
+	// The grammar in a zone that always resolves first, so that a refusal names the field at
+	// fault: the spec here, the zone below.
+	if _, err := coordinator.ParseSchedule(t.Cron, "UTC"); err != nil {
+		return fieldErr(FieldCron, err)
+	}
+	if _, err := coordinator.ParseSchedule(t.Cron, t.TimeZone); err != nil {
+		return fieldErr(FieldTimeZone, err)
 	}
 	return nil
 }
@@ -178,12 +159,11 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 			return nil, err
 		}
 		if t.Project != ts[0].Project {
-			return nil, fmt.Errorf("trigger %s/%s: one project per call (%s first)", t.Project, t.Trigger, ts[0].Project)
+			return nil, fieldErrf(FieldProject, "trigger %s/%s: one project per call (%s first)", t.Project, t.Trigger, ts[0].Project)
 		}
 	}
 	out := make([]TriggerPublished, 0, len(ts))
 	err := p.inProject(ctx, ts[0].Project, "trigger.publish", func(q *db.Queries) error {
-		out = out[:0] // a retried transaction starts over
 		// a task's head cannot move while the project lock is held: read each one once
 		heads := map[string]int64{}
 		for _, t := range ts {
@@ -206,7 +186,10 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // publishTrigger writes one trigger's revision pinned to taskRev, its schedule row and its audit
@@ -234,7 +217,10 @@ func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev i
 	return out, q.AuditAdmin(ctx, db.AuditAdminParams{Action: "trigger.publish", ProjectID: t.Project, Subject: t.Trigger, Detail: detail})
 }
 
-// inProject runs fn in one transaction holding the audited lock of an active project.
+// inProject runs fn in one transaction holding the audited lock of an active project. It runs fn
+// once and retries nothing: any error (a serialization failure or a lost connection included)
+// rolls the whole publish back and is returned; running the publish again is the caller's
+// decision (it writes a new revision each time).
 func (p *Publisher) inProject(ctx context.Context, project, reason string, fn func(q *db.Queries) error) error {
 	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)

@@ -1,0 +1,65 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/qlcontrol/controlcore/internal/limits"
+)
+
+// The input fields a FieldError names. A command-line tool maps them onto its flags.
+const (
+	FieldProject      = "project"
+	FieldTask         = "task"
+	FieldTrigger      = "trigger"
+	FieldCron         = "cron"
+	FieldTimeZone     = "timezone"
+	FieldMisfire      = "misfire"
+	FieldExecutorSpec = "executor_spec"
+	FieldLimit        = "limit"
+)
+
+// FieldError is input refused before anything was written: Field says which input (one of the
+// Field constants), Err why. Its message never quotes an executor spec.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func fieldErr(field string, err error) error { return &FieldError{Field: field, Err: err} }
+
+// ErrNotFound means a project or task named by a publish does not exist (or the project is not
+// active).
+var ErrNotFound = errors.New("not found")
+
+// ErrExists means the project already exists.
+var ErrExists = errors.New("already exists")
+
+// ValidateID checks a project, task or trigger identifier against the database's CHECK; field is
+// FieldProject, FieldTask or FieldTrigger.
+func ValidateID(field, id string) error {
+	if err := limits.CheckID(field, id); err != nil {
+		return fieldErr(field, err)
+	}
+	return nil
+}
+
+// MaxExecutorSpec bounds an execution spec's size.
+const MaxExecutorSpec = limits.MaxExecutorSpec
+
+// ValidateExecutorSpec accepts exactly the JSON objects jsonb stores, up to MaxExecutorSpec bytes.
+// Its error names the position and the rule, never the content: a spec may hold secrets.
+func ValidateExecutorSpec(spec []byte) error {
+	if err := limits.CheckExecutorSpec(spec); err != nil {
+		return fieldErr(FieldExecutorSpec, err)
+	}
+	return nil
+}
+
+// fieldErrf is a FieldError with a formatted reason.
+func fieldErrf(field, format string, args ...any) error {
+	return fieldErr(field, fmt.Errorf(format, args...))
+}

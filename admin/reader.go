@@ -1,0 +1,284 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/db"
+)
+
+// Reader reads what the scheduler holds, each report in one snapshot. Any role with SELECT on
+// control_core may use it (the admin and the runtime role); it writes nothing.
+type Reader struct{ pool *pgxpool.Pool }
+
+// NewReader wraps a pool.
+func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
+
+// snapshot runs fn in one REPEATABLE READ READ ONLY transaction: every query fn sends sees the
+// same committed state, so the parts of one report agree with each other (a Run counted in one
+// part is listed in the other). Each statement still observes its own database time
+// (control_core.db_now_ms() is the statement's timestamp).
+func (r *Reader) snapshot(ctx context.Context, fn func(q *db.Queries) error) error {
+	return pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error { return fn(db.New(tx)) })
+}
+
+// Trigger is a trigger's head revision with its schedule row. Nil pointers are what the row does
+// not hold yet: no cursor before the first claim, no claim.
+type Trigger struct {
+	ProjectID         string                    `json:"project_id"`
+	TriggerID         string                    `json:"trigger_id"`
+	TriggerRevision   int64                     `json:"trigger_revision"`
+	CronSpec          string                    `json:"cron_spec"`
+	TimeZone          string                    `json:"timezone"`
+	MisfirePolicy     coordinator.MisfirePolicy `json:"misfire_policy"`
+	Enabled           bool                      `json:"enabled"`
+	TaskID            string                    `json:"task_id"`
+	TaskRevision      int64                     `json:"task_revision"`
+	NextFireAtMs      *int64                    `json:"next_fire_at_ms"`
+	LastScheduledAtMs *int64                    `json:"last_scheduled_at_ms"`
+	StateVersion      int64                     `json:"state_version"`
+	ClaimOwner        *string                   `json:"claim_owner"`
+	ClaimVersion      int64                     `json:"claim_version"`
+	ClaimExpiresAtMs  *int64                    `json:"claim_expires_at_ms"`
+	NowMs             int64                     `json:"now_ms"` // the database's time of the read
+}
+
+// TriggerFilter selects triggers; a zero field selects all.
+type TriggerFilter struct{ Project string }
+
+// Validate refuses a filter that could never match a stored row.
+func (f TriggerFilter) Validate() error {
+	if f.Project != "" {
+		return ValidateID(FieldProject, f.Project)
+	}
+	return nil
+}
+
+// Triggers lists triggers by project and id.
+func (r *Reader) Triggers(ctx context.Context, f TriggerFilter) ([]Trigger, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	var out []Trigger
+	err := r.snapshot(ctx, func(q *db.Queries) error {
+		rows, err := q.ListTriggers(ctx, optText(f.Project))
+		if err != nil {
+			return fmt.Errorf("read triggers: %w", err)
+		}
+		out = make([]Trigger, 0, len(rows))
+		for _, t := range rows {
+			out = append(out, Trigger{
+				ProjectID: t.ProjectID, TriggerID: t.TriggerID, TriggerRevision: t.TriggerRevision, CronSpec: t.CronSpec,
+				TimeZone: t.Timezone, MisfirePolicy: coordinator.MisfirePolicy(t.MisfirePolicy), Enabled: t.Enabled,
+				TaskID: t.TaskID, TaskRevision: t.TaskRevision, NextFireAtMs: int8Ptr(t.NextFireAtMs),
+				LastScheduledAtMs: int8Ptr(t.LastScheduledAtMs), StateVersion: t.StateVersion, ClaimOwner: textPtr(t.ClaimOwner),
+				ClaimVersion: t.ClaimVersion, ClaimExpiresAtMs: int8Ptr(t.ClaimExpiresAtMs), NowMs: t.NowMs,
+			})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Run is an admitted Run with the number of its Attempts and Events. The trigger fields are nil
+// for a Run no trigger admitted.
+type Run struct {
+	RunID           uuid.UUID `json:"run_id"`
+	ProjectID       string    `json:"project_id"`
+	TaskID          string    `json:"task_id"`
+	TaskRevision    int64     `json:"task_revision"`
+	TriggerID       *string   `json:"trigger_id"`
+	TriggerRevision *int64    `json:"trigger_revision"`
+	ScheduledForMs  *int64    `json:"scheduled_for_ms"`
+	IdempotencyKey  string    `json:"idempotency_key"`
+	State           string    `json:"state"`
+	QueuedAtMs      *int64    `json:"queued_at_ms"`
+	CreatedAtMs     int64     `json:"created_at_ms"`
+	Attempts        int64     `json:"attempts"`
+	Events          int64     `json:"events"`
+}
+
+// LagMs is the admission lag, queued minus scheduled time (both the database's); ok is false when
+// the Run lacks either.
+func (r Run) LagMs() (lag int64, ok bool) {
+	if r.ScheduledForMs == nil || r.QueuedAtMs == nil {
+		return 0, false
+	}
+	return *r.QueuedAtMs - *r.ScheduledForMs, true
+}
+
+// MaxRunsLimit bounds RunFilter.Limit.
+const MaxRunsLimit = 10000
+
+// RunFilter selects Runs; a zero Project or Trigger selects all, Limit (1 … MaxRunsLimit) bounds
+// how many, newest first.
+type RunFilter struct {
+	Project, Trigger string
+	Limit            int
+}
+
+// Validate refuses a filter that could never match a stored row, and a limit out of bounds.
+func (f RunFilter) Validate() error {
+	for _, id := range []struct{ field, id string }{{FieldProject, f.Project}, {FieldTrigger, f.Trigger}} {
+		if id.id != "" {
+			if err := ValidateID(id.field, id.id); err != nil {
+				return err
+			}
+		}
+	}
+	if f.Limit < 1 || f.Limit > MaxRunsLimit {
+		return fieldErrf(FieldLimit, "%d is out of range: want 1 … %d", f.Limit, MaxRunsLimit)
+	}
+	return nil
+}
+
+// Runs lists the newest Runs.
+func (r *Reader) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	var out []Run
+	err := r.snapshot(ctx, func(q *db.Queries) error {
+		rows, err := q.ListRuns(ctx, db.ListRunsParams{ProjectID: optText(f.Project), TriggerID: optText(f.Trigger), MaxRows: int32(f.Limit)})
+		if err != nil {
+			return fmt.Errorf("read runs: %w", err)
+		}
+		out = make([]Run, 0, len(rows))
+		for _, x := range rows {
+			out = append(out, Run{
+				RunID: x.RunID, ProjectID: x.ProjectID, TaskID: x.TaskID, TaskRevision: x.TaskRevision,
+				TriggerID: textPtr(x.TriggerID), TriggerRevision: int8Ptr(x.TriggerRevision), ScheduledForMs: int8Ptr(x.ScheduledForMs),
+				IdempotencyKey: x.IdempotencyKey, State: x.State, QueuedAtMs: int8Ptr(x.QueuedAtMs), CreatedAtMs: x.CreatedAtMs,
+				Attempts: x.Attempts, Events: x.Events,
+			})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// MaxLastAdmits bounds the admissions a ProjectStatus lists: the newest per trigger, newest first.
+const MaxLastAdmits = 5
+
+// Status is what the scheduler is doing, per project and per replica, read in one snapshot.
+type Status struct {
+	Projects []ProjectStatus `json:"projects"`
+	// LiveClaimsByOwner is every replica holding live claims, across projects, by owner.
+	LiveClaimsByOwner []ReplicaClaims `json:"live_claims_by_owner"`
+}
+
+// ProjectStatus is one project's triggers, backlog, live claims and last admissions. Backlog is
+// as sql/queries/status.sql defines it: the schedule rows a claim would take now (the
+// qlsched_backlog_schedules gauge counts the same). Times are the database's milliseconds; 0 in
+// OldestOverdueMs and LastAdmitMs means none.
+type ProjectStatus struct {
+	ProjectID         string        `json:"project_id"`
+	State             string        `json:"state"`
+	Triggers          int64         `json:"triggers"`
+	Enabled           int64         `json:"enabled"`
+	Backlog           int64         `json:"backlog"`
+	OldestOverdueMs   int64         `json:"oldest_overdue_ms"`
+	LiveClaims        int64         `json:"live_claims"`
+	LastAdmitMs       int64         `json:"last_admit_ms"`
+	NowMs             int64         `json:"now_ms"`
+	LiveClaimsByOwner []OwnerClaims `json:"live_claims_by_owner"`
+	LastAdmits        []Admit       `json:"last_admits"` // at most MaxLastAdmits
+}
+
+// OwnerClaims is how many live claims one owner holds in a project.
+type OwnerClaims struct {
+	Owner  string `json:"owner"`
+	Claims int64  `json:"claims"`
+}
+
+// ReplicaClaims is how many live claims one owner holds across projects, and how soon the first
+// of them expires.
+type ReplicaClaims struct {
+	Owner             string `json:"owner"`
+	Claims            int64  `json:"claims"`
+	SoonestExpiryInMs int64  `json:"soonest_expiry_in_ms"`
+}
+
+// Admit is the newest admitted Run of one trigger.
+type Admit struct {
+	TriggerID       string    `json:"trigger_id"`
+	TriggerRevision int64     `json:"trigger_revision"`
+	ScheduledForMs  int64     `json:"scheduled_for_ms"`
+	QueuedAtMs      int64     `json:"queued_at_ms"`
+	RunID           uuid.UUID `json:"run_id"`
+}
+
+// Status reads the status of every project and the live claims by owner.
+func (r *Reader) Status(ctx context.Context) (Status, error) {
+	var res Status
+	err := r.snapshot(ctx, func(q *db.Queries) error {
+		projects, err := q.ProjectStatus(ctx)
+		if err != nil {
+			return fmt.Errorf("read project status: %w", err)
+		}
+		byProject, err := q.LiveClaimsByProjectOwner(ctx)
+		if err != nil {
+			return fmt.Errorf("read live claims by project: %w", err)
+		}
+		admits, err := q.LastAdmits(ctx)
+		if err != nil {
+			return fmt.Errorf("read last admissions: %w", err)
+		}
+		owners, err := q.LiveClaimsByOwner(ctx)
+		if err != nil {
+			return fmt.Errorf("read live claims by owner: %w", err)
+		}
+		res = Status{Projects: make([]ProjectStatus, 0, len(projects)), LiveClaimsByOwner: make([]ReplicaClaims, 0, len(owners))}
+		index := map[string]int{}
+		for i, p := range projects {
+			index[p.ProjectID] = i
+			// empty, not nil: JSON says "no claims" without a special case
+			res.Projects = append(res.Projects, ProjectStatus{
+				ProjectID: p.ProjectID, State: p.State, Triggers: p.Triggers, Enabled: p.Enabled, Backlog: p.Backlog,
+				OldestOverdueMs: p.OldestOverdueMs, LiveClaims: p.LiveClaims, LastAdmitMs: p.LastAdmitMs, NowMs: p.NowMs,
+				LiveClaimsByOwner: []OwnerClaims{}, LastAdmits: []Admit{},
+			})
+		}
+		for _, c := range byProject {
+			if i, ok := index[c.ProjectID]; ok {
+				res.Projects[i].LiveClaimsByOwner = append(res.Projects[i].LiveClaimsByOwner, OwnerClaims{c.Owner, c.Claims})
+			}
+		}
+		for _, a := range admits { // newest first within a project
+			if i, ok := index[a.ProjectID]; ok && len(res.Projects[i].LastAdmits) < MaxLastAdmits {
+				res.Projects[i].LastAdmits = append(res.Projects[i].LastAdmits,
+					Admit{a.TriggerID, a.TriggerRevision, a.ScheduledForMs, a.QueuedAtMs, a.RunID})
+			}
+		}
+		for _, o := range owners {
+			res.LiveClaimsByOwner = append(res.LiveClaimsByOwner, ReplicaClaims{o.Owner, o.Claims, o.SoonestExpiryInMs})
+		}
+		return nil
+	})
+	return res, err
+}
+
+// The mapping between sqlc's nullable values and this package's pointers: here and nowhere else.
+
+func optText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
+
+func int8Ptr(v pgtype.Int8) *int64 {
+	if !v.Valid {
+		return nil
+	}
+	return &v.Int64
+}
+
+func textPtr(v pgtype.Text) *string {
+	if !v.Valid {
+		return nil
+	}
+	return &v.String
+}
