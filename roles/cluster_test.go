@@ -274,10 +274,15 @@ func TestOtherDatabasesAreNotes(t *testing.T) {
 	ctx := context.Background()
 	d, names := privateV17(t)
 	other := names.Prefix + "other"
-	t.Cleanup(func() {
-		if conn, err := pgx.Connect(ctx, d.Server.URL("", "postgres")); err == nil {
-			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{other}.Sanitize())
-			_ = conn.Close(ctx)
+	t.Cleanup(func() { // before the roles' clean-up: the roles hold privileges on it
+		conn, err := pgx.Connect(ctx, d.Server.URL("", "postgres"))
+		if err != nil {
+			t.Errorf("clean-up: connect to drop %s: %v", other, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{other}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("clean-up: drop database %s: %v", other, err)
 		}
 	})
 	d.Exec(t, "CREATE DATABASE "+other)
@@ -429,12 +434,14 @@ func TestDatabaseNotAllowingConnectionsIsDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close(ctx)
+	t.Cleanup(func() { other.Close(ctx) }) // after the clean-up below, which uses it
 	if _, err := other.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" ALLOW_CONNECTIONS false"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = other.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" ALLOW_CONNECTIONS true")
+		if _, err := other.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" ALLOW_CONNECTIONS true"); err != nil {
+			t.Errorf("clean-up: let connections into %s again: %v", d.Name, err)
+		}
 	})
 	var a *roles.Audit
 	read := func() {
