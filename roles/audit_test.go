@@ -3,9 +3,7 @@ package roles_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -18,8 +16,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testpg.Main(m) }
-
-var seq atomic.Int64
 
 // audit reads the privileges of the database behind url the way verify does.
 func audit(t *testing.T, url string, names roles.Names) *roles.Audit {
@@ -44,26 +40,15 @@ func audit(t *testing.T, url string, names roles.Names) *roles.Audit {
 	return a
 }
 
-// privateNames returns role names under a prefix of the test's own (roles are cluster-wide) and
-// drops those roles, and the database, when the test ends.
-func privateNames(t *testing.T, d *testpg.DB, extra ...string) roles.Names {
+// privateNames returns role names under a prefix of the test's own (roles are cluster-wide):
+// when the test ends the database and every role whose name starts with the prefix are dropped
+// (testpg.DB.PrivatePrefix), so a role a test creates is named with the prefix.
+func privateNames(t *testing.T, d *testpg.DB) roles.Names {
 	t.Helper()
-	names, err := roles.NewNames(fmt.Sprintf("qlr%d_%d_", os.Getpid(), seq.Add(1)))
+	names, err := roles.NewNames(d.PrivatePrefix(t, "r"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, d.Server.URL("", "postgres"))
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{d.Name}.Sanitize()+" WITH (FORCE)")
-		for _, r := range append(names.All(), extra...) {
-			_, _ = conn.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize())
-		}
-	})
 	// testpg.NewEmpty bootstrapped the shared ql_ roles here; this database is the prefix's alone.
 	d.Exec(t, fmt.Sprintf("REVOKE ALL ON DATABASE %s FROM ql_owner", pgx.Identifier{d.Name}.Sanitize()))
 	return names
@@ -251,9 +236,9 @@ func TestRolesCreatedByANonSuperuserCreateRoleRoleAreNotDrift(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := testpg.NewEmpty(t)
-	dba := fmt.Sprintf("qlr%d_%d_dba", os.Getpid(), seq.Add(1))
+	names := privateNames(t, d)
+	dba := names.Prefix + "dba"
 	other := dba + "_other"
-	names := privateNames(t, d, dba, other)
 	d.Exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN CREATEROLE PASSWORD '%s'; ALTER DATABASE %s OWNER TO %s",
 		dba, testpg.Password, pgx.Identifier{d.Name}.Sanitize(), dba))
 	conn, err := pgx.Connect(ctx, d.Server.URL(dba, d.Name))

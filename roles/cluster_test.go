@@ -38,17 +38,13 @@ func auditAs(t *testing.T, url string, names roles.Names, opts roles.Options) *r
 }
 
 // privateV17 is a database of the test's own, migrated to v17 under role names of its own
-// (role settings, memberships and attributes are cluster-wide). The roles, the database and
-// the extra roles (named prefix+extra) are dropped when the test ends.
-func privateV17(t *testing.T, extra ...string) (*testpg.DB, roles.Names) {
+// (role settings, memberships and attributes are cluster-wide). The database and every role
+// named with the prefix (the four, and those a case creates as {p}name) are dropped when the
+// test ends.
+func privateV17(t *testing.T) (*testpg.DB, roles.Names) {
 	t.Helper()
 	d := testpg.NewEmpty(t)
-	var prefixed []string
 	names := privateNames(t, d)
-	for _, e := range extra {
-		prefixed = append(prefixed, names.Prefix+e)
-	}
-	t.Cleanup(func() { dropRoles(d, prefixed...) })
 	if err := d.Server.BootstrapNames(context.Background(), d.Name, names); err != nil {
 		t.Fatal(err)
 	}
@@ -56,18 +52,6 @@ func privateV17(t *testing.T, extra ...string) (*testpg.DB, roles.Names) {
 		t.Fatalf("up: %v", err)
 	}
 	return d, names
-}
-
-func dropRoles(d *testpg.DB, names ...string) {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, d.Server.URL("", "postgres"))
-	if err != nil {
-		return
-	}
-	defer conn.Close(ctx)
-	for _, r := range names {
-		_, _ = conn.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize())
-	}
 }
 
 // databaseOwner is the owner of database name on d's server.
@@ -115,7 +99,6 @@ func TestRoleAndDatabaseDriftIsFoundAndFixed(t *testing.T) {
 		name  string
 		as    string // "runtime": the set-up runs connected as the runtime role
 		sql   string
-		extra []string // roles the case creates, without the prefix
 		allow []string // Options.AllowedMembers, without the prefix
 		kind  string   // the one drift; "" none
 		// object and role of the drift; message holds, notMessage does not; fix starts the
@@ -146,21 +129,21 @@ func TestRoleAndDatabaseDriftIsFoundAndFixed(t *testing.T) {
 		{name: "connection limit", sql: "ALTER ROLE {owner} CONNECTION LIMIT 0",
 			kind: "role_attribute", object: "{owner}", role: "{owner}",
 			message: "CONNECTION LIMIT 0", fix: `ALTER ROLE "{owner}" CONNECTION LIMIT -1;`},
-		{name: "a LOGIN member", sql: "CREATE ROLE {p}m LOGIN; GRANT {runtime} TO {p}m", extra: []string{"m"},
+		{name: "a LOGIN member", sql: "CREATE ROLE {p}m LOGIN; GRANT {runtime} TO {p}m",
 			kind: "login_member", object: "{runtime}", role: "{runtime}",
 			message: "{p}m (LOGIN) is a member of {runtime} (directly)", fix: `REVOKE "{runtime}" FROM "{p}m"`},
-		{name: "an allowed LOGIN member", sql: "CREATE ROLE {p}m LOGIN; GRANT {runtime} TO {p}m", extra: []string{"m"}, allow: []string{"m"},
+		{name: "an allowed LOGIN member", sql: "CREATE ROLE {p}m LOGIN; GRANT {runtime} TO {p}m", allow: []string{"m"},
 			note: "allowed_member: {p}m (LOGIN) is a member of {runtime} (directly); allowed by --allow-member {p}m"},
-		{name: "a LOGIN member through a NOLOGIN role", extra: []string{"m", "grp"},
+		{name: "a LOGIN member through a NOLOGIN role",
 			sql:  "CREATE ROLE {p}grp NOLOGIN; GRANT {owner} TO {p}grp; CREATE ROLE {p}m LOGIN; GRANT {p}grp TO {p}m",
 			kind: "login_member", object: "{owner}", role: "{owner}",
 			message: "{p}m (LOGIN) is a member of {owner} (through {p}grp)", fix: `REVOKE "{p}grp" FROM "{p}m"`},
-		{name: "an allowed member's group gains a member", extra: []string{"m", "n", "grp"}, allow: []string{"m"},
+		{name: "an allowed member's group gains a member", allow: []string{"m"},
 			sql:  "CREATE ROLE {p}grp NOLOGIN; GRANT {owner} TO {p}grp; CREATE ROLE {p}m LOGIN; GRANT {p}grp TO {p}m; CREATE ROLE {p}n LOGIN; GRANT {p}m TO {p}n",
 			kind: "login_member", object: "{owner}", role: "{owner}",
 			message: "{p}n (LOGIN) is a member of {owner} (through {p}m → {p}grp)", fix: `REVOKE "{p}m" FROM "{p}n"`,
 			note: "allowed_member: {p}m (LOGIN) is a member of {owner} (through {p}grp); allowed by --allow-member {p}m"},
-		{name: "a LOGIN member with a hostile name", extra: []string{hostile},
+		{name: "a LOGIN member with a hostile name",
 			sql:  `CREATE ROLE "{p}` + strings.ReplaceAll(hostile, `"`, `""`) + `" LOGIN; GRANT {admin} TO "{p}` + strings.ReplaceAll(hostile, `"`, `""`) + `"`,
 			kind: "login_member", object: "{admin}", role: "{admin}",
 			fix: `REVOKE "{admin}" FROM "{p}m""; DROP ROLE x; --"`},
@@ -186,7 +169,7 @@ func TestRoleAndDatabaseDriftIsFoundAndFixed(t *testing.T) {
 			sql:  `CREATE PROCEDURE public."e""v il"(text) SECURITY DEFINER LANGUAGE sql AS 'SELECT 1'`,
 			kind: "definer_function", object: `public."e""v il"(text)`, role: "PUBLIC",
 			message: "procedure", fix: `REVOKE EXECUTE ON PROCEDURE public."e""v il"(text) FROM PUBLIC;`},
-		{name: "a SECURITY DEFINER function of a role that may do nothing is not drift", extra: []string{"nobody"},
+		{name: "a SECURITY DEFINER function of a role that may do nothing is not drift",
 			sql: "CREATE ROLE {p}nobody NOLOGIN; CREATE FUNCTION public.harmless() RETURNS int SECURITY DEFINER LANGUAGE sql AS 'SELECT 1'; ALTER FUNCTION public.harmless() OWNER TO {p}nobody"},
 		{name: "a SECURITY DEFINER function nobody of the four may execute is not drift",
 			sql: "CREATE FUNCTION public.locked() RETURNS int SECURITY DEFINER LANGUAGE sql AS 'SELECT 1'; REVOKE EXECUTE ON FUNCTION public.locked() FROM PUBLIC"},
@@ -196,7 +179,7 @@ func TestRoleAndDatabaseDriftIsFoundAndFixed(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			d, names := privateV17(t, c.extra...)
+			d, names := privateV17(t)
 			expand := strings.NewReplacer("{owner}", names.Owner, "{admin}", names.Admin, "{runtime}", names.Runtime,
 				"{worker}", names.WorkerIngress, "{su}", superuserName(t, d),
 				"{db}", d.Name, "{p}", names.Prefix, "{dbowner}", pgx.Identifier{databaseOwner(t, d, d.Name)}.Sanitize()).Replace
@@ -261,7 +244,7 @@ func TestAuditAsRuntimeAndOwnerRole(t *testing.T) {
 		}
 	}
 
-	d, names := privateV17(t, "m")
+	d, names := privateV17(t)
 	d.Exec(t, fmt.Sprintf(`ALTER ROLE %[1]s SET work_mem = '1MB'; ALTER ROLE %[1]s IN DATABASE %[2]s SET lock_timeout = '1s';
 		ALTER DATABASE %[2]s SET statement_timeout = '1min'; ALTER ROLE %[1]s CONNECTION LIMIT 5 VALID UNTIL '2999-01-01';
 		CREATE ROLE %[3]sm LOGIN; GRANT %[1]s TO %[3]sm; SELECT lo_create(515151); ALTER LARGE OBJECT 515151 OWNER TO %[4]s`,
@@ -291,10 +274,15 @@ func TestOtherDatabasesAreNotes(t *testing.T) {
 	ctx := context.Background()
 	d, names := privateV17(t)
 	other := names.Prefix + "other"
-	t.Cleanup(func() {
-		if conn, err := pgx.Connect(ctx, d.Server.URL("", "postgres")); err == nil {
-			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{other}.Sanitize())
-			_ = conn.Close(ctx)
+	t.Cleanup(func() { // before the roles' clean-up: the roles hold privileges on it
+		conn, err := pgx.Connect(ctx, d.Server.URL("", "postgres"))
+		if err != nil {
+			t.Errorf("clean-up: connect to drop %s: %v", other, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{other}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("clean-up: drop database %s: %v", other, err)
 		}
 	})
 	d.Exec(t, "CREATE DATABASE "+other)
@@ -356,28 +344,27 @@ func TestDefinerFunctionsAndPublicLargeObjectsWithOtherDrift(t *testing.T) {
 	const evil = "CREATE FUNCTION public.evil() RETURNS void SECURITY DEFINER LANGUAGE sql AS " +
 		"'DELETE FROM control_core.attempts; DELETE FROM control_core.run_events; DELETE FROM control_core.runs'; "
 	cases := []struct {
-		name  string
-		sql   string
-		extra []string
-		want  []string // "kind role object", every finding, in any order
+		name string
+		sql  string
+		want []string // "kind role object", every finding, in any order
 		// message: a definer_function finding's message holds it.
 		message string
 	}{
 		{name: "EXECUTE granted to the runtime role only", sql: evil + "REVOKE EXECUTE ON FUNCTION public.evil() FROM PUBLIC; GRANT EXECUTE ON FUNCTION public.evil() TO {runtime}",
 			want:    []string{"definer_function {runtime} public.evil()", "extra_privilege {runtime} public.evil()"},
 			message: "{runtime} may execute it (granted to it)"},
-		{name: "EXECUTE through membership in another role", extra: []string{"grp"},
+		{name: "EXECUTE through membership in another role",
 			sql: evil + "REVOKE EXECUTE ON FUNCTION public.evil() FROM PUBLIC; CREATE ROLE {p}grp NOLOGIN; " +
 				"GRANT EXECUTE ON FUNCTION public.evil() TO {p}grp; GRANT {p}grp TO {runtime}",
 			want:    []string{"definer_function {runtime} public.evil()", "membership {runtime} {p}grp"},
 			message: "{runtime} may execute it (through membership in {p}grp"},
-		{name: "EXECUTE granted by another grantor to PUBLIC", extra: []string{"grantor"},
+		{name: "EXECUTE granted by another grantor to PUBLIC",
 			sql: evil + "REVOKE EXECUTE ON FUNCTION public.evil() FROM PUBLIC; CREATE ROLE {p}grantor NOLOGIN; " +
 				"GRANT EXECUTE ON FUNCTION public.evil() TO {p}grantor WITH GRANT OPTION; " +
 				"SET ROLE {p}grantor; GRANT EXECUTE ON FUNCTION public.evil() TO PUBLIC; RESET ROLE",
 			want:    []string{"definer_function PUBLIC public.evil()"},
 			message: "PUBLIC may execute it"},
-		{name: "an owner that may delete Runs, not a superuser", extra: []string{"writer"},
+		{name: "an owner that may delete Runs, not a superuser",
 			sql: "CREATE ROLE {p}writer NOLOGIN; GRANT USAGE ON SCHEMA control_core TO {p}writer; GRANT DELETE ON control_core.runs TO {p}writer; " +
 				evil + "ALTER FUNCTION public.evil() OWNER TO {p}writer",
 			want: []string{"definer_function PUBLIC public.evil()", "extra_privilege {p}writer control_core.runs",
@@ -393,7 +380,7 @@ func TestDefinerFunctionsAndPublicLargeObjectsWithOtherDrift(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			d, names := privateV17(t, c.extra...)
+			d, names := privateV17(t)
 			expand := strings.NewReplacer("{owner}", names.Owner, "{admin}", names.Admin, "{runtime}", names.Runtime,
 				"{worker}", names.WorkerIngress, "{db}", d.Name, "{p}", names.Prefix).Replace
 			if err := execAs(t, d, "", expand(c.sql)); err != nil {
@@ -447,12 +434,14 @@ func TestDatabaseNotAllowingConnectionsIsDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close(ctx)
+	t.Cleanup(func() { other.Close(ctx) }) // after the clean-up below, which uses it
 	if _, err := other.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" ALLOW_CONNECTIONS false"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = other.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" ALLOW_CONNECTIONS true")
+		if _, err := other.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" ALLOW_CONNECTIONS true"); err != nil {
+			t.Errorf("clean-up: let connections into %s again: %v", d.Name, err)
+		}
 	})
 	var a *roles.Audit
 	read := func() {

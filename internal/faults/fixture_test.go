@@ -200,18 +200,6 @@ func (tg *target) runsOf(trigger string, scheduledFor int64) int64 {
 	return tg.scalar(`SELECT count(*) FROM control_core.runs WHERE trigger_id = $1 AND scheduled_for_ms = $2`, trigger, scheduledFor)
 }
 
-// eventually polls cond (a database or counter condition) until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising goroutines
-	}
-}
-
 // auditResult is the exactly-once audit of one database.
 type auditResult struct {
 	Runs, Occurrences, Attempts, Events int64

@@ -9,6 +9,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/dbconn"
+	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/internal/faultproxy"
 )
 
@@ -93,7 +94,9 @@ func (s *partitionSetup) takeOver(t *testing.T, trigger string, occurrence, expi
 		if rounds > 500 {
 			t.Fatalf("replica B did not take over within %d rounds", rounds)
 		}
-		time.Sleep(50 * time.Millisecond) // B's cadence
+		// not synchronisation: B's cadence, its rounds spread over the stuck claim's lease, each
+		// checked above (waiting out the lease is what is tested; rounds > 500 is the deadline)
+		time.Sleep(50 * time.Millisecond)
 	}
 	var admittedAt int64
 	if err := s.tg.su.QueryRow(ctx, `SELECT queued_at_ms FROM control_core.runs WHERE trigger_id = $1 AND scheduled_for_ms = $2`,
@@ -154,7 +157,7 @@ func testPartitionNoticedWithinBounds(t *testing.T) {
 	wait(t, fired, 10*time.Second, "A's admit to reach the partition")
 	held := s.tg.schedule("a")
 	partitioned := time.Now()
-	eventually(t, to.Response+5*time.Second, "A to notice the partition", func() bool { return s.a.Stats.Errors.Load() >= 1 })
+	eventually.True(t, to.Response+5*time.Second, "A to notice the partition", func() bool { return s.a.Stats.Errors.Load() >= 1 })
 	noticed := time.Since(partitioned)
 	t.Logf("A's admit failed %s into the partition (response bound %s)", noticed.Round(time.Millisecond), to.Response)
 	if noticed < to.Response-time.Second {
@@ -202,7 +205,7 @@ func testPartitionLosesTheReply(t *testing.T) {
 	for range 3 {
 		s.b.Round(context.Background(), nil)
 	}
-	eventually(t, to.Response+5*time.Second, "A to give up", func() bool { return s.a.Stats.Errors.Load() >= 1 })
+	eventually.True(t, to.Response+5*time.Second, "A to give up", func() bool { return s.a.Stats.Errors.Load() >= 1 })
 	s.heal()
 	wait(t, done, 15*time.Second, "A's round after the heal")
 	st, bs := s.a.Stats.Snapshot(), s.b.Stats.Snapshot()
@@ -231,12 +234,12 @@ func testPartitionInsideThePipeline(t *testing.T) {
 	wait(t, fired, 10*time.Second, "A's COMMIT to reach the partition")
 	held := s.tg.schedule("a")
 	var state string
-	eventually(t, 5*time.Second, "A's backend to wait for the rest of its pipeline", func() bool {
+	eventually.True(t, 5*time.Second, "A's backend to wait for the rest of its pipeline", func() bool {
 		return s.tg.su.QueryRow(context.Background(), `SELECT state || '/' || coalesce(wait_event, '') FROM pg_stat_activity
 			WHERE application_name = 'gate4-pipeline' AND backend_xid IS NOT NULL`).Scan(&state) == nil
 	})
 	t.Logf("A's backend: %s, holding a transaction; claim expires at %d", state, held.ClaimExpires)
-	eventually(t, 10*time.Second, "the lease to expire in database time", func() bool { return s.tg.dbNow() > held.ClaimExpires+500 })
+	eventually.True(t, 10*time.Second, "the lease to expire in database time", func() bool { return s.tg.dbNow() > held.ClaimExpires+500 })
 	for range 3 {
 		s.b.Round(context.Background(), nil)
 	}

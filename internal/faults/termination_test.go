@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/eventually"
 )
 
 // Gate 1: pg_terminate_backend on a replica's backend in the middle of a claim, in the middle of
@@ -38,7 +39,11 @@ func startReplica(t *testing.T, owner string, pool *pgxpool.Pool, lease time.Dur
 	if err := lc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = lc.Stop(context.Background()) })
+	t.Cleanup(func() { // a backstop: the tests stop it themselves (a second Stop returns nil)
+		if err := lc.Stop(context.Background()); err != nil {
+			t.Errorf("clean-up: stop the replica: %v", err)
+		}
+	})
 	return &replica{co: co, lc: lc, pool: pool}
 }
 
@@ -58,7 +63,9 @@ func (tg *target) holdLock(lockSQL string) (release func()) {
 	release = func() {
 		if !done {
 			done = true
-			_ = tx.Rollback(ctx)
+			if err := tx.Rollback(ctx); err != nil {
+				tg.t.Errorf("release the lock of %q: %v", lockSQL, err)
+			}
 		}
 	}
 	tg.t.Cleanup(release)
@@ -70,11 +77,10 @@ func (tg *target) holdLock(lockSQL string) (release func()) {
 func (tg *target) waitingBackend(app, name string) int32 {
 	tg.t.Helper()
 	var pid int32
-	eventually(tg.t, 10*time.Second, "a backend of "+app+" waiting on a lock in "+name, func() bool {
-		err := tg.su.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
+	eventually.NoError(tg.t, 10*time.Second, "a backend of "+app+" waiting on a lock in "+name, func() error {
+		return tg.su.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
 			WHERE application_name = $1 AND state = 'active' AND wait_event_type = 'Lock'
 			  AND query LIKE '-- name: ' || $2 || ' %' LIMIT 1`, app, name).Scan(&pid)
-		return err == nil
 	})
 	return pid
 }
@@ -84,7 +90,7 @@ func (tg *target) terminate(pid int32) {
 	if ok := tg.scalar("SELECT pg_terminate_backend($1)::int", pid); ok != 1 {
 		tg.t.Fatalf("pg_terminate_backend(%d) returned false", pid)
 	}
-	eventually(tg.t, 10*time.Second, "the terminated backend to exit", func() bool {
+	eventually.True(tg.t, 10*time.Second, "the terminated backend to exit", func() bool {
 		return tg.scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid) == 0
 	})
 }
@@ -108,9 +114,9 @@ func testTerminateDuringClaim(t *testing.T) {
 	r := startReplica(t, "replica-1", tg.pool(replicaOptions{app: "gate1-claim"}), 2*time.Second)
 	pid := tg.waitingBackend("gate1-claim", "ClaimDue")
 	tg.terminate(pid)
-	eventually(t, 10*time.Second, "the failed claim to be counted", func() bool { return r.co.Stats.Errors.Load() == 1 })
+	eventually.True(t, 10*time.Second, "the failed claim to be counted", func() bool { return r.co.Stats.Errors.Load() == 1 })
 	release()
-	eventually(t, 10*time.Second, "the replica to admit the occurrence", func() bool { return tg.runsOf("a", occurrence) == 1 })
+	eventually.True(t, 10*time.Second, "the replica to admit the occurrence", func() bool { return tg.runsOf("a", occurrence) == 1 })
 	if err := r.lc.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +148,13 @@ func testTerminateDuringAdmit(t *testing.T) {
 		t.Fatalf("schedule %+v during the admit; want a claim of replica-1", held)
 	}
 	tg.terminate(pid)
-	eventually(t, 10*time.Second, "the failed admit to be counted", func() bool { return r.co.Stats.Errors.Load() == 1 })
+	eventually.True(t, 10*time.Second, "the failed admit to be counted", func() bool { return r.co.Stats.Errors.Load() == 1 })
 	release()
 	after := tg.schedule("a")
 	if n := tg.runsOf("a", occurrence); n != 0 || after != held {
 		t.Fatalf("after the terminated admit: %d runs, schedule %+v; want 0 runs and the claim untouched %+v", n, after, held)
 	}
-	eventually(t, 15*time.Second, "the expired claim to be taken over and admitted", func() bool { return tg.runsOf("a", occurrence) == 1 })
+	eventually.True(t, 15*time.Second, "the expired claim to be taken over and admitted", func() bool { return tg.runsOf("a", occurrence) == 1 })
 	if err := r.lc.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +185,7 @@ func testTerminateIdleBackend(t *testing.T) {
 	tg := newTarget(t)
 	first := tg.due("a")
 	r := startReplica(t, "replica-1", tg.pool(replicaOptions{app: "gate1-idle"}), 2*time.Second)
-	eventually(t, 10*time.Second, "the first occurrence", func() bool { return tg.runsOf("a", first) == 1 })
+	eventually.True(t, 10*time.Second, "the first occurrence", func() bool { return tg.runsOf("a", first) == 1 })
 	rows, err := tg.su.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = 'gate1-idle' AND state = 'idle'`)
 	if err != nil {
 		t.Fatal(err)
@@ -193,9 +199,9 @@ func testTerminateIdleBackend(t *testing.T) {
 		tg.terminate(pid)
 	}
 	second := tg.due("b")
-	eventually(t, 10*time.Second, "the occurrence due after the termination", func() bool { return tg.runsOf("b", second) == 1 })
+	eventually.True(t, 10*time.Second, "the occurrence due after the termination", func() bool { return tg.runsOf("b", second) == 1 })
 	roundsAfter := r.co.Stats.Rounds.Load()
-	eventually(t, 10*time.Second, "three more rounds", func() bool { return r.co.Stats.Rounds.Load() >= roundsAfter+3 })
+	eventually.True(t, 10*time.Second, "three more rounds", func() bool { return r.co.Stats.Rounds.Load() >= roundsAfter+3 })
 	if err := r.lc.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -113,8 +113,8 @@ func TestBacklogIsWhatAClaimWouldTake(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("a claim takes %v, the backlog definition says %v", got, want)
 	}
-	if due, _, _ := metrics.DatabaseBacklog(rt)(ctx); due != 0 {
-		t.Errorf("after claiming everything claimable the gauge reads %d, want 0", due)
+	if due, _, err := metrics.DatabaseBacklog(rt)(ctx); err != nil || due != 0 {
+		t.Errorf("after claiming everything claimable the gauge reads %d (%v), want 0", due, err)
 	}
 }
 

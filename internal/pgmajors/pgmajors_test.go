@@ -9,20 +9,18 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/pgcluster"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
 func TestMain(m *testing.M) { testpg.Main(m) }
-
-var seq atomic.Int64
 
 // readAudit reads the privilege audit of the database behind url the way `qlmigrate verify` does.
 func readAudit(t *testing.T, url string, names roles.Names) *roles.Audit {
@@ -55,8 +53,11 @@ func driftKinds(a *roles.Audit) []string {
 	return out
 }
 
-// The server the tests got is the one QL_PG_BIN asked for (make test-matrix sets it per major).
-func TestServerIsTheOneQLPGBINNames(t *testing.T) {
+// The server the tests got is the one the environment asked for, whichever way it came:
+// QL_TEST_DATABASE_URL's server when that is set; else a server of the binaries QL_PG_BIN names
+// (make test-matrix sets it per major) or, without QL_PG_BIN, of those pgcluster.FindBinDir
+// resolves; else Docker's postgres:15. No way passes without a check.
+func TestServerIsTheOneTheEnvironmentAskedFor(t *testing.T) {
 	s := testpg.Get(t)
 	if s.Major() < 15 {
 		t.Fatalf("server %q (%d): control-core supports PostgreSQL 15 and later", s.Version, s.VersionNum)
@@ -64,23 +65,69 @@ func TestServerIsTheOneQLPGBINNames(t *testing.T) {
 	if !strings.HasPrefix(s.Version, fmt.Sprintf("PostgreSQL %d.", s.Major())) {
 		t.Errorf("SELECT version() = %q does not match server_version_num %d", s.Version, s.VersionNum)
 	}
-	bin := os.Getenv("QL_PG_BIN")
-	if bin == "" || os.Getenv("QL_TEST_DATABASE_URL") != "" {
-		return // the server came from elsewhere: nothing to compare with
+	switch {
+	case os.Getenv("QL_TEST_DATABASE_URL") != "":
+		if bin := os.Getenv("QL_PG_BIN"); bin != "" {
+			// testpg prefers the URL: a matrix run with both set would test one major N times
+			t.Errorf("QL_PG_BIN=%s asks for its major, but QL_TEST_DATABASE_URL takes precedence: the tests ran on %q", bin, s.Version)
+		}
+		if s.BinDir != "" || s.Source != "QL_TEST_DATABASE_URL" {
+			t.Fatalf("QL_TEST_DATABASE_URL is set, but the tests ran on %s", s.Source)
+		}
+		// the server behind the URL as given and the one testpg's connections reach are one
+		// cluster: the same system identifier, the same version
+		want, wantVersion := systemIdentifier(t, os.Getenv("QL_TEST_DATABASE_URL"))
+		got, gotVersion := systemIdentifier(t, s.URL("", "postgres"))
+		if got != want || gotVersion != wantVersion || gotVersion != s.Version {
+			t.Errorf("QL_TEST_DATABASE_URL reaches cluster %d (%q), the tests' connections %d (%q), testpg recorded %q",
+				want, wantVersion, got, gotVersion, s.Version)
+		}
+	case s.BinDir != "":
+		want, err := pgcluster.FindBinDir() // QL_PG_BIN when it is set
+		if err != nil {
+			t.Fatalf("the tests ran on local binaries in %s, but FindBinDir finds none now: %v", s.BinDir, err)
+		}
+		if s.BinDir != want {
+			t.Errorf("the tests ran on the binaries in %s, FindBinDir (QL_PG_BIN=%q) resolves %s", s.BinDir, os.Getenv("QL_PG_BIN"), want)
+		}
+		out, err := exec.Command(filepath.Join(want, "postgres"), "--version").Output()
+		if err != nil {
+			t.Fatalf("%s/postgres --version: %v", want, err)
+		}
+		// "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)" vs "PostgreSQL 15.18 (Debian …) on …"
+		_, after, ok := strings.Cut(string(out), "(PostgreSQL) ")
+		if !ok || len(strings.Fields(after)) == 0 {
+			t.Fatalf("%s/postgres --version: unexpected %q", want, out)
+		}
+		if prefix := "PostgreSQL " + strings.Fields(after)[0] + " "; !strings.HasPrefix(s.Version, prefix) {
+			t.Errorf("%s/postgres is %q, but the tests ran on %q (%s)", want, strings.TrimSpace(string(out)), s.Version, s.Source)
+		}
+	default:
+		if s.Source != "testcontainers" {
+			t.Fatalf("the server came from %q: neither QL_TEST_DATABASE_URL, local binaries nor Docker", s.Source)
+		}
+		if s.Major() != 15 { // testpg runs postgres:15-alpine
+			t.Errorf("Docker's postgres:15-alpine, but the tests ran on %q", s.Version)
+		}
 	}
-	out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output()
+}
+
+// systemIdentifier is the cluster's system identifier (unique per initdb) and version, read
+// through url.
+func systemIdentifier(t *testing.T, url string) (int64, string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		t.Fatalf("%s/postgres --version: %v", bin, err)
+		t.Fatalf("connect: %v", err)
 	}
-	// "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)" vs "PostgreSQL 15.18 (Debian …) on …"
-	_, after, ok := strings.Cut(string(out), "(PostgreSQL) ")
-	if !ok {
-		t.Fatalf("%s/postgres --version: unexpected %q", bin, out)
+	defer conn.Close(ctx)
+	var id int64
+	var version string
+	if err := conn.QueryRow(ctx, "SELECT system_identifier, version() FROM pg_catalog.pg_control_system()").Scan(&id, &version); err != nil {
+		t.Fatalf("read the system identifier: %v", err)
 	}
-	want := "PostgreSQL " + strings.Fields(after)[0] + " "
-	if !strings.HasPrefix(s.Version, want) {
-		t.Errorf("QL_PG_BIN=%s is %q, but the tests ran on %q (%s)", bin, strings.TrimSpace(string(out)), s.Version, s.Source)
-	}
+	return id, version
 }
 
 // PostgreSQL 17 added the MAINTAIN table privilege. The owner role holds it on its tables on 17 and
@@ -201,8 +248,8 @@ func TestPgMaintainMembershipIsDrift(t *testing.T) {
 func TestRolesCreateByACreateRoleRoleAcrossMajors(t *testing.T) {
 	ctx := context.Background()
 	d := testpg.NewEmpty(t)
-	dba := fmt.Sprintf("qlm%d_%d_dba", os.Getpid(), seq.Add(1))
-	names := privateNames(t, d, false, dba)
+	names := privateNames(t, d, false)
+	dba := names.Prefix + "dba"
 	d.Exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN CREATEROLE PASSWORD '%s'; ALTER DATABASE %s OWNER TO %s",
 		dba, testpg.Password, pgx.Identifier{d.Name}.Sanitize(), dba))
 	conn, err := pgx.Connect(ctx, d.Server.URL(dba, d.Name))
@@ -262,27 +309,16 @@ func TestRolesCreateByACreateRoleRoleAcrossMajors(t *testing.T) {
 	}
 }
 
-// privateNames returns role names under a prefix of the test's own (roles are cluster-wide) and
-// drops those roles (and extra), and the database, when the test ends. bootstrap runs roles
-// create for them as the superuser.
-func privateNames(t *testing.T, d *testpg.DB, bootstrap bool, extra ...string) roles.Names {
+// privateNames returns role names under a prefix of the test's own (roles are cluster-wide):
+// when the test ends the database and every role whose name starts with the prefix are dropped
+// (testpg.DB.PrivatePrefix), so a role a test creates is named with the prefix. bootstrap runs
+// roles create for them as the superuser.
+func privateNames(t *testing.T, d *testpg.DB, bootstrap bool) roles.Names {
 	t.Helper()
-	names, err := roles.NewNames(fmt.Sprintf("qlm%d_%d_", os.Getpid(), seq.Add(1)))
+	names, err := roles.NewNames(d.PrivatePrefix(t, "m"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, d.Server.URL("", "postgres"))
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{d.Name}.Sanitize()+" WITH (FORCE)")
-		for _, r := range append(names.All(), extra...) {
-			_, _ = conn.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize())
-		}
-	})
 	if !bootstrap {
 		return names
 	}

@@ -87,7 +87,9 @@ logfile = %s
 			t.Fatal(err)
 		}
 		if cred != nil {
-			_ = os.Chown(p, int(cred.Uid), int(cred.Gid))
+			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+				t.Fatalf("hand %s to uid %d: %v", name, cred.Uid, err) // PgBouncer could not read it
+			}
 		}
 	}
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,9 @@ type Server struct {
 	superURL string // a superuser URL; its database is replaced per use
 	Names    roles.Names
 	Source   string // where the server came from, for messages
+	// BinDir is the folder of the server binaries when the test binary started its own server
+	// from local binaries (pgcluster); empty for QL_TEST_DATABASE_URL and Docker.
+	BinDir string
 	// Version is the server's SELECT version(); VersionNum its server_version_num (180004), for
 	// tests of behaviour that differs between majors.
 	Version    string
@@ -63,13 +67,31 @@ func Main(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// run gives the binary a temporary folder of its own (scratch) and the server, runs the tests,
+// and leaves nothing behind: the folder, the template, and any database or role of this binary
+// that a test's clean-up missed are removed whether the tests passed or not.
 func run(m *testing.M) int {
+	removeScratch, err := scratch()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testpg: %v\n", err)
+		return 1
+	}
+	defer removeScratch()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	server, setupErr = start(ctx)
 	cancel()
 	code := m.Run()
 	if server != nil {
-		server.close()
+		left, err := server.close()
+		if len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "testpg: tests left %s on %s; dropped now\n", strings.Join(left, ", "), server.Source)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "testpg: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
 	}
 	return code
 }
@@ -102,6 +124,7 @@ func start(ctx context.Context) (*Server, error) {
 		c, localErr := pgcluster.Start(ctx, pgcluster.Options{})
 		if localErr == nil {
 			s.superURL, s.Source, s.stop = c.URL("postgres", "postgres"), "local binaries in "+c.BinDir, func() { _ = c.Stop() }
+			s.BinDir = c.BinDir
 			break
 		}
 		url, stop, dockerErr := startContainer(ctx)
@@ -223,12 +246,66 @@ func (s *Server) BootstrapNames(ctx context.Context, database string, names role
 	return nil
 }
 
-func (s *Server) close() {
-	if conn, err := pgx.Connect(context.Background(), s.URL("", "postgres")); err == nil {
-		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+ident(s.template)+" WITH (FORCE)")
-		_ = conn.Close(context.Background())
+// close drops the template and whatever databases and roles of this binary are still on the
+// server, then stops the server if the binary started it. On a long-lived server
+// (QL_TEST_DATABASE_URL) anything left would stay for ever. It returns what a test's clean-up
+// had missed (for a warning), and an error if something could not be dropped.
+func (s *Server) close() (left []string, err error) {
+	defer s.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.URL("", "postgres"))
+	if err != nil {
+		return nil, fmt.Errorf("clean up %s: %w", s.Source, err)
 	}
-	s.stop()
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(s.template)+" WITH (FORCE)"); err != nil {
+		return nil, fmt.Errorf("drop the template %s: %w", s.template, err)
+	}
+	left, err = dropOwn(ctx, conn, fmt.Sprintf(`^ql_t_%d_[0-9]+$`, os.Getpid()), fmt.Sprintf(`^ql[a-z]+%d_`, os.Getpid()))
+	if err != nil {
+		return left, fmt.Errorf("databases and roles of this test binary left on %s: %w", s.Source, err)
+	}
+	return left, nil
+}
+
+// dropOwn drops every database whose name matches databases and then every role whose name
+// matches roles (regular expressions), the roles in one DROP ROLE so that roles depending on one
+// another (memberships, grants between them) go together. It returns what it dropped.
+func dropOwn(ctx context.Context, conn *pgx.Conn, databases, roles string) ([]string, error) {
+	var dropped []string
+	if databases != "" {
+		rows, err := conn.Query(ctx, "SELECT datname FROM pg_catalog.pg_database WHERE datname ~ $1 ORDER BY 1", databases)
+		if err != nil {
+			return nil, err
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(n)+" WITH (FORCE)"); err != nil {
+				return dropped, fmt.Errorf("drop database %s: %w", n, err)
+			}
+			dropped = append(dropped, "database "+n)
+		}
+	}
+	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_catalog.pg_roles WHERE rolname ~ $1 ORDER BY 1", roles)
+	if err != nil {
+		return dropped, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(names) == 0 {
+		return dropped, err
+	}
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = ident(n)
+	}
+	if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS "+strings.Join(quoted, ", ")); err != nil {
+		return dropped, fmt.Errorf("drop roles %s: %w", strings.Join(names, ", "), err)
+	}
+	return append(dropped, "roles "+strings.Join(names, ", ")), nil
 }
 
 // DB is one test's database.
@@ -295,10 +372,13 @@ func (s *Server) create(t testing.TB, template string) *DB {
 	t.Cleanup(func() {
 		conn, err := pgx.Connect(ctx, s.URL("", "postgres"))
 		if err != nil {
+			t.Errorf("clean-up: connect to drop database %s: %v", name, err)
 			return
 		}
 		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
+			t.Errorf("clean-up: drop database %s: %v", name, err)
+		}
 	})
 	return &DB{Name: name, Server: s, Names: s.Names}
 }
@@ -351,6 +431,23 @@ func firstLine(s string) string {
 // privateSeq numbers the role prefixes of NewPrivate within a test binary.
 var privateSeq atomic.Int64
 
+// PrivatePrefix returns a role prefix of the test's own, ql<tag><pid>_<n>_ (tag: lower-case
+// letters naming the package, as "r" for roles), for a test that creates roles. Roles are
+// cluster-wide and the ql_ roles are shared by every other test. Every role whose name starts
+// with the prefix is dropped when the test ends, after d (see DropWithRoles); the binary's own
+// clean-up drops any that a test's clean-up missed, by the same pattern.
+func (d *DB) PrivatePrefix(t testing.TB, tag string) string {
+	t.Helper()
+	for _, r := range tag {
+		if r < 'a' || r > 'z' {
+			t.Fatalf("PrivatePrefix: tag %q must be lower-case letters", tag)
+		}
+	}
+	prefix := fmt.Sprintf("ql%s%d_%d_", tag, os.Getpid(), privateSeq.Add(1))
+	t.Cleanup(func() { d.DropWithRoles(t, prefix) })
+	return prefix
+}
+
 // NewPrivate returns a migrated v17 database whose four roles have a prefix of their own
 // (qlp<pid>_<n>_), for a test that changes a role: settings, attributes, memberships. Roles are
 // cluster-wide and the ql_ roles are shared by every other test. The database, the prefix's
@@ -365,11 +462,10 @@ func NewPrivateAt(t testing.TB, to int64) *DB {
 	t.Helper()
 	ctx := context.Background()
 	d := NewEmpty(t)
-	names, err := roles.NewNames(fmt.Sprintf("qlp%d_%d_", os.Getpid(), privateSeq.Add(1)))
+	names, err := roles.NewNames(d.PrivatePrefix(t, "p"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.dropWithRoles(names.Prefix) })
 	// NewEmpty bootstrapped the shared ql_ roles here; this database is the prefix's alone.
 	d.Exec(t, "REVOKE ALL ON DATABASE "+ident(d.Name)+" FROM "+ident(d.Server.Names.Owner))
 	if err := d.Server.BootstrapNames(ctx, d.Name, names); err != nil {
@@ -387,24 +483,32 @@ func NewPrivateAt(t testing.TB, to int64) *DB {
 	return d
 }
 
-// dropWithRoles drops the database (before create's own clean-up, which then finds nothing) and
-// every role whose name starts with prefix.
-func (d *DB) dropWithRoles(prefix string) {
-	ctx := context.Background()
+// DropWithRoles drops the database (before create's own clean-up, which then finds nothing)
+// and every role whose name starts with one of prefixes, in one DROP ROLE. What cannot be
+// dropped fails the test: it would stay on a long-lived server (QL_TEST_DATABASE_URL). A role
+// that owns objects or holds privileges in another database of the cluster cannot be dropped:
+// drop that database first (a clean-up registered later runs earlier).
+func (d *DB) DropWithRoles(t testing.TB, prefixes ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	conn, err := pgx.Connect(ctx, d.Server.URL("", "postgres"))
 	if err != nil {
+		t.Errorf("clean-up: connect to drop %s and roles %v*: %v", d.Name, prefixes, err)
 		return
 	}
 	defer conn.Close(ctx)
-	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(d.Name)+" WITH (FORCE)")
-	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_catalog.pg_roles WHERE starts_with(rolname, $1) ORDER BY 1 DESC", prefix)
-	if err != nil {
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(d.Name)+" WITH (FORCE)"); err != nil {
+		t.Errorf("clean-up: drop database %s: %v", d.Name, err)
 		return
 	}
-	names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	quoted := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		quoted[i] = regexp.QuoteMeta(p)
+	}
 	d.Server.rolesMu.Lock()
 	defer d.Server.rolesMu.Unlock()
-	for _, r := range names {
-		_, _ = conn.Exec(ctx, "DROP ROLE IF EXISTS "+ident(r))
+	if _, err := dropOwn(ctx, conn, "", "^("+strings.Join(quoted, "|")+")"); err != nil {
+		t.Errorf("clean-up: %v", err)
 	}
 }
