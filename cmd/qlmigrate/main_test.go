@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/checksums"
+	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/roles"
 	"github.com/qlcontrol/controlcore/sql/migrations"
@@ -162,11 +163,10 @@ func TestHelpOnEveryCommand(t *testing.T) {
 func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 	t.Parallel()
 	d := testpg.NewEmpty(t)
-	names, err := roles.NewNames(fmt.Sprintf("qle%d_%d_", os.Getpid(), privateSeq.Add(1)))
+	names, err := roles.NewNames(d.PrivatePrefix(t, "e"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dropRoles(d, names) })
 	// NewEmpty let ql_owner create here; this database is the prefix's alone.
 	d.Exec(t, fmt.Sprintf("REVOKE ALL ON DATABASE %s FROM ql_owner", pgx.Identifier{d.Name}.Sanitize()))
 	su, owner := d.URL(""), d.URL(names.Owner)
@@ -238,7 +238,7 @@ func TestUpWithoutRolesExplainsWhatToRun(t *testing.T) {
 func TestRolesCreateNeverAltersAPrivilegedRole(t *testing.T) {
 	t.Parallel()
 	d := testpg.NewEmpty(t)
-	prefix := fmt.Sprintf("qlrc%d_", os.Getpid()) // roles are cluster-wide: a prefix of this test's own
+	prefix := d.PrivatePrefix(t, "rc") // roles are cluster-wide: a prefix of this test's own, dropped after
 	args := []string{"roles", "create", "--database-url", d.URL(""), "--role-prefix", prefix}
 	if r := run(t, nil, args...); r.code != 0 || strings.Count(r.stdout, "created") != 4 {
 		t.Fatalf("first roles create: exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -331,19 +331,14 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 		start(t, nil, "--database-url", d.URL(""), "up"),
 	}
 
-	// Wait, bounded, until the catalogs show both sessions queued behind the lock in this
-	// database; polling the condition, not sleeping in place of it.
-	waiting := 0
-	deadline := time.Now().Add(60 * time.Second)
-	for waiting != len(procs) {
+	// Until the catalogs show both sessions queued behind the lock in this database.
+	eventually.NoError(t, 60*time.Second, "both up processes to wait on the migration lock", func() error {
 		for i, p := range procs {
 			if p.exited() {
 				t.Fatalf("up #%d exited while the test held the migration lock: exit %d\n%s%s", i, p.res.code, p.res.stdout, p.res.stderr)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 60 s, %d of the %d up processes wait on the migration lock", waiting, len(procs))
-		}
+		var waiting int
 		err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database db ON db.oid = l.database
 			WHERE l.locktype = 'advisory' AND NOT l.granted AND db.datname = $1
 			  AND ((l.classid::bigint << 32) | l.objid::bigint) = $2`, d.Name, lock.DefaultLockID).Scan(&waiting)
@@ -351,9 +346,10 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 			t.Fatalf("read pg_locks: %v", err)
 		}
 		if waiting != len(procs) {
-			time.Sleep(10 * time.Millisecond) // the polling interval
+			return fmt.Errorf("%d of the %d up processes wait", waiting, len(procs))
 		}
-	}
+		return nil
+	})
 	var schemas int
 	if err := holder.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = 'control_core'").Scan(&schemas); err != nil || schemas != 0 {
 		t.Fatalf("control_core exists (%d, %v) while the test holds the lock: an up did not wait", schemas, err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -14,9 +13,6 @@ import (
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/roles"
 )
-
-// privateSeq numbers the role prefixes of this test binary.
-var privateSeq atomic.Int64
 
 // privateDB is a migrated v17 database whose four roles have a prefix of their own, for a test
 // that changes a role (attributes, memberships): roles are cluster-wide, the ql_ roles are shared
@@ -32,21 +28,6 @@ func privateDBAt(t *testing.T, to int64) (*testpg.DB, roles.Names) {
 	t.Helper()
 	d := testpg.NewPrivateAt(t, to)
 	return d, d.Names
-}
-
-// dropRoles drops the database (before testpg's own clean-up, which then finds nothing) and the
-// prefix's roles.
-func dropRoles(d *testpg.DB, names roles.Names) {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, d.Server.URL("", "postgres"))
-	if err != nil {
-		return
-	}
-	defer conn.Close(ctx)
-	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{d.Name}.Sanitize()+" WITH (FORCE)")
-	for _, r := range names.All() {
-		_, _ = conn.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize())
-	}
 }
 
 func TestVerifyCleanV17DatabaseExits0(t *testing.T) {
@@ -387,7 +368,6 @@ func TestVerifyMembershipInAModelRole(t *testing.T) {
 	t.Parallel()
 	d, names := privateDB(t)
 	dba, group := names.Prefix+"dba", names.Prefix+"group"
-	t.Cleanup(func() { dropRoles(d, roles.Names{Owner: dba, Admin: group}) })
 	d.Exec(t, fmt.Sprintf("CREATE ROLE %[1]s LOGIN; GRANT %[2]s TO %[1]s; CREATE ROLE %[3]s NOLOGIN; GRANT %[2]s TO %[3]s", dba, names.Owner, group))
 	args := []string{"--database-url", d.URL(""), "--role-prefix", names.Prefix}
 	r := run(t, nil, append([]string{"verify"}, args...)...)
