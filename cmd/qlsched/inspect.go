@@ -159,7 +159,7 @@ func (a *app) taskListCmd() *cobra.Command {
 	cmd := a.list("list [--project ID]", "List tasks with their head revision", `task list shows each task's head
 revision, the remote_worker execution revision it pins (id and sha256 digest; never the spec,
 which may hold secrets) and how many triggers use the task.`,
-		f.Validate,
+		func() error { return f.Validate() }, // a closure: the flags fill f after this call
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
 			rows, err := r.Tasks(cmd.Context(), f)
 			return document{"qlsched.task-list/v1", struct {
@@ -185,7 +185,7 @@ head revision and schedule row. NEXT FIRE is the stored cursor once a replica in
 ("due" when it has passed); before that it is a preview, marked "(preview)": the first occurrence
 of the spec in its zone after the database's time, which the first claim will set. Occurrences
 are shown in the trigger's zone, database times in UTC, all RFC 3339.`,
-		f.Validate,
+		func() error { return f.Validate() }, // a closure: the flags fill f after this call
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
 			rows, err := r.Triggers(cmd.Context(), f)
 			return document{"qlsched.trigger-list/v1", struct {
@@ -223,7 +223,7 @@ revision, digest), the schedule row (cursor, last scheduled occurrence, state ve
 its expiry by the database's time), the next --upcoming occurrences after the database's time in
 the trigger's zone and in UTC, and the newest --limit Runs. Before a replica initialised the row
 the next fire is a preview (see trigger list). Read-only, one snapshot.`,
-		s.Validate,
+		func() error { return s.Validate() },
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
 			d, err := r.ShowTrigger(cmd.Context(), s)
 			upcoming := make([]occurrence, 0, len(d.Upcoming))
