@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -253,5 +254,20 @@ func TestDailyCommandsBadInputExits2BeforeConnecting(t *testing.T) {
 				t.Errorf("%d connection(s) opened; want none", n)
 			}
 		})
+	}
+}
+
+// Every document the admin commands print is listed in docs/json.md.
+func TestAdminSchemasAreDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/json.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, schema := range []string{"project-create", "project-list", "task-publish", "task-list", "trigger-publish",
+		"trigger-disable", "trigger-enable", "trigger-list", "trigger-show", "runs-list", "runs-show"} {
+		if !strings.Contains(string(doc), "`qlsched."+schema+"/v1`") {
+			t.Errorf("docs/json.md does not list qlsched.%s/v1", schema)
+		}
 	}
 }
