@@ -5,6 +5,9 @@
 // The package guarantees:
 //   - every publish is one transaction under the audited Project lock, with its audit row: all of
 //     it or nothing;
+//   - every publish is idempotent by content: content equal to the head revision writes nothing
+//     (no revision, no schedule reset, no audit row) and reports Unchanged, and a change of an
+//     existing trigger keeps every field the caller did not give (TriggerChange);
 //   - input is checked before anything is sent; a refusal is a *FieldError naming the field
 //     (FieldCron, FieldExecutorSpec, …), never a command-line flag, and never quoting an executor
 //     spec (it may hold secrets);

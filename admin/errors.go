@@ -17,6 +17,10 @@ const (
 	FieldMisfire      = "misfire"
 	FieldExecutorSpec = "executor_spec"
 	FieldLimit        = "limit"
+	FieldState        = "state"
+	FieldSince        = "since"
+	FieldRun          = "run"
+	FieldUpcoming     = "upcoming"
 )
 
 // FieldError is input refused before anything was written: Field says which input (one of the
@@ -31,12 +35,9 @@ func (e *FieldError) Unwrap() error { return e.Err }
 
 func fieldErr(field string, err error) error { return &FieldError{Field: field, Err: err} }
 
-// ErrNotFound means a project or task named by a publish does not exist (or the project is not
-// active).
+// ErrNotFound means a project, task, trigger or Run named by a command does not exist (or, for a
+// publish, the project is not active).
 var ErrNotFound = errors.New("not found")
-
-// ErrExists means the project already exists.
-var ErrExists = errors.New("already exists")
 
 // ValidateID checks a project, task or trigger identifier against the database's CHECK; field is
 // FieldProject, FieldTask or FieldTrigger.

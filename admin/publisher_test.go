@@ -26,7 +26,7 @@ func newFixture(t *testing.T) *fixture {
 	d := testpg.New(t)
 	f := &fixture{t: t, d: d, pub: admin.NewPublisher(d.Pool(t, "ql_admin"))}
 	ctx := context.Background()
-	if err := f.pub.CreateProject(ctx, "p"); err != nil {
+	if _, err := f.pub.CreateProject(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.pub.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: "task", ExecutorSpec: []byte(`{"image":"example/job:1"}`)}); err != nil {
@@ -116,7 +116,7 @@ func TestRefusalsNameTheField(t *testing.T) {
 		call  func() error
 		field string
 	}{
-		{"project id", func() error { return pub.CreateProject(ctx, "P!") }, admin.FieldProject},
+		{"project id", func() error { _, err := pub.CreateProject(ctx, "P!"); return err }, admin.FieldProject},
 		{"task id", task("p", "K K", `{}`), admin.FieldTask},
 		{"spec not an object", task("p", "k", `["`+secret+`"]`), admin.FieldExecutorSpec},
 		{"spec with \\u0000", task("p", "k", `{"a":"\u0000","token":"`+secret+`"}`), admin.FieldExecutorSpec},

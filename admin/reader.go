@@ -3,6 +3,9 @@ package admin
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -31,8 +34,15 @@ func (r *Reader) snapshot(ctx context.Context, fn func(q *db.Queries) error) err
 
 // Trigger is a trigger's head revision with its schedule row. Nil pointers are what the row does
 // not hold yet: no cursor before the first claim, no claim.
+//
+// NextFireMs is when the trigger fires next as far as the database says now: the cursor once a
+// replica initialised the row; before that, a preview (NextFirePreview true), the first
+// occurrence of the cron spec in its zone after the database's time of the read, which is what
+// the first claim will set. Nil when nothing will fire: the trigger is disabled, its project is
+// not active, or the spec does not parse here (ScheduleError says why).
 type Trigger struct {
 	ProjectID         string                    `json:"project_id"`
+	ProjectState      string                    `json:"project_state"`
 	TriggerID         string                    `json:"trigger_id"`
 	TriggerRevision   int64                     `json:"trigger_revision"`
 	CronSpec          string                    `json:"cron_spec"`
@@ -41,22 +51,37 @@ type Trigger struct {
 	Enabled           bool                      `json:"enabled"`
 	TaskID            string                    `json:"task_id"`
 	TaskRevision      int64                     `json:"task_revision"`
-	NextFireAtMs      *int64                    `json:"next_fire_at_ms"`
+	ContentDigest     string                    `json:"content_digest"`
+	RevisionCreatedMs int64                     `json:"revision_created_at_ms"`
+	NextFireAtMs      *int64                    `json:"next_fire_at_ms"` // the stored cursor
+	NextFireMs        *int64                    `json:"next_fire_ms"`
+	NextFirePreview   bool                      `json:"next_fire_preview"`
+	ScheduleError     string                    `json:"schedule_error,omitempty"`
 	LastScheduledAtMs *int64                    `json:"last_scheduled_at_ms"`
 	StateVersion      int64                     `json:"state_version"`
 	ClaimOwner        *string                   `json:"claim_owner"`
 	ClaimVersion      int64                     `json:"claim_version"`
 	ClaimExpiresAtMs  *int64                    `json:"claim_expires_at_ms"`
+	UpdatedAtMs       int64                     `json:"updated_at_ms"`
 	NowMs             int64                     `json:"now_ms"` // the database's time of the read
 }
 
+// ClaimLive reports whether the row carries a claim that has not expired by the read's time.
+func (t Trigger) ClaimLive() bool {
+	return t.ClaimOwner != nil && t.ClaimExpiresAtMs != nil && *t.ClaimExpiresAtMs > t.NowMs
+}
+
 // TriggerFilter selects triggers; a zero field selects all.
-type TriggerFilter struct{ Project string }
+type TriggerFilter struct{ Project, Trigger string }
 
 // Validate refuses a filter that could never match a stored row.
 func (f TriggerFilter) Validate() error {
-	if f.Project != "" {
-		return ValidateID(FieldProject, f.Project)
+	for _, id := range []struct{ field, id string }{{FieldProject, f.Project}, {FieldTrigger, f.Trigger}} {
+		if id.id != "" {
+			if err := ValidateID(id.field, id.id); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -67,24 +92,51 @@ func (r *Reader) Triggers(ctx context.Context, f TriggerFilter) ([]Trigger, erro
 		return nil, err
 	}
 	var out []Trigger
-	err := r.snapshot(ctx, func(q *db.Queries) error {
-		rows, err := q.ListTriggers(ctx, optText(f.Project))
-		if err != nil {
-			return fmt.Errorf("read triggers: %w", err)
-		}
-		out = make([]Trigger, 0, len(rows))
-		for _, t := range rows {
-			out = append(out, Trigger{
-				ProjectID: t.ProjectID, TriggerID: t.TriggerID, TriggerRevision: t.TriggerRevision, CronSpec: t.CronSpec,
-				TimeZone: t.Timezone, MisfirePolicy: coordinator.MisfirePolicy(t.MisfirePolicy), Enabled: t.Enabled,
-				TaskID: t.TaskID, TaskRevision: t.TaskRevision, NextFireAtMs: int8Ptr(t.NextFireAtMs),
-				LastScheduledAtMs: int8Ptr(t.LastScheduledAtMs), StateVersion: t.StateVersion, ClaimOwner: textPtr(t.ClaimOwner),
-				ClaimVersion: t.ClaimVersion, ClaimExpiresAtMs: int8Ptr(t.ClaimExpiresAtMs), NowMs: t.NowMs,
-			})
-		}
-		return nil
+	err := r.snapshot(ctx, func(q *db.Queries) (err error) {
+		out, err = readTriggers(ctx, q, f)
+		return err
 	})
 	return out, err
+}
+
+func readTriggers(ctx context.Context, q *db.Queries, f TriggerFilter) ([]Trigger, error) {
+	rows, err := q.ListTriggers(ctx, db.ListTriggersParams{ProjectID: optText(f.Project), TriggerID: optText(f.Trigger)})
+	if err != nil {
+		return nil, fmt.Errorf("read triggers: %w", err)
+	}
+	out := make([]Trigger, 0, len(rows))
+	for _, t := range rows {
+		tr := Trigger{
+			ProjectID: t.ProjectID, ProjectState: t.ProjectState, TriggerID: t.TriggerID, TriggerRevision: t.TriggerRevision,
+			CronSpec: t.CronSpec, TimeZone: t.Timezone, MisfirePolicy: coordinator.MisfirePolicy(t.MisfirePolicy), Enabled: t.Enabled,
+			TaskID: t.TaskID, TaskRevision: t.TaskRevision, ContentDigest: t.ContentDigest, RevisionCreatedMs: t.RevisionCreatedAtMs,
+			NextFireAtMs: int8Ptr(t.NextFireAtMs), LastScheduledAtMs: int8Ptr(t.LastScheduledAtMs), StateVersion: t.StateVersion,
+			ClaimOwner: textPtr(t.ClaimOwner), ClaimVersion: t.ClaimVersion, ClaimExpiresAtMs: int8Ptr(t.ClaimExpiresAtMs),
+			UpdatedAtMs: t.UpdatedAtMs, NowMs: t.NowMs,
+		}
+		tr.nextFire()
+		out = append(out, tr)
+	}
+	return out, nil
+}
+
+// nextFire sets NextFireMs: the cursor, or the preview from the spec and the read's time.
+func (t *Trigger) nextFire() {
+	if !t.Enabled || t.ProjectState != "active" {
+		return
+	}
+	if t.NextFireAtMs != nil {
+		t.NextFireMs = t.NextFireAtMs
+		return
+	}
+	sched, err := coordinator.ParseSchedule(t.CronSpec, t.TimeZone)
+	if err != nil {
+		t.ScheduleError = err.Error()
+		return
+	}
+	if next := sched.Next(t.NowMs); next != coordinator.NoOccurrence {
+		t.NextFireMs, t.NextFirePreview = &next, true
+	}
 }
 
 // Run is an admitted Run with the number of its Attempts and Events. The trigger fields are nil
@@ -117,10 +169,18 @@ func (r Run) LagMs() (lag int64, ok bool) {
 // MaxRunsLimit bounds RunFilter.Limit.
 const MaxRunsLimit = 10000
 
-// RunFilter selects Runs; a zero Project or Trigger selects all, Limit (1 … MaxRunsLimit) bounds
-// how many, newest first.
+// RunStates are the states a Run can be in: the CHECK of runs.state (0006).
+var RunStates = []string{"queued", "dispatching", "running", "succeeded", "failed", "cancelled"}
+
+// RunFilter selects Runs; a zero Project, Trigger or State selects all, Limit (1 …
+// MaxRunsLimit) bounds how many, newest first. SinceMs (milliseconds since the epoch) keeps the
+// Runs admitted at or after it; Within (> 0) keeps those admitted within that long before the
+// database's time; at most one of the two.
 type RunFilter struct {
 	Project, Trigger string
+	State            string
+	SinceMs          int64
+	Within           time.Duration
 	Limit            int
 }
 
@@ -132,6 +192,12 @@ func (f RunFilter) Validate() error {
 				return err
 			}
 		}
+	}
+	if f.State != "" && !slices.Contains(RunStates, f.State) {
+		return fieldErrf(FieldState, "%q is not a Run state: want one of %s", f.State, strings.Join(RunStates, ", "))
+	}
+	if f.SinceMs < 0 || f.Within < 0 || (f.SinceMs != 0 && f.Within != 0) {
+		return fieldErrf(FieldSince, "want one time or one positive duration")
 	}
 	if f.Limit < 1 || f.Limit > MaxRunsLimit {
 		return fieldErrf(FieldLimit, "%d is out of range: want 1 … %d", f.Limit, MaxRunsLimit)
@@ -145,23 +211,30 @@ func (r *Reader) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
 		return nil, err
 	}
 	var out []Run
-	err := r.snapshot(ctx, func(q *db.Queries) error {
-		rows, err := q.ListRuns(ctx, db.ListRunsParams{ProjectID: optText(f.Project), TriggerID: optText(f.Trigger), MaxRows: int32(f.Limit)})
-		if err != nil {
-			return fmt.Errorf("read runs: %w", err)
-		}
-		out = make([]Run, 0, len(rows))
-		for _, x := range rows {
-			out = append(out, Run{
-				RunID: x.RunID, ProjectID: x.ProjectID, TaskID: x.TaskID, TaskRevision: x.TaskRevision,
-				TriggerID: textPtr(x.TriggerID), TriggerRevision: int8Ptr(x.TriggerRevision), ScheduledForMs: int8Ptr(x.ScheduledForMs),
-				IdempotencyKey: x.IdempotencyKey, State: x.State, QueuedAtMs: int8Ptr(x.QueuedAtMs), CreatedAtMs: x.CreatedAtMs,
-				Attempts: x.Attempts, Events: x.Events,
-			})
-		}
-		return nil
+	err := r.snapshot(ctx, func(q *db.Queries) (err error) {
+		out, err = readRuns(ctx, q, f)
+		return err
 	})
 	return out, err
+}
+
+func readRuns(ctx context.Context, q *db.Queries, f RunFilter) ([]Run, error) {
+	rows, err := q.ListRuns(ctx, db.ListRunsParams{ProjectID: optText(f.Project), TriggerID: optText(f.Trigger), State: optText(f.State),
+		SinceMs: pgtype.Int8{Int64: f.SinceMs, Valid: f.SinceMs > 0}, WithinMs: pgtype.Int8{Int64: f.Within.Milliseconds(), Valid: f.Within > 0},
+		MaxRows: int32(f.Limit)})
+	if err != nil {
+		return nil, fmt.Errorf("read runs: %w", err)
+	}
+	out := make([]Run, 0, len(rows))
+	for _, x := range rows {
+		out = append(out, Run{
+			RunID: x.RunID, ProjectID: x.ProjectID, TaskID: x.TaskID, TaskRevision: x.TaskRevision,
+			TriggerID: textPtr(x.TriggerID), TriggerRevision: int8Ptr(x.TriggerRevision), ScheduledForMs: int8Ptr(x.ScheduledForMs),
+			IdempotencyKey: x.IdempotencyKey, State: x.State, QueuedAtMs: int8Ptr(x.QueuedAtMs), CreatedAtMs: x.CreatedAtMs,
+			Attempts: x.Attempts, Events: x.Events,
+		})
+	}
+	return out, nil
 }
 
 // MaxLastAdmits bounds the admissions a ProjectStatus lists: the newest per trigger, newest first.

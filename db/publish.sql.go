@@ -142,6 +142,94 @@ func (q *Queries) GetTaskHead(ctx context.Context, arg GetTaskHeadParams) (int64
 	return head_revision, err
 }
 
+const getTaskHeadExecution = `-- name: GetTaskHeadExecution :one
+SELECT t.head_revision, kr.execution_revision_id, e.digest AS execution_digest, kr.content_digest,
+       (e.digest = encode(sha256(convert_to(($1::jsonb)::text, 'UTF8')), 'hex'))::boolean AS same_spec
+FROM control_core.tasks t
+JOIN control_core.task_revisions kr
+  ON kr.project_id = t.project_id AND kr.task_id = t.task_id AND kr.revision = t.head_revision
+JOIN control_core.execution_revisions e ON e.execution_revision_id = kr.execution_revision_id
+WHERE t.project_id = $2::text AND t.task_id = $3::text
+`
+
+type GetTaskHeadExecutionParams struct {
+	Spec      []byte `json:"spec"`
+	ProjectID string `json:"project_id"`
+	TaskID    string `json:"task_id"`
+}
+
+type GetTaskHeadExecutionRow struct {
+	HeadRevision        int64     `json:"head_revision"`
+	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
+	ExecutionDigest     string    `json:"execution_digest"`
+	ContentDigest       string    `json:"content_digest"`
+	SameSpec            bool      `json:"same_spec"`
+}
+
+// The head revision of a task and whether its execution revision holds the given spec (compared by
+// digest, the same canonical form UpsertExecutionRevision stores; the spec never comes back).
+func (q *Queries) GetTaskHeadExecution(ctx context.Context, arg GetTaskHeadExecutionParams) (GetTaskHeadExecutionRow, error) {
+	row := q.db.QueryRow(ctx, getTaskHeadExecution, arg.Spec, arg.ProjectID, arg.TaskID)
+	var i GetTaskHeadExecutionRow
+	err := row.Scan(
+		&i.HeadRevision,
+		&i.ExecutionRevisionID,
+		&i.ExecutionDigest,
+		&i.ContentDigest,
+		&i.SameSpec,
+	)
+	return i, err
+}
+
+const getTriggerHead = `-- name: GetTriggerHead :one
+SELECT tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
+       tr.content_digest, s.state_version, s.claim_version
+FROM control_core.triggers t
+JOIN control_core.trigger_revisions tr
+  ON tr.project_id = t.project_id AND tr.trigger_id = t.trigger_id AND tr.revision = t.head_revision
+JOIN control_core.trigger_schedules s ON s.project_id = t.project_id AND s.trigger_id = t.trigger_id
+WHERE t.project_id = $1::text AND t.trigger_id = $2::text
+`
+
+type GetTriggerHeadParams struct {
+	ProjectID string `json:"project_id"`
+	TriggerID string `json:"trigger_id"`
+}
+
+type GetTriggerHeadRow struct {
+	Revision      int64  `json:"revision"`
+	CronSpec      string `json:"cron_spec"`
+	Timezone      string `json:"timezone"`
+	MisfirePolicy string `json:"misfire_policy"`
+	Enabled       bool   `json:"enabled"`
+	TaskID        string `json:"task_id"`
+	TaskRevision  int64  `json:"task_revision"`
+	ContentDigest string `json:"content_digest"`
+	StateVersion  int64  `json:"state_version"`
+	ClaimVersion  int64  `json:"claim_version"`
+}
+
+// The head revision of a trigger, for a publish that keeps what the caller did not give and
+// writes nothing when the content is unchanged. Run under the project lock: no publish of the
+// project can move the head meanwhile.
+func (q *Queries) GetTriggerHead(ctx context.Context, arg GetTriggerHeadParams) (GetTriggerHeadRow, error) {
+	row := q.db.QueryRow(ctx, getTriggerHead, arg.ProjectID, arg.TriggerID)
+	var i GetTriggerHeadRow
+	err := row.Scan(
+		&i.Revision,
+		&i.CronSpec,
+		&i.Timezone,
+		&i.MisfirePolicy,
+		&i.Enabled,
+		&i.TaskID,
+		&i.TaskRevision,
+		&i.ContentDigest,
+		&i.StateVersion,
+		&i.ClaimVersion,
+	)
+	return i, err
+}
+
 const insertTaskRevision = `-- name: InsertTaskRevision :one
 INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest)
 SELECT $1::text, $2::text, $3::bigint, e.execution_revision_id,
@@ -231,13 +319,19 @@ SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigg
 FROM control_core.runs r
 WHERE ($1::text IS NULL OR r.project_id = $1::text)
   AND ($2::text IS NULL OR r.trigger_id = $2::text)
+  AND ($3::text IS NULL OR r.state = $3::text)
+  AND ($4::bigint IS NULL OR r.created_at_ms >= $4::bigint)
+  AND ($5::bigint IS NULL OR r.created_at_ms >= control_core.db_now_ms() - $5::bigint)
 ORDER BY r.created_at_ms DESC, r.run_id
-LIMIT $3::integer
+LIMIT $6::integer
 `
 
 type ListRunsParams struct {
 	ProjectID pgtype.Text `json:"project_id"`
 	TriggerID pgtype.Text `json:"trigger_id"`
+	State     pgtype.Text `json:"state"`
+	SinceMs   pgtype.Int8 `json:"since_ms"`
+	WithinMs  pgtype.Int8 `json:"within_ms"`
 	MaxRows   int32       `json:"max_rows"`
 }
 
@@ -257,8 +351,18 @@ type ListRunsRow struct {
 	Events          int64       `json:"events"`
 }
 
+// Runs newest first; every filter optional. since_ms is an absolute lower bound of created_at_ms;
+// within_ms a bound relative to the database's time (now - within_ms), so "the last hour" is the
+// database's hour.
 func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsRow, error) {
-	rows, err := q.db.Query(ctx, listRuns, arg.ProjectID, arg.TriggerID, arg.MaxRows)
+	rows, err := q.db.Query(ctx, listRuns,
+		arg.ProjectID,
+		arg.TriggerID,
+		arg.State,
+		arg.SinceMs,
+		arg.WithinMs,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -293,36 +397,50 @@ func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsR
 
 const listTriggers = `-- name: ListTriggers :many
 SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled,
-       tr.task_id, tr.task_revision, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
-       s.claim_owner, s.claim_version, s.claim_expires_at_ms, control_core.db_now_ms()::bigint AS now_ms
+       tr.task_id, tr.task_revision, tr.content_digest, tr.created_at_ms AS revision_created_at_ms,
+       p.state AS project_state, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
+       s.claim_owner, s.claim_version, s.claim_expires_at_ms, s.updated_at_ms,
+       control_core.db_now_ms()::bigint AS now_ms
 FROM control_core.trigger_schedules s
 JOIN control_core.trigger_revisions tr
   ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+JOIN control_core.projects p ON p.project_id = s.project_id
 WHERE ($1::text IS NULL OR s.project_id = $1::text)
+  AND ($2::text IS NULL OR s.trigger_id = $2::text)
 ORDER BY s.project_id, s.trigger_id
 `
 
-type ListTriggersRow struct {
-	ProjectID         string      `json:"project_id"`
-	TriggerID         string      `json:"trigger_id"`
-	TriggerRevision   int64       `json:"trigger_revision"`
-	CronSpec          string      `json:"cron_spec"`
-	Timezone          string      `json:"timezone"`
-	MisfirePolicy     string      `json:"misfire_policy"`
-	Enabled           bool        `json:"enabled"`
-	TaskID            string      `json:"task_id"`
-	TaskRevision      int64       `json:"task_revision"`
-	NextFireAtMs      pgtype.Int8 `json:"next_fire_at_ms"`
-	LastScheduledAtMs pgtype.Int8 `json:"last_scheduled_at_ms"`
-	StateVersion      int64       `json:"state_version"`
-	ClaimOwner        pgtype.Text `json:"claim_owner"`
-	ClaimVersion      int64       `json:"claim_version"`
-	ClaimExpiresAtMs  pgtype.Int8 `json:"claim_expires_at_ms"`
-	NowMs             int64       `json:"now_ms"`
+type ListTriggersParams struct {
+	ProjectID pgtype.Text `json:"project_id"`
+	TriggerID pgtype.Text `json:"trigger_id"`
 }
 
-func (q *Queries) ListTriggers(ctx context.Context, projectID pgtype.Text) ([]ListTriggersRow, error) {
-	rows, err := q.db.Query(ctx, listTriggers, projectID)
+type ListTriggersRow struct {
+	ProjectID           string      `json:"project_id"`
+	TriggerID           string      `json:"trigger_id"`
+	TriggerRevision     int64       `json:"trigger_revision"`
+	CronSpec            string      `json:"cron_spec"`
+	Timezone            string      `json:"timezone"`
+	MisfirePolicy       string      `json:"misfire_policy"`
+	Enabled             bool        `json:"enabled"`
+	TaskID              string      `json:"task_id"`
+	TaskRevision        int64       `json:"task_revision"`
+	ContentDigest       string      `json:"content_digest"`
+	RevisionCreatedAtMs int64       `json:"revision_created_at_ms"`
+	ProjectState        string      `json:"project_state"`
+	NextFireAtMs        pgtype.Int8 `json:"next_fire_at_ms"`
+	LastScheduledAtMs   pgtype.Int8 `json:"last_scheduled_at_ms"`
+	StateVersion        int64       `json:"state_version"`
+	ClaimOwner          pgtype.Text `json:"claim_owner"`
+	ClaimVersion        int64       `json:"claim_version"`
+	ClaimExpiresAtMs    pgtype.Int8 `json:"claim_expires_at_ms"`
+	UpdatedAtMs         int64       `json:"updated_at_ms"`
+	NowMs               int64       `json:"now_ms"`
+}
+
+// Triggers with their head revision, schedule row and project state; both filters optional.
+func (q *Queries) ListTriggers(ctx context.Context, arg ListTriggersParams) ([]ListTriggersRow, error) {
+	rows, err := q.db.Query(ctx, listTriggers, arg.ProjectID, arg.TriggerID)
 	if err != nil {
 		return nil, err
 	}
@@ -340,12 +458,16 @@ func (q *Queries) ListTriggers(ctx context.Context, projectID pgtype.Text) ([]Li
 			&i.Enabled,
 			&i.TaskID,
 			&i.TaskRevision,
+			&i.ContentDigest,
+			&i.RevisionCreatedAtMs,
+			&i.ProjectState,
 			&i.NextFireAtMs,
 			&i.LastScheduledAtMs,
 			&i.StateVersion,
 			&i.ClaimOwner,
 			&i.ClaimVersion,
 			&i.ClaimExpiresAtMs,
+			&i.UpdatedAtMs,
 			&i.NowMs,
 		); err != nil {
 			return nil, err

@@ -6,8 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"text/tabwriter"
-	"time"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -22,17 +21,19 @@ import (
 func flagOf(field string) (string, bool) {
 	switch field {
 	case admin.FieldProject, admin.FieldTask, admin.FieldTrigger, admin.FieldCron, admin.FieldTimeZone,
-		admin.FieldMisfire, admin.FieldLimit:
+		admin.FieldMisfire, admin.FieldLimit, admin.FieldState, admin.FieldSince, admin.FieldUpcoming:
 		return "--" + field, true
 	case admin.FieldExecutorSpec:
 		return "--executor-spec", true
+	case admin.FieldRun:
+		return "RUN_ID", true
 	}
 	return "", false
 }
 
 // adminErr maps errors of package admin onto the exit-code contract: a refused field is bad
-// usage (exit 2) and names the flag the user gave it with; a missing or existing object is a
-// problem found (exit 1).
+// usage (exit 2) and names the flag the user gave it with; a missing object is a problem found
+// (exit 1).
 func adminErr(err error) error {
 	var field *admin.FieldError
 	switch {
@@ -43,7 +44,7 @@ func adminErr(err error) error {
 			return &cli.UsageError{Err: fmt.Errorf("%s: %w", flag, field.Err)}
 		}
 		return &cli.UsageError{Err: err}
-	case errors.Is(err, admin.ErrNotFound), errors.Is(err, admin.ErrExists):
+	case errors.Is(err, admin.ErrNotFound):
 		return &cli.ProblemError{Err: err}
 	}
 	return err
@@ -63,6 +64,7 @@ func (a *app) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) error 
 	return fn(pool)
 }
 
+// output prints v as JSON (a document whose schema field names it, docs/json.md) or runs text.
 func (a *app) output(w io.Writer, v any, text func()) error {
 	if a.format == "json" {
 		enc := json.NewEncoder(w)
@@ -74,12 +76,14 @@ func (a *app) output(w io.Writer, v any, text func()) error {
 }
 
 func (a *app) projectCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "project", Short: "Manage projects (admin role)"}
+	cmd := &cobra.Command{Use: "project", Short: "Manage and list projects (admin role)"}
 	var project string
 	create := &cobra.Command{
 		Use:   "create --project ID",
-		Short: "Create an active project",
-		Long:  "project create creates an active project at revision 1 in one admin transaction, with an audit row.",
+		Short: "Create an active project (idempotent)",
+		Long: `project create creates an active project at revision 1 in one admin transaction, with an audit row.
+A project that already exists is left as it is: the command says so and exits 0, so a script
+can run it again.`,
 		PreRunE: func(*cobra.Command, []string) error {
 			if err := admin.ValidateID(admin.FieldProject, project); err != nil {
 				return adminErr(err)
@@ -89,24 +93,30 @@ func (a *app) projectCmd() *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				if err := adminErr(admin.NewPublisher(pool).CreateProject(cmd.Context(), project)); err != nil {
+				res, err := admin.NewPublisher(pool).CreateProject(cmd.Context(), project)
+				if err := adminErr(err); err != nil {
 					return err
 				}
-				return a.output(cmd.OutOrStdout(), map[string]any{"project": project, "revision": 1}, func() {
-					fmt.Fprintf(cmd.OutOrStdout(), "project %s created (revision 1, active)\n", project)
+				out := cmd.OutOrStdout()
+				return a.output(out, document{"qlsched.project-create/v1", res}, func() {
+					if res.Created {
+						fmt.Fprintf(out, "project %s created (revision %d, %s)\n", project, res.Revision, res.State)
+					} else {
+						fmt.Fprintf(out, "project %s unchanged: it exists (revision %d, %s)\n", project, res.Revision, res.State)
+					}
 				})
 			})
 		},
 	}
 	create.Flags().StringVar(&project, "project", "", "project id: "+idRule)
-	cmd.AddCommand(create)
+	cmd.AddCommand(create, a.projectListCmd())
 	return cmd
 }
 
 const idRule = limits.IDRule
 
 func (a *app) taskCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "task", Short: "Publish tasks (admin role)"}
+	cmd := &cobra.Command{Use: "task", Short: "Publish (admin role) and list tasks"}
 	var (
 		t    admin.TaskSpec
 		spec string
@@ -117,7 +127,10 @@ func (a *app) taskCmd() *cobra.Command {
 		Long: `task publish creates the next revision of a task in one admin transaction. The revision pins
 a remote_worker execution revision whose digest is the sha256 of the spec's canonical form (its
 PostgreSQL jsonb text); identical specs share one execution revision. Admission re-verifies that
-digest, so a spec edited behind its digest admits nothing.`,
+digest, so a spec edited behind its digest admits nothing.
+
+Idempotent: a spec equal to the head revision's (same canonical form) writes nothing, says
+"unchanged" and exits 0.`,
 		Example: `  qlsched task publish --project billing --task invoice --executor-spec '{"image":"billing/invoice:1.4"}'`,
 		PreRunE: func(*cobra.Command, []string) error {
 			// the publisher's own checks, before connecting (every rule jsonb and the size
@@ -135,9 +148,14 @@ digest, so a spec edited behind its digest admits nothing.`,
 				if err := adminErr(err); err != nil {
 					return err
 				}
-				return a.output(cmd.OutOrStdout(), pub, func() {
-					fmt.Fprintf(cmd.OutOrStdout(), "task %s/%s revision %d published; execution revision %s (sha256 %s)\n",
-						t.Project, t.Task, pub.Revision, pub.ExecutionRevisionID, pub.ExecutionDigest)
+				out := cmd.OutOrStdout()
+				return a.output(out, document{"qlsched.task-publish/v1", pub}, func() {
+					verb := "published"
+					if pub.Unchanged {
+						verb = "unchanged: the head revision holds this spec"
+					}
+					fmt.Fprintf(out, "task %s/%s revision %d %s; execution revision %s (sha256 %s)\n",
+						t.Project, t.Task, pub.Revision, verb, pub.ExecutionRevisionID, pub.ExecutionDigest)
 				})
 			})
 		},
@@ -146,24 +164,34 @@ digest, so a spec edited behind its digest admits nothing.`,
 	fl.StringVar(&t.Project, "project", "", "project id")
 	fl.StringVar(&t.Task, "task", "", "task id: "+idRule)
 	fl.StringVar(&spec, "executor-spec", "", "the remote_worker execution spec: a JSON object of at most 64 KiB that PostgreSQL jsonb stores (no \\u0000, no unpaired surrogate escapes, numbers within numeric's range, at most 1000 levels deep)")
-	cmd.AddCommand(publish)
+	cmd.AddCommand(publish, a.taskListCmd())
 	return cmd
 }
 
 func (a *app) triggerCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "trigger", Short: "Publish and list cron triggers"}
+	cmd := &cobra.Command{Use: "trigger", Short: "Publish, disable, enable, list and show cron triggers"}
 	var (
-		t        admin.TriggerSpec
-		misfire  string
-		disabled bool
+		c                         admin.TriggerChange
+		task, cron, zone, misfire string
+		disabled                  bool
 	)
 	publish := &cobra.Command{
-		Use:   "publish --project ID --trigger ID --task ID --cron SPEC",
-		Short: "Publish a new cron trigger revision and reset its schedule row",
-		Long: `trigger publish creates the next revision of a cron trigger, pinned to the task's current
-revision, and in the same admin transaction upserts its schedule row: the cursor and any claim are
-cleared and the state and claim versions incremented, so a replica still holding a claim on the
-old revision can never admit with it. The first occurrence is the first one after the next claim.
+		Use:   "publish --project ID --trigger ID [--task ID] [--cron SPEC] [--timezone ZONE] [--misfire POLICY] [--disabled]",
+		Short: "Publish a cron trigger revision, changing only the flags given",
+		Long: `trigger publish creates the next revision of a cron trigger and in the same admin transaction
+upserts its schedule row: the cursor and any claim are cleared and the state and claim versions
+incremented, so a replica still holding a claim on the old revision can never admit with it. The
+first occurrence is the first one after the next claim.
+
+Only what you give changes. On an existing trigger every flag you leave out keeps the head
+revision's value, never a default: republishing a Europe/Berlin fire_once trigger with only
+--disabled keeps Europe/Berlin and fire_once. --disabled=false enables. --task pins that task's
+current revision (give it again to pick up a newer task revision); without --task the pinned
+task revision stays. A new trigger needs --task and --cron; its defaults are --timezone UTC,
+--misfire skip, enabled.
+
+Idempotent: content equal to the head revision's (the pinned task revision included) writes
+nothing, keeps the cursor, says "unchanged" and exits 0.
 
 Cron: five fields (minute hour day-of-month month day-of-week), an optional leading seconds
 field, or one of @yearly @annually @monthly @weekly @daily @midnight @hourly (@annually is
@@ -173,10 +201,29 @@ trailing spaces are refused (not trimmed). --timezone: an IANA name of at most 6
 --misfire skip: after an outage, advance to the next occurrence without a Run.
 --misfire fire_once: after an outage, admit one Run for the latest missed occurrence, never a
 backlog (docs/scheduling.md has the exact rule).`,
-		Example: `  qlsched trigger publish --project billing --trigger nightly --task invoice --cron "0 3 * * *" --timezone Europe/Berlin --misfire fire_once`,
-		PreRunE: func(*cobra.Command, []string) error {
-			t.Misfire, t.Enabled = coordinator.MisfirePolicy(misfire), !disabled
-			if err := t.Validate(); err != nil {
+		Example: `  qlsched trigger publish --project billing --trigger nightly --task invoice --cron "0 3 * * *" --timezone Europe/Berlin --misfire fire_once
+  qlsched trigger publish --project billing --trigger nightly --cron "30 3 * * *"   # only the time changes`,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			c = admin.TriggerChange{Project: c.Project, Trigger: c.Trigger}
+			given := cmd.Flags().Changed
+			if given("task") {
+				c.Task = &task
+			}
+			if given("cron") {
+				c.Cron = &cron
+			}
+			if given("timezone") {
+				c.TimeZone = &zone
+			}
+			if given("misfire") {
+				m := coordinator.MisfirePolicy(misfire)
+				c.Misfire = &m
+			}
+			if given("disabled") {
+				enabled := !disabled
+				c.Enabled = &enabled
+			}
+			if err := c.Validate(); err != nil {
 				return adminErr(err)
 			}
 			_, err := a.connConfig()
@@ -184,32 +231,44 @@ backlog (docs/scheduling.md has the exact rule).`,
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub, err := admin.NewPublisher(pool).PublishTrigger(cmd.Context(), t)
-				if err := adminErr(err); err != nil {
-					return err
-				}
-				return a.output(cmd.OutOrStdout(), pub, func() {
-					fmt.Fprintf(cmd.OutOrStdout(), "trigger %s/%s revision %d published (task %s revision %d, %q %s, misfire %s, enabled %v)\n",
-						t.Project, t.Trigger, pub.Revision, t.Task, pub.TaskRevision, t.Cron, t.TimeZone, t.Misfire, t.Enabled)
-				})
+				pub, err := admin.NewPublisher(pool).ChangeTrigger(cmd.Context(), c)
+				return a.printTriggerPublished(cmd, "qlsched.trigger-publish/v1", "published", pub, err)
 			})
 		},
 	}
 	fl := publish.Flags()
-	fl.StringVar(&t.Project, "project", "", "project id")
-	fl.StringVar(&t.Trigger, "trigger", "", "trigger id: "+idRule)
-	fl.StringVar(&t.Task, "task", "", "task id (must be published)")
-	fl.StringVar(&t.Cron, "cron", "", "cron spec, e.g. \"*/5 * * * *\" ("+limits.CronRule+")")
-	fl.StringVar(&t.TimeZone, "timezone", "UTC", "IANA time zone, e.g. Europe/Berlin ("+limits.TimeZoneRule+")")
-	fl.StringVar(&misfire, "misfire", "skip", "misfire policy: skip or fire_once")
-	fl.BoolVar(&disabled, "disabled", false, "publish the revision disabled (never claimed)")
+	fl.StringVar(&c.Project, "project", "", "project id")
+	fl.StringVar(&c.Trigger, "trigger", "", "trigger id: "+idRule)
+	fl.StringVar(&task, "task", "", "task id (must be published); pins its current revision (a new trigger: required; else: kept)")
+	fl.StringVar(&cron, "cron", "", "cron spec, e.g. \"*/5 * * * *\" ("+limits.CronRule+"; a new trigger: required; else: kept)")
+	fl.StringVar(&zone, "timezone", "", "IANA time zone, e.g. Europe/Berlin ("+limits.TimeZoneRule+"; a new trigger: UTC; else: kept)")
+	fl.StringVar(&misfire, "misfire", "", "misfire policy: skip or fire_once (a new trigger: skip; else: kept)")
+	fl.BoolVar(&disabled, "disabled", false, "publish the revision disabled, never claimed (--disabled=false: enabled; a new trigger: enabled; else: kept)")
 
-	var filter admin.TriggerFilter
-	list := &cobra.Command{
-		Use:   "list [--project ID]",
-		Short: "List triggers with their schedule state",
+	cmd.AddCommand(publish, a.triggerToggleCmd(false), a.triggerToggleCmd(true), a.triggerListCmd(), a.triggerShowCmd())
+	return cmd
+}
+
+// triggerToggleCmd is trigger disable or trigger enable: a new revision flipping only enabled.
+func (a *app) triggerToggleCmd(enable bool) *cobra.Command {
+	var project, trigger string
+	name, long := "disable", `trigger disable publishes a new revision of the trigger that differs from the head only in
+being disabled: it is never claimed, so it admits nothing until enabled. Its schedule row is
+reset like any new revision's (cursor and claim cleared). An already disabled trigger is
+"unchanged" (exit 0).`
+	if enable {
+		name, long = "enable", `trigger enable publishes a new revision of the trigger that differs from the head only in
+being enabled. The new revision starts from a cleared cursor: its first occurrence is the first
+one after the next claim, so nothing that fell while it was disabled is admitted (unlike a
+project resume, where the misfire policy decides). An already enabled trigger is "unchanged"
+(exit 0).`
+	}
+	cmd := &cobra.Command{
+		Use:   name + " --project ID --trigger ID",
+		Short: strings.ToUpper(name[:1]) + name[1:] + " a trigger: a new revision that flips only enabled",
+		Long:  long,
 		PreRunE: func(*cobra.Command, []string) error {
-			if err := filter.Validate(); err != nil {
+			if err := (admin.TriggerChange{Project: project, Trigger: trigger}).Validate(); err != nil {
 				return adminErr(err)
 			}
 			_, err := a.connConfig()
@@ -217,87 +276,33 @@ backlog (docs/scheduling.md has the exact rule).`,
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				rows, err := admin.NewReader(pool).Triggers(cmd.Context(), filter)
-				if err := adminErr(err); err != nil {
-					return err
+				pub := admin.NewPublisher(pool)
+				do := pub.DisableTrigger
+				if enable {
+					do = pub.EnableTrigger
 				}
-				out := cmd.OutOrStdout()
-				return a.output(out, rows, func() {
-					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "PROJECT\tTRIGGER\tREV\tCRON\tTIMEZONE\tMISFIRE\tENABLED\tNEXT FIRE\tLAST SCHEDULED\tCLAIM")
-					for _, r := range rows {
-						claim := "-"
-						if r.ClaimOwner != nil && r.ClaimExpiresAtMs != nil {
-							claim = fmt.Sprintf("%s v%d (%+.1fs)", *r.ClaimOwner, r.ClaimVersion, float64(*r.ClaimExpiresAtMs-r.NowMs)/1000)
-						}
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%v\t%s\t%s\t%s\n", r.ProjectID, r.TriggerID, r.TriggerRevision,
-							r.CronSpec, r.TimeZone, r.MisfirePolicy, r.Enabled, msTime(r.NextFireAtMs), msTime(r.LastScheduledAtMs), claim)
-					}
-					tw.Flush()
-				})
+				res, err := do(cmd.Context(), project, trigger)
+				return a.printTriggerPublished(cmd, "qlsched.trigger-"+name+"/v1", name+"d", res, err)
 			})
 		},
 	}
-	list.Flags().StringVar(&filter.Project, "project", "", "only this project")
-	cmd.AddCommand(publish, list)
+	cmd.Flags().StringVar(&project, "project", "", "project id")
+	cmd.Flags().StringVar(&trigger, "trigger", "", "trigger id")
 	return cmd
 }
 
-func (a *app) runsCmd() *cobra.Command {
-	var filter admin.RunFilter
-	cmd := &cobra.Command{Use: "runs", Short: "Inspect admitted runs"}
-	list := &cobra.Command{
-		Use:   "list [--project ID] [--trigger ID] [--limit N]",
-		Short: "List the most recent runs",
-		PreRunE: func(*cobra.Command, []string) error {
-			if err := filter.Validate(); err != nil {
-				return adminErr(err)
-			}
-			_, err := a.connConfig()
-			return err
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				rows, err := admin.NewReader(pool).Runs(cmd.Context(), filter)
-				if err := adminErr(err); err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				return a.output(out, rows, func() {
-					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "RUN\tPROJECT\tTRIGGER\tSCHEDULED FOR\tLAG\tSTATE\tATTEMPTS\tEVENTS\tIDEMPOTENCY KEY")
-					for _, r := range rows {
-						lag := "-"
-						if ms, ok := r.LagMs(); ok {
-							lag = fmt.Sprintf("%dms", ms)
-						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.RunID, r.ProjectID, deref(r.TriggerID),
-							msTime(r.ScheduledForMs), lag, r.State, r.Attempts, r.Events, r.IdempotencyKey)
-					}
-					tw.Flush()
-				})
-			})
-		},
+// printTriggerPublished reports a publish, disable or enable.
+func (a *app) printTriggerPublished(cmd *cobra.Command, schema, verb string, pub admin.TriggerPublished, err error) error {
+	if err := adminErr(err); err != nil {
+		return err
 	}
-	fl := list.Flags()
-	fl.StringVar(&filter.Project, "project", "", "only this project")
-	fl.StringVar(&filter.Trigger, "trigger", "", "only this trigger")
-	fl.IntVar(&filter.Limit, "limit", 50, fmt.Sprintf("at most this many runs, newest first (1 … %d)", admin.MaxRunsLimit))
-	cmd.AddCommand(list)
-	return cmd
-}
-
-// msTime renders a database time in milliseconds; nil is "-".
-func msTime(ms *int64) string {
-	if ms == nil {
-		return "-"
-	}
-	return time.UnixMilli(*ms).UTC().Format("2006-01-02T15:04:05.000Z")
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
+	out := cmd.OutOrStdout()
+	return a.output(out, document{schema, pub}, func() {
+		what := fmt.Sprintf("revision %d %s (changed: %s)", pub.Revision, verb, strings.Join(pub.Changed, ", "))
+		if pub.Unchanged {
+			what = fmt.Sprintf("unchanged: revision %d already holds this content; nothing written, cursor kept", pub.Revision)
+		}
+		fmt.Fprintf(out, "trigger %s/%s %s\n  task %s revision %d, cron %q, timezone %s, misfire %s, enabled %v\n",
+			pub.ProjectID, pub.TriggerID, what, pub.TaskID, pub.TaskRevision, pub.Cron, pub.TimeZone, pub.Misfire, pub.Enabled)
+	})
 }

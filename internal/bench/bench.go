@@ -365,7 +365,7 @@ func prepare(ctx context.Context, c *pgcluster.Cluster) (string, error) {
 // publish creates the project, a task and the triggers and returns the period of the triggers.
 func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config) (time.Duration, error) {
 	pub := admin.NewPublisher(pool)
-	if err := pub.CreateProject(ctx, project); err != nil {
+	if _, err := pub.CreateProject(ctx, project); err != nil {
 		return 0, err
 	}
 	if _, err := pub.PublishTask(ctx, admin.TaskSpec{Project: project, Task: "job", ExecutorSpec: []byte(`{"image":"bench/job:1"}`)}); err != nil {

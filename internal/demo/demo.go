@@ -236,7 +236,7 @@ func (d *demo) prepare(ctx context.Context, names roles.Names) error {
 func (d *demo) publish(ctx context.Context, pool *pgxpool.Pool, names roles.Names) error {
 	d.step("publishing project demo, task hello and %d triggers (as %s)", len(Triggers), names.Admin)
 	pub := admin.NewPublisher(pool)
-	if err := pub.CreateProject(ctx, "demo"); err != nil {
+	if _, err := pub.CreateProject(ctx, "demo"); err != nil {
 		return err
 	}
 	task := admin.TaskSpec{Project: "demo", Task: "hello", ExecutorSpec: []byte(`{"image":"example/hello:1","args":["--greet","world"]}`)}

@@ -61,7 +61,7 @@ func newTarget(t *testing.T) *target {
 func (tg *target) seed() {
 	tg.t.Helper()
 	ctx := context.Background()
-	if err := tg.admin.CreateProject(ctx, "p"); err != nil {
+	if _, err := tg.admin.CreateProject(ctx, "p"); err != nil {
 		tg.t.Fatal(err)
 	}
 	if _, err := tg.admin.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: "task", ExecutorSpec: []byte(`{"image":"example/job:1"}`)}); err != nil {

@@ -36,7 +36,7 @@ func TestBacklogIsWhatAClaimWouldTake(t *testing.T) {
 	su, rt := d.Pool(t, ""), d.Pool(t, "ql_runtime")
 	pub := admin.NewPublisher(d.Pool(t, "ql_admin"))
 	for _, p := range []string{"p", "gone"} {
-		if err := pub.CreateProject(ctx, p); err != nil {
+		if _, err := pub.CreateProject(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := pub.PublishTask(ctx, admin.TaskSpec{Project: p, Task: "k", ExecutorSpec: []byte(`{"image":"x"}`)}); err != nil {

@@ -93,17 +93,48 @@ ON CONFLICT (project_id, trigger_id) DO UPDATE
         updated_at_ms       = greatest(control_core.trigger_schedules.updated_at_ms, control_core.db_now_ms())
 RETURNING state_version, claim_version;
 
+-- name: GetTriggerHead :one
+-- The head revision of a trigger, for a publish that keeps what the caller did not give and
+-- writes nothing when the content is unchanged. Run under the project lock: no publish of the
+-- project can move the head meanwhile.
+SELECT tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
+       tr.content_digest, s.state_version, s.claim_version
+FROM control_core.triggers t
+JOIN control_core.trigger_revisions tr
+  ON tr.project_id = t.project_id AND tr.trigger_id = t.trigger_id AND tr.revision = t.head_revision
+JOIN control_core.trigger_schedules s ON s.project_id = t.project_id AND s.trigger_id = t.trigger_id
+WHERE t.project_id = @project_id::text AND t.trigger_id = @trigger_id::text;
+
+-- name: GetTaskHeadExecution :one
+-- The head revision of a task and whether its execution revision holds the given spec (compared by
+-- digest, the same canonical form UpsertExecutionRevision stores; the spec never comes back).
+SELECT t.head_revision, kr.execution_revision_id, e.digest AS execution_digest, kr.content_digest,
+       (e.digest = encode(sha256(convert_to((@spec::jsonb)::text, 'UTF8')), 'hex'))::boolean AS same_spec
+FROM control_core.tasks t
+JOIN control_core.task_revisions kr
+  ON kr.project_id = t.project_id AND kr.task_id = t.task_id AND kr.revision = t.head_revision
+JOIN control_core.execution_revisions e ON e.execution_revision_id = kr.execution_revision_id
+WHERE t.project_id = @project_id::text AND t.task_id = @task_id::text;
+
 -- name: ListTriggers :many
+-- Triggers with their head revision, schedule row and project state; both filters optional.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled,
-       tr.task_id, tr.task_revision, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
-       s.claim_owner, s.claim_version, s.claim_expires_at_ms, control_core.db_now_ms()::bigint AS now_ms
+       tr.task_id, tr.task_revision, tr.content_digest, tr.created_at_ms AS revision_created_at_ms,
+       p.state AS project_state, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
+       s.claim_owner, s.claim_version, s.claim_expires_at_ms, s.updated_at_ms,
+       control_core.db_now_ms()::bigint AS now_ms
 FROM control_core.trigger_schedules s
 JOIN control_core.trigger_revisions tr
   ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+JOIN control_core.projects p ON p.project_id = s.project_id
 WHERE (sqlc.narg(project_id)::text IS NULL OR s.project_id = sqlc.narg(project_id)::text)
+  AND (sqlc.narg(trigger_id)::text IS NULL OR s.trigger_id = sqlc.narg(trigger_id)::text)
 ORDER BY s.project_id, s.trigger_id;
 
 -- name: ListRuns :many
+-- Runs newest first; every filter optional. since_ms is an absolute lower bound of created_at_ms;
+-- within_ms a bound relative to the database's time (now - within_ms), so "the last hour" is the
+-- database's hour.
 SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms,
        (SELECT count(*) FROM control_core.attempts a WHERE a.run_id = r.run_id)::bigint AS attempts,
@@ -111,5 +142,8 @@ SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigg
 FROM control_core.runs r
 WHERE (sqlc.narg(project_id)::text IS NULL OR r.project_id = sqlc.narg(project_id)::text)
   AND (sqlc.narg(trigger_id)::text IS NULL OR r.trigger_id = sqlc.narg(trigger_id)::text)
+  AND (sqlc.narg(state)::text IS NULL OR r.state = sqlc.narg(state)::text)
+  AND (sqlc.narg(since_ms)::bigint IS NULL OR r.created_at_ms >= sqlc.narg(since_ms)::bigint)
+  AND (sqlc.narg(within_ms)::bigint IS NULL OR r.created_at_ms >= control_core.db_now_ms() - sqlc.narg(within_ms)::bigint)
 ORDER BY r.created_at_ms DESC, r.run_id
 LIMIT @max_rows::integer;

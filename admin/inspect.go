@@ -1,0 +1,262 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/db"
+)
+
+// MaxShowCount bounds how many upcoming occurrences and recent Runs ShowTrigger returns.
+const MaxShowCount = 100
+
+// TriggerDetail is one trigger as `trigger show` reports it, read in one snapshot: its head
+// revision and schedule row (Trigger), the next occurrences after the database's time of the
+// read, and its newest Runs.
+type TriggerDetail struct {
+	Trigger
+	// Upcoming are the first occurrences strictly after NowMs, computed from the spec in its
+	// zone (whether or not the trigger is enabled: what it would fire), at most the count asked.
+	Upcoming []int64 `json:"upcoming_ms"`
+	Runs     []Run   `json:"runs"`
+}
+
+// TriggerShow asks for one trigger with its next Upcoming occurrences and its newest Runs (each
+// 1 … MaxShowCount).
+type TriggerShow struct {
+	Project, Trigger string
+	Upcoming, Runs   int
+}
+
+// Validate names the field at fault: FieldProject, FieldTrigger, FieldUpcoming or FieldLimit.
+func (s TriggerShow) Validate() error {
+	if err := ValidateID(FieldProject, s.Project); err != nil {
+		return err
+	}
+	if err := ValidateID(FieldTrigger, s.Trigger); err != nil {
+		return err
+	}
+	if s.Upcoming < 1 || s.Upcoming > MaxShowCount {
+		return fieldErrf(FieldUpcoming, "%d is out of range: want 1 … %d", s.Upcoming, MaxShowCount)
+	}
+	if s.Runs < 1 || s.Runs > MaxShowCount {
+		return fieldErrf(FieldLimit, "%d is out of range: want 1 … %d", s.Runs, MaxShowCount)
+	}
+	return nil
+}
+
+// ShowTrigger reads one trigger with its upcoming occurrences and newest runs. A trigger that does
+// not exist is ErrNotFound.
+func (r *Reader) ShowTrigger(ctx context.Context, s TriggerShow) (TriggerDetail, error) {
+	var out TriggerDetail
+	if err := s.Validate(); err != nil {
+		return out, err
+	}
+	project, trigger, upcoming, runs := s.Project, s.Trigger, s.Upcoming, s.Runs
+	err := r.snapshot(ctx, func(q *db.Queries) error {
+		ts, err := readTriggers(ctx, q, TriggerFilter{Project: project, Trigger: trigger})
+		if err != nil {
+			return err
+		}
+		if len(ts) == 0 {
+			return fmt.Errorf("trigger %s/%s: %w", project, trigger, ErrNotFound)
+		}
+		out.Trigger = ts[0]
+		out.Upcoming = []int64{}
+		if sched, err := coordinator.ParseSchedule(out.CronSpec, out.TimeZone); err != nil {
+			out.ScheduleError = err.Error()
+		} else {
+			for at := out.NowMs; len(out.Upcoming) < upcoming; {
+				if at = sched.Next(at); at == coordinator.NoOccurrence {
+					break
+				}
+				out.Upcoming = append(out.Upcoming, at)
+			}
+		}
+		out.Runs, err = readRuns(ctx, q, RunFilter{Project: project, Trigger: trigger, Limit: runs})
+		return err
+	})
+	return out, err
+}
+
+// Project is a project with its counts of tasks, triggers and enabled triggers.
+type Project struct {
+	ProjectID       string `json:"project_id"`
+	State           string `json:"state"`
+	Revision        int64  `json:"revision"`
+	Tasks           int64  `json:"tasks"`
+	Triggers        int64  `json:"triggers"`
+	EnabledTriggers int64  `json:"enabled_triggers"`
+	CreatedAtMs     int64  `json:"created_at_ms"`
+	UpdatedAtMs     int64  `json:"updated_at_ms"`
+}
+
+// Projects lists every project by id.
+func (r *Reader) Projects(ctx context.Context) ([]Project, error) {
+	var out []Project
+	err := r.snapshot(ctx, func(q *db.Queries) error {
+		rows, err := q.ListProjects(ctx)
+		if err != nil {
+			return fmt.Errorf("read projects: %w", err)
+		}
+		out = make([]Project, 0, len(rows))
+		for _, p := range rows {
+			out = append(out, Project{ProjectID: p.ProjectID, State: p.State, Revision: p.Revision, Tasks: p.Tasks,
+				Triggers: p.Triggers, EnabledTriggers: p.EnabledTriggers, CreatedAtMs: p.CreatedAtMs, UpdatedAtMs: p.UpdatedAtMs})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Task is a task's head revision: the execution revision it pins, by id and digest (never the
+// spec, which may hold secrets), and how many trigger heads use the task.
+type Task struct {
+	ProjectID           string    `json:"project_id"`
+	TaskID              string    `json:"task_id"`
+	Revision            int64     `json:"revision"`
+	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
+	ExecutionDigest     string    `json:"execution_digest"`
+	ContentDigest       string    `json:"content_digest"`
+	Triggers            int64     `json:"triggers"`
+	CreatedAtMs         int64     `json:"created_at_ms"`
+	UpdatedAtMs         int64     `json:"updated_at_ms"`
+}
+
+// TaskFilter selects tasks; a zero field selects all.
+type TaskFilter struct{ Project string }
+
+// Validate refuses a filter that could never match a stored row.
+func (f TaskFilter) Validate() error { return (TriggerFilter{Project: f.Project}).Validate() }
+
+// Tasks lists tasks by project and id.
+func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	var out []Task
+	err := r.snapshot(ctx, func(q *db.Queries) error {
+		rows, err := q.ListTasks(ctx, optText(f.Project))
+		if err != nil {
+			return fmt.Errorf("read tasks: %w", err)
+		}
+		out = make([]Task, 0, len(rows))
+		for _, t := range rows {
+			out = append(out, Task{ProjectID: t.ProjectID, TaskID: t.TaskID, Revision: t.HeadRevision,
+				ExecutionRevisionID: t.ExecutionRevisionID, ExecutionDigest: t.ExecutionDigest, ContentDigest: t.ContentDigest,
+				Triggers: t.Triggers, CreatedAtMs: t.CreatedAtMs, UpdatedAtMs: t.UpdatedAtMs})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// RunDetail is one Run with its Attempts and Events, as `runs show` reports it.
+type RunDetail struct {
+	RunID               uuid.UUID `json:"run_id"`
+	ProjectID           string    `json:"project_id"`
+	TaskID              string    `json:"task_id"`
+	TaskRevision        int64     `json:"task_revision"`
+	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
+	TriggerID           *string   `json:"trigger_id"`
+	TriggerRevision     *int64    `json:"trigger_revision"`
+	ScheduledForMs      *int64    `json:"scheduled_for_ms"`
+	IdempotencyKey      string    `json:"idempotency_key"`
+	State               string    `json:"state"`
+	Owner               string    `json:"owner"`
+	QueuedAtMs          *int64    `json:"queued_at_ms"`
+	CancelRequestedAtMs *int64    `json:"cancel_requested_at_ms"`
+	FinishedAtMs        *int64    `json:"finished_at_ms"`
+	CreatedAtMs         int64     `json:"created_at_ms"`
+	UpdatedAtMs         int64     `json:"updated_at_ms"`
+	// LagMs is the admission lag, queued minus scheduled time; nil for a Run that lacks either.
+	LagMs    *int64    `json:"lag_ms"`
+	NowMs    int64     `json:"now_ms"`
+	Attempts []Attempt `json:"attempts"`
+	Events   []Event   `json:"events"`
+}
+
+// Attempt is one Attempt of a Run. Its result and error are reported as present or not only:
+// they may hold a worker's payload.
+type Attempt struct {
+	AttemptID       uuid.UUID  `json:"attempt_id"`
+	AttemptNo       int32      `json:"attempt_no"`
+	ExecutorKind    string     `json:"executor_kind"`
+	State           string     `json:"state"`
+	WorkerID        *string    `json:"worker_id"`
+	WorkerSessionID *uuid.UUID `json:"worker_session_id"`
+	RunLeaseID      *uuid.UUID `json:"run_lease_id"`
+	OfferID         *uuid.UUID `json:"offer_id"`
+	StartedAtMs     *int64     `json:"started_at_ms"`
+	FinishedAtMs    *int64     `json:"finished_at_ms"`
+	CreatedAtMs     int64      `json:"created_at_ms"`
+	UpdatedAtMs     int64      `json:"updated_at_ms"`
+	HasResult       bool       `json:"has_result"`
+	HasError        bool       `json:"has_error"`
+}
+
+// Event is one Run event.
+type Event struct {
+	EventID uuid.UUID       `json:"event_id"`
+	Seq     int32           `json:"seq"`
+	Type    string          `json:"type"`
+	AtMs    int64           `json:"at_ms"`
+	Detail  json.RawMessage `json:"detail"`
+}
+
+// ShowRun reads one Run with its Attempts and Events. A Run that does not exist is ErrNotFound.
+func (r *Reader) ShowRun(ctx context.Context, runID uuid.UUID) (RunDetail, error) {
+	var out RunDetail
+	if runID == uuid.Nil {
+		return out, fieldErrf(FieldRun, "the nil UUID names no Run")
+	}
+	err := r.snapshot(ctx, func(q *db.Queries) error {
+		x, err := q.GetRun(ctx, runID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("run %s: %w", runID, ErrNotFound)
+		} else if err != nil {
+			return fmt.Errorf("read run %s: %w", runID, err)
+		}
+		out = RunDetail{RunID: x.RunID, ProjectID: x.ProjectID, TaskID: x.TaskID, TaskRevision: x.TaskRevision,
+			ExecutionRevisionID: x.ExecutionRevisionID, TriggerID: textPtr(x.TriggerID), TriggerRevision: int8Ptr(x.TriggerRevision),
+			ScheduledForMs: int8Ptr(x.ScheduledForMs), IdempotencyKey: x.IdempotencyKey, State: x.State, Owner: x.Owner,
+			QueuedAtMs: int8Ptr(x.QueuedAtMs), CancelRequestedAtMs: int8Ptr(x.CancelRequestedAtMs), FinishedAtMs: int8Ptr(x.FinishedAtMs),
+			CreatedAtMs: x.CreatedAtMs, UpdatedAtMs: x.UpdatedAtMs, NowMs: x.NowMs, Attempts: []Attempt{}, Events: []Event{}}
+		if out.ScheduledForMs != nil && out.QueuedAtMs != nil {
+			lag := *out.QueuedAtMs - *out.ScheduledForMs
+			out.LagMs = &lag
+		}
+		attempts, err := q.ListAttempts(ctx, runID)
+		if err != nil {
+			return fmt.Errorf("read attempts of run %s: %w", runID, err)
+		}
+		for _, a := range attempts {
+			out.Attempts = append(out.Attempts, Attempt{AttemptID: a.AttemptID, AttemptNo: a.AttemptNo, ExecutorKind: a.ExecutorKind,
+				State: a.State, WorkerID: textPtr(a.WorkerID), WorkerSessionID: uuidPtr(a.WorkerSessionID), RunLeaseID: uuidPtr(a.RunLeaseID),
+				OfferID: uuidPtr(a.OfferID), StartedAtMs: int8Ptr(a.StartedAtMs), FinishedAtMs: int8Ptr(a.FinishedAtMs),
+				CreatedAtMs: a.CreatedAtMs, UpdatedAtMs: a.UpdatedAtMs, HasResult: a.HasResult, HasError: a.HasError})
+		}
+		events, err := q.ListRunEvents(ctx, runID)
+		if err != nil {
+			return fmt.Errorf("read events of run %s: %w", runID, err)
+		}
+		for _, e := range events {
+			out.Events = append(out.Events, Event{EventID: e.EventID, Seq: e.Seq, Type: e.Type, AtMs: e.AtMs, Detail: e.Detail})
+		}
+		return nil
+	})
+	return out, err
+}
+
+func uuidPtr(v uuid.NullUUID) *uuid.UUID {
+	if !v.Valid {
+		return nil
+	}
+	return &v.UUID
+}

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/internal/cli"
+)
+
+// document is a JSON output: the body's fields after a schema field naming the document and its
+// version (docs/json.md).
+type document struct {
+	schema string
+	body   any
+}
+
+func (d document) MarshalJSON() ([]byte, error) {
+	head, err := json.Marshal(struct {
+		Schema string `json:"schema"`
+	}{d.schema})
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(d.body)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) < 2 || body[0] != '{' {
+		return nil, fmt.Errorf("document %s: the body is not a JSON object", d.schema)
+	}
+	if string(body) == "{}" {
+		return head, nil
+	}
+	return append(append(head[:len(head)-1], ','), body[1:]...), nil
+}
+
+// The one time format of the admin commands: RFC 3339, with milliseconds only where there are
+// any. A database time (a claim's expiry, an admission) is shown in UTC ("Z"); an occurrence of
+// a trigger is shown in the trigger's zone, with its offset and, where it is not UTC, its name.
+const timeLayout = "2006-01-02T15:04:05.999Z07:00"
+
+// utc renders a database time; nil is "-".
+func utc(ms *int64) string {
+	if ms == nil {
+		return "-"
+	}
+	return time.UnixMilli(*ms).UTC().Format(timeLayout)
+}
+
+// inZone renders an occurrence in zone (an IANA name); UTC, or a zone Go cannot load, as utc.
+func inZone(ms int64, zone string) string {
+	loc, err := time.LoadLocation(zone)
+	if err != nil || loc == time.UTC || zone == "UTC" {
+		return time.UnixMilli(ms).UTC().Format(timeLayout)
+	}
+	return time.UnixMilli(ms).In(loc).Format(timeLayout) + " " + zone
+}
+
+// nextFire renders a trigger's next fire time, marked when it is a preview, and why there is none.
+func nextFire(t admin.Trigger) string {
+	switch {
+	case !t.Enabled:
+		return "- (disabled)"
+	case t.ProjectState != "active":
+		return "- (project " + t.ProjectState + ")"
+	case t.NextFireMs == nil:
+		return "-"
+	case t.NextFirePreview:
+		return inZone(*t.NextFireMs, t.TimeZone) + " (preview)"
+	case *t.NextFireMs <= t.NowMs:
+		return inZone(*t.NextFireMs, t.TimeZone) + " (due)"
+	}
+	return inZone(*t.NextFireMs, t.TimeZone)
+}
+
+// claim renders a schedule row's claim.
+func claim(t admin.Trigger) string {
+	switch {
+	case t.ClaimOwner == nil:
+		return "-"
+	case t.ClaimLive():
+		return fmt.Sprintf("%s v%d, expires %s (in %s)", *t.ClaimOwner, t.ClaimVersion, utc(t.ClaimExpiresAtMs), ms(*t.ClaimExpiresAtMs-t.NowMs))
+	}
+	return fmt.Sprintf("%s v%d, expired %s", *t.ClaimOwner, t.ClaimVersion, utc(t.ClaimExpiresAtMs))
+}
+
+func ms(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
+
+func lag(r admin.Run) string {
+	if l, ok := r.LagMs(); ok {
+		return ms(l).String()
+	}
+	return "-"
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return *s
+}
+
+// list is the shape of every list command: validate the filter before connecting, read, print.
+func (a *app) list(use, short, long string, validate func() error, read func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error)) *cobra.Command {
+	return &cobra.Command{
+		Use: use, Short: short, Long: long,
+		PreRunE: func(*cobra.Command, []string) error {
+			if err := adminErr(validate()); err != nil {
+				return err
+			}
+			_, err := a.connConfig()
+			return err
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				doc, text, err := read(cmd, admin.NewReader(pool))
+				if err := adminErr(err); err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				return a.output(out, doc, func() { text(out) })
+			})
+		},
+	}
+}
+
+func (a *app) projectListCmd() *cobra.Command {
+	return a.list("list", "List projects with their state and counts", `project list shows every project: state
+(active or archived; only an active project's triggers are claimed), revision, tasks, triggers
+and enabled triggers. Read-only, one snapshot, any role with SELECT on control_core.`,
+		func() error { return nil },
+		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
+			rows, err := r.Projects(cmd.Context())
+			return document{"qlsched.project-list/v1", struct {
+					Projects []admin.Project `json:"projects"`
+				}{rows}}, func(out io.Writer) {
+					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "PROJECT\tSTATE\tREV\tTASKS\tTRIGGERS\tENABLED\tCREATED")
+					for _, p := range rows {
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", p.ProjectID, p.State, p.Revision, p.Tasks, p.Triggers,
+							p.EnabledTriggers, utc(&p.CreatedAtMs))
+					}
+					tw.Flush()
+				}, err
+		})
+}
+
+func (a *app) taskListCmd() *cobra.Command {
+	var f admin.TaskFilter
+	cmd := a.list("list [--project ID]", "List tasks with their head revision", `task list shows each task's head
+revision, the remote_worker execution revision it pins (id and sha256 digest; never the spec,
+which may hold secrets) and how many triggers use the task.`,
+		func() error { return f.Validate() }, // a closure: the flags fill f after this call
+		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
+			rows, err := r.Tasks(cmd.Context(), f)
+			return document{"qlsched.task-list/v1", struct {
+					Tasks []admin.Task `json:"tasks"`
+				}{rows}}, func(out io.Writer) {
+					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "PROJECT\tTASK\tREV\tEXECUTION REVISION\tEXECUTION SHA256\tTRIGGERS\tUPDATED")
+					for _, t := range rows {
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", t.ProjectID, t.TaskID, t.Revision, t.ExecutionRevisionID,
+							t.ExecutionDigest[:12]+"…", t.Triggers, utc(&t.UpdatedAtMs))
+					}
+					tw.Flush()
+				}, err
+		})
+	cmd.Flags().StringVar(&f.Project, "project", "", "only this project")
+	return cmd
+}
+
+func (a *app) triggerListCmd() *cobra.Command {
+	var f admin.TriggerFilter
+	cmd := a.list("list [--project ID]", "List triggers with their schedule state", `trigger list shows each trigger's
+head revision and schedule row. NEXT FIRE is the stored cursor once a replica initialised the row
+("due" when it has passed); before that it is a preview, marked "(preview)": the first occurrence
+of the spec in its zone after the database's time, which the first claim will set. Occurrences
+are shown in the trigger's zone, database times in UTC, all RFC 3339.`,
+		func() error { return f.Validate() }, // a closure: the flags fill f after this call
+		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
+			rows, err := r.Triggers(cmd.Context(), f)
+			return document{"qlsched.trigger-list/v1", struct {
+					Triggers []admin.Trigger `json:"triggers"`
+				}{rows}}, func(out io.Writer) {
+					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "PROJECT\tTRIGGER\tREV\tCRON\tTIMEZONE\tMISFIRE\tENABLED\tNEXT FIRE\tLAST SCHEDULED\tCLAIM")
+					for _, t := range rows {
+						last := "-"
+						if t.LastScheduledAtMs != nil {
+							last = inZone(*t.LastScheduledAtMs, t.TimeZone)
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%v\t%s\t%s\t%s\n", t.ProjectID, t.TriggerID, t.TriggerRevision,
+							t.CronSpec, t.TimeZone, t.MisfirePolicy, t.Enabled, nextFire(t), last, claim(t))
+					}
+					tw.Flush()
+				}, err
+		})
+	cmd.Flags().StringVar(&f.Project, "project", "", "only this project")
+	return cmd
+}
+
+// occurrence is an upcoming occurrence in trigger show's JSON.
+type occurrence struct {
+	AtMs  int64  `json:"at_ms"`
+	At    string `json:"at"`     // in the trigger's zone
+	AtUTC string `json:"at_utc"` // in UTC
+}
+
+func (a *app) triggerShowCmd() *cobra.Command {
+	s := admin.TriggerShow{}
+	cmd := a.list("show --project ID --trigger ID [--upcoming 5] [--limit 5]", "Show one trigger: revision, schedule row, claim, next occurrences, last runs",
+		`trigger show prints the head revision (spec, zone, misfire policy, enabled, pinned task
+revision, digest), the schedule row (cursor, last scheduled occurrence, state version, claim and
+its expiry by the database's time), the next --upcoming occurrences after the database's time in
+the trigger's zone and in UTC, and the newest --limit Runs. Before a replica initialised the row
+the next fire is a preview (see trigger list). Read-only, one snapshot.`,
+		func() error { return s.Validate() },
+		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
+			d, err := r.ShowTrigger(cmd.Context(), s)
+			upcoming := make([]occurrence, 0, len(d.Upcoming))
+			for _, at := range d.Upcoming {
+				upcoming = append(upcoming, occurrence{at, inZone(at, d.TimeZone), utc(&at)})
+			}
+			body := struct {
+				admin.Trigger
+				Upcoming []occurrence `json:"upcoming"`
+				Runs     []admin.Run  `json:"runs"`
+			}{d.Trigger, upcoming, d.Runs}
+			return document{"qlsched.trigger-show/v1", body}, func(out io.Writer) { printTriggerShow(out, d, upcoming) }, err
+		})
+	fl := cmd.Flags()
+	fl.StringVar(&s.Project, "project", "", "project id")
+	fl.StringVar(&s.Trigger, "trigger", "", "trigger id")
+	fl.IntVar(&s.Upcoming, "upcoming", 5, fmt.Sprintf("how many next occurrences (1 … %d)", admin.MaxShowCount))
+	fl.IntVar(&s.Runs, "limit", 5, fmt.Sprintf("how many of the newest Runs (1 … %d)", admin.MaxShowCount))
+	return cmd
+}
+
+func printTriggerShow(out io.Writer, d admin.TriggerDetail, upcoming []occurrence) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("trigger", d.ProjectID+"/"+d.TriggerID)
+	row("project state", d.ProjectState)
+	row("revision", fmt.Sprintf("%d (published %s, sha256 %s)", d.TriggerRevision, utc(&d.RevisionCreatedMs), d.ContentDigest))
+	row("cron", fmt.Sprintf("%q in %s", d.CronSpec, d.TimeZone))
+	row("misfire", string(d.MisfirePolicy))
+	row("enabled", fmt.Sprint(d.Enabled))
+	row("task", fmt.Sprintf("%s revision %d", d.TaskID, d.TaskRevision))
+	row("next fire", nextFire(d.Trigger))
+	cursor := "- (not initialised: no replica has claimed this revision yet)"
+	if d.NextFireAtMs != nil {
+		cursor = inZone(*d.NextFireAtMs, d.TimeZone)
+	}
+	row("cursor", cursor)
+	last := "-"
+	if d.LastScheduledAtMs != nil {
+		last = inZone(*d.LastScheduledAtMs, d.TimeZone)
+	}
+	row("last scheduled", last)
+	row("state version", fmt.Sprint(d.StateVersion))
+	row("claim", claim(d.Trigger))
+	row("database time", utc(&d.NowMs))
+	if d.ScheduleError != "" {
+		row("schedule error", d.ScheduleError)
+	}
+	tw.Flush()
+
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "UPCOMING (%s)\tUTC\n", d.TimeZone)
+	for _, o := range upcoming {
+		fmt.Fprintf(tw, "%s\t%s\n", o.At, o.AtUTC)
+	}
+	if !d.Enabled {
+		fmt.Fprintln(tw, "(disabled: none of these is claimed)\t")
+	}
+	tw.Flush()
+
+	fmt.Fprintln(out)
+	printRuns(out, d.Runs)
+}
+
+func printRuns(out io.Writer, runs []admin.Run) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tPROJECT\tTRIGGER\tSCHEDULED FOR\tQUEUED AT\tLAG\tSTATE\tATTEMPTS\tEVENTS")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.RunID, r.ProjectID, deref(r.TriggerID),
+			utc(r.ScheduledForMs), utc(r.QueuedAtMs), lag(r), r.State, r.Attempts, r.Events)
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(tw, "(no runs)\t\t\t\t\t\t\t\t")
+	}
+	tw.Flush()
+}
+
+func (a *app) runsCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "runs", Short: "Inspect admitted runs"}
+	var (
+		f     admin.RunFilter
+		since string
+	)
+	list := a.list("list [--project ID] [--trigger ID] [--state STATE] [--since 1h|TIME] [--limit N]", "List the most recent runs",
+		`runs list shows admitted Runs, newest first: the occurrence they are for, when they were queued,
+the admission lag (queued minus scheduled, both database times), state, Attempts and Events.
+--state keeps one state (`+strings.Join(admin.RunStates, ", ")+`); --since keeps the Runs
+admitted within a duration before the database's time (1h, 30m) or at or after an RFC 3339 time.
+
+A Run stays queued until a dispatcher, outside this scheduler (ADR-0105), claims its Attempt:
+the claimed remote_worker Attempt is the admission's own, waiting for a worker.`,
+		func() error {
+			f.SinceMs, f.Within = 0, 0
+			if since != "" {
+				if d, err := time.ParseDuration(since); err == nil && d > 0 {
+					f.Within = d
+				} else if at, err := time.Parse(time.RFC3339Nano, since); err == nil && at.UnixMilli() > 0 {
+					f.SinceMs = at.UnixMilli()
+				} else {
+					return cli.Usagef("--since %q: want a positive duration (1h, 30m) or an RFC 3339 time (2026-01-02T03:04:05Z)", since)
+				}
+			}
+			return f.Validate()
+		},
+		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
+			rows, err := r.Runs(cmd.Context(), f)
+			return document{"qlsched.runs-list/v1", struct {
+				Runs []admin.Run `json:"runs"`
+			}{rows}}, func(out io.Writer) { printRuns(out, rows) }, err
+		})
+	fl := list.Flags()
+	fl.StringVar(&f.Project, "project", "", "only this project")
+	fl.StringVar(&f.Trigger, "trigger", "", "only this trigger")
+	fl.StringVar(&f.State, "state", "", "only this state: "+strings.Join(admin.RunStates, ", "))
+	fl.StringVar(&since, "since", "", "only Runs admitted within this duration (1h) or at or after this RFC 3339 time")
+	fl.IntVar(&f.Limit, "limit", 50, fmt.Sprintf("at most this many runs, newest first (1 … %d)", admin.MaxRunsLimit))
+
+	var runID uuid.UUID
+	show := a.list("show RUN_ID", "Show one run: the Run, its Attempts and Events, lag and idempotency key",
+		`runs show prints one Run (occurrence, idempotency key, state, owner, queued time and admission
+lag), its Attempts (state, worker, session, lease, offer; whether a result or an error is
+recorded, never their content) and its Events in order.
+
+A Run admitted by the scheduler is queued with one claimed remote_worker Attempt: it waits for a
+dispatcher, which is outside this scheduler (ADR-0105), to take it.`,
+		func() error { return nil },
+		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
+			d, err := r.ShowRun(cmd.Context(), runID)
+			return document{"qlsched.runs-show/v1", d}, func(out io.Writer) { printRunShow(out, d) }, err
+		})
+	show.Args = func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return cli.Usagef("runs show takes one RUN_ID (a UUID), got %d arguments", len(args))
+		}
+		id, err := uuid.Parse(args[0])
+		if err != nil {
+			return cli.Usagef("RUN_ID %q: not a UUID", args[0])
+		}
+		runID = id
+		return nil
+	}
+	cmd.AddCommand(list, show)
+	return cmd
+}
+
+func printRunShow(out io.Writer, d admin.RunDetail) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("run", d.RunID.String())
+	row("project", d.ProjectID)
+	row("task", fmt.Sprintf("%s revision %d (execution revision %s)", d.TaskID, d.TaskRevision, d.ExecutionRevisionID))
+	if d.TriggerID != nil && d.TriggerRevision != nil {
+		row("trigger", fmt.Sprintf("%s revision %d", *d.TriggerID, *d.TriggerRevision))
+	} else {
+		row("trigger", "- (started by hand)")
+	}
+	row("scheduled for", utc(d.ScheduledForMs))
+	row("idempotency key", d.IdempotencyKey)
+	row("state", d.State)
+	row("owner", d.Owner)
+	row("queued at", utc(d.QueuedAtMs))
+	lag := "-"
+	if d.LagMs != nil {
+		lag = ms(*d.LagMs).String()
+	}
+	row("lag", lag)
+	row("cancel requested", utc(d.CancelRequestedAtMs))
+	row("finished", utc(d.FinishedAtMs))
+	if d.State == "queued" {
+		row("note", "queued: waiting for a dispatcher (outside this scheduler, ADR-0105) to take its Attempt")
+	}
+	tw.Flush()
+
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ATTEMPT\tNO\tEXECUTOR\tSTATE\tWORKER\tSTARTED\tFINISHED\tRESULT\tERROR")
+	for _, x := range d.Attempts {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.AttemptID, x.AttemptNo, x.ExecutorKind, x.State, deref(x.WorkerID),
+			utc(x.StartedAtMs), utc(x.FinishedAtMs), recorded(x.HasResult), recorded(x.HasError))
+	}
+	tw.Flush()
+
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tEVENT\tAT\tDETAIL")
+	for _, e := range d.Events {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", e.Seq, e.Type, utc(&e.AtMs), e.Detail)
+	}
+	tw.Flush()
+}
+
+func recorded(b bool) string {
+	if b {
+		return "recorded"
+	}
+	return "-"
+}

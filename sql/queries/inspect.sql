@@ -1,0 +1,53 @@
+-- Operator reads for the day-2 commands (project list, task list, runs show): read by package
+-- admin's Reader in one REPEATABLE READ READ ONLY snapshot, as any role with SELECT on
+-- control_core. Nothing here returns an executor spec (it may hold secrets), a claim token or a
+-- callback token hash.
+
+-- name: ListProjects :many
+SELECT p.project_id, p.state, p.revision, p.created_at_ms, p.updated_at_ms,
+       (SELECT count(*) FROM control_core.tasks t WHERE t.project_id = p.project_id)::bigint AS tasks,
+       (SELECT count(*) FROM control_core.trigger_schedules s WHERE s.project_id = p.project_id)::bigint AS triggers,
+       (SELECT count(*) FROM control_core.trigger_schedules s
+        JOIN control_core.trigger_revisions tr
+          ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+        WHERE s.project_id = p.project_id AND tr.enabled)::bigint AS enabled_triggers
+FROM control_core.projects p
+ORDER BY p.project_id;
+
+-- name: ListTasks :many
+-- Tasks with their head revision's execution revision (id and digest only) and how many trigger
+-- heads pin some revision of the task.
+SELECT t.project_id, t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest,
+       kr.content_digest, t.created_at_ms, t.updated_at_ms,
+       (SELECT count(*) FROM control_core.trigger_schedules s
+        JOIN control_core.trigger_revisions tr
+          ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+        WHERE tr.project_id = t.project_id AND tr.task_id = t.task_id)::bigint AS triggers
+FROM control_core.tasks t
+JOIN control_core.task_revisions kr
+  ON kr.project_id = t.project_id AND kr.task_id = t.task_id AND kr.revision = t.head_revision
+JOIN control_core.execution_revisions e ON e.execution_revision_id = kr.execution_revision_id
+WHERE (sqlc.narg(project_id)::text IS NULL OR t.project_id = sqlc.narg(project_id)::text)
+ORDER BY t.project_id, t.task_id;
+
+-- name: GetRun :one
+SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.execution_revision_id, r.trigger_id, r.trigger_revision,
+       r.scheduled_for_ms, r.idempotency_key, r.state, r.owner, r.queued_at_ms, r.cancel_requested_at_ms,
+       r.finished_at_ms, r.created_at_ms, r.updated_at_ms, control_core.db_now_ms()::bigint AS now_ms
+FROM control_core.runs r
+WHERE r.run_id = @run_id::uuid;
+
+-- name: ListAttempts :many
+-- A Run's Attempts; result and error are reported as present or not (they may hold payloads).
+SELECT a.attempt_id, a.attempt_no, a.executor_kind, a.state, a.worker_id, a.worker_session_id, a.run_lease_id,
+       a.offer_id, a.started_at_ms, a.finished_at_ms, a.created_at_ms, a.updated_at_ms,
+       (a.result IS NOT NULL)::boolean AS has_result, (a.error IS NOT NULL)::boolean AS has_error
+FROM control_core.attempts a
+WHERE a.run_id = @run_id::uuid
+ORDER BY a.attempt_no;
+
+-- name: ListRunEvents :many
+SELECT e.event_id, e.seq, e.type, e.at_ms, e.detail
+FROM control_core.run_events e
+WHERE e.run_id = @run_id::uuid
+ORDER BY e.seq;
