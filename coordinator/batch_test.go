@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 func items(claims []*Claim, period int64) []AdmitItem {
@@ -31,7 +33,7 @@ func TestBatchAdmitVerifiesEachRowOnItsOwn(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	for _, id := range []string{"a", "b", "c"} {
-		f.trigger(id, "* * * * *", MisfireSkip)
+		f.trigger(id, "* * * * *", schedule.MisfireSkip)
 		f.setCursor(id, -time.Second)
 	}
 	s := NewStore(f.rt)
@@ -74,7 +76,7 @@ func TestBatchAdmitIsolatesAWriteFault(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	for _, id := range []string{"a", "b", "c"} {
-		f.trigger(id, "* * * * *", MisfireSkip)
+		f.trigger(id, "* * * * *", schedule.MisfireSkip)
 		f.setCursor(id, -time.Second)
 	}
 	f.exec(`ALTER TABLE control_core.runs ADD CONSTRAINT injected_fault CHECK (trigger_id <> 'b')`)
@@ -105,7 +107,7 @@ func TestBatchModeReplicasAdmitEachOccurrenceOnce(t *testing.T) {
 	for i := range n {
 		// yearly: an admitted row's next occurrence cannot come due while the test runs, so
 		// "every row claimed once" is exact even across a minute boundary
-		f.trigger(fmt.Sprintf("t%02d", i), "@yearly", MisfireFireOnce)
+		f.trigger(fmt.Sprintf("t%02d", i), "@yearly", schedule.MisfireFireOnce)
 	}
 	batch := func(c *Config) { c.Budget, c.AdmitBatch = 16, 8 }
 	a, b := f.coordinator("replica-a", f.d.Pool(t, "ql_runtime"), batch), f.coordinator("replica-b", f.d.Pool(t, "ql_runtime"), batch)
@@ -155,7 +157,7 @@ func TestAdmitManyAddressesRowsByTID(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	for i := range 300 {
-		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", MisfireSkip)
+		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", schedule.MisfireSkip)
 	}
 	f.exec(`ANALYZE`)
 	conn := must(f.rt.Acquire(ctx)).of(t)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 func TestConfigBounds(t *testing.T) {
@@ -53,7 +55,7 @@ func TestRoundHonoursTheBudgetAndTheHardCap(t *testing.T) {
 	// yearly: an initialised row is not due again while the test runs (with every minute, a
 	// minute boundary between the rounds made the initialised rows due and the count wrong)
 	for i := range 300 {
-		f.trigger(fmt.Sprintf("t%03d", i), "@yearly", MisfireSkip)
+		f.trigger(fmt.Sprintf("t%03d", i), "@yearly", schedule.MisfireSkip)
 	}
 	small := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 5 })
 	if n := small.Round(ctx, nil); n != 5 {
@@ -78,10 +80,10 @@ func TestRunIdentityOnlyForAnAdmit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("init", "* * * * *", MisfireSkip)
-	f.trigger("due", "* * * * *", MisfireFireOnce) // fire_once: one Run even if a minute boundary passes
-	f.trigger("skipped", "* * * * *", MisfireSkip)
-	f.trigger("catchup", "* * * * *", MisfireFireOnce)
+	f.trigger("init", "* * * * *", schedule.MisfireSkip)
+	f.trigger("due", "* * * * *", schedule.MisfireFireOnce) // fire_once: one Run even if a minute boundary passes
+	f.trigger("skipped", "* * * * *", schedule.MisfireSkip)
+	f.trigger("catchup", "* * * * *", schedule.MisfireFireOnce)
 	f.setCursor("due", -time.Second)
 	f.setCursor("skipped", -time.Hour)
 	f.setCursor("catchup", -time.Hour)
@@ -105,7 +107,7 @@ func TestRacesAreCounted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireFireOnce) // one Run even if a minute boundary passes
+	f.trigger("a", "* * * * *", schedule.MisfireFireOnce) // one Run even if a minute boundary passes
 	f.setCursor("a", -time.Second)
 	slow := f.coordinator("slow", f.rt)
 	claim := must(slow.store.Claim(ctx, "slow", 30*time.Second)).of(t)
@@ -128,7 +130,7 @@ func TestTwoPoolsSingleClaimAndExactlyOneRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireFireOnce) // one Run even if a minute boundary passes
+	f.trigger("a", "* * * * *", schedule.MisfireFireOnce) // one Run even if a minute boundary passes
 	poolA, poolB := f.d.Pool(t, "ql_runtime"), f.d.Pool(t, "ql_runtime")
 	var pidA, pidB int
 	must(0, poolA.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA)).of(t)
@@ -168,7 +170,7 @@ func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	holderPool := f.d.Pool(t, "ql_runtime")
 	held := must(NewStore(holderPool).Claim(ctx, "holder", 2*time.Second)).of(t)
@@ -206,7 +208,7 @@ func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 func TestLifecycleStartStopDoubleStop(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	co := f.coordinator("r1", f.rt, func(c *Config) { c.Cadence = 10 * time.Millisecond })
 	lc := NewLifecycle(co, DefaultConfig("r1"))
 	lc.cadence = 10 * time.Millisecond
@@ -250,7 +252,7 @@ func TestLifecycleRoundsNeverOverlap(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	for i := range 20 {
-		f.trigger(fmt.Sprintf("t%d", i), "* * * * *", MisfireSkip)
+		f.trigger(fmt.Sprintf("t%d", i), "* * * * *", schedule.MisfireSkip)
 	}
 	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 1 })
 	lc := NewLifecycle(co, DefaultConfig("r1"))
@@ -287,7 +289,7 @@ func TestLifecycleStopIsBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireFireOnce) // an admit even if a minute boundary passes
+	f.trigger("a", "* * * * *", schedule.MisfireFireOnce) // an admit even if a minute boundary passes
 	f.setCursor("a", -time.Second)
 	// Another session locks run_events: the round's admit blocks on it.
 	blocker := must(f.su.Begin(ctx)).of(t)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // Tests of the fence and of every item the admit verifies, each on its own and in both admission
@@ -76,7 +78,7 @@ func TestAnExpiredClaimAdmitsNothingEvenUntakenOver(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
 			for _, id := range []string{"a", "b"} {
-				f.trigger(id, "* * * * *", MisfireSkip)
+				f.trigger(id, "* * * * *", schedule.MisfireSkip)
 				f.setCursor(id, -time.Second)
 			}
 			s := NewStore(f.rt)
@@ -186,7 +188,7 @@ func TestEveryVerifiedItemOnItsOwn(t *testing.T) {
 				ctx := context.Background()
 				f := newFixture(t)
 				for _, id := range []string{"a", "b"} {
-					f.trigger(id, "* * * * *", MisfireSkip)
+					f.trigger(id, "* * * * *", schedule.MisfireSkip)
 					f.setCursor(id, -2*time.Second)
 				}
 				s := NewStore(f.rt)
@@ -262,7 +264,7 @@ func splitStatements(sql string) []string {
 func TestAdvanceNeverMovesTheCursorBack(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	c := claimAll(t, s, "replica", 30*time.Second, 1)[0]
@@ -286,8 +288,8 @@ func TestEveryAdmittedKeyHasTheDocumentedFormat(t *testing.T) {
 			f := newFixture(t)
 			want := map[string]string{} // trigger → key
 			for _, id := range []string{"night-ly_2", "x", "a0"} {
-				f.trigger(id, "* * * * *", MisfireSkip)
-				pub := f.trigger(id, "*/1 * * * *", MisfireSkip) // revision 2: a key without it cannot pass
+				f.trigger(id, "* * * * *", schedule.MisfireSkip)
+				pub := f.trigger(id, "*/1 * * * *", schedule.MisfireSkip) // revision 2: a key without it cannot pass
 				cursor := f.setCursor(id, -time.Second)
 				want[id] = fmt.Sprintf("ql3:cron:v1:%s:%d:%d", id, pub.Revision, cursor)
 			}
@@ -345,7 +347,7 @@ func TestBatchAdmitRefusesCorruptRevisions(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
 			for _, id := range []string{"a", "b"} {
-				f.trigger(id, "* * * * *", MisfireSkip)
+				f.trigger(id, "* * * * *", schedule.MisfireSkip)
 				f.setCursor(id, -time.Second)
 			}
 			s := NewStore(f.rt)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/limits"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // InvalidError is input rejected before anything was written.
@@ -120,7 +121,7 @@ func (p *Publisher) PublishTask(ctx context.Context, project, task string, spec 
 type TriggerSpec struct {
 	Project, Trigger, Task string
 	Cron, TimeZone         string
-	Misfire                MisfirePolicy
+	Misfire                schedule.MisfirePolicy
 	Enabled                bool
 }
 
@@ -133,7 +134,7 @@ func (t TriggerSpec) Validate() error {
 			return err
 		}
 	}
-	if _, err := ParseMisfirePolicy(string(t.Misfire)); err != nil {
+	if _, err := schedule.ParseMisfirePolicy(string(t.Misfire)); err != nil {
 		return &InvalidError{Err: err}
 	}
 	if err := limits.CheckCronSpec(t.Cron); err != nil {
@@ -142,7 +143,7 @@ func (t TriggerSpec) Validate() error {
 	if err := limits.CheckTimeZone(t.TimeZone); err != nil {
 		return invalidf("--timezone: %w", err)
 	}
-	if _, err := ParseSchedule(t.Cron, t.TimeZone); err != nil {
+	if _, err := schedule.ParseSchedule(t.Cron, t.TimeZone); err != nil {
 		return &InvalidError{Err: err}
 	}
 	return nil

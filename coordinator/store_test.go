@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // fire claims trigger's row as owner and admits its cursor occurrence.
@@ -31,7 +33,7 @@ func TestClaimOrderNullsFirstThenDueTimeSkippingLockedRows(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
-		f.trigger(id, "* * * * *", MisfireSkip)
+		f.trigger(id, "* * * * *", schedule.MisfireSkip)
 	}
 	f.setCursor("a", -1*time.Minute)
 	f.setCursor("b", -3*time.Minute)
@@ -67,7 +69,7 @@ func TestClaimWritesTheFourPartFenceWithDatabaseTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	pub := f.trigger("a", "* * * * *", MisfireSkip)
+	pub := f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	c := must(NewStore(f.rt).Claim(ctx, "replica-1", 7*time.Second)).of(t)
 	switch {
 	case c == nil:
@@ -86,7 +88,7 @@ func TestExpiryTakeoverConditions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	s := NewStore(f.rt)
 	first := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
 	if c := must(s.Claim(ctx, "r2", 30*time.Second)).of(t); c != nil {
@@ -105,7 +107,7 @@ func TestFullFenceRaceSameOwnerName(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	old := must(s.Claim(ctx, "replica", 30*time.Second)).of(t)
@@ -134,7 +136,7 @@ func TestAdmitWritesRunAttemptEventsAndAdvancesAtomically(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	pub := f.trigger("nightly", "0 3 * * *", MisfireSkip)
+	pub := f.trigger("nightly", "0 3 * * *", schedule.MisfireSkip)
 	cursor := f.setCursor("nightly", -time.Second)
 	c, a, out := fireOnce(t, NewStore(f.rt), "r1")
 	if out != Written {
@@ -177,7 +179,7 @@ func TestAdmitRollsBackOnAnInjectedWriteFault(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	f.exec(`ALTER TABLE control_core.run_events ADD CONSTRAINT injected_fault CHECK (type <> 'run.queued')`)
 	s := NewStore(f.rt)
@@ -225,7 +227,7 @@ func TestAdmitRefusesCorruptOrChangedRevisions(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			f := newFixture(t)
-			f.trigger("a", "*/5 * * * *", MisfireSkip)
+			f.trigger("a", "*/5 * * * *", schedule.MisfireSkip)
 			f.setCursor("a", -time.Second)
 			s := NewStore(f.rt)
 			c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
@@ -245,11 +247,11 @@ func TestRepublishInvalidatesAnOutstandingClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireFireOnce)
+	f.trigger("a", "* * * * *", schedule.MisfireFireOnce)
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
-	pub := f.trigger("a", "*/2 * * * *", MisfireFireOnce)
+	pub := f.trigger("a", "*/2 * * * *", schedule.MisfireFireOnce)
 	if pub.Revision != 2 || pub.ClaimVersion != c.ClaimVersion+1 {
 		t.Errorf("republish: revision %d claim_version %d; want 2 and %d", pub.Revision, pub.ClaimVersion, c.ClaimVersion+1)
 	}
@@ -270,7 +272,7 @@ func TestSkipAdvancesOnlyAndIsFenced(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("hourly", "0 * * * *", MisfireSkip)
+	f.trigger("hourly", "0 * * * *", schedule.MisfireSkip)
 	f.setCursor("hourly", -5*time.Hour) // a long outage
 	co := f.coordinator("r1", f.rt)
 	if n := co.Round(ctx, nil); n != 1 {
@@ -314,14 +316,14 @@ func TestClaimFiltersAndTieBreak(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"z", "m", "off"} {
-		f.trigger(id, "* * * * *", MisfireSkip)
+		f.trigger(id, "* * * * *", schedule.MisfireSkip)
 	}
 	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "a-first", Trigger: "z", Task: "task",
-		Cron: "* * * * *", TimeZone: "UTC", Misfire: MisfireSkip, Enabled: true}); err != nil {
+		Cron: "* * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "p", Trigger: "off", Task: "task",
-		Cron: "* * * * *", TimeZone: "UTC", Misfire: MisfireSkip, Enabled: false}); err != nil {
+		Cron: "* * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: false}); err != nil {
 		t.Fatal(err)
 	}
 	// every row at the same cursor, so only the tie-break orders them
@@ -349,7 +351,7 @@ func TestAdmitChecksTokenAndVersionOnTheirOwn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	live := must(s.Claim(ctx, "replica", 30*time.Second)).of(t)
@@ -395,7 +397,7 @@ func TestAdmitVerifiesTheDecisionsObservation(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			f := newFixture(t)
-			f.trigger("a", "* * * * *", MisfireSkip)
+			f.trigger("a", "* * * * *", schedule.MisfireSkip)
 			f.setCursor("a", -2*time.Second)
 			s := NewStore(f.rt)
 			claim := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
@@ -433,9 +435,9 @@ func TestSameTriggerIDInTwoProjectsAdmitsBoth(t *testing.T) {
 	if _, err := f.admin.PublishTask(ctx, "q", "task", []byte(`{"image":"example/job:1"}`)); err != nil {
 		t.Fatal(err)
 	}
-	f.trigger("nightly", "0 3 * * *", MisfireSkip)
+	f.trigger("nightly", "0 3 * * *", schedule.MisfireSkip)
 	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "q", Trigger: "nightly", Task: "task",
-		Cron: "0 3 * * *", TimeZone: "UTC", Misfire: MisfireSkip, Enabled: true}); err != nil {
+		Cron: "0 3 * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
 	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = (control_core.db_now_ms() - 1000) / 1000 * 1000,
@@ -461,7 +463,7 @@ func TestAdmitRetriesASerializationFailure(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
@@ -503,7 +505,7 @@ func TestPublishTriggersAllOrNone(t *testing.T) {
 	ctx := context.Background()
 	spec := func(project, trigger, task, cron string) TriggerSpec {
 		return TriggerSpec{Project: project, Trigger: trigger, Task: task, Cron: cron, TimeZone: "UTC",
-			Misfire: MisfireSkip, Enabled: true}
+			Misfire: schedule.MisfireSkip, Enabled: true}
 	}
 	published := func() int {
 		return f.count(`SELECT count(*) FROM control_core.admin_audit_log WHERE action = 'trigger.publish'`)

@@ -17,6 +17,7 @@ import (
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/limits"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // publishErr maps publisher errors onto the exit-code contract.
@@ -159,7 +160,7 @@ trailing spaces are refused (not trimmed). --timezone: an IANA name of at most 6
 backlog (docs/scheduling.md has the exact rule).`,
 		Example: `  qlsched trigger publish --project billing --trigger nightly --task invoice --cron "0 3 * * *" --timezone Europe/Berlin --misfire fire_once`,
 		PreRunE: func(*cobra.Command, []string) error {
-			t.Misfire, t.Enabled = coordinator.MisfirePolicy(misfire), !disabled
+			t.Misfire, t.Enabled = schedule.MisfirePolicy(misfire), !disabled
 			if err := t.Validate(); err != nil {
 				return &cli.UsageError{Err: err}
 			}

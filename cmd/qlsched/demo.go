@@ -18,6 +18,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/pgcluster"
 	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 func (a *app) demoCmd() *cobra.Command {
@@ -74,10 +75,10 @@ database at the end.`,
 // demoTriggers are the sample triggers: every second, every 2 s catching up once, every 5 s
 // skipping after an outage, and a daily one that initialises and waits.
 var demoTriggers = []coordinator.TriggerSpec{
-	{Trigger: "every-second", Cron: "* * * * * *", TimeZone: "UTC", Misfire: coordinator.MisfireSkip},
-	{Trigger: "every-2s", Cron: "*/2 * * * * *", TimeZone: "Europe/Berlin", Misfire: coordinator.MisfireFireOnce},
-	{Trigger: "every-5s", Cron: "*/5 * * * * *", TimeZone: "America/New_York", Misfire: coordinator.MisfireSkip},
-	{Trigger: "nightly", Cron: "0 3 * * *", TimeZone: "Asia/Tokyo", Misfire: coordinator.MisfireFireOnce},
+	{Trigger: "every-second", Cron: "* * * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip},
+	{Trigger: "every-2s", Cron: "*/2 * * * * *", TimeZone: "Europe/Berlin", Misfire: schedule.MisfireFireOnce},
+	{Trigger: "every-5s", Cron: "*/5 * * * * *", TimeZone: "America/New_York", Misfire: schedule.MisfireSkip},
+	{Trigger: "nightly", Cron: "0 3 * * *", TimeZone: "Asia/Tokyo", Misfire: schedule.MisfireFireOnce},
 }
 
 // runDemo runs the demo on server (a superuser connection) in a database of its own, or, when

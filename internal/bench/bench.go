@@ -28,6 +28,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/pgcluster"
 	"github.com/qlcontrol/controlcore/roles"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // Scenarios.
@@ -385,7 +386,7 @@ func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config
 		var specs []coordinator.TriggerSpec
 		for i := from; i < min(from+publishChunk, cfg.Triggers); i++ {
 			specs = append(specs, coordinator.TriggerSpec{Project: project, Trigger: fmt.Sprintf("t%07d", i),
-				Task: "job", Cron: spec(i), TimeZone: "UTC", Misfire: coordinator.MisfireFireOnce, Enabled: true})
+				Task: "job", Cron: spec(i), TimeZone: "UTC", Misfire: schedule.MisfireFireOnce, Enabled: true})
 		}
 		if _, err := pub.PublishTriggers(ctx, specs); err != nil {
 			return 0, err

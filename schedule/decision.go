@@ -1,4 +1,4 @@
-package coordinator
+package schedule
 
 // The cron + misfire decision maker. Everything in this file is pure: no I/O, no
 // database and no clock. Times are int64 milliseconds since the Unix epoch as
