@@ -11,16 +11,16 @@ import (
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
-// Tests of the fence and of every item the admit verifies, each on its own and in both admission
-// paths: the one-row Admit statement and the set-based AdmitMany (AdmitBatch with more than one
-// item). They are written from ADR-0105's list ("before committing, the admission re-locks and
+// Tests of the fence and of every item the admit verifies, each on its own and at two batch sizes
+// of the one admission statement (Admit): one row per transaction (the ADR's admit) and the rows
+// of a test admitted together (AdmitBatch with more than one item). They are written from ADR-0105's list ("before committing, the admission re-locks and
 // verifies, item by item"), and each names the item it breaks, so that the mutation list of
 // docs/testing.md can point at the test that must kill each mutation.
 
-// admitPath is one of the two admission statements.
+// admitPath is a batch size of the admission statement.
 type admitPath struct {
 	name  string
-	batch bool // AdmitMany: the claims are admitted together in one statement
+	batch bool // the claims are admitted together, in one statement; else one AdmitBatch per claim
 }
 
 var admitPaths = []admitPath{{"admit", false}, {"batch admit", true}}
@@ -35,13 +35,13 @@ func claimAll(t *testing.T, s *Store, owner string, lease time.Duration, n int) 
 	return claims
 }
 
-// admitEach admits its on path: one Admit statement per item, or all of them in one AdmitMany.
+// admitEach admits its on path: one admit per item (batch size 1), or all of them in one (size ≥ 2).
 func admitEach(t *testing.T, s *Store, p admitPath, its []AdmitItem) []AdmitResult {
 	t.Helper()
 	ctx := context.Background()
 	if p.batch {
 		if len(its) < 2 {
-			t.Fatal("a batch admit of fewer than 2 items runs the one-row statement")
+			t.Fatal("a batch admit of fewer than 2 items is the single-row path")
 		}
 		return s.AdmitBatch(ctx, its, 3)
 	}
@@ -335,8 +335,8 @@ func TestEveryAdmittedKeyHasTheDocumentedFormat(t *testing.T) {
 	}
 }
 
-// The batch path recomputes every digest from the rows, as the one-row admit does
-// (TestAdmitRefusesCorruptOrChangedRevisions): a revision edited behind its digest admits nothing.
+// At batch size 2 too the admit recomputes every digest from the rows (as at size 1,
+// TestAdmitRefusesCorruptOrChangedRevisions): a revision edited behind its digest admits nothing.
 func TestBatchAdmitRefusesCorruptRevisions(t *testing.T) {
 	t.Parallel()
 	for name, tamper := range map[string]string{

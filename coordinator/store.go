@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
@@ -138,8 +137,8 @@ type AdmitResult struct {
 }
 
 // AdmitBatch admits every item in ONE SERIALIZABLE transaction, sent as one pipeline (BEGIN,
-// the admit, COMMIT). One item runs the ADR's admit statement; more run AdmitMany, the same
-// checks for every row in one set-based statement. Each row is verified on its own: an item whose
+// the admit, COMMIT), with the one admission statement (Admit), which checks every row on its
+// own in one set-based statement, for one item as for many. Each row is verified on its own: an item whose
 // checks fail writes nothing and is diagnosed on its own, while the others commit. A
 // serialization failure retries the whole batch (bounded); any other error, or a serialization
 // failure that outlasts the retries, aborts the transaction, so the items are then admitted one
@@ -156,8 +155,8 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 					results[i].Outcome, results[i].Err = s.diagnose(ctx, items[i].Claim)
 					continue
 				}
-				results[i].Outcome, results[i].Admitted.RunID = Written, written[i].RunID
-				results[i].AttemptID, results[i].AdmittedAtMs = written[i].AttemptID, written[i].AdmittedAtMs.Int64
+				results[i].Outcome, results[i].Admitted = Written, *written[i]
+				results[i].Retries = retried
 			}
 			return results
 		}
@@ -191,40 +190,14 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 	return results
 }
 
-// admitOnce runs one SERIALIZABLE transaction admitting items and returns, per item, what was
-// written, or nil where the item's verification wrote nothing. Results count only if the
+// admitOnce runs one SERIALIZABLE transaction admitting items with the one admission statement
+// (Admit, one element per item: one item is the ADR's single admit) and returns, per item, what
+// was written, or nil where the item's verification wrote nothing. Results count only if the
 // transaction committed (err == nil).
-func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db.AdmitRow, err error) {
-	written = make([]*db.AdmitRow, len(items))
-	tx := pipelinedTx{pool: s.pool, begin: "BEGIN ISOLATION LEVEL SERIALIZABLE"}
-	if len(items) > 1 {
-		tx.settings = batchAdmitSettings
-	}
-	q := db.New(tx)
-	if len(items) == 1 {
-		it, c := items[0], items[0].Claim
-		br := q.Admit(ctx, []db.AdmitParams{{
-			NextFireAtMs: it.Next, ScheduledForMs: it.ScheduledFor, ProjectID: c.ProjectID, TriggerID: c.TriggerID,
-			ClaimOwner: c.ClaimOwner.String, ClaimToken: c.ClaimToken.UUID, ClaimVersion: c.ClaimVersion,
-			TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs.Int64,
-			ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
-			TaskDigest: c.TaskDigest, ExecutionRevisionID: c.ExecutionRevisionID, ExecutionDigest: c.ExecutionDigest,
-			RunID: it.RunID, RowCtid: c.RowCtid, ObservedAtMs: c.ClaimedAtMs,
-		}})
-		br.QueryRow(func(_ int, row db.AdmitRow, rerr error) {
-			switch {
-			case rerr == nil:
-				written[0] = &row
-			case !errors.Is(rerr, pgx.ErrNoRows):
-				err = rerr
-			}
-		})
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		return written, err
-	}
-	var p db.AdmitManyParams
+func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*Admitted, err error) {
+	written = make([]*Admitted, len(items))
+	q := db.New(pipelinedTx{pool: s.pool, begin: "BEGIN ISOLATION LEVEL SERIALIZABLE", settings: admitSettings})
+	var p db.AdmitParams
 	for _, it := range items {
 		c := it.Claim
 		p.RowCtids, p.ProjectIds, p.TriggerIds = append(p.RowCtids, c.RowCtid), append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID)
@@ -232,24 +205,24 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db
 		p.ClaimVersions, p.TriggerRevisions = append(p.ClaimVersions, c.ClaimVersion), append(p.TriggerRevisions, c.TriggerRevision)
 		p.StateVersions, p.CursorsMs = append(p.StateVersions, c.StateVersion), append(p.CursorsMs, c.NextFireAtMs.Int64)
 		p.ScheduledForMs, p.NextFireAtMs = append(p.ScheduledForMs, it.ScheduledFor), append(p.NextFireAtMs, it.Next)
-		p.ObservedAtMs = append(p.ObservedAtMs, c.ClaimedAtMs)
+		p.ClaimedAtMs = append(p.ClaimedAtMs, c.ClaimedAtMs)
 		p.ProjectRevisions, p.ProjectDigests = append(p.ProjectRevisions, c.ProjectRevision), append(p.ProjectDigests, c.ProjectDigest)
 		p.TriggerDigests, p.TaskDigests = append(p.TriggerDigests, c.TriggerDigest), append(p.TaskDigests, c.TaskDigest)
 		p.ExecutionRevisionIds, p.ExecutionDigests = append(p.ExecutionRevisionIds, c.ExecutionRevisionID), append(p.ExecutionDigests, c.ExecutionDigest)
 		p.RunIds = append(p.RunIds, it.RunID)
 	}
-	br := q.AdmitMany(ctx, []db.AdmitManyParams{p})
-	br.Query(func(_ int, rows []db.AdmitManyRow, rerr error) {
+	br := q.Admit(ctx, []db.AdmitParams{p})
+	br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
 		if rerr != nil {
 			err = rerr
 			return
 		}
 		for _, r := range rows {
 			if r.Ord < 1 || int(r.Ord) > len(items) || written[r.Ord-1] != nil {
-				err = fmt.Errorf("admit batch: result for item %d of %d is out of range or repeated", r.Ord, len(items))
+				err = fmt.Errorf("admit: result for item %d of %d is out of range or repeated", r.Ord, len(items))
 				return
 			}
-			written[r.Ord-1] = &db.AdmitRow{RunID: r.RunID, AttemptID: r.AttemptID, AdmittedAtMs: pgtype.Int8{Int64: r.AdmittedAtMs, Valid: true}}
+			written[r.Ord-1] = &Admitted{RunID: r.RunID, AttemptID: r.AttemptID, AdmittedAtMs: r.AdmittedAtMs}
 		}
 	})
 	if cerr := br.Close(); err == nil {
@@ -284,14 +257,13 @@ var hotSettings = func() string {
 	return "SELECT " + strings.Join(calls, ", ")
 }()
 
-// batchAdmitSettings add, for the batch admit only, joins in the order written: it joins eight
-// relations, and searching every order cost 100 ms per plan (alone; several times that under
-// load). A generic plan is rebuilt whenever autovacuum or autoanalyze invalidates it, which under
-// a steady insert load was every few seconds on every connection: 48 plans, 8.7 s of planning, in
-// a 15 s batch bench (pg_stat_statements); 27 plans and 0.27 s with this. The written order is the
-// plan the tests check (TID scan first). The one-row admit keeps the planner's choice: seven
-// relations plan in milliseconds.
-var batchAdmitSettings = hotSettings + ", set_config('join_collapse_limit', '1', true)"
+// admitSettings add, for the admit, joins in the order written: it joins eight relations, and
+// searching every order cost 100 ms per plan (alone; several times that under load). A generic
+// plan is rebuilt whenever autovacuum or autoanalyze invalidates it, which under a steady insert
+// load was every few seconds on every connection: 48 plans, 8.7 s of planning, in a 15 s batch
+// bench (pg_stat_statements); 27 plans and 0.27 s with this. The written order is the plan the
+// tests check (TID scan first), for one row as for many.
+var admitSettings = hotSettings + ", set_config('join_collapse_limit', '1', true)"
 
 // pipelinedTx sends a batch of sqlc queries as one pipeline, one round trip: the hot settings,
 // the queries, then one Sync. Without begin the pipeline is PostgreSQL's implicit transaction,
@@ -427,7 +399,7 @@ func (s *Store) diagnose(ctx context.Context, c *Claim) (Outcome, error) {
 		return Race, nil // the schedule row is gone
 	case err != nil:
 		return "", fmt.Errorf("diagnose admit of %s/%s: %w", c.ProjectID, c.TriggerID, err)
-	case !d.FenceHeld || !d.FenceLive || !d.ScheduleUnchanged:
+	case !d.FenceHolds || !d.ScheduleUnchanged:
 		return Race, nil
 	case !d.DigestsValid:
 		return Corrupt, nil
