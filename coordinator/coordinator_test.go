@@ -20,30 +20,31 @@ func TestConfigBounds(t *testing.T) {
 	cases := []struct {
 		name   string
 		mutate func(*Config)
-		flag   string
+		field  string
 	}{
 		{"defaults", func(*Config) {}, ""},
-		{"budget 0", func(c *Config) { c.Budget = 0 }, "--budget"},
-		{"budget 257", func(c *Config) { c.Budget = 257 }, "--budget"},
+		{"budget 0", func(c *Config) { c.Budget = 0 }, "Budget"},
+		{"budget 257", func(c *Config) { c.Budget = 257 }, "Budget"},
 		{"budget 256", func(c *Config) { c.Budget = 256 }, ""},
-		{"lease 0", func(c *Config) { c.Lease = 0 }, "--lease"},
-		{"lease under 2 x cadence", func(c *Config) { c.Cadence = 10 * time.Second; c.Lease = 15 * time.Second }, "--lease"},
-		{"cadence 5ms", func(c *Config) { c.Cadence = 5 * time.Millisecond }, "--cadence"},
-		{"cadence 2m", func(c *Config) { c.Cadence = 2 * time.Minute; c.Lease = 5 * time.Minute }, "--cadence"},
-		{"drain 0", func(c *Config) { c.DrainTimeout = 0 }, "--drain-timeout"},
-		{"drain 11m", func(c *Config) { c.DrainTimeout = 11 * time.Minute }, "--drain-timeout"},
-		{"owner with a space", func(c *Config) { c.Owner = "a b" }, "--owner"},
-		{"owner empty", func(c *Config) { c.Owner = "" }, "--owner"},
+		{"lease 0", func(c *Config) { c.Lease = 0 }, "Lease"},
+		{"lease under 2 x cadence", func(c *Config) { c.Cadence = 10 * time.Second; c.Lease = 15 * time.Second }, "Lease"},
+		{"cadence 5ms", func(c *Config) { c.Cadence = 5 * time.Millisecond }, "Cadence"},
+		{"cadence 2m", func(c *Config) { c.Cadence = 2 * time.Minute; c.Lease = 5 * time.Minute }, "Cadence"},
+		{"drain 0", func(c *Config) { c.DrainTimeout = 0 }, "DrainTimeout"},
+		{"drain 11m", func(c *Config) { c.DrainTimeout = 11 * time.Minute }, "DrainTimeout"},
+		{"owner with a space", func(c *Config) { c.Owner = "a b" }, "Owner"},
+		{"owner empty", func(c *Config) { c.Owner = "" }, "Owner"},
 	}
 	for _, tc := range cases {
 		cfg := DefaultConfig("replica-1")
 		tc.mutate(&cfg)
 		err := cfg.Validate()
+		var ce *ConfigError
 		switch {
-		case tc.flag == "" && err != nil:
+		case tc.field == "" && err != nil:
 			t.Errorf("%s: %v, want valid", tc.name, err)
-		case tc.flag != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.flag)):
-			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.flag)
+		case tc.field != "" && (!errors.As(err, &ce) || ce.Field != tc.field || strings.Contains(err.Error(), "--")):
+			t.Errorf("%s: %v, want a ConfigError naming the field %s (and no flag)", tc.name, err, tc.field)
 		}
 	}
 }
