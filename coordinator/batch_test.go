@@ -21,7 +21,7 @@ import (
 func items(claims []*Claim, period int64) []AdmitItem {
 	out := make([]AdmitItem, len(claims))
 	for i, c := range claims {
-		out[i] = AdmitItem{Claim: c, ScheduledFor: c.NextFireAtMs.Int64, Next: c.NextFireAtMs.Int64 + period, RunID: uuid.New()}
+		out[i] = AdmitItem{Claim: c, ScheduledFor: *c.CursorMs, Next: *c.CursorMs + period, RunID: uuid.New()}
 	}
 	return out
 }
@@ -43,7 +43,7 @@ func TestBatchAdmitVerifiesEachRowOnItsOwn(t *testing.T) {
 	}
 	tokens := map[uuid.UUID]bool{}
 	for _, c := range claims {
-		tokens[c.ClaimToken.UUID] = true
+		tokens[c.Fence.Token] = true
 	}
 	if len(tokens) != 3 {
 		t.Errorf("%d distinct claim tokens for 3 rows: each row needs its own fence", len(tokens))

@@ -138,7 +138,7 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 	for _, claim := range claims {
 		// every line about a schedule names it, its revision, its occurrence and (via c.log) the owner
 		log := c.log.With("project", claim.ProjectID, "trigger", claim.TriggerID, "revision", claim.TriggerRevision,
-			"next_fire_at_ms", claim.NextFireAtMs.Int64)
+			"next_fire_at_ms", claim.cursorAttr())
 		if claim.Takeover {
 			c.Stats.Takeovers.Add(1)
 			log.Info("took over an expired claim")
@@ -156,10 +156,10 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 		case schedule.DecisionInit:
 			c.advance(ctx, log, claim, d.NextFireAtMs, &c.Stats.Releases, "init")
 		case schedule.DecisionNotDue:
-			c.advance(ctx, log, claim, claim.NextFireAtMs.Int64, &c.Stats.Releases, "release")
+			c.advance(ctx, log, claim, d.NextFireAtMs, &c.Stats.Releases, "release") // the unchanged cursor
 		default:
 			c.fail("decide", fmt.Errorf("unknown decision %q", d.Kind), "project", claim.ProjectID, "trigger", claim.TriggerID,
-				"revision", claim.TriggerRevision, "next_fire_at_ms", claim.NextFireAtMs.Int64)
+				"revision", claim.TriggerRevision, "next_fire_at_ms", claim.cursorAttr())
 		}
 	}
 	if len(fires) == 0 {
@@ -182,7 +182,7 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 // policy that no longer parses is corrupt: it fails closed, and the claim is left to expire,
 // which also spaces out the retries.
 func (c *Coordinator) decide(log *slog.Logger, claim *Claim) (schedule.Decision, bool) {
-	sched, err := c.schedule(claim.CronSpec, claim.Timezone)
+	sched, err := c.schedule(claim.CronSpec, claim.TimeZone)
 	if err != nil {
 		c.corrupt()
 		log.Error("unusable cron spec or time zone; claim left to expire", "err", err)
@@ -194,9 +194,9 @@ func (c *Coordinator) decide(log *slog.Logger, claim *Claim) (schedule.Decision,
 		log.Error("unusable misfire policy; claim left to expire", "err", err)
 		return schedule.Decision{}, false
 	}
-	// The observation is the claim's claimAcquiredAtMs, the clock's lower bound the claim wrote
+	// The observation is the claim's ClaimedAtMs, the clock's lower bound the claim wrote
 	// (ADR-0107), so the admit can verify the decision against the row itself.
-	return schedule.Decide(sched, policy, cursorOf(claim), claim.ClaimedAtMs), true
+	return schedule.Decide(sched, policy, claim.CursorMs, claim.ClaimedAtMs), true
 }
 
 func (c *Coordinator) admitted(log *slog.Logger, it AdmitItem, d schedule.Decision, r AdmitResult) {
@@ -228,7 +228,7 @@ func (c *Coordinator) advance(ctx context.Context, log *slog.Logger, claim *Clai
 	switch {
 	case err != nil:
 		c.fail(what, err, "project", claim.ProjectID, "trigger", claim.TriggerID, "revision", claim.TriggerRevision,
-			"next_fire_at_ms", claim.NextFireAtMs.Int64)
+			"next_fire_at_ms", claim.cursorAttr())
 	case outcome == Race:
 		c.Stats.Races.Add(1)
 		log.Info(what + " lost its fence (race)")

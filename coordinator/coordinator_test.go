@@ -192,13 +192,13 @@ func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 	if took == nil {
 		t.Fatal("no takeover within 30 s of a 2 s lease")
 	}
-	if took.NowMs < held.ClaimExpiresAtMs.Int64 {
-		t.Errorf("taken over at db time %d, before the claim expired at %d", took.NowMs, held.ClaimExpiresAtMs.Int64)
+	if took.ClaimedAtMs < held.Fence.ExpiresAtMs {
+		t.Errorf("taken over at db time %d, before the claim expired at %d", took.ClaimedAtMs, held.Fence.ExpiresAtMs)
 	}
-	if took.ClaimVersion != held.ClaimVersion+1 {
-		t.Errorf("claim version %d, want %d", took.ClaimVersion, held.ClaimVersion+1)
+	if took.Fence.Version != held.Fence.Version+1 {
+		t.Errorf("claim version %d, want %d", took.Fence.Version, held.Fence.Version+1)
 	}
-	if _, out, err := taker.Admit(ctx, took, took.NextFireAtMs.Int64, took.NextFireAtMs.Int64+60_000, uuid.New(), 3); err != nil || out != Written {
+	if _, out, err := taker.Admit(ctx, took, *took.CursorMs, *took.CursorMs+60_000, uuid.New(), 3); err != nil || out != Written {
 		t.Fatalf("admit after takeover: %v %v", out, err)
 	}
 	if n := f.audit(); n != 1 {

@@ -85,7 +85,7 @@ func TestAnExpiredClaimAdmitsNothingEvenUntakenOver(t *testing.T) {
 			claims := claimAll(t, s, "replica", 300*time.Millisecond, 2) // the lease runs out by itself
 			var expires int64
 			for _, c := range claims {
-				expires = max(expires, c.ClaimExpiresAtMs.Int64)
+				expires = max(expires, c.Fence.ExpiresAtMs)
 			}
 			f.waitForDatabaseTimePast(expires)
 			res := admitEach(t, s, p, items(claims, 60_000))
@@ -93,7 +93,7 @@ func TestAnExpiredClaimAdmitsNothingEvenUntakenOver(t *testing.T) {
 				if r.Err != nil || r.Outcome != Race {
 					t.Errorf("%s: admit under an expired claim: %s, %v; want a race", claims[i].TriggerID, r.Outcome, r.Err)
 				}
-				for _, next := range []int64{claims[i].NextFireAtMs.Int64, claims[i].NextFireAtMs.Int64 + 60_000} { // release, skip
+				for _, next := range []int64{*claims[i].CursorMs, *claims[i].CursorMs + 60_000} { // release, skip
 					if out, err := s.Advance(context.Background(), claims[i], next); err != nil || out != Race {
 						t.Errorf("%s: advance to %d under an expired claim: %s, %v; want a race", claims[i].TriggerID, next, out, err)
 					}
@@ -105,7 +105,7 @@ func TestAnExpiredClaimAdmitsNothingEvenUntakenOver(t *testing.T) {
 			for _, c := range claims {
 				if f.count(`SELECT count(*) FROM control_core.trigger_schedules WHERE trigger_id = $1
 					AND claim_token = $2 AND state_version = $3 AND next_fire_at_ms = $4`,
-					c.TriggerID, c.ClaimToken.UUID, c.StateVersion, c.NextFireAtMs.Int64) != 1 {
+					c.TriggerID, c.Fence.Token, c.StateVersion, *c.CursorMs) != 1 {
 					t.Errorf("%s: the expired claim's row changed", c.TriggerID)
 				}
 			}
@@ -135,12 +135,12 @@ type forgery struct {
 }
 
 var forgeries = []forgery{
-	{name: "owner", claim: func(c *Claim, _, _ *int64) { c.ClaimOwner.String += "-other" }, advance: true},
-	{name: "token", claim: func(c *Claim, _, _ *int64) { c.ClaimToken.UUID = uuid.New() }, advance: true},
-	{name: "claim version", claim: func(c *Claim, _, _ *int64) { c.ClaimVersion-- }, advance: true},
+	{name: "owner", claim: func(c *Claim, _, _ *int64) { c.Fence.Owner += "-other" }, advance: true},
+	{name: "token", claim: func(c *Claim, _, _ *int64) { c.Fence.Token = uuid.New() }, advance: true},
+	{name: "claim version", claim: func(c *Claim, _, _ *int64) { c.Fence.Version-- }, advance: true},
 	{name: "trigger revision", claim: func(c *Claim, _, _ *int64) { c.TriggerRevision++ }, advance: true},
 	{name: "state version", claim: func(c *Claim, _, _ *int64) { c.StateVersion-- }, advance: true},
-	{name: "cursor", claim: func(c *Claim, _, _ *int64) { c.NextFireAtMs.Int64 -= 60_000 }, advance: true},
+	{name: "cursor", claim: func(c *Claim, _, _ *int64) { cur := *c.CursorMs - 60_000; c.CursorMs = &cur }, advance: true},
 	{name: "row address", claim: func(c *Claim, _, _ *int64) { c.RowCtid = "(4000,1)" }},
 	{name: "observation", claim: func(c *Claim, _, next *int64) { c.ClaimedAtMs -= 500; *next = c.ClaimedAtMs + 1 }},
 	{name: "candidate before the cursor", claim: func(c *Claim, scheduled, _ *int64) { *scheduled -= 60_000 }},
@@ -224,14 +224,14 @@ func TestEveryVerifiedItemOnItsOwn(t *testing.T) {
 					t.Errorf("%d runs of the forged row, want 0", n)
 				}
 				if fg.advance {
-					for _, next := range []int64{forged.NextFireAtMs.Int64, its[0].Next} { // release, skip
+					for _, next := range []int64{*forged.CursorMs, its[0].Next} { // release, skip
 						if out, err := s.Advance(ctx, &forged, next); err != nil || out != Race {
 							t.Errorf("advance to %d with a forged %s: %s, %v; want a race", next, fg.name, out, err)
 						}
 					}
 				}
 				if f.count("SELECT count(*) FROM control_core.trigger_schedules WHERE trigger_id = $1 AND claim_token = $2",
-					forged.TriggerID, claims[0].ClaimToken.UUID) != 1 {
+					forged.TriggerID, claims[0].Fence.Token) != 1 {
 					t.Error("the forged row's real claim is no longer held: something wrote to it")
 				}
 			})
@@ -268,10 +268,10 @@ func TestAdvanceNeverMovesTheCursorBack(t *testing.T) {
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	c := claimAll(t, s, "replica", 30*time.Second, 1)[0]
-	if out, err := s.Advance(context.Background(), c, c.NextFireAtMs.Int64-60_000); err != nil || out != Race {
+	if out, err := s.Advance(context.Background(), c, *c.CursorMs-60_000); err != nil || out != Race {
 		t.Errorf("advance to before the cursor: %s, %v; want a race", out, err)
 	}
-	if out, err := s.Advance(context.Background(), c, c.NextFireAtMs.Int64); err != nil || out != Written {
+	if out, err := s.Advance(context.Background(), c, *c.CursorMs); err != nil || out != Written {
 		t.Errorf("release at the cursor: %s, %v; want written", out, err)
 	}
 }

@@ -14,23 +14,11 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
 )
-
-// Claim is a schedule row this replica holds under the four-part fence, with everything the
-// decision and the admit need (all read by the claim statement itself).
-type Claim = db.ClaimDueRow
-
-// Cursor returns the claimed cursor; nil means waiting for initialisation.
-func cursorOf(c *Claim) *int64 {
-	if !c.NextFireAtMs.Valid {
-		return nil
-	}
-	v := c.NextFireAtMs.Int64
-	return &v
-}
 
 // Outcome classifies how a fenced write ended.
 type Outcome string
@@ -74,8 +62,8 @@ func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duratio
 		ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), MaxRows: int32(n)}})
 	br.Query(func(_ int, rows []db.ClaimDueRow, qerr error) {
 		err = qerr
-		for i := range rows {
-			claims = append(claims, &rows[i])
+		for _, r := range rows {
+			claims = append(claims, claimFromRow(r))
 		}
 	})
 	if cerr := br.Close(); err == nil {
@@ -90,11 +78,7 @@ func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duratio
 // Advance ends a claim without a Run: init (first cursor), skip (advance only) or release
 // (next == cursor). Fenced like the admit.
 func (s *Store) Advance(ctx context.Context, c *Claim, next int64) (Outcome, error) {
-	_, err := s.q.AdvanceClaimed(ctx, db.AdvanceClaimedParams{
-		NextFireAtMs: next, ProjectID: c.ProjectID, TriggerID: c.TriggerID,
-		ClaimOwner: c.ClaimOwner.String, ClaimToken: c.ClaimToken.UUID, ClaimVersion: c.ClaimVersion,
-		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs,
-	})
+	_, err := s.q.AdvanceClaimed(ctx, advanceParams(c, next))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Race, nil
 	}
@@ -120,8 +104,8 @@ func (s *Store) Admit(ctx context.Context, c *Claim, scheduledFor, next int64, r
 }
 
 // AdmitItem is one occurrence to admit under its claim. The decision behind it must have been
-// made at the claim's observation of database time, ClaimedAtMs (claimAcquiredAtMs): the admit
-// verifies ScheduledFor <= ClaimedAtMs < Next.
+// made at the claim's observation of database time, ClaimedAtMs: the admit verifies
+// ScheduledFor <= ClaimedAtMs < Next.
 type AdmitItem struct {
 	Claim              *Claim
 	ScheduledFor, Next int64
@@ -137,9 +121,9 @@ type AdmitResult struct {
 }
 
 // AdmitBatch admits every item in ONE SERIALIZABLE transaction, sent as one pipeline (BEGIN,
-// the admit, COMMIT), with the one admission statement (Admit), which checks every row on its
-// own in one set-based statement, for one item as for many. Each row is verified on its own: an item whose
-// checks fail writes nothing and is diagnosed on its own, while the others commit. A
+// the admit, COMMIT), with the one admission statement (Admit), for one item as for many. Each
+// row is verified on its own: an item whose checks fail writes nothing and is diagnosed on its
+// own, while the others commit. A
 // serialization failure retries the whole batch (bounded); any other error, or a serialization
 // failure that outlasts the retries, aborts the transaction, so the items are then admitted one
 // by one to isolate the failing one.
@@ -150,12 +134,11 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 		written, err := s.admitOnce(ctx, items)
 		if err == nil {
 			for i := range items {
-				results[i].Retries = retried
-				if written[i] == nil {
+				if written[i] != nil {
+					results[i].Outcome, results[i].Admitted = Written, *written[i]
+				} else {
 					results[i].Outcome, results[i].Err = s.diagnose(ctx, items[i].Claim)
-					continue
 				}
-				results[i].Outcome, results[i].Admitted = Written, *written[i]
 				results[i].Retries = retried
 			}
 			return results
@@ -197,21 +180,7 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*Admitted, err error) {
 	written = make([]*Admitted, len(items))
 	q := db.New(pipelinedTx{pool: s.pool, begin: "BEGIN ISOLATION LEVEL SERIALIZABLE", settings: admitSettings})
-	var p db.AdmitParams
-	for _, it := range items {
-		c := it.Claim
-		p.RowCtids, p.ProjectIds, p.TriggerIds = append(p.RowCtids, c.RowCtid), append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID)
-		p.ClaimOwners, p.ClaimTokens = append(p.ClaimOwners, c.ClaimOwner.String), append(p.ClaimTokens, c.ClaimToken.UUID)
-		p.ClaimVersions, p.TriggerRevisions = append(p.ClaimVersions, c.ClaimVersion), append(p.TriggerRevisions, c.TriggerRevision)
-		p.StateVersions, p.CursorsMs = append(p.StateVersions, c.StateVersion), append(p.CursorsMs, c.NextFireAtMs.Int64)
-		p.ScheduledForMs, p.NextFireAtMs = append(p.ScheduledForMs, it.ScheduledFor), append(p.NextFireAtMs, it.Next)
-		p.ClaimedAtMs = append(p.ClaimedAtMs, c.ClaimedAtMs)
-		p.ProjectRevisions, p.ProjectDigests = append(p.ProjectRevisions, c.ProjectRevision), append(p.ProjectDigests, c.ProjectDigest)
-		p.TriggerDigests, p.TaskDigests = append(p.TriggerDigests, c.TriggerDigest), append(p.TaskDigests, c.TaskDigest)
-		p.ExecutionRevisionIds, p.ExecutionDigests = append(p.ExecutionRevisionIds, c.ExecutionRevisionID), append(p.ExecutionDigests, c.ExecutionDigest)
-		p.RunIds = append(p.RunIds, it.RunID)
-	}
-	br := q.Admit(ctx, []db.AdmitParams{p})
+	br := q.Admit(ctx, []db.AdmitParams{admitParams(items)})
 	br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
 		if rerr != nil {
 			err = rerr
@@ -387,13 +356,7 @@ func (s *Store) NextDueIn(ctx context.Context) (time.Duration, error) {
 
 // diagnose tells why an admit wrote nothing.
 func (s *Store) diagnose(ctx context.Context, c *Claim) (Outcome, error) {
-	d, err := s.q.AdmitDiagnosis(ctx, db.AdmitDiagnosisParams{
-		ProjectID: c.ProjectID, TriggerID: c.TriggerID,
-		ClaimOwner: c.ClaimOwner.String, ClaimToken: c.ClaimToken.UUID, ClaimVersion: c.ClaimVersion,
-		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs,
-		ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
-		TaskDigest: c.TaskDigest, ExecutionDigest: c.ExecutionDigest,
-	})
+	d, err := s.q.AdmitDiagnosis(ctx, diagnosisParams(c))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Race, nil // the schedule row is gone
@@ -407,6 +370,83 @@ func (s *Store) diagnose(ctx context.Context, c *Claim) (Outcome, error) {
 		return Stale, nil
 	default:
 		return "", ErrAdmitInvalid
+	}
+}
+
+// The one place where the coordinator's types meet the generated query types: a claim row
+// becomes a Claim, and a Claim (its fence, the schedule as claimed, the revisions and digests)
+// becomes the parameters of the statements that end it.
+
+// claimFromRow is the Claim the claim statement returned.
+func claimFromRow(r db.ClaimDueRow) *Claim {
+	return &Claim{
+		ProjectID: r.ProjectID, TriggerID: r.TriggerID, TriggerRevision: r.TriggerRevision,
+		CursorMs: int8Ptr(r.NextFireAtMs), LastScheduledAtMs: int8Ptr(r.LastScheduledAtMs), StateVersion: r.StateVersion,
+		// the claim statement always writes all four parts (a CHECK keeps them all or none)
+		Fence:       Fence{Owner: r.ClaimOwner.String, Token: r.ClaimToken.UUID, Version: r.ClaimVersion, ExpiresAtMs: r.ClaimExpiresAtMs.Int64},
+		ClaimedAtMs: r.ClaimedAtMs, Takeover: r.Takeover,
+		ProjectRevision: r.ProjectRevision, ProjectDigest: r.ProjectDigest,
+		CronSpec: r.CronSpec, TimeZone: r.Timezone, MisfirePolicy: r.MisfirePolicy, TriggerDigest: r.TriggerDigest,
+		TaskID: r.TaskID, TaskRevision: r.TaskRevision, TaskDigest: r.TaskDigest,
+		ExecutionRevisionID: r.ExecutionRevisionID, ExecutionDigest: r.ExecutionDigest,
+		RowCtid: r.RowCtid,
+	}
+}
+
+func int8Ptr(v pgtype.Int8) *int64 {
+	if !v.Valid {
+		return nil
+	}
+	return &v.Int64
+}
+
+func int8Of(v *int64) pgtype.Int8 {
+	if v == nil {
+		return pgtype.Int8{}
+	}
+	return pgtype.Int8{Int64: *v, Valid: true}
+}
+
+// advanceParams end c with next as the new cursor (init, skip, release).
+func advanceParams(c *Claim, next int64) db.AdvanceClaimedParams {
+	return db.AdvanceClaimedParams{
+		NextFireAtMs: next, ProjectID: c.ProjectID, TriggerID: c.TriggerID,
+		ClaimOwner: c.Fence.Owner, ClaimToken: c.Fence.Token, ClaimVersion: c.Fence.Version,
+		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: int8Of(c.CursorMs),
+	}
+}
+
+// admitParams is the admission statement's parallel arrays, one element per item.
+func admitParams(items []AdmitItem) db.AdmitParams {
+	var p db.AdmitParams
+	for _, it := range items {
+		c := it.Claim
+		p.RowCtids, p.ProjectIds, p.TriggerIds = append(p.RowCtids, c.RowCtid), append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID)
+		p.ClaimOwners, p.ClaimTokens, p.ClaimVersions = append(p.ClaimOwners, c.Fence.Owner), append(p.ClaimTokens, c.Fence.Token), append(p.ClaimVersions, c.Fence.Version)
+		// an uninitialised row is never admitted (its decision is init): -1 matches no cursor
+		cursor := int8Of(c.CursorMs)
+		if !cursor.Valid {
+			cursor.Int64 = -1
+		}
+		p.TriggerRevisions, p.StateVersions, p.CursorsMs = append(p.TriggerRevisions, c.TriggerRevision), append(p.StateVersions, c.StateVersion), append(p.CursorsMs, cursor.Int64)
+		p.ScheduledForMs, p.NextFireAtMs = append(p.ScheduledForMs, it.ScheduledFor), append(p.NextFireAtMs, it.Next)
+		p.ClaimedAtMs = append(p.ClaimedAtMs, c.ClaimedAtMs)
+		p.ProjectRevisions, p.ProjectDigests = append(p.ProjectRevisions, c.ProjectRevision), append(p.ProjectDigests, c.ProjectDigest)
+		p.TriggerDigests, p.TaskDigests = append(p.TriggerDigests, c.TriggerDigest), append(p.TaskDigests, c.TaskDigest)
+		p.ExecutionRevisionIds, p.ExecutionDigests = append(p.ExecutionRevisionIds, c.ExecutionRevisionID), append(p.ExecutionDigests, c.ExecutionDigest)
+		p.RunIds = append(p.RunIds, it.RunID)
+	}
+	return p
+}
+
+// diagnosisParams asks why c's admit wrote nothing.
+func diagnosisParams(c *Claim) db.AdmitDiagnosisParams {
+	return db.AdmitDiagnosisParams{
+		ProjectID: c.ProjectID, TriggerID: c.TriggerID,
+		ClaimOwner: c.Fence.Owner, ClaimToken: c.Fence.Token, ClaimVersion: c.Fence.Version,
+		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: int8Of(c.CursorMs),
+		ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
+		TaskDigest: c.TaskDigest, ExecutionDigest: c.ExecutionDigest,
 	}
 }
 

@@ -467,8 +467,8 @@ func ceilingRound(ctx context.Context, store *coordinator.Store, q *db.Queries, 
 		p.ProjectIds, p.TriggerIds, p.TaskIds = append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID), append(p.TaskIds, c.TaskID)
 		p.TaskRevisions, p.TriggerRevisions = append(p.TaskRevisions, c.TaskRevision), append(p.TriggerRevisions, c.TriggerRevision)
 		p.ExecutionRevisionIds = append(p.ExecutionRevisionIds, c.ExecutionRevisionID)
-		p.ScheduledForMs = append(p.ScheduledForMs, c.NextFireAtMs.Int64)
-		p.NextFireAtMs = append(p.NextFireAtMs, c.NextFireAtMs.Int64+period.Milliseconds())
+		p.ScheduledForMs = append(p.ScheduledForMs, *c.CursorMs)
+		p.NextFireAtMs = append(p.NextFireAtMs, *c.CursorMs+period.Milliseconds())
 	}
 	return q.CeilingAdmit(ctx, p)
 }

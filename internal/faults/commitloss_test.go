@@ -58,7 +58,7 @@ func TestGateCommitResponseLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cursor := claim.NextFireAtMs.Int64
+	cursor := *claim.CursorMs
 	d := schedule.Decide(sched, schedule.MisfireSkip, &cursor, claim.ClaimedAtMs)
 	if d.Kind != schedule.DecisionFire || d.ScheduledForMs != occB {
 		t.Fatalf("decision %+v; want fire for %d", d, occB)

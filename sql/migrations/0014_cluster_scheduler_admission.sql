@@ -16,7 +16,7 @@ CREATE TABLE control_core.trigger_schedules (
     claim_token          uuid,
     claim_version        bigint NOT NULL CHECK (claim_version >= 0),
     claim_expires_at_ms  bigint,
-    -- a lower bound of the database clock: the time of the last write (claimAcquiredAtMs while claimed)
+    -- a lower bound of the database clock: the time of the last write (claimed_at_ms, the claim's observation, while claimed)
     updated_at_ms        bigint NOT NULL CHECK (updated_at_ms > 0),
     PRIMARY KEY (project_id, trigger_id),
     FOREIGN KEY (project_id, trigger_id) REFERENCES control_core.triggers (project_id, trigger_id),

@@ -45,7 +45,7 @@ WHERE s.project_id = candidate.project_id AND s.trigger_id = candidate.trigger_i
   AND er.execution_revision_id = kr.execution_revision_id
 RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.last_scheduled_at_ms,
           s.state_version, s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
-          s.updated_at_ms AS claimed_at_ms, obs.now_ms,
+          s.updated_at_ms AS claimed_at_ms,
           p.revision AS project_revision, p.content_digest AS project_digest,
           tr.cron_spec, tr.timezone, tr.misfire_policy, tr.content_digest AS trigger_digest,
           tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
@@ -105,8 +105,9 @@ verified AS (
            s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
     FROM item i
     CROSS JOIN obs
-    -- The row by its ctid alone (see above: a TID scan takes no index page predicate lock). OFFSET 0 keeps the planner from merging the subquery and reaching the row
-    -- through the primary key instead, which it prefers once the key equalities below are joins.
+    -- The row by its ctid alone (see above: a TID scan takes no index page predicate lock).
+    -- OFFSET 0 keeps the planner from merging the subquery and reaching the row through the
+    -- primary key instead, which it prefers once the key equalities below are joins.
     CROSS JOIN LATERAL (SELECT * FROM control_core.trigger_schedules x
                         WHERE x.ctid = CAST(i.row_ctid AS tid) OFFSET 0) s
     JOIN control_core.projects p ON p.project_id = s.project_id
