@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,15 +57,16 @@ func (s *Store) Claim(ctx context.Context, owner string, lease time.Duration) (*
 func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duration, n int) ([]*Claim, error) {
 	var claims []*Claim
 	var err error
-	br := db.New(pipelinedTx{pool: s.pool}).
-		ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), MaxRows: int32(n)}})
+	tx := newPipeline(s.pool, implicitTx, hotSettings) // the claim commits alone
+	br := db.New(tx).ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), MaxRows: int32(n)}})
 	br.Query(func(_ int, rows []db.ClaimDueRow, qerr error) {
 		err = qerr
 		for _, r := range rows {
 			claims = append(claims, claimFromRow(r))
 		}
 	})
-	if cerr := br.Close(); err == nil {
+	_ = br.Close()
+	if cerr := tx.commit(); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -179,8 +179,8 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 // transaction committed (err == nil).
 func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*Admitted, err error) {
 	written = make([]*Admitted, len(items))
-	q := db.New(pipelinedTx{pool: s.pool, begin: "BEGIN ISOLATION LEVEL SERIALIZABLE", settings: admitSettings})
-	br := q.Admit(ctx, []db.AdmitParams{admitParams(items)})
+	tx := newPipeline(s.pool, serializableTx, admitSettings)
+	br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams(items)})
 	br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
 		if rerr != nil {
 			err = rerr
@@ -194,7 +194,8 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*Ad
 			written[r.Ord-1] = &Admitted{RunID: r.RunID, AttemptID: r.AttemptID, AdmittedAtMs: r.AdmittedAtMs}
 		}
 	})
-	if cerr := br.Close(); err == nil {
+	_ = br.Close()
+	if cerr := tx.commit(); err == nil { // the results count only if this is nil
 		err = cerr
 	}
 	return written, err
@@ -234,56 +235,92 @@ var hotSettings = func() string {
 // tests check (TID scan first), for one row as for many.
 var admitSettings = hotSettings + ", set_config('join_collapse_limit', '1', true)"
 
-// pipelinedTx sends a batch of sqlc queries as one pipeline, one round trip: the hot settings,
-// the queries, then one Sync. Without begin the pipeline is PostgreSQL's implicit transaction,
-// committed at the Sync (the claim: one statement, committed alone, no BEGIN or COMMIT on the
-// wire); with begin it is an explicit one, begin … COMMIT (the admit, SERIALIZABLE). When a query
-// fails, the server skips the rest (COMMIT included): the implicit transaction rolls back at the
-// Sync, an explicit one leaves the connection in a failed transaction, which the pool discards.
-type pipelinedTx struct {
+// txKind is the transaction a pipeline's statements run in. The store writes it out where it
+// sends a statement: the claim in PostgreSQL's implicit transaction of the pipeline, committed
+// alone at its Sync (no BEGIN or COMMIT on the wire, as the ADR's claim wants); the admit in an
+// explicit SERIALIZABLE transaction whose BEGIN and COMMIT travel in the same pipeline.
+type txKind int
+
+const (
+	implicitTx     txKind = iota // committed at the pipeline's Sync; a failed statement rolls it back
+	serializableTx               // BEGIN ISOLATION LEVEL SERIALIZABLE … COMMIT, read by commit
+)
+
+// pipeline sends one generated batch query, inside its transaction and after the planner
+// settings, as ONE round trip: [BEGIN,] settings, the query's statements, [COMMIT,] Sync. The
+// caller reads the query's results through the generated code, then ends the pipeline with
+// commit, which reads the COMMIT (or, for the implicit transaction, the Sync) and says whether
+// the transaction committed: nothing read counts unless commit returned nil.
+//
+// When a statement fails, the server skips the rest, COMMIT included: the implicit transaction
+// rolls back at the Sync, an explicit one leaves the connection in a failed transaction, which
+// the pool discards.
+//
+// pipeline is handed to db.New only because the generated batch functions build their pgx.Batch
+// and pass it to SendBatch; that is the one db.DBTX method they call, and the only one a
+// pipeline can serve (a single statement sent on its own would run outside the transaction),
+// so Exec, Query and QueryRow refuse with errNotInPipeline.
+type pipeline struct {
 	pool     *pgxpool.Pool
-	begin    string // "": the pipeline's implicit transaction
-	settings string // "": hotSettings
+	tx       txKind
+	settings string // the transaction-local planner settings statement (hotSettings or admitSettings)
+	results  *pipelineResults
 }
 
-func (t pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	tx := &pgx.Batch{}
-	if t.begin != "" {
-		tx.Queue(t.begin)
+func newPipeline(pool *pgxpool.Pool, tx txKind, settings string) *pipeline {
+	return &pipeline{pool: pool, tx: tx, settings: settings}
+}
+
+// SendBatch wraps the generated query's batch in the transaction and sends it.
+func (p *pipeline) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	wire := &pgx.Batch{}
+	if p.tx == serializableTx {
+		wire.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
 	}
-	tx.Queue(cmp.Or(t.settings, hotSettings))
-	tx.QueuedQueries = append(tx.QueuedQueries, b.QueuedQueries...)
-	if t.begin != "" {
-		tx.Queue("COMMIT")
+	wire.Queue(p.settings)
+	wire.QueuedQueries = append(wire.QueuedQueries, b.QueuedQueries...)
+	if p.tx == serializableTx {
+		wire.Queue("COMMIT")
 	}
-	return &txResults{br: t.pool.SendBatch(ctx, tx), explicit: t.begin != ""}
+	p.results = &pipelineResults{br: p.pool.SendBatch(ctx, wire), explicit: p.tx == serializableTx}
+	return p.results
 }
 
-var errOnlyBatches = errors.New("pipelinedTx: only batches are supported")
-
-func (pipelinedTx) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	return pgconn.CommandTag{}, errOnlyBatches
+// commit ends the pipeline: it reads the COMMIT, if any, then closes the pipeline (the Sync:
+// the implicit transaction's commit). It returns the first error of the pipeline; nil means
+// the transaction committed. Call it after reading the query's results (the generated
+// results' Close only marks them closed).
+func (p *pipeline) commit() error {
+	if p.results == nil {
+		return errors.New("pipeline: nothing was sent")
+	}
+	return p.results.commit()
 }
 
-func (pipelinedTx) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return nil, errOnlyBatches
+var errNotInPipeline = errors.New("pipeline: only a generated batch query can be sent in a pipelined transaction")
+
+func (*pipeline) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errNotInPipeline
 }
 
-func (pipelinedTx) QueryRow(context.Context, string, ...any) pgx.Row {
-	return errRow{errOnlyBatches}
+func (*pipeline) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errNotInPipeline
 }
 
-// txResults hides the begin, the hot settings and COMMIT: the caller reads its own results; Close
-// reads COMMIT and returns its error, so nothing the caller read counts unless Close returned nil.
-type txResults struct {
-	br            pgx.BatchResults
-	explicit      bool // a begin was sent, and a COMMIT will be
-	begun, closed bool
-	err           error
+func (*pipeline) QueryRow(context.Context, string, ...any) pgx.Row { return errRow{errNotInPipeline} }
+
+// pipelineResults are the generated query's view of the pipeline: its own results, in order,
+// after the BEGIN and the settings (read first, their error reported as the query's).
+type pipelineResults struct {
+	br        pgx.BatchResults
+	explicit  bool // a BEGIN was sent, and a COMMIT
+	begun     bool
+	committed bool
+	err       error
 }
 
-// begin reads the results the caller did not queue: the begin, if any, and the hot settings.
-func (r *txResults) begin() error {
+// begin reads the results the query did not queue: the BEGIN, if any, and the settings.
+func (r *pipelineResults) begin() error {
 	if !r.begun {
 		r.begun = true
 		if r.explicit {
@@ -296,34 +333,37 @@ func (r *txResults) begin() error {
 	return r.err
 }
 
-func (r *txResults) Exec() (pgconn.CommandTag, error) {
+func (r *pipelineResults) Exec() (pgconn.CommandTag, error) {
 	if err := r.begin(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	return r.br.Exec()
 }
 
-func (r *txResults) Query() (pgx.Rows, error) {
+func (r *pipelineResults) Query() (pgx.Rows, error) {
 	if err := r.begin(); err != nil {
 		return nil, err
 	}
 	return r.br.Query()
 }
 
-func (r *txResults) QueryRow() pgx.Row {
+func (r *pipelineResults) QueryRow() pgx.Row {
 	if err := r.begin(); err != nil {
 		return errRow{err}
 	}
 	return r.br.QueryRow()
 }
 
-// Close reads COMMIT (unless the begin failed, or there is none) and closes the pipeline, which
-// for an implicit transaction is its commit. Idempotent.
-func (r *txResults) Close() error {
-	if r.closed {
+// Close is the generated code's end of its results; the transaction ends in commit.
+func (r *pipelineResults) Close() error { return r.err }
+
+// commit reads COMMIT (unless the transaction already failed) and closes the pipeline.
+// Idempotent.
+func (r *pipelineResults) commit() error {
+	if r.committed {
 		return r.err
 	}
-	r.closed = true
+	r.committed = true
 	if r.begin() == nil && r.explicit {
 		if _, err := r.br.Exec(); err != nil {
 			r.err = err
@@ -336,7 +376,7 @@ func (r *txResults) Close() error {
 }
 
 // Tx: the transaction here is the pipeline's own, not a pgx.Tx.
-func (r *txResults) Tx() pgx.Tx { return nil }
+func (r *pipelineResults) Tx() pgx.Tx { return nil }
 
 type errRow struct{ err error }
 
