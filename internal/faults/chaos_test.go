@@ -23,7 +23,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/testpg"
-	"github.com/qlcontrol/controlcore/schedule"
+	cronschedule "github.com/qlcontrol/controlcore/schedule"
 )
 
 // Gate 5: the chaos soak. N real `qlsched run` processes against one server, T triggers firing
@@ -77,9 +77,9 @@ func TestChaosSoak(t *testing.T) {
 	tg := &target{t: t, su: d.Pool(t, ""), admin: coordinator.NewPublisher(d.Pool(t, "ql_admin"))}
 	tg.seed()
 	for i := range cfg.triggers {
-		tg.trigger(fmt.Sprintf("c%04d", i), "* * * * * *", schedule.MisfireFireOnce)
+		tg.trigger(fmt.Sprintf("c%04d", i), "* * * * * *", cronschedule.MisfireFireOnce)
 	}
-	sched, err := schedule.ParseSchedule("* * * * * *", "UTC")
+	sched, err := cronschedule.ParseSchedule("* * * * * *", "UTC")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -759,7 +759,7 @@ func (r chaosReport) String() string {
 	return b.String()
 }
 
-func (c *chaos) audit(t *testing.T, tg *target, sched *schedule.Schedule, start, end map[string]scheduleSnap, stuck []stuckClaim) chaosReport {
+func (c *chaos) audit(t *testing.T, tg *target, sched *cronschedule.Schedule, start, end map[string]scheduleSnap, stuck []stuckClaim) chaosReport {
 	t.Helper()
 	ctx := context.Background()
 	c.mu.Lock()
