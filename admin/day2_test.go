@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/qlcontrol/controlcore/admin"
-	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -54,7 +54,7 @@ func TestRepublishKeepsWhatWasNotGiven(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	berlin := admin.TriggerChange{Project: "p", Trigger: "nightly", Task: ptr("task"), Cron: ptr("0 3 * * *"),
-		TimeZone: ptr("Europe/Berlin"), Misfire: ptr(coordinator.MisfireFireOnce)}
+		TimeZone: ptr("Europe/Berlin"), Misfire: ptr(schedule.MisfireFireOnce)}
 	if _, err := f.pub.ChangeTrigger(ctx, berlin); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestRepublishKeepsWhatWasNotGiven(t *testing.T) {
 			head{2, 1, "0 3 * * *", "Europe/Berlin", "fire_once", false}, []string{"enabled"}},
 		{"only --cron", admin.TriggerChange{Cron: ptr("30 4 * * *")},
 			head{3, 1, "30 4 * * *", "Europe/Berlin", "fire_once", false}, []string{"cron_spec"}},
-		{"only --misfire", admin.TriggerChange{Misfire: ptr(coordinator.MisfireSkip)},
+		{"only --misfire", admin.TriggerChange{Misfire: ptr(schedule.MisfireSkip)},
 			head{4, 1, "30 4 * * *", "Europe/Berlin", "skip", false}, []string{"misfire_policy"}},
 		{"only --timezone", admin.TriggerChange{TimeZone: ptr("America/New_York")},
 			head{5, 1, "30 4 * * *", "America/New_York", "skip", false}, []string{"timezone"}},
@@ -104,7 +104,7 @@ func TestDisableEnableFlipOnlyEnabled(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	if _, err := f.pub.ChangeTrigger(ctx, admin.TriggerChange{Project: "p", Trigger: "t", Task: ptr("task"), Cron: ptr("*/5 * * * *"),
-		TimeZone: ptr("Asia/Tokyo"), Misfire: ptr(coordinator.MisfireFireOnce)}); err != nil {
+		TimeZone: ptr("Asia/Tokyo"), Misfire: ptr(schedule.MisfireFireOnce)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -217,7 +217,7 @@ func TestNextFirePreviewAndShow(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := admin.NewReader(f.d.Pool(t, "ql_admin"))
-	sched, err := coordinator.ParseSchedule("0 3 * * *", "Europe/Berlin")
+	sched, err := schedule.ParseSchedule("0 3 * * *", "Europe/Berlin")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // MaxShowCount bounds how many upcoming occurrences and recent Runs ShowTrigger returns.
@@ -69,11 +69,11 @@ func (r *Reader) ShowTrigger(ctx context.Context, s TriggerShow) (TriggerDetail,
 		}
 		out.Trigger = ts[0]
 		out.Upcoming = []int64{}
-		if sched, err := coordinator.ParseSchedule(out.CronSpec, out.TimeZone); err != nil {
+		if sched, err := schedule.ParseSchedule(out.CronSpec, out.TimeZone); err != nil {
 			out.ScheduleError = err.Error()
 		} else {
 			for at := out.NowMs; len(out.Upcoming) < upcoming; {
-				if at = sched.Next(at); at == coordinator.NoOccurrence {
+				if at = sched.Next(at); at == schedule.NoOccurrence {
 					break
 				}
 				out.Upcoming = append(out.Upcoming, at)

@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/limits"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // Publisher writes projects, tasks and triggers as the admin role, each publish in one
@@ -131,7 +131,7 @@ func (p *Publisher) PublishTask(ctx context.Context, t TaskSpec) (TaskPublished,
 type TriggerSpec struct {
 	Project, Trigger, Task string
 	Cron, TimeZone         string
-	Misfire                coordinator.MisfirePolicy
+	Misfire                schedule.MisfirePolicy
 	Enabled                bool
 }
 
@@ -144,7 +144,7 @@ func (t TriggerSpec) Validate() error {
 			return err
 		}
 	}
-	if _, err := coordinator.ParseMisfirePolicy(string(t.Misfire)); err != nil {
+	if _, err := schedule.ParseMisfirePolicy(string(t.Misfire)); err != nil {
 		return fieldErr(FieldMisfire, err)
 	}
 	if err := limits.CheckCronSpec(t.Cron); err != nil {
@@ -155,10 +155,10 @@ func (t TriggerSpec) Validate() error {
 	}
 	// The grammar in a zone that always resolves first, so that a refusal names the field at
 	// fault: the spec here, the zone below.
-	if _, err := coordinator.ParseSchedule(t.Cron, "UTC"); err != nil {
+	if _, err := schedule.ParseSchedule(t.Cron, "UTC"); err != nil {
 		return fieldErr(FieldCron, err)
 	}
-	if _, err := coordinator.ParseSchedule(t.Cron, t.TimeZone); err != nil {
+	if _, err := schedule.ParseSchedule(t.Cron, t.TimeZone); err != nil {
 		return fieldErr(FieldTimeZone, err)
 	}
 	return nil
@@ -170,20 +170,20 @@ func (t TriggerSpec) Validate() error {
 // head's. Changed names the fields that differ from the previous head (all of them for a new
 // trigger, none when Unchanged).
 type TriggerPublished struct {
-	ProjectID     string                    `json:"project_id"`
-	TriggerID     string                    `json:"trigger_id"`
-	Revision      int64                     `json:"revision"`
-	TaskID        string                    `json:"task_id"`
-	TaskRevision  int64                     `json:"task_revision"`
-	Cron          string                    `json:"cron_spec"`
-	TimeZone      string                    `json:"timezone"`
-	Misfire       coordinator.MisfirePolicy `json:"misfire_policy"`
-	Enabled       bool                      `json:"enabled"`
-	StateVersion  int64                     `json:"state_version"`
-	ClaimVersion  int64                     `json:"claim_version"`
-	ContentDigest string                    `json:"content_digest"`
-	Unchanged     bool                      `json:"unchanged"`
-	Changed       []string                  `json:"changed"`
+	ProjectID     string                 `json:"project_id"`
+	TriggerID     string                 `json:"trigger_id"`
+	Revision      int64                  `json:"revision"`
+	TaskID        string                 `json:"task_id"`
+	TaskRevision  int64                  `json:"task_revision"`
+	Cron          string                 `json:"cron_spec"`
+	TimeZone      string                 `json:"timezone"`
+	Misfire       schedule.MisfirePolicy `json:"misfire_policy"`
+	Enabled       bool                   `json:"enabled"`
+	StateVersion  int64                  `json:"state_version"`
+	ClaimVersion  int64                  `json:"claim_version"`
+	ContentDigest string                 `json:"content_digest"`
+	Unchanged     bool                   `json:"unchanged"`
+	Changed       []string               `json:"changed"`
 }
 
 // PublishTrigger publishes a new revision of a cron trigger pinned to the task's head revision
@@ -254,7 +254,7 @@ type TriggerChange struct {
 	Task             *string
 	Cron             *string
 	TimeZone         *string
-	Misfire          *coordinator.MisfirePolicy
+	Misfire          *schedule.MisfirePolicy
 	Enabled          *bool
 }
 
@@ -273,7 +273,7 @@ func (c TriggerChange) Validate() error {
 		}
 	}
 	if c.Misfire != nil {
-		if _, err := coordinator.ParseMisfirePolicy(string(*c.Misfire)); err != nil {
+		if _, err := schedule.ParseMisfirePolicy(string(*c.Misfire)); err != nil {
 			return fieldErr(FieldMisfire, err)
 		}
 	}
@@ -281,7 +281,7 @@ func (c TriggerChange) Validate() error {
 		if err := limits.CheckCronSpec(*c.Cron); err != nil {
 			return fieldErr(FieldCron, err)
 		}
-		if _, err := coordinator.ParseSchedule(*c.Cron, "UTC"); err != nil {
+		if _, err := schedule.ParseSchedule(*c.Cron, "UTC"); err != nil {
 			return fieldErr(FieldCron, err)
 		}
 	}
@@ -289,7 +289,7 @@ func (c TriggerChange) Validate() error {
 		if err := limits.CheckTimeZone(*c.TimeZone); err != nil {
 			return fieldErr(FieldTimeZone, err)
 		}
-		if _, err := coordinator.ParseSchedule("0 0 * * *", *c.TimeZone); err != nil {
+		if _, err := schedule.ParseSchedule("0 0 * * *", *c.TimeZone); err != nil {
 			return fieldErr(FieldTimeZone, err)
 		}
 	}
@@ -353,7 +353,7 @@ func (p *Publisher) changeTrigger(ctx context.Context, c TriggerChange, mustExis
 // merge is the content to publish: the change over the head (nil for a new trigger). keepTaskRev
 // is the head's task revision when the change names no task, else 0 (pin the task's head).
 func (c TriggerChange) merge(head *triggerRevision) (t TriggerSpec, keepTaskRev int64, err error) {
-	t = TriggerSpec{Project: c.Project, Trigger: c.Trigger, TimeZone: "UTC", Misfire: coordinator.MisfireSkip, Enabled: true}
+	t = TriggerSpec{Project: c.Project, Trigger: c.Trigger, TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: true}
 	if head != nil {
 		t.Task, t.Cron, t.TimeZone, t.Misfire, t.Enabled = head.task, head.cron, head.timeZone, head.misfire, head.enabled
 		keepTaskRev = head.taskRevision
@@ -387,7 +387,7 @@ func (c TriggerChange) merge(head *triggerRevision) (t TriggerSpec, keepTaskRev 
 type triggerRevision struct {
 	revision, taskRevision     int64
 	task, cron, timeZone       string
-	misfire                    coordinator.MisfirePolicy
+	misfire                    schedule.MisfirePolicy
 	enabled                    bool
 	digest                     string
 	stateVersion, claimVersion int64
@@ -402,7 +402,7 @@ func triggerHead(ctx context.Context, q *db.Queries, project, trigger string) (*
 		return nil, fmt.Errorf("trigger head %s/%s: %w", project, trigger, err)
 	}
 	return &triggerRevision{revision: h.Revision, taskRevision: h.TaskRevision, task: h.TaskID, cron: h.CronSpec,
-		timeZone: h.Timezone, misfire: coordinator.MisfirePolicy(h.MisfirePolicy), enabled: h.Enabled,
+		timeZone: h.Timezone, misfire: schedule.MisfirePolicy(h.MisfirePolicy), enabled: h.Enabled,
 		digest: h.ContentDigest, stateVersion: h.StateVersion, claimVersion: h.ClaimVersion}, nil
 }
 

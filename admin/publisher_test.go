@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/qlcontrol/controlcore/admin"
-	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 func TestMain(m *testing.M) { testpg.Main(m) }
@@ -46,7 +46,7 @@ func (f *fixture) count(sql string, args ...any) int {
 
 func spec(project, trigger, task, cron string) admin.TriggerSpec {
 	return admin.TriggerSpec{Project: project, Trigger: trigger, Task: task, Cron: cron, TimeZone: "UTC",
-		Misfire: coordinator.MisfireSkip, Enabled: true}
+		Misfire: schedule.MisfireSkip, Enabled: true}
 }
 
 // PublishTriggers is all or none: a bad spec or a second project anywhere in the list is refused

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // Reader reads what the scheduler holds, each report in one snapshot. Any role with SELECT on
@@ -41,29 +41,29 @@ func (r *Reader) snapshot(ctx context.Context, fn func(q *db.Queries) error) err
 // the first claim will set. Nil when nothing will fire: the trigger is disabled, its project is
 // not active, or the spec does not parse here (ScheduleError says why).
 type Trigger struct {
-	ProjectID         string                    `json:"project_id"`
-	ProjectState      string                    `json:"project_state"`
-	TriggerID         string                    `json:"trigger_id"`
-	TriggerRevision   int64                     `json:"trigger_revision"`
-	CronSpec          string                    `json:"cron_spec"`
-	TimeZone          string                    `json:"timezone"`
-	MisfirePolicy     coordinator.MisfirePolicy `json:"misfire_policy"`
-	Enabled           bool                      `json:"enabled"`
-	TaskID            string                    `json:"task_id"`
-	TaskRevision      int64                     `json:"task_revision"`
-	ContentDigest     string                    `json:"content_digest"`
-	RevisionCreatedMs int64                     `json:"revision_created_at_ms"`
-	NextFireAtMs      *int64                    `json:"next_fire_at_ms"` // the stored cursor
-	NextFireMs        *int64                    `json:"next_fire_ms"`
-	NextFirePreview   bool                      `json:"next_fire_preview"`
-	ScheduleError     string                    `json:"schedule_error,omitempty"`
-	LastScheduledAtMs *int64                    `json:"last_scheduled_at_ms"`
-	StateVersion      int64                     `json:"state_version"`
-	ClaimOwner        *string                   `json:"claim_owner"`
-	ClaimVersion      int64                     `json:"claim_version"`
-	ClaimExpiresAtMs  *int64                    `json:"claim_expires_at_ms"`
-	UpdatedAtMs       int64                     `json:"updated_at_ms"`
-	NowMs             int64                     `json:"now_ms"` // the database's time of the read
+	ProjectID         string                 `json:"project_id"`
+	ProjectState      string                 `json:"project_state"`
+	TriggerID         string                 `json:"trigger_id"`
+	TriggerRevision   int64                  `json:"trigger_revision"`
+	CronSpec          string                 `json:"cron_spec"`
+	TimeZone          string                 `json:"timezone"`
+	MisfirePolicy     schedule.MisfirePolicy `json:"misfire_policy"`
+	Enabled           bool                   `json:"enabled"`
+	TaskID            string                 `json:"task_id"`
+	TaskRevision      int64                  `json:"task_revision"`
+	ContentDigest     string                 `json:"content_digest"`
+	RevisionCreatedMs int64                  `json:"revision_created_at_ms"`
+	NextFireAtMs      *int64                 `json:"next_fire_at_ms"` // the stored cursor
+	NextFireMs        *int64                 `json:"next_fire_ms"`
+	NextFirePreview   bool                   `json:"next_fire_preview"`
+	ScheduleError     string                 `json:"schedule_error,omitempty"`
+	LastScheduledAtMs *int64                 `json:"last_scheduled_at_ms"`
+	StateVersion      int64                  `json:"state_version"`
+	ClaimOwner        *string                `json:"claim_owner"`
+	ClaimVersion      int64                  `json:"claim_version"`
+	ClaimExpiresAtMs  *int64                 `json:"claim_expires_at_ms"`
+	UpdatedAtMs       int64                  `json:"updated_at_ms"`
+	NowMs             int64                  `json:"now_ms"` // the database's time of the read
 }
 
 // ClaimLive reports whether the row carries a claim that has not expired by the read's time.
@@ -108,7 +108,7 @@ func readTriggers(ctx context.Context, q *db.Queries, f TriggerFilter) ([]Trigge
 	for _, t := range rows {
 		tr := Trigger{
 			ProjectID: t.ProjectID, ProjectState: t.ProjectState, TriggerID: t.TriggerID, TriggerRevision: t.TriggerRevision,
-			CronSpec: t.CronSpec, TimeZone: t.Timezone, MisfirePolicy: coordinator.MisfirePolicy(t.MisfirePolicy), Enabled: t.Enabled,
+			CronSpec: t.CronSpec, TimeZone: t.Timezone, MisfirePolicy: schedule.MisfirePolicy(t.MisfirePolicy), Enabled: t.Enabled,
 			TaskID: t.TaskID, TaskRevision: t.TaskRevision, ContentDigest: t.ContentDigest, RevisionCreatedMs: t.RevisionCreatedAtMs,
 			NextFireAtMs: int8Ptr(t.NextFireAtMs), LastScheduledAtMs: int8Ptr(t.LastScheduledAtMs), StateVersion: t.StateVersion,
 			ClaimOwner: textPtr(t.ClaimOwner), ClaimVersion: t.ClaimVersion, ClaimExpiresAtMs: int8Ptr(t.ClaimExpiresAtMs),
@@ -129,12 +129,12 @@ func (t *Trigger) nextFire() {
 		t.NextFireMs = t.NextFireAtMs
 		return
 	}
-	sched, err := coordinator.ParseSchedule(t.CronSpec, t.TimeZone)
+	sched, err := schedule.ParseSchedule(t.CronSpec, t.TimeZone)
 	if err != nil {
 		t.ScheduleError = err.Error()
 		return
 	}
-	if next := sched.Next(t.NowMs); next != coordinator.NoOccurrence {
+	if next := sched.Next(t.NowMs); next != schedule.NoOccurrence {
 		t.NextFireMs, t.NextFirePreview = &next, true
 	}
 }

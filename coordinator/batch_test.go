@@ -14,12 +14,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 func items(claims []*Claim, period int64) []AdmitItem {
 	out := make([]AdmitItem, len(claims))
 	for i, c := range claims {
-		out[i] = AdmitItem{Claim: c, ScheduledFor: c.NextFireAtMs.Int64, Next: c.NextFireAtMs.Int64 + period, RunID: uuid.New()}
+		out[i] = AdmitItem{Claim: c, ScheduledFor: *c.CursorMs, Next: *c.CursorMs + period, RunID: uuid.New()}
 	}
 	return out
 }
@@ -31,7 +33,7 @@ func TestBatchAdmitVerifiesEachRowOnItsOwn(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	for _, id := range []string{"a", "b", "c"} {
-		f.trigger(id, "* * * * *", MisfireSkip)
+		f.trigger(id, "* * * * *", schedule.MisfireSkip)
 		f.setCursor(id, -time.Second)
 	}
 	s := NewStore(f.rt)
@@ -41,7 +43,7 @@ func TestBatchAdmitVerifiesEachRowOnItsOwn(t *testing.T) {
 	}
 	tokens := map[uuid.UUID]bool{}
 	for _, c := range claims {
-		tokens[c.ClaimToken.UUID] = true
+		tokens[c.Fence.Token] = true
 	}
 	if len(tokens) != 3 {
 		t.Errorf("%d distinct claim tokens for 3 rows: each row needs its own fence", len(tokens))
@@ -74,7 +76,7 @@ func TestBatchAdmitIsolatesAWriteFault(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	for _, id := range []string{"a", "b", "c"} {
-		f.trigger(id, "* * * * *", MisfireSkip)
+		f.trigger(id, "* * * * *", schedule.MisfireSkip)
 		f.setCursor(id, -time.Second)
 	}
 	f.exec(`ALTER TABLE control_core.runs ADD CONSTRAINT injected_fault CHECK (trigger_id <> 'b')`)
@@ -105,7 +107,7 @@ func TestBatchModeReplicasAdmitEachOccurrenceOnce(t *testing.T) {
 	for i := range n {
 		// yearly: an admitted row's next occurrence cannot come due while the test runs, so
 		// "every row claimed once" is exact even across a minute boundary
-		f.trigger(fmt.Sprintf("t%02d", i), "@yearly", MisfireFireOnce)
+		f.trigger(fmt.Sprintf("t%02d", i), "@yearly", schedule.MisfireFireOnce)
 	}
 	batch := func(c *Config) { c.Budget, c.AdmitBatch = 16, 8 }
 	a, b := f.coordinator("replica-a", f.d.Pool(t, "ql_runtime"), batch), f.coordinator("replica-b", f.d.Pool(t, "ql_runtime"), batch)
@@ -147,62 +149,55 @@ func TestBatchModeReplicasAdmitEachOccurrenceOnce(t *testing.T) {
 	}
 }
 
-// The batch admit reaches every schedule row by its ctid (a TID scan takes no predicate lock on
-// an index page under SERIALIZABLE, see AdmitMany), in the generic plan a prepared statement
-// settles on and in the custom plans before it, for a full batch.
-func TestAdmitManyAddressesRowsByTID(t *testing.T) {
+// The admission statement reaches every schedule row by its ctid (a TID scan takes no predicate
+// lock on an index page under SERIALIZABLE, see Admit), in the generic plan a prepared statement
+// settles on and in the custom plans before it, for a full batch and for the single row.
+func TestAdmitAddressesRowsByTID(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
 	for i := range 300 {
-		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", MisfireSkip)
+		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", schedule.MisfireSkip)
 	}
 	f.exec(`ANALYZE`)
 	conn := must(f.rt.Acquire(ctx)).of(t)
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "PREPARE admit_many AS "+namedQuery(t, "AdmitMany")); err != nil {
-		t.Fatal(err)
-	}
-	// 256 placeholder items: the plan's shape depends on the batch size, not on the values
-	var args []string
-	for _, typ := range []string{"text", "text", "text", "text", "uuid", "bigint", "bigint", "bigint", "bigint",
-		"bigint", "bigint", "bigint", "bigint", "text", "text", "text", "uuid", "text", "uuid"} {
-		args = append(args, fmt.Sprintf("array_fill(NULL::%s, ARRAY[256])", typ))
-	}
-	// the single-row admit too, in the generic plan it runs on (the store forces generic plans;
-	// NULL arguments would let a custom plan fold the statement away)
 	if _, err := conn.Exec(ctx, "PREPARE admit AS "+namedQuery(t, "Admit")); err != nil {
 		t.Fatal(err)
 	}
-	var params int
-	if err := conn.QueryRow(ctx, `SELECT cardinality(parameter_types) FROM pg_prepared_statements WHERE name = 'admit'`).Scan(&params); err != nil {
-		t.Fatal(err)
+	// placeholder items: the plan's shape depends on the batch size, not on the values
+	args := func(n int) string {
+		var args []string
+		for _, typ := range []string{"text", "text", "text", "text", "uuid", "bigint", "bigint", "bigint", "bigint",
+			"bigint", "bigint", "bigint", "bigint", "text", "text", "text", "uuid", "text", "uuid"} {
+			args = append(args, fmt.Sprintf("array_fill(NULL::%s, ARRAY[%d])", typ, n))
+		}
+		return "EXECUTE admit(" + strings.Join(args, ", ") + ")"
 	}
-	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
+	statements := map[string]string{"batch of 256": args(256), "single row": args(1)}
+	tidOnly := func(plan string) bool {
+		return strings.Count(plan, "Tid Scan on trigger_schedules") == 2 && !strings.Contains(plan, "Index Scan using trigger_schedules") &&
+			!strings.Contains(plan, "Seq Scan on trigger_schedules")
+	}
 	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
 			t.Fatal(err)
 		}
-		statements := map[string]string{"batch admit": "EXECUTE admit_many(" + strings.Join(args, ", ") + ")"}
-		if mode == "force_generic_plan" {
-			statements["admit"] = "EXECUTE admit(" + nulls + ")"
-		}
 		for name, execute := range statements {
-			plan := explain(t, conn, "EXPLAIN "+execute)
-			if strings.Count(plan, "Tid Scan on trigger_schedules") != 2 || strings.Contains(plan, "Index Scan using trigger_schedules") ||
-				strings.Contains(plan, "Seq Scan on trigger_schedules") {
-				t.Errorf("%s: the %s does not reach trigger_schedules by TID scans only:\n%s", mode, name, plan)
+			if plan := explain(t, conn, "EXPLAIN "+execute); !tidOnly(plan) {
+				t.Errorf("%s: the admit of a %s does not reach trigger_schedules by TID scans only:\n%s", mode, name, plan)
 			}
 		}
 	}
-	// and the batch admit under the settings the store runs it with (joins in the written order)
-	if _, err := conn.Exec(ctx, "RESET plan_cache_mode; BEGIN; "+batchAdmitSettings); err != nil {
+	// and under the settings the store runs it with (joins in the written order)
+	if _, err := conn.Exec(ctx, "RESET plan_cache_mode; BEGIN; "+admitSettings); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _, _ = conn.Exec(ctx, "ROLLBACK") }()
-	if plan := explain(t, conn, "EXPLAIN EXECUTE admit_many("+strings.Join(args, ", ")+")"); strings.Count(plan, "Tid Scan on trigger_schedules") != 2 ||
-		strings.Contains(plan, "Index Scan using trigger_schedules") || strings.Contains(plan, "Seq Scan on trigger_schedules") {
-		t.Errorf("store's batch settings: the batch admit does not reach trigger_schedules by TID scans only:\n%s", plan)
+	for name, execute := range statements {
+		if plan := explain(t, conn, "EXPLAIN "+execute); !tidOnly(plan) {
+			t.Errorf("store's settings: the admit of a %s does not reach trigger_schedules by TID scans only:\n%s", name, plan)
+		}
 	}
 }
 

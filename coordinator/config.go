@@ -54,32 +54,37 @@ func DefaultConfig(owner string) Config {
 // ownerPattern: trigger_schedules.claim_owner holds at most limits.MaxOwner characters.
 var ownerPattern = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,%d}$`, limits.MaxOwner-1))
 
-// ConfigError names the setting that is out of bounds.
+// ConfigError names the Config field that is out of bounds, its value and what is allowed. It
+// speaks of fields, not of command-line flags: a command maps Field to its own flag name.
 type ConfigError struct {
-	Flag, Value, Want string
+	Field string // the Config field: "Budget", "Lease" …
+	Value string // the value as given
+	Want  string // the allowed range, in words
 }
 
-func (e *ConfigError) Error() string { return fmt.Sprintf("--%s %s: want %s", e.Flag, e.Value, e.Want) }
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("coordinator config %s %s: want %s", e.Field, e.Value, e.Want)
+}
 
 // Validate checks every bound.
 func (c Config) Validate() error {
 	switch {
 	case !ownerPattern.MatchString(c.Owner):
-		return &ConfigError{"owner", fmt.Sprintf("%q", c.Owner), fmt.Sprintf("1 to %d characters of [A-Za-z0-9_.:@-], starting with a letter or digit", limits.MaxOwner)}
+		return &ConfigError{"Owner", fmt.Sprintf("%q", c.Owner), fmt.Sprintf("1 to %d characters of [A-Za-z0-9_.:@-], starting with a letter or digit", limits.MaxOwner)}
 	case c.Budget < 1 || c.Budget > MaxBudget:
-		return &ConfigError{"budget", fmt.Sprint(c.Budget), fmt.Sprintf("1 … %d claims per round", MaxBudget)}
+		return &ConfigError{"Budget", fmt.Sprint(c.Budget), fmt.Sprintf("1 … %d claims per round", MaxBudget)}
 	case c.Cadence < MinCadence || c.Cadence > MaxCadence:
-		return &ConfigError{"cadence", c.Cadence.String(), fmt.Sprintf("%s … %s", MinCadence, MaxCadence)}
+		return &ConfigError{"Cadence", c.Cadence.String(), fmt.Sprintf("%s … %s", MinCadence, MaxCadence)}
 	case c.Lease < MinLease || c.Lease > MaxLease || c.Lease < 2*c.Cadence:
-		return &ConfigError{"lease", c.Lease.String(), fmt.Sprintf("%s … %s and at least 2 × cadence (%s)", MinLease, MaxLease, 2*c.Cadence)}
+		return &ConfigError{"Lease", c.Lease.String(), fmt.Sprintf("%s … %s and at least 2 × cadence (%s)", MinLease, MaxLease, 2*c.Cadence)}
 	case c.Lease%time.Millisecond != 0:
-		return &ConfigError{"lease", c.Lease.String(), "whole milliseconds"}
+		return &ConfigError{"Lease", c.Lease.String(), "whole milliseconds"}
 	case c.DrainTimeout < MinDrainTimeout || c.DrainTimeout > MaxDrainTimeout:
-		return &ConfigError{"drain-timeout", c.DrainTimeout.String(), fmt.Sprintf("%s … %s", MinDrainTimeout, MaxDrainTimeout)}
+		return &ConfigError{"DrainTimeout", c.DrainTimeout.String(), fmt.Sprintf("%s … %s", MinDrainTimeout, MaxDrainTimeout)}
 	case c.AdmitBatch < 1 || c.AdmitBatch > c.Budget:
-		return &ConfigError{"admit-batch", fmt.Sprint(c.AdmitBatch), fmt.Sprintf("1 … budget (%d)", c.Budget)}
+		return &ConfigError{"AdmitBatch", fmt.Sprint(c.AdmitBatch), fmt.Sprintf("1 … budget (%d)", c.Budget)}
 	case c.AdmitRetries < 0 || c.AdmitRetries > MaxAdmitRetries:
-		return &ConfigError{"admit-retries", fmt.Sprint(c.AdmitRetries), fmt.Sprintf("0 … %d", MaxAdmitRetries)}
+		return &ConfigError{"AdmitRetries", fmt.Sprint(c.AdmitRetries), fmt.Sprintf("0 … %d", MaxAdmitRetries)}
 	}
 	return nil
 }

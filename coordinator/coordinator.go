@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // Stats are the coordinator's counters, safe to read while it runs.
@@ -72,7 +74,7 @@ type Coordinator struct {
 	NewRunID func() uuid.UUID
 
 	schedMu   sync.Mutex
-	schedules map[[2]string]*Schedule // parsed (spec, zone) pairs
+	schedules map[[2]string]*schedule.Schedule // parsed (spec, zone) pairs
 }
 
 // New returns a coordinator; cfg must have passed Validate. log is the low-sensitivity
@@ -82,7 +84,7 @@ func New(cfg Config, store *Store, log *slog.Logger) *Coordinator {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Coordinator{cfg: cfg, store: store, log: log.With("owner", cfg.Owner), NewRunID: uuid.New,
-		schedules: map[[2]string]*Schedule{}}
+		schedules: map[[2]string]*schedule.Schedule{}}
 }
 
 // Round claims at most Budget rows and ends each claim under its fence. Rows are claimed
@@ -130,13 +132,13 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed 
 func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 	var (
 		fires     []AdmitItem
-		decisions []Decision
+		decisions []schedule.Decision
 		logs      []*slog.Logger
 	)
 	for _, claim := range claims {
 		// every line about a schedule names it, its revision, its occurrence and (via c.log) the owner
 		log := c.log.With("project", claim.ProjectID, "trigger", claim.TriggerID, "revision", claim.TriggerRevision,
-			"next_fire_at_ms", claim.NextFireAtMs.Int64)
+			"next_fire_at_ms", claim.cursorAttr())
 		if claim.Takeover {
 			c.Stats.Takeovers.Add(1)
 			log.Info("took over an expired claim")
@@ -146,18 +148,18 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 			continue
 		}
 		switch d.Kind {
-		case DecisionFire:
+		case schedule.DecisionFire:
 			fires = append(fires, AdmitItem{Claim: claim, ScheduledFor: d.ScheduledForMs, Next: d.NextFireAtMs, RunID: c.NewRunID()})
 			decisions, logs = append(decisions, d), append(logs, log.With("scheduled_for_ms", d.ScheduledForMs))
-		case DecisionSkip:
+		case schedule.DecisionSkip:
 			c.advance(ctx, log, claim, d.NextFireAtMs, &c.Stats.Skips, "skip", "missed", d.Missed)
-		case DecisionInit:
+		case schedule.DecisionInit:
 			c.advance(ctx, log, claim, d.NextFireAtMs, &c.Stats.Releases, "init")
-		case DecisionNotDue:
-			c.advance(ctx, log, claim, claim.NextFireAtMs.Int64, &c.Stats.Releases, "release")
+		case schedule.DecisionNotDue:
+			c.advance(ctx, log, claim, d.NextFireAtMs, &c.Stats.Releases, "release") // the unchanged cursor
 		default:
 			c.fail("decide", fmt.Errorf("unknown decision %q", d.Kind), "project", claim.ProjectID, "trigger", claim.TriggerID,
-				"revision", claim.TriggerRevision, "next_fire_at_ms", claim.NextFireAtMs.Int64)
+				"revision", claim.TriggerRevision, "next_fire_at_ms", claim.cursorAttr())
 		}
 	}
 	if len(fires) == 0 {
@@ -179,25 +181,25 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 // decide parses the claim's schedule and runs the pure decision. A published spec, zone or
 // policy that no longer parses is corrupt: it fails closed, and the claim is left to expire,
 // which also spaces out the retries.
-func (c *Coordinator) decide(log *slog.Logger, claim *Claim) (Decision, bool) {
-	sched, err := c.schedule(claim.CronSpec, claim.Timezone)
+func (c *Coordinator) decide(log *slog.Logger, claim *Claim) (schedule.Decision, bool) {
+	sched, err := c.schedule(claim.CronSpec, claim.TimeZone)
 	if err != nil {
 		c.corrupt()
 		log.Error("unusable cron spec or time zone; claim left to expire", "err", err)
-		return Decision{}, false
+		return schedule.Decision{}, false
 	}
-	policy, err := ParseMisfirePolicy(claim.MisfirePolicy)
+	policy, err := schedule.ParseMisfirePolicy(claim.MisfirePolicy)
 	if err != nil {
 		c.corrupt()
 		log.Error("unusable misfire policy; claim left to expire", "err", err)
-		return Decision{}, false
+		return schedule.Decision{}, false
 	}
-	// The observation is the claim's claimAcquiredAtMs, the clock's lower bound the claim wrote
+	// The observation is the claim's ClaimedAtMs, the clock's lower bound the claim wrote
 	// (ADR-0107), so the admit can verify the decision against the row itself.
-	return Decide(sched, policy, cursorOf(claim), claim.ClaimedAtMs), true
+	return schedule.Decide(sched, policy, claim.CursorMs, claim.ClaimedAtMs), true
 }
 
-func (c *Coordinator) admitted(log *slog.Logger, it AdmitItem, d Decision, r AdmitResult) {
+func (c *Coordinator) admitted(log *slog.Logger, it AdmitItem, d schedule.Decision, r AdmitResult) {
 	switch {
 	case r.Err != nil:
 		c.fail("admit", r.Err, "project", it.Claim.ProjectID, "trigger", it.Claim.TriggerID, "revision", it.Claim.TriggerRevision,
@@ -226,7 +228,7 @@ func (c *Coordinator) advance(ctx context.Context, log *slog.Logger, claim *Clai
 	switch {
 	case err != nil:
 		c.fail(what, err, "project", claim.ProjectID, "trigger", claim.TriggerID, "revision", claim.TriggerRevision,
-			"next_fire_at_ms", claim.NextFireAtMs.Int64)
+			"next_fire_at_ms", claim.cursorAttr())
 	case outcome == Race:
 		c.Stats.Races.Add(1)
 		log.Info(what + " lost its fence (race)")
@@ -255,14 +257,14 @@ func (c *Coordinator) corrupt() {
 }
 
 // schedule parses (spec, zone) once per coordinator.
-func (c *Coordinator) schedule(spec, zone string) (*Schedule, error) {
+func (c *Coordinator) schedule(spec, zone string) (*schedule.Schedule, error) {
 	key := [2]string{spec, zone}
 	c.schedMu.Lock()
 	defer c.schedMu.Unlock()
 	if s, ok := c.schedules[key]; ok {
 		return s, nil
 	}
-	s, err := ParseSchedule(spec, zone)
+	s, err := schedule.ParseSchedule(spec, zone)
 	if err != nil {
 		return nil, err
 	}

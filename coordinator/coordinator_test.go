@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 func TestConfigBounds(t *testing.T) {
@@ -18,30 +20,31 @@ func TestConfigBounds(t *testing.T) {
 	cases := []struct {
 		name   string
 		mutate func(*Config)
-		flag   string
+		field  string
 	}{
 		{"defaults", func(*Config) {}, ""},
-		{"budget 0", func(c *Config) { c.Budget = 0 }, "--budget"},
-		{"budget 257", func(c *Config) { c.Budget = 257 }, "--budget"},
+		{"budget 0", func(c *Config) { c.Budget = 0 }, "Budget"},
+		{"budget 257", func(c *Config) { c.Budget = 257 }, "Budget"},
 		{"budget 256", func(c *Config) { c.Budget = 256 }, ""},
-		{"lease 0", func(c *Config) { c.Lease = 0 }, "--lease"},
-		{"lease under 2 x cadence", func(c *Config) { c.Cadence = 10 * time.Second; c.Lease = 15 * time.Second }, "--lease"},
-		{"cadence 5ms", func(c *Config) { c.Cadence = 5 * time.Millisecond }, "--cadence"},
-		{"cadence 2m", func(c *Config) { c.Cadence = 2 * time.Minute; c.Lease = 5 * time.Minute }, "--cadence"},
-		{"drain 0", func(c *Config) { c.DrainTimeout = 0 }, "--drain-timeout"},
-		{"drain 11m", func(c *Config) { c.DrainTimeout = 11 * time.Minute }, "--drain-timeout"},
-		{"owner with a space", func(c *Config) { c.Owner = "a b" }, "--owner"},
-		{"owner empty", func(c *Config) { c.Owner = "" }, "--owner"},
+		{"lease 0", func(c *Config) { c.Lease = 0 }, "Lease"},
+		{"lease under 2 x cadence", func(c *Config) { c.Cadence = 10 * time.Second; c.Lease = 15 * time.Second }, "Lease"},
+		{"cadence 5ms", func(c *Config) { c.Cadence = 5 * time.Millisecond }, "Cadence"},
+		{"cadence 2m", func(c *Config) { c.Cadence = 2 * time.Minute; c.Lease = 5 * time.Minute }, "Cadence"},
+		{"drain 0", func(c *Config) { c.DrainTimeout = 0 }, "DrainTimeout"},
+		{"drain 11m", func(c *Config) { c.DrainTimeout = 11 * time.Minute }, "DrainTimeout"},
+		{"owner with a space", func(c *Config) { c.Owner = "a b" }, "Owner"},
+		{"owner empty", func(c *Config) { c.Owner = "" }, "Owner"},
 	}
 	for _, tc := range cases {
 		cfg := DefaultConfig("replica-1")
 		tc.mutate(&cfg)
 		err := cfg.Validate()
+		var ce *ConfigError
 		switch {
-		case tc.flag == "" && err != nil:
+		case tc.field == "" && err != nil:
 			t.Errorf("%s: %v, want valid", tc.name, err)
-		case tc.flag != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.flag)):
-			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.flag)
+		case tc.field != "" && (!errors.As(err, &ce) || ce.Field != tc.field || strings.Contains(err.Error(), "--")):
+			t.Errorf("%s: %v, want a ConfigError naming the field %s (and no flag)", tc.name, err, tc.field)
 		}
 	}
 }
@@ -53,7 +56,7 @@ func TestRoundHonoursTheBudgetAndTheHardCap(t *testing.T) {
 	// yearly: an initialised row is not due again while the test runs (with every minute, a
 	// minute boundary between the rounds made the initialised rows due and the count wrong)
 	for i := range 300 {
-		f.trigger(fmt.Sprintf("t%03d", i), "@yearly", MisfireSkip)
+		f.trigger(fmt.Sprintf("t%03d", i), "@yearly", schedule.MisfireSkip)
 	}
 	small := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 5 })
 	if n := small.Round(ctx, nil); n != 5 {
@@ -78,10 +81,10 @@ func TestRunIdentityOnlyForAnAdmit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("init", "* * * * *", MisfireSkip)
-	f.trigger("due", "* * * * *", MisfireFireOnce) // fire_once: one Run even if a minute boundary passes
-	f.trigger("skipped", "* * * * *", MisfireSkip)
-	f.trigger("catchup", "* * * * *", MisfireFireOnce)
+	f.trigger("init", "* * * * *", schedule.MisfireSkip)
+	f.trigger("due", "* * * * *", schedule.MisfireFireOnce) // fire_once: one Run even if a minute boundary passes
+	f.trigger("skipped", "* * * * *", schedule.MisfireSkip)
+	f.trigger("catchup", "* * * * *", schedule.MisfireFireOnce)
 	f.setCursor("due", -time.Second)
 	f.setCursor("skipped", -time.Hour)
 	f.setCursor("catchup", -time.Hour)
@@ -105,7 +108,7 @@ func TestRacesAreCounted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireFireOnce) // one Run even if a minute boundary passes
+	f.trigger("a", "* * * * *", schedule.MisfireFireOnce) // one Run even if a minute boundary passes
 	f.setCursor("a", -time.Second)
 	slow := f.coordinator("slow", f.rt)
 	claim := must(slow.store.Claim(ctx, "slow", 30*time.Second)).of(t)
@@ -128,7 +131,7 @@ func TestTwoPoolsSingleClaimAndExactlyOneRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireFireOnce) // one Run even if a minute boundary passes
+	f.trigger("a", "* * * * *", schedule.MisfireFireOnce) // one Run even if a minute boundary passes
 	poolA, poolB := f.d.Pool(t, "ql_runtime"), f.d.Pool(t, "ql_runtime")
 	var pidA, pidB int
 	must(0, poolA.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA)).of(t)
@@ -168,7 +171,7 @@ func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	holderPool := f.d.Pool(t, "ql_runtime")
 	held := must(NewStore(holderPool).Claim(ctx, "holder", 2*time.Second)).of(t)
@@ -189,13 +192,13 @@ func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 	if took == nil {
 		t.Fatal("no takeover within 30 s of a 2 s lease")
 	}
-	if took.NowMs < held.ClaimExpiresAtMs.Int64 {
-		t.Errorf("taken over at db time %d, before the claim expired at %d", took.NowMs, held.ClaimExpiresAtMs.Int64)
+	if took.ClaimedAtMs < held.Fence.ExpiresAtMs {
+		t.Errorf("taken over at db time %d, before the claim expired at %d", took.ClaimedAtMs, held.Fence.ExpiresAtMs)
 	}
-	if took.ClaimVersion != held.ClaimVersion+1 {
-		t.Errorf("claim version %d, want %d", took.ClaimVersion, held.ClaimVersion+1)
+	if took.Fence.Version != held.Fence.Version+1 {
+		t.Errorf("claim version %d, want %d", took.Fence.Version, held.Fence.Version+1)
 	}
-	if _, out, err := taker.Admit(ctx, took, took.NextFireAtMs.Int64, took.NextFireAtMs.Int64+60_000, uuid.New(), 3); err != nil || out != Written {
+	if _, out, err := taker.Admit(ctx, took, *took.CursorMs, *took.CursorMs+60_000, uuid.New(), 3); err != nil || out != Written {
 		t.Fatalf("admit after takeover: %v %v", out, err)
 	}
 	if n := f.audit(); n != 1 {
@@ -206,7 +209,7 @@ func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 func TestLifecycleStartStopDoubleStop(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	co := f.coordinator("r1", f.rt, func(c *Config) { c.Cadence = 10 * time.Millisecond })
 	lc := NewLifecycle(co, DefaultConfig("r1"))
 	lc.cadence = 10 * time.Millisecond
@@ -250,7 +253,7 @@ func TestLifecycleRoundsNeverOverlap(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	for i := range 20 {
-		f.trigger(fmt.Sprintf("t%d", i), "* * * * *", MisfireSkip)
+		f.trigger(fmt.Sprintf("t%d", i), "* * * * *", schedule.MisfireSkip)
 	}
 	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 1 })
 	lc := NewLifecycle(co, DefaultConfig("r1"))
@@ -287,7 +290,7 @@ func TestLifecycleStopIsBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireFireOnce) // an admit even if a minute boundary passes
+	f.trigger("a", "* * * * *", schedule.MisfireFireOnce) // an admit even if a minute boundary passes
 	f.setCursor("a", -time.Second)
 	// Another session locks run_events: the round's admit blocks on it.
 	blocker := must(f.su.Begin(ctx)).of(t)

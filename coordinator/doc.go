@@ -3,7 +3,7 @@
 //
 // A round claims at most Budget schedule rows, one claim statement each (committed alone, with a
 // four-part fence: owner, token, version, expiry); decides each one in pure Go (cron + misfire,
-// see decision.go); and ends each claim under the full fence: admit (one SERIALIZABLE transaction
+// package schedule); and ends each claim under the full fence: admit (one SERIALIZABLE transaction
 // that re-verifies everything and writes Run + Attempt + 2 Events + cursor), skip, or release.
 // A lost fence is a counted race, never a duplicate. Time is always the database's.
 //

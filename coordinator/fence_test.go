@@ -7,18 +7,20 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
-// Tests of the fence and of every item the admit verifies, each on its own and in both admission
-// paths: the one-row Admit statement and the set-based AdmitMany (AdmitBatch with more than one
-// item). They are written from ADR-0105's list ("before committing, the admission re-locks and
+// Tests of the fence and of every item the admit verifies, each on its own and at two batch sizes
+// of the one admission statement (Admit): one row per transaction (the ADR's admit) and the rows
+// of a test admitted together (AdmitBatch with more than one item). They are written from ADR-0105's list ("before committing, the admission re-locks and
 // verifies, item by item"), and each names the item it breaks, so that the mutation list of
 // docs/testing.md can point at the test that must kill each mutation.
 
-// admitPath is one of the two admission statements.
+// admitPath is a batch size of the admission statement.
 type admitPath struct {
 	name  string
-	batch bool // AdmitMany: the claims are admitted together in one statement
+	batch bool // the claims are admitted together, in one statement; else one AdmitBatch per claim
 }
 
 var admitPaths = []admitPath{{"admit", false}, {"batch admit", true}}
@@ -33,13 +35,13 @@ func claimAll(t *testing.T, s *Store, owner string, lease time.Duration, n int) 
 	return claims
 }
 
-// admitEach admits its on path: one Admit statement per item, or all of them in one AdmitMany.
+// admitEach admits its on path: one admit per item (batch size 1), or all of them in one (size ≥ 2).
 func admitEach(t *testing.T, s *Store, p admitPath, its []AdmitItem) []AdmitResult {
 	t.Helper()
 	ctx := context.Background()
 	if p.batch {
 		if len(its) < 2 {
-			t.Fatal("a batch admit of fewer than 2 items runs the one-row statement")
+			t.Fatal("a batch admit of fewer than 2 items is the single-row path")
 		}
 		return s.AdmitBatch(ctx, its, 3)
 	}
@@ -76,14 +78,14 @@ func TestAnExpiredClaimAdmitsNothingEvenUntakenOver(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
 			for _, id := range []string{"a", "b"} {
-				f.trigger(id, "* * * * *", MisfireSkip)
+				f.trigger(id, "* * * * *", schedule.MisfireSkip)
 				f.setCursor(id, -time.Second)
 			}
 			s := NewStore(f.rt)
 			claims := claimAll(t, s, "replica", 300*time.Millisecond, 2) // the lease runs out by itself
 			var expires int64
 			for _, c := range claims {
-				expires = max(expires, c.ClaimExpiresAtMs.Int64)
+				expires = max(expires, c.Fence.ExpiresAtMs)
 			}
 			f.waitForDatabaseTimePast(expires)
 			res := admitEach(t, s, p, items(claims, 60_000))
@@ -91,7 +93,7 @@ func TestAnExpiredClaimAdmitsNothingEvenUntakenOver(t *testing.T) {
 				if r.Err != nil || r.Outcome != Race {
 					t.Errorf("%s: admit under an expired claim: %s, %v; want a race", claims[i].TriggerID, r.Outcome, r.Err)
 				}
-				for _, next := range []int64{claims[i].NextFireAtMs.Int64, claims[i].NextFireAtMs.Int64 + 60_000} { // release, skip
+				for _, next := range []int64{*claims[i].CursorMs, *claims[i].CursorMs + 60_000} { // release, skip
 					if out, err := s.Advance(context.Background(), claims[i], next); err != nil || out != Race {
 						t.Errorf("%s: advance to %d under an expired claim: %s, %v; want a race", claims[i].TriggerID, next, out, err)
 					}
@@ -103,7 +105,7 @@ func TestAnExpiredClaimAdmitsNothingEvenUntakenOver(t *testing.T) {
 			for _, c := range claims {
 				if f.count(`SELECT count(*) FROM control_core.trigger_schedules WHERE trigger_id = $1
 					AND claim_token = $2 AND state_version = $3 AND next_fire_at_ms = $4`,
-					c.TriggerID, c.ClaimToken.UUID, c.StateVersion, c.NextFireAtMs.Int64) != 1 {
+					c.TriggerID, c.Fence.Token, c.StateVersion, *c.CursorMs) != 1 {
 					t.Errorf("%s: the expired claim's row changed", c.TriggerID)
 				}
 			}
@@ -133,12 +135,12 @@ type forgery struct {
 }
 
 var forgeries = []forgery{
-	{name: "owner", claim: func(c *Claim, _, _ *int64) { c.ClaimOwner.String += "-other" }, advance: true},
-	{name: "token", claim: func(c *Claim, _, _ *int64) { c.ClaimToken.UUID = uuid.New() }, advance: true},
-	{name: "claim version", claim: func(c *Claim, _, _ *int64) { c.ClaimVersion-- }, advance: true},
+	{name: "owner", claim: func(c *Claim, _, _ *int64) { c.Fence.Owner += "-other" }, advance: true},
+	{name: "token", claim: func(c *Claim, _, _ *int64) { c.Fence.Token = uuid.New() }, advance: true},
+	{name: "claim version", claim: func(c *Claim, _, _ *int64) { c.Fence.Version-- }, advance: true},
 	{name: "trigger revision", claim: func(c *Claim, _, _ *int64) { c.TriggerRevision++ }, advance: true},
 	{name: "state version", claim: func(c *Claim, _, _ *int64) { c.StateVersion-- }, advance: true},
-	{name: "cursor", claim: func(c *Claim, _, _ *int64) { c.NextFireAtMs.Int64 -= 60_000 }, advance: true},
+	{name: "cursor", claim: func(c *Claim, _, _ *int64) { cur := *c.CursorMs - 60_000; c.CursorMs = &cur }, advance: true},
 	{name: "row address", claim: func(c *Claim, _, _ *int64) { c.RowCtid = "(4000,1)" }},
 	{name: "observation", claim: func(c *Claim, _, next *int64) { c.ClaimedAtMs -= 500; *next = c.ClaimedAtMs + 1 }},
 	{name: "candidate before the cursor", claim: func(c *Claim, scheduled, _ *int64) { *scheduled -= 60_000 }},
@@ -186,7 +188,7 @@ func TestEveryVerifiedItemOnItsOwn(t *testing.T) {
 				ctx := context.Background()
 				f := newFixture(t)
 				for _, id := range []string{"a", "b"} {
-					f.trigger(id, "* * * * *", MisfireSkip)
+					f.trigger(id, "* * * * *", schedule.MisfireSkip)
 					f.setCursor(id, -2*time.Second)
 				}
 				s := NewStore(f.rt)
@@ -222,14 +224,14 @@ func TestEveryVerifiedItemOnItsOwn(t *testing.T) {
 					t.Errorf("%d runs of the forged row, want 0", n)
 				}
 				if fg.advance {
-					for _, next := range []int64{forged.NextFireAtMs.Int64, its[0].Next} { // release, skip
+					for _, next := range []int64{*forged.CursorMs, its[0].Next} { // release, skip
 						if out, err := s.Advance(ctx, &forged, next); err != nil || out != Race {
 							t.Errorf("advance to %d with a forged %s: %s, %v; want a race", next, fg.name, out, err)
 						}
 					}
 				}
 				if f.count("SELECT count(*) FROM control_core.trigger_schedules WHERE trigger_id = $1 AND claim_token = $2",
-					forged.TriggerID, claims[0].ClaimToken.UUID) != 1 {
+					forged.TriggerID, claims[0].Fence.Token) != 1 {
 					t.Error("the forged row's real claim is no longer held: something wrote to it")
 				}
 			})
@@ -262,14 +264,14 @@ func splitStatements(sql string) []string {
 func TestAdvanceNeverMovesTheCursorBack(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	c := claimAll(t, s, "replica", 30*time.Second, 1)[0]
-	if out, err := s.Advance(context.Background(), c, c.NextFireAtMs.Int64-60_000); err != nil || out != Race {
+	if out, err := s.Advance(context.Background(), c, *c.CursorMs-60_000); err != nil || out != Race {
 		t.Errorf("advance to before the cursor: %s, %v; want a race", out, err)
 	}
-	if out, err := s.Advance(context.Background(), c, c.NextFireAtMs.Int64); err != nil || out != Written {
+	if out, err := s.Advance(context.Background(), c, *c.CursorMs); err != nil || out != Written {
 		t.Errorf("release at the cursor: %s, %v; want written", out, err)
 	}
 }
@@ -286,8 +288,8 @@ func TestEveryAdmittedKeyHasTheDocumentedFormat(t *testing.T) {
 			f := newFixture(t)
 			want := map[string]string{} // trigger → key
 			for _, id := range []string{"night-ly_2", "x", "a0"} {
-				f.trigger(id, "* * * * *", MisfireSkip)
-				pub := f.trigger(id, "*/1 * * * *", MisfireSkip) // revision 2: a key without it cannot pass
+				f.trigger(id, "* * * * *", schedule.MisfireSkip)
+				pub := f.trigger(id, "*/1 * * * *", schedule.MisfireSkip) // revision 2: a key without it cannot pass
 				cursor := f.setCursor(id, -time.Second)
 				want[id] = fmt.Sprintf("ql3:cron:v1:%s:%d:%d", id, pub.Revision, cursor)
 			}
@@ -333,8 +335,8 @@ func TestEveryAdmittedKeyHasTheDocumentedFormat(t *testing.T) {
 	}
 }
 
-// The batch path recomputes every digest from the rows, as the one-row admit does
-// (TestAdmitRefusesCorruptOrChangedRevisions): a revision edited behind its digest admits nothing.
+// At batch size 2 too the admit recomputes every digest from the rows (as at size 1,
+// TestAdmitRefusesCorruptOrChangedRevisions): a revision edited behind its digest admits nothing.
 func TestBatchAdmitRefusesCorruptRevisions(t *testing.T) {
 	t.Parallel()
 	for name, tamper := range map[string]string{
@@ -345,7 +347,7 @@ func TestBatchAdmitRefusesCorruptRevisions(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
 			for _, id := range []string{"a", "b"} {
-				f.trigger(id, "* * * * *", MisfireSkip)
+				f.trigger(id, "* * * * *", schedule.MisfireSkip)
 				f.setCursor(id, -time.Second)
 			}
 			s := NewStore(f.rt)

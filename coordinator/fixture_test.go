@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 func TestMain(m *testing.M) { testpg.Main(m) }
@@ -41,7 +42,7 @@ func newFixture(t testing.TB) *fixture {
 }
 
 // trigger publishes an enabled trigger on task "task".
-func (f *fixture) trigger(id, cron string, misfire MisfirePolicy) TriggerPublished {
+func (f *fixture) trigger(id, cron string, misfire schedule.MisfirePolicy) TriggerPublished {
 	f.t.Helper()
 	pub, err := f.admin.PublishTrigger(context.Background(), TriggerSpec{Project: "p", Trigger: id, Task: "task",
 		Cron: cron, TimeZone: "UTC", Misfire: misfire, Enabled: true})

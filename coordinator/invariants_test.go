@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // The database guards the invariants admission relies on, so a role that may insert Runs (the
@@ -14,8 +16,8 @@ import (
 func TestRunsTableRefusesForgedRuns(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	rev1 := f.trigger("nightly", "0 3 * * *", MisfireSkip)
-	rev2 := f.trigger("nightly", "0 3 * * *", MisfireSkip)
+	rev1 := f.trigger("nightly", "0 3 * * *", schedule.MisfireSkip)
+	rev2 := f.trigger("nightly", "0 3 * * *", schedule.MisfireSkip)
 	const at = int64(1_767_236_400_000) // an occurrence of "0 3 * * *" in UTC
 	key := func(rev int64) string { return fmt.Sprintf("ql3:cron:v1:nightly:%d:%d", rev, at) }
 	ctx := context.Background()

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // The publisher lives in package admin, which imports this package (for the cron parser and
@@ -23,7 +24,7 @@ func newTestPublisher(pool *pgxpool.Pool) *testPublisher { return &testPublisher
 type TriggerSpec struct {
 	Project, Trigger, Task string
 	Cron, TimeZone         string
-	Misfire                MisfirePolicy
+	Misfire                schedule.MisfirePolicy
 	Enabled                bool
 }
 
@@ -68,7 +69,7 @@ func (p *testPublisher) PublishTask(ctx context.Context, project, task string, s
 }
 
 func (p *testPublisher) PublishTrigger(ctx context.Context, t TriggerSpec) (TriggerPublished, error) {
-	if _, err := ParseSchedule(t.Cron, t.TimeZone); err != nil {
+	if _, err := schedule.ParseSchedule(t.Cron, t.TimeZone); err != nil {
 		return TriggerPublished{}, err
 	}
 	var out TriggerPublished

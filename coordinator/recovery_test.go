@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // replica runs sql with the foreign-key triggers off (superuser test set-up).
@@ -19,7 +21,7 @@ func replica(sql string) string {
 func admittedOnce(t *testing.T) *fixture {
 	t.Helper()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	if _, _, out := fireOnce(t, NewStore(f.rt), "r1"); out != Written {
 		t.Fatalf("admit: %s", out)

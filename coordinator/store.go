@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,19 +18,6 @@ import (
 
 	"github.com/qlcontrol/controlcore/db"
 )
-
-// Claim is a schedule row this replica holds under the four-part fence, with everything the
-// decision and the admit need (all read by the claim statement itself).
-type Claim = db.ClaimDueRow
-
-// Cursor returns the claimed cursor; nil means waiting for initialisation.
-func cursorOf(c *Claim) *int64 {
-	if !c.NextFireAtMs.Valid {
-		return nil
-	}
-	v := c.NextFireAtMs.Int64
-	return &v
-}
 
 // Outcome classifies how a fenced write ended.
 type Outcome string
@@ -71,15 +57,16 @@ func (s *Store) Claim(ctx context.Context, owner string, lease time.Duration) (*
 func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duration, n int) ([]*Claim, error) {
 	var claims []*Claim
 	var err error
-	br := db.New(pipelinedTx{pool: s.pool}).
-		ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), MaxRows: int32(n)}})
+	tx := newPipeline(s.pool, implicitTx, hotSettings) // the claim commits alone
+	br := db.New(tx).ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), MaxRows: int32(n)}})
 	br.Query(func(_ int, rows []db.ClaimDueRow, qerr error) {
 		err = qerr
-		for i := range rows {
-			claims = append(claims, &rows[i])
+		for _, r := range rows {
+			claims = append(claims, claimFromRow(r))
 		}
 	})
-	if cerr := br.Close(); err == nil {
+	_ = br.Close()
+	if cerr := tx.commit(); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -91,11 +78,7 @@ func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duratio
 // Advance ends a claim without a Run: init (first cursor), skip (advance only) or release
 // (next == cursor). Fenced like the admit.
 func (s *Store) Advance(ctx context.Context, c *Claim, next int64) (Outcome, error) {
-	_, err := s.q.AdvanceClaimed(ctx, db.AdvanceClaimedParams{
-		NextFireAtMs: next, ProjectID: c.ProjectID, TriggerID: c.TriggerID,
-		ClaimOwner: c.ClaimOwner.String, ClaimToken: c.ClaimToken.UUID, ClaimVersion: c.ClaimVersion,
-		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs,
-	})
+	_, err := s.q.AdvanceClaimed(ctx, advanceParams(c, next))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Race, nil
 	}
@@ -121,8 +104,8 @@ func (s *Store) Admit(ctx context.Context, c *Claim, scheduledFor, next int64, r
 }
 
 // AdmitItem is one occurrence to admit under its claim. The decision behind it must have been
-// made at the claim's observation of database time, ClaimedAtMs (claimAcquiredAtMs): the admit
-// verifies ScheduledFor <= ClaimedAtMs < Next.
+// made at the claim's observation of database time, ClaimedAtMs: the admit verifies
+// ScheduledFor <= ClaimedAtMs < Next.
 type AdmitItem struct {
 	Claim              *Claim
 	ScheduledFor, Next int64
@@ -138,9 +121,9 @@ type AdmitResult struct {
 }
 
 // AdmitBatch admits every item in ONE SERIALIZABLE transaction, sent as one pipeline (BEGIN,
-// the admit, COMMIT). One item runs the ADR's admit statement; more run AdmitMany, the same
-// checks for every row in one set-based statement. Each row is verified on its own: an item whose
-// checks fail writes nothing and is diagnosed on its own, while the others commit. A
+// the admit, COMMIT), with the one admission statement (Admit), for one item as for many. Each
+// row is verified on its own: an item whose checks fail writes nothing and is diagnosed on its
+// own, while the others commit. A
 // serialization failure retries the whole batch (bounded); any other error, or a serialization
 // failure that outlasts the retries, aborts the transaction, so the items are then admitted one
 // by one to isolate the failing one.
@@ -151,13 +134,12 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 		written, err := s.admitOnce(ctx, items)
 		if err == nil {
 			for i := range items {
-				results[i].Retries = retried
-				if written[i] == nil {
+				if written[i] != nil {
+					results[i].Outcome, results[i].Admitted = Written, *written[i]
+				} else {
 					results[i].Outcome, results[i].Err = s.diagnose(ctx, items[i].Claim)
-					continue
 				}
-				results[i].Outcome, results[i].Admitted.RunID = Written, written[i].RunID
-				results[i].AttemptID, results[i].AdmittedAtMs = written[i].AttemptID, written[i].AdmittedAtMs.Int64
+				results[i].Retries = retried
 			}
 			return results
 		}
@@ -191,68 +173,29 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 	return results
 }
 
-// admitOnce runs one SERIALIZABLE transaction admitting items and returns, per item, what was
-// written, or nil where the item's verification wrote nothing. Results count only if the
+// admitOnce runs one SERIALIZABLE transaction admitting items with the one admission statement
+// (Admit, one element per item: one item is the ADR's single admit) and returns, per item, what
+// was written, or nil where the item's verification wrote nothing. Results count only if the
 // transaction committed (err == nil).
-func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*db.AdmitRow, err error) {
-	written = make([]*db.AdmitRow, len(items))
-	tx := pipelinedTx{pool: s.pool, begin: "BEGIN ISOLATION LEVEL SERIALIZABLE"}
-	if len(items) > 1 {
-		tx.settings = batchAdmitSettings
-	}
-	q := db.New(tx)
-	if len(items) == 1 {
-		it, c := items[0], items[0].Claim
-		br := q.Admit(ctx, []db.AdmitParams{{
-			NextFireAtMs: it.Next, ScheduledForMs: it.ScheduledFor, ProjectID: c.ProjectID, TriggerID: c.TriggerID,
-			ClaimOwner: c.ClaimOwner.String, ClaimToken: c.ClaimToken.UUID, ClaimVersion: c.ClaimVersion,
-			TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs.Int64,
-			ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
-			TaskDigest: c.TaskDigest, ExecutionRevisionID: c.ExecutionRevisionID, ExecutionDigest: c.ExecutionDigest,
-			RunID: it.RunID, RowCtid: c.RowCtid, ObservedAtMs: c.ClaimedAtMs,
-		}})
-		br.QueryRow(func(_ int, row db.AdmitRow, rerr error) {
-			switch {
-			case rerr == nil:
-				written[0] = &row
-			case !errors.Is(rerr, pgx.ErrNoRows):
-				err = rerr
-			}
-		})
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		return written, err
-	}
-	var p db.AdmitManyParams
-	for _, it := range items {
-		c := it.Claim
-		p.RowCtids, p.ProjectIds, p.TriggerIds = append(p.RowCtids, c.RowCtid), append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID)
-		p.ClaimOwners, p.ClaimTokens = append(p.ClaimOwners, c.ClaimOwner.String), append(p.ClaimTokens, c.ClaimToken.UUID)
-		p.ClaimVersions, p.TriggerRevisions = append(p.ClaimVersions, c.ClaimVersion), append(p.TriggerRevisions, c.TriggerRevision)
-		p.StateVersions, p.CursorsMs = append(p.StateVersions, c.StateVersion), append(p.CursorsMs, c.NextFireAtMs.Int64)
-		p.ScheduledForMs, p.NextFireAtMs = append(p.ScheduledForMs, it.ScheduledFor), append(p.NextFireAtMs, it.Next)
-		p.ObservedAtMs = append(p.ObservedAtMs, c.ClaimedAtMs)
-		p.ProjectRevisions, p.ProjectDigests = append(p.ProjectRevisions, c.ProjectRevision), append(p.ProjectDigests, c.ProjectDigest)
-		p.TriggerDigests, p.TaskDigests = append(p.TriggerDigests, c.TriggerDigest), append(p.TaskDigests, c.TaskDigest)
-		p.ExecutionRevisionIds, p.ExecutionDigests = append(p.ExecutionRevisionIds, c.ExecutionRevisionID), append(p.ExecutionDigests, c.ExecutionDigest)
-		p.RunIds = append(p.RunIds, it.RunID)
-	}
-	br := q.AdmitMany(ctx, []db.AdmitManyParams{p})
-	br.Query(func(_ int, rows []db.AdmitManyRow, rerr error) {
+func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*Admitted, err error) {
+	written = make([]*Admitted, len(items))
+	tx := newPipeline(s.pool, serializableTx, admitSettings)
+	br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams(items)})
+	br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
 		if rerr != nil {
 			err = rerr
 			return
 		}
 		for _, r := range rows {
 			if r.Ord < 1 || int(r.Ord) > len(items) || written[r.Ord-1] != nil {
-				err = fmt.Errorf("admit batch: result for item %d of %d is out of range or repeated", r.Ord, len(items))
+				err = fmt.Errorf("admit: result for item %d of %d is out of range or repeated", r.Ord, len(items))
 				return
 			}
-			written[r.Ord-1] = &db.AdmitRow{RunID: r.RunID, AttemptID: r.AttemptID, AdmittedAtMs: pgtype.Int8{Int64: r.AdmittedAtMs, Valid: true}}
+			written[r.Ord-1] = &Admitted{RunID: r.RunID, AttemptID: r.AttemptID, AdmittedAtMs: r.AdmittedAtMs}
 		}
 	})
-	if cerr := br.Close(); err == nil {
+	_ = br.Close()
+	if cerr := tx.commit(); err == nil { // the results count only if this is nil
 		err = cerr
 	}
 	return written, err
@@ -284,65 +227,100 @@ var hotSettings = func() string {
 	return "SELECT " + strings.Join(calls, ", ")
 }()
 
-// batchAdmitSettings add, for the batch admit only, joins in the order written: it joins eight
-// relations, and searching every order cost 100 ms per plan (alone; several times that under
-// load). A generic plan is rebuilt whenever autovacuum or autoanalyze invalidates it, which under
-// a steady insert load was every few seconds on every connection: 48 plans, 8.7 s of planning, in
-// a 15 s batch bench (pg_stat_statements); 27 plans and 0.27 s with this. The written order is the
-// plan the tests check (TID scan first). The one-row admit keeps the planner's choice: seven
-// relations plan in milliseconds.
-var batchAdmitSettings = hotSettings + ", set_config('join_collapse_limit', '1', true)"
+// admitSettings add, for the admit, joins in the order written: it joins eight relations, and
+// searching every order cost 100 ms per plan (alone; several times that under load). A generic
+// plan is rebuilt whenever autovacuum or autoanalyze invalidates it, which under a steady insert
+// load was every few seconds on every connection: 48 plans, 8.7 s of planning, in a 15 s batch
+// bench (pg_stat_statements); 27 plans and 0.27 s with this. The written order is the plan the
+// tests check (TID scan first), for one row as for many.
+var admitSettings = hotSettings + ", set_config('join_collapse_limit', '1', true)"
 
-// pipelinedTx sends a batch of sqlc queries as one pipeline, one round trip: the hot settings,
-// the queries, then one Sync. Without begin the pipeline is PostgreSQL's implicit transaction,
-// committed at the Sync (the claim: one statement, committed alone, no BEGIN or COMMIT on the
-// wire); with begin it is an explicit one, begin … COMMIT (the admit, SERIALIZABLE). When a query
-// fails, the server skips the rest (COMMIT included): the implicit transaction rolls back at the
-// Sync, an explicit one leaves the connection in a failed transaction, which the pool discards.
-type pipelinedTx struct {
+// txKind is the transaction a pipeline's statements run in. The store writes it out where it
+// sends a statement: the claim in PostgreSQL's implicit transaction of the pipeline, committed
+// alone at its Sync (no BEGIN or COMMIT on the wire, as the ADR's claim wants); the admit in an
+// explicit SERIALIZABLE transaction whose BEGIN and COMMIT travel in the same pipeline.
+type txKind int
+
+const (
+	implicitTx     txKind = iota // committed at the pipeline's Sync; a failed statement rolls it back
+	serializableTx               // BEGIN ISOLATION LEVEL SERIALIZABLE … COMMIT, read by commit
+)
+
+// pipeline sends one generated batch query, inside its transaction and after the planner
+// settings, as ONE round trip: [BEGIN,] settings, the query's statements, [COMMIT,] Sync. The
+// caller reads the query's results through the generated code, then ends the pipeline with
+// commit, which reads the COMMIT (or, for the implicit transaction, the Sync) and says whether
+// the transaction committed: nothing read counts unless commit returned nil.
+//
+// When a statement fails, the server skips the rest, COMMIT included: the implicit transaction
+// rolls back at the Sync, an explicit one leaves the connection in a failed transaction, which
+// the pool discards.
+//
+// pipeline is handed to db.New only because the generated batch functions build their pgx.Batch
+// and pass it to SendBatch; that is the one db.DBTX method they call, and the only one a
+// pipeline can serve (a single statement sent on its own would run outside the transaction),
+// so Exec, Query and QueryRow refuse with errNotInPipeline.
+type pipeline struct {
 	pool     *pgxpool.Pool
-	begin    string // "": the pipeline's implicit transaction
-	settings string // "": hotSettings
+	tx       txKind
+	settings string // the transaction-local planner settings statement (hotSettings or admitSettings)
+	results  *pipelineResults
 }
 
-func (t pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	tx := &pgx.Batch{}
-	if t.begin != "" {
-		tx.Queue(t.begin)
+func newPipeline(pool *pgxpool.Pool, tx txKind, settings string) *pipeline {
+	return &pipeline{pool: pool, tx: tx, settings: settings}
+}
+
+// SendBatch wraps the generated query's batch in the transaction and sends it.
+func (p *pipeline) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	wire := &pgx.Batch{}
+	if p.tx == serializableTx {
+		wire.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
 	}
-	tx.Queue(cmp.Or(t.settings, hotSettings))
-	tx.QueuedQueries = append(tx.QueuedQueries, b.QueuedQueries...)
-	if t.begin != "" {
-		tx.Queue("COMMIT")
+	wire.Queue(p.settings)
+	wire.QueuedQueries = append(wire.QueuedQueries, b.QueuedQueries...)
+	if p.tx == serializableTx {
+		wire.Queue("COMMIT")
 	}
-	return &txResults{br: t.pool.SendBatch(ctx, tx), explicit: t.begin != ""}
+	p.results = &pipelineResults{br: p.pool.SendBatch(ctx, wire), explicit: p.tx == serializableTx}
+	return p.results
 }
 
-var errOnlyBatches = errors.New("pipelinedTx: only batches are supported")
-
-func (pipelinedTx) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	return pgconn.CommandTag{}, errOnlyBatches
+// commit ends the pipeline: it reads the COMMIT, if any, then closes the pipeline (the Sync:
+// the implicit transaction's commit). It returns the first error of the pipeline; nil means
+// the transaction committed. Call it after reading the query's results (the generated
+// results' Close only marks them closed).
+func (p *pipeline) commit() error {
+	if p.results == nil {
+		return errors.New("pipeline: nothing was sent")
+	}
+	return p.results.commit()
 }
 
-func (pipelinedTx) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return nil, errOnlyBatches
+var errNotInPipeline = errors.New("pipeline: only a generated batch query can be sent in a pipelined transaction")
+
+func (*pipeline) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errNotInPipeline
 }
 
-func (pipelinedTx) QueryRow(context.Context, string, ...any) pgx.Row {
-	return errRow{errOnlyBatches}
+func (*pipeline) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errNotInPipeline
 }
 
-// txResults hides the begin, the hot settings and COMMIT: the caller reads its own results; Close
-// reads COMMIT and returns its error, so nothing the caller read counts unless Close returned nil.
-type txResults struct {
-	br            pgx.BatchResults
-	explicit      bool // a begin was sent, and a COMMIT will be
-	begun, closed bool
-	err           error
+func (*pipeline) QueryRow(context.Context, string, ...any) pgx.Row { return errRow{errNotInPipeline} }
+
+// pipelineResults are the generated query's view of the pipeline: its own results, in order,
+// after the BEGIN and the settings (read first, their error reported as the query's).
+type pipelineResults struct {
+	br        pgx.BatchResults
+	explicit  bool // a BEGIN was sent, and a COMMIT
+	begun     bool
+	committed bool
+	err       error
 }
 
-// begin reads the results the caller did not queue: the begin, if any, and the hot settings.
-func (r *txResults) begin() error {
+// begin reads the results the query did not queue: the BEGIN, if any, and the settings.
+func (r *pipelineResults) begin() error {
 	if !r.begun {
 		r.begun = true
 		if r.explicit {
@@ -355,34 +333,37 @@ func (r *txResults) begin() error {
 	return r.err
 }
 
-func (r *txResults) Exec() (pgconn.CommandTag, error) {
+func (r *pipelineResults) Exec() (pgconn.CommandTag, error) {
 	if err := r.begin(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	return r.br.Exec()
 }
 
-func (r *txResults) Query() (pgx.Rows, error) {
+func (r *pipelineResults) Query() (pgx.Rows, error) {
 	if err := r.begin(); err != nil {
 		return nil, err
 	}
 	return r.br.Query()
 }
 
-func (r *txResults) QueryRow() pgx.Row {
+func (r *pipelineResults) QueryRow() pgx.Row {
 	if err := r.begin(); err != nil {
 		return errRow{err}
 	}
 	return r.br.QueryRow()
 }
 
-// Close reads COMMIT (unless the begin failed, or there is none) and closes the pipeline, which
-// for an implicit transaction is its commit. Idempotent.
-func (r *txResults) Close() error {
-	if r.closed {
+// Close is the generated code's end of its results; the transaction ends in commit.
+func (r *pipelineResults) Close() error { return r.err }
+
+// commit reads COMMIT (unless the transaction already failed) and closes the pipeline.
+// Idempotent.
+func (r *pipelineResults) commit() error {
+	if r.committed {
 		return r.err
 	}
-	r.closed = true
+	r.committed = true
 	if r.begin() == nil && r.explicit {
 		if _, err := r.br.Exec(); err != nil {
 			r.err = err
@@ -395,7 +376,7 @@ func (r *txResults) Close() error {
 }
 
 // Tx: the transaction here is the pipeline's own, not a pgx.Tx.
-func (r *txResults) Tx() pgx.Tx { return nil }
+func (r *pipelineResults) Tx() pgx.Tx { return nil }
 
 type errRow struct{ err error }
 
@@ -415,19 +396,13 @@ func (s *Store) NextDueIn(ctx context.Context) (time.Duration, error) {
 
 // diagnose tells why an admit wrote nothing.
 func (s *Store) diagnose(ctx context.Context, c *Claim) (Outcome, error) {
-	d, err := s.q.AdmitDiagnosis(ctx, db.AdmitDiagnosisParams{
-		ProjectID: c.ProjectID, TriggerID: c.TriggerID,
-		ClaimOwner: c.ClaimOwner.String, ClaimToken: c.ClaimToken.UUID, ClaimVersion: c.ClaimVersion,
-		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: c.NextFireAtMs,
-		ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
-		TaskDigest: c.TaskDigest, ExecutionDigest: c.ExecutionDigest,
-	})
+	d, err := s.q.AdmitDiagnosis(ctx, diagnosisParams(c))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Race, nil // the schedule row is gone
 	case err != nil:
 		return "", fmt.Errorf("diagnose admit of %s/%s: %w", c.ProjectID, c.TriggerID, err)
-	case !d.FenceHeld || !d.FenceLive || !d.ScheduleUnchanged:
+	case !d.FenceHolds || !d.ScheduleUnchanged:
 		return Race, nil
 	case !d.DigestsValid:
 		return Corrupt, nil
@@ -435,6 +410,83 @@ func (s *Store) diagnose(ctx context.Context, c *Claim) (Outcome, error) {
 		return Stale, nil
 	default:
 		return "", ErrAdmitInvalid
+	}
+}
+
+// The one place where the coordinator's types meet the generated query types: a claim row
+// becomes a Claim, and a Claim (its fence, the schedule as claimed, the revisions and digests)
+// becomes the parameters of the statements that end it.
+
+// claimFromRow is the Claim the claim statement returned.
+func claimFromRow(r db.ClaimDueRow) *Claim {
+	return &Claim{
+		ProjectID: r.ProjectID, TriggerID: r.TriggerID, TriggerRevision: r.TriggerRevision,
+		CursorMs: int8Ptr(r.NextFireAtMs), LastScheduledAtMs: int8Ptr(r.LastScheduledAtMs), StateVersion: r.StateVersion,
+		// the claim statement always writes all four parts (a CHECK keeps them all or none)
+		Fence:       Fence{Owner: r.ClaimOwner.String, Token: r.ClaimToken.UUID, Version: r.ClaimVersion, ExpiresAtMs: r.ClaimExpiresAtMs.Int64},
+		ClaimedAtMs: r.ClaimedAtMs, Takeover: r.Takeover,
+		ProjectRevision: r.ProjectRevision, ProjectDigest: r.ProjectDigest,
+		CronSpec: r.CronSpec, TimeZone: r.Timezone, MisfirePolicy: r.MisfirePolicy, TriggerDigest: r.TriggerDigest,
+		TaskID: r.TaskID, TaskRevision: r.TaskRevision, TaskDigest: r.TaskDigest,
+		ExecutionRevisionID: r.ExecutionRevisionID, ExecutionDigest: r.ExecutionDigest,
+		RowCtid: r.RowCtid,
+	}
+}
+
+func int8Ptr(v pgtype.Int8) *int64 {
+	if !v.Valid {
+		return nil
+	}
+	return &v.Int64
+}
+
+func int8Of(v *int64) pgtype.Int8 {
+	if v == nil {
+		return pgtype.Int8{}
+	}
+	return pgtype.Int8{Int64: *v, Valid: true}
+}
+
+// advanceParams end c with next as the new cursor (init, skip, release).
+func advanceParams(c *Claim, next int64) db.AdvanceClaimedParams {
+	return db.AdvanceClaimedParams{
+		NextFireAtMs: next, ProjectID: c.ProjectID, TriggerID: c.TriggerID,
+		ClaimOwner: c.Fence.Owner, ClaimToken: c.Fence.Token, ClaimVersion: c.Fence.Version,
+		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: int8Of(c.CursorMs),
+	}
+}
+
+// admitParams is the admission statement's parallel arrays, one element per item.
+func admitParams(items []AdmitItem) db.AdmitParams {
+	var p db.AdmitParams
+	for _, it := range items {
+		c := it.Claim
+		p.RowCtids, p.ProjectIds, p.TriggerIds = append(p.RowCtids, c.RowCtid), append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID)
+		p.ClaimOwners, p.ClaimTokens, p.ClaimVersions = append(p.ClaimOwners, c.Fence.Owner), append(p.ClaimTokens, c.Fence.Token), append(p.ClaimVersions, c.Fence.Version)
+		// an uninitialised row is never admitted (its decision is init): -1 matches no cursor
+		cursor := int8Of(c.CursorMs)
+		if !cursor.Valid {
+			cursor.Int64 = -1
+		}
+		p.TriggerRevisions, p.StateVersions, p.CursorsMs = append(p.TriggerRevisions, c.TriggerRevision), append(p.StateVersions, c.StateVersion), append(p.CursorsMs, cursor.Int64)
+		p.ScheduledForMs, p.NextFireAtMs = append(p.ScheduledForMs, it.ScheduledFor), append(p.NextFireAtMs, it.Next)
+		p.ClaimedAtMs = append(p.ClaimedAtMs, c.ClaimedAtMs)
+		p.ProjectRevisions, p.ProjectDigests = append(p.ProjectRevisions, c.ProjectRevision), append(p.ProjectDigests, c.ProjectDigest)
+		p.TriggerDigests, p.TaskDigests = append(p.TriggerDigests, c.TriggerDigest), append(p.TaskDigests, c.TaskDigest)
+		p.ExecutionRevisionIds, p.ExecutionDigests = append(p.ExecutionRevisionIds, c.ExecutionRevisionID), append(p.ExecutionDigests, c.ExecutionDigest)
+		p.RunIds = append(p.RunIds, it.RunID)
+	}
+	return p
+}
+
+// diagnosisParams asks why c's admit wrote nothing.
+func diagnosisParams(c *Claim) db.AdmitDiagnosisParams {
+	return db.AdmitDiagnosisParams{
+		ProjectID: c.ProjectID, TriggerID: c.TriggerID,
+		ClaimOwner: c.Fence.Owner, ClaimToken: c.Fence.Token, ClaimVersion: c.Fence.Version,
+		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: int8Of(c.CursorMs),
+		ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
+		TaskDigest: c.TaskDigest, ExecutionDigest: c.ExecutionDigest,
 	}
 }
 

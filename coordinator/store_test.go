@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // fire claims trigger's row as owner and admits its cursor occurrence.
@@ -19,7 +21,7 @@ func fireOnce(t *testing.T, s *Store, owner string) (*Claim, Admitted, Outcome) 
 	if c == nil {
 		t.Fatal("nothing to claim")
 	}
-	a, out, err := s.Admit(ctx, c, c.NextFireAtMs.Int64, c.NextFireAtMs.Int64+60_000, uuid.New(), 3)
+	a, out, err := s.Admit(ctx, c, *c.CursorMs, *c.CursorMs+60_000, uuid.New(), 3)
 	if err != nil {
 		t.Fatalf("admit: %v", err)
 	}
@@ -31,7 +33,7 @@ func TestClaimOrderNullsFirstThenDueTimeSkippingLockedRows(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
-		f.trigger(id, "* * * * *", MisfireSkip)
+		f.trigger(id, "* * * * *", schedule.MisfireSkip)
 	}
 	f.setCursor("a", -1*time.Minute)
 	f.setCursor("b", -3*time.Minute)
@@ -67,15 +69,17 @@ func TestClaimWritesTheFourPartFenceWithDatabaseTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	pub := f.trigger("a", "* * * * *", MisfireSkip)
+	pub := f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	c := must(NewStore(f.rt).Claim(ctx, "replica-1", 7*time.Second)).of(t)
 	switch {
 	case c == nil:
 		t.Fatal("nothing claimed")
-	case c.ClaimOwner.String != "replica-1" || !c.ClaimToken.Valid || c.ClaimVersion != pub.ClaimVersion+1:
-		t.Errorf("fence owner=%q token=%v version=%d, want replica-1, a token, %d", c.ClaimOwner.String, c.ClaimToken, c.ClaimVersion, pub.ClaimVersion+1)
-	case c.ClaimExpiresAtMs.Int64 != c.ClaimedAtMs+7000 || c.ClaimedAtMs < c.NowMs:
-		t.Errorf("expiry %d, claimed at %d, now %d: want expiry = claimed at + 7000 and claimed at >= now", c.ClaimExpiresAtMs.Int64, c.ClaimedAtMs, c.NowMs)
+	case c.Fence.Owner != "replica-1" || c.Fence.Token == uuid.Nil || c.Fence.Version != pub.ClaimVersion+1:
+		t.Errorf("fence owner=%q token=%v version=%d, want replica-1, a token, %d", c.Fence.Owner, c.Fence.Token, c.Fence.Version, pub.ClaimVersion+1)
+	case c.Fence.ExpiresAtMs != c.ClaimedAtMs+7000:
+		t.Errorf("expiry %d, claimed at %d: want expiry = claimed at + 7000", c.Fence.ExpiresAtMs, c.ClaimedAtMs)
+	case f.count("SELECT (control_core.db_now_ms() >= $1::bigint)::int", c.ClaimedAtMs) != 1:
+		t.Errorf("claimed at %d, later than database time after the claim", c.ClaimedAtMs)
 	case c.StateVersion != pub.StateVersion+1:
 		t.Errorf("state_version %d, want %d", c.StateVersion, pub.StateVersion+1)
 	}
@@ -86,16 +90,16 @@ func TestExpiryTakeoverConditions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	s := NewStore(f.rt)
 	first := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
 	if c := must(s.Claim(ctx, "r2", 30*time.Second)).of(t); c != nil {
-		t.Fatalf("a live claim was taken over by %s", c.ClaimOwner.String)
+		t.Fatalf("a live claim was taken over by %s", c.Fence.Owner)
 	}
 	f.expireClaim("a")
 	second := must(s.Claim(ctx, "r2", 30*time.Second)).of(t)
-	if second == nil || second.ClaimOwner.String != "r2" || second.ClaimVersion != first.ClaimVersion+1 || second.ClaimToken == first.ClaimToken {
-		t.Fatalf("takeover after expiry: %+v; want r2 with version %d and a new token", second, first.ClaimVersion+1)
+	if second == nil || second.Fence.Owner != "r2" || second.Fence.Version != first.Fence.Version+1 || second.Fence.Token == first.Fence.Token {
+		t.Fatalf("takeover after expiry: %+v; want r2 with version %d and a new token", second, first.Fence.Version+1)
 	}
 }
 
@@ -105,7 +109,7 @@ func TestFullFenceRaceSameOwnerName(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	old := must(s.Claim(ctx, "replica", 30*time.Second)).of(t)
@@ -114,14 +118,14 @@ func TestFullFenceRaceSameOwnerName(t *testing.T) {
 	if fresh == nil {
 		t.Fatal("no takeover")
 	}
-	_, out, err := s.Admit(ctx, old, old.NextFireAtMs.Int64, old.NextFireAtMs.Int64+60_000, uuid.New(), 3)
+	_, out, err := s.Admit(ctx, old, *old.CursorMs, *old.CursorMs+60_000, uuid.New(), 3)
 	if err != nil || out != Race {
 		t.Fatalf("old holder's admit: %v, %v; want a race", out, err)
 	}
-	if out, err := s.Advance(ctx, old, old.NextFireAtMs.Int64+60_000); err != nil || out != Race {
+	if out, err := s.Advance(ctx, old, *old.CursorMs+60_000); err != nil || out != Race {
 		t.Fatalf("old holder's skip: %v, %v; want a race", out, err)
 	}
-	_, out, err = s.Admit(ctx, fresh, fresh.NextFireAtMs.Int64, fresh.NextFireAtMs.Int64+60_000, uuid.New(), 3)
+	_, out, err = s.Admit(ctx, fresh, *fresh.CursorMs, *fresh.CursorMs+60_000, uuid.New(), 3)
 	if err != nil || out != Written {
 		t.Fatalf("new holder's admit: %v, %v; want written", out, err)
 	}
@@ -134,7 +138,7 @@ func TestAdmitWritesRunAttemptEventsAndAdvancesAtomically(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	pub := f.trigger("nightly", "0 3 * * *", MisfireSkip)
+	pub := f.trigger("nightly", "0 3 * * *", schedule.MisfireSkip)
 	cursor := f.setCursor("nightly", -time.Second)
 	c, a, out := fireOnce(t, NewStore(f.rt), "r1")
 	if out != Written {
@@ -166,7 +170,7 @@ func TestAdmitWritesRunAttemptEventsAndAdvancesAtomically(t *testing.T) {
 		FROM control_core.trigger_schedules WHERE trigger_id = 'nightly'`).Scan(&next, &last, &claimed); err != nil {
 		t.Fatal(err)
 	}
-	if next != c.NextFireAtMs.Int64+60_000 || last != cursor || claimed {
+	if next != *c.CursorMs+60_000 || last != cursor || claimed {
 		t.Errorf("schedule next=%d last=%d claimed=%v; want next=%d last=%d and no claim", next, last, claimed, cursor+60_000, cursor)
 	}
 }
@@ -177,12 +181,12 @@ func TestAdmitRollsBackOnAnInjectedWriteFault(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	f.exec(`ALTER TABLE control_core.run_events ADD CONSTRAINT injected_fault CHECK (type <> 'run.queued')`)
 	s := NewStore(f.rt)
 	c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
-	_, _, err := s.Admit(ctx, c, c.NextFireAtMs.Int64, c.NextFireAtMs.Int64+60_000, uuid.New(), 3)
+	_, _, err := s.Admit(ctx, c, *c.CursorMs, *c.CursorMs+60_000, uuid.New(), 3)
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.ConstraintName != "injected_fault" {
 		t.Fatalf("admit err %v, want the injected constraint violation", err)
@@ -198,9 +202,9 @@ func TestAdmitRollsBackOnAnInjectedWriteFault(t *testing.T) {
 		FROM control_core.trigger_schedules WHERE trigger_id = 'a'`).Scan(&token, &version, &stateVersion, &cursor); err != nil {
 		t.Fatal(err)
 	}
-	if token != c.ClaimToken.UUID || version != c.ClaimVersion || stateVersion != c.StateVersion || cursor != c.NextFireAtMs.Int64 {
+	if token != c.Fence.Token || version != c.Fence.Version || stateVersion != c.StateVersion || cursor != *c.CursorMs {
 		t.Errorf("the claim changed: token %x version %d state %d cursor %d; want %x %d %d %d", token, version, stateVersion, cursor,
-			c.ClaimToken.UUID, c.ClaimVersion, c.StateVersion, c.NextFireAtMs.Int64)
+			c.Fence.Token, c.Fence.Version, c.StateVersion, *c.CursorMs)
 	}
 }
 
@@ -225,12 +229,12 @@ func TestAdmitRefusesCorruptOrChangedRevisions(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			f := newFixture(t)
-			f.trigger("a", "*/5 * * * *", MisfireSkip)
+			f.trigger("a", "*/5 * * * *", schedule.MisfireSkip)
 			f.setCursor("a", -time.Second)
 			s := NewStore(f.rt)
 			c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
 			f.exec(tc.tamper)
-			_, out, err := s.Admit(ctx, c, c.NextFireAtMs.Int64, c.NextFireAtMs.Int64+300_000, uuid.New(), 3)
+			_, out, err := s.Admit(ctx, c, *c.CursorMs, *c.CursorMs+300_000, uuid.New(), 3)
 			if err != nil || out != tc.want {
 				t.Fatalf("admit: %v, %v; want %s", out, err, tc.want)
 			}
@@ -245,15 +249,15 @@ func TestRepublishInvalidatesAnOutstandingClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireFireOnce)
+	f.trigger("a", "* * * * *", schedule.MisfireFireOnce)
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
-	pub := f.trigger("a", "*/2 * * * *", MisfireFireOnce)
-	if pub.Revision != 2 || pub.ClaimVersion != c.ClaimVersion+1 {
-		t.Errorf("republish: revision %d claim_version %d; want 2 and %d", pub.Revision, pub.ClaimVersion, c.ClaimVersion+1)
+	pub := f.trigger("a", "*/2 * * * *", schedule.MisfireFireOnce)
+	if pub.Revision != 2 || pub.ClaimVersion != c.Fence.Version+1 {
+		t.Errorf("republish: revision %d claim_version %d; want 2 and %d", pub.Revision, pub.ClaimVersion, c.Fence.Version+1)
 	}
-	if _, out, err := s.Admit(ctx, c, c.NextFireAtMs.Int64, c.NextFireAtMs.Int64+60_000, uuid.New(), 3); err != nil || out != Race {
+	if _, out, err := s.Admit(ctx, c, *c.CursorMs, *c.CursorMs+60_000, uuid.New(), 3); err != nil || out != Race {
 		t.Fatalf("admit under the old revision: %v, %v; want a race", out, err)
 	}
 	var next *int64
@@ -270,7 +274,7 @@ func TestSkipAdvancesOnlyAndIsFenced(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("hourly", "0 * * * *", MisfireSkip)
+	f.trigger("hourly", "0 * * * *", schedule.MisfireSkip)
 	f.setCursor("hourly", -5*time.Hour) // a long outage
 	co := f.coordinator("r1", f.rt)
 	if n := co.Round(ctx, nil); n != 1 {
@@ -314,14 +318,14 @@ func TestClaimFiltersAndTieBreak(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"z", "m", "off"} {
-		f.trigger(id, "* * * * *", MisfireSkip)
+		f.trigger(id, "* * * * *", schedule.MisfireSkip)
 	}
 	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "a-first", Trigger: "z", Task: "task",
-		Cron: "* * * * *", TimeZone: "UTC", Misfire: MisfireSkip, Enabled: true}); err != nil {
+		Cron: "* * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "p", Trigger: "off", Task: "task",
-		Cron: "* * * * *", TimeZone: "UTC", Misfire: MisfireSkip, Enabled: false}); err != nil {
+		Cron: "* * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: false}); err != nil {
 		t.Fatal(err)
 	}
 	// every row at the same cursor, so only the tie-break orders them
@@ -349,22 +353,22 @@ func TestAdmitChecksTokenAndVersionOnTheirOwn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	live := must(s.Claim(ctx, "replica", 30*time.Second)).of(t)
 	otherToken, otherVersion := *live, *live
-	otherToken.ClaimToken.UUID = uuid.New()
-	otherVersion.ClaimVersion--
+	otherToken.Fence.Token = uuid.New()
+	otherVersion.Fence.Version--
 	for name, c := range map[string]*Claim{"token": &otherToken, "version": &otherVersion} {
-		if _, out, err := s.Admit(ctx, c, c.NextFireAtMs.Int64, c.NextFireAtMs.Int64+60_000, uuid.New(), 3); err != nil || out != Race {
+		if _, out, err := s.Admit(ctx, c, *c.CursorMs, *c.CursorMs+60_000, uuid.New(), 3); err != nil || out != Race {
 			t.Errorf("admit with another %s: %v, %v; want a race", name, out, err)
 		}
-		if out, err := s.Advance(ctx, c, c.NextFireAtMs.Int64+60_000); err != nil || out != Race {
+		if out, err := s.Advance(ctx, c, *c.CursorMs+60_000); err != nil || out != Race {
 			t.Errorf("skip with another %s: %v, %v; want a race", name, out, err)
 		}
 	}
-	if _, out, err := s.Admit(ctx, live, live.NextFireAtMs.Int64, live.NextFireAtMs.Int64+60_000, uuid.New(), 3); err != nil || out != Written {
+	if _, out, err := s.Admit(ctx, live, *live.CursorMs, *live.CursorMs+60_000, uuid.New(), 3); err != nil || out != Written {
 		t.Fatalf("admit under the live fence: %v, %v; want written", out, err)
 	}
 	if n := f.audit(); n != 1 {
@@ -373,7 +377,7 @@ func TestAdmitChecksTokenAndVersionOnTheirOwn(t *testing.T) {
 }
 
 // The admit verifies the decision against the claim's observation of database time
-// (claimAcquiredAtMs): an observation other than the claim's, a candidate not yet due at it, or a
+// (ClaimedAtMs): an observation other than the claim's, a candidate not yet due at it, or a
 // next fire time not after it writes nothing, and the claim stays held.
 func TestAdmitVerifiesTheDecisionsObservation(t *testing.T) {
 	t.Parallel()
@@ -382,20 +386,20 @@ func TestAdmitVerifiesTheDecisionsObservation(t *testing.T) {
 		forge  func(c *Claim) (scheduled, next int64)
 		wantOK bool
 	}{
-		{"as decided", func(c *Claim) (int64, int64) { return c.NextFireAtMs.Int64, c.ClaimedAtMs + 1 }, true},
+		{"as decided", func(c *Claim) (int64, int64) { return *c.CursorMs, c.ClaimedAtMs + 1 }, true},
 		{"another observation", func(c *Claim) (int64, int64) {
 			c.ClaimedAtMs += 5000
-			return c.NextFireAtMs.Int64, c.ClaimedAtMs + 1
+			return *c.CursorMs, c.ClaimedAtMs + 1
 		}, false},
 		{"candidate after the observation", func(c *Claim) (int64, int64) { return c.ClaimedAtMs + 1, c.ClaimedAtMs + 60_000 }, false},
-		{"next fire time not after the observation", func(c *Claim) (int64, int64) { return c.NextFireAtMs.Int64, c.ClaimedAtMs }, false},
+		{"next fire time not after the observation", func(c *Claim) (int64, int64) { return *c.CursorMs, c.ClaimedAtMs }, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			f := newFixture(t)
-			f.trigger("a", "* * * * *", MisfireSkip)
+			f.trigger("a", "* * * * *", schedule.MisfireSkip)
 			f.setCursor("a", -2*time.Second)
 			s := NewStore(f.rt)
 			claim := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
@@ -414,7 +418,7 @@ func TestAdmitVerifiesTheDecisionsObservation(t *testing.T) {
 			if n := f.count("SELECT count(*) FROM control_core.runs"); n != 0 {
 				t.Errorf("%d runs, want 0", n)
 			}
-			if f.count("SELECT count(*) FROM control_core.trigger_schedules WHERE claim_token = $1", claim.ClaimToken.UUID) != 1 {
+			if f.count("SELECT count(*) FROM control_core.trigger_schedules WHERE claim_token = $1", claim.Fence.Token) != 1 {
 				t.Error("the claim is no longer held")
 			}
 		})
@@ -433,9 +437,9 @@ func TestSameTriggerIDInTwoProjectsAdmitsBoth(t *testing.T) {
 	if _, err := f.admin.PublishTask(ctx, "q", "task", []byte(`{"image":"example/job:1"}`)); err != nil {
 		t.Fatal(err)
 	}
-	f.trigger("nightly", "0 3 * * *", MisfireSkip)
+	f.trigger("nightly", "0 3 * * *", schedule.MisfireSkip)
 	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "q", Trigger: "nightly", Task: "task",
-		Cron: "0 3 * * *", TimeZone: "UTC", Misfire: MisfireSkip, Enabled: true}); err != nil {
+		Cron: "0 3 * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
 	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = (control_core.db_now_ms() - 1000) / 1000 * 1000,
@@ -461,7 +465,7 @@ func TestAdmitRetriesASerializationFailure(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", MisfireSkip)
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
 	f.setCursor("a", -time.Second)
 	s := NewStore(f.rt)
 	c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
@@ -472,7 +476,7 @@ func TestAdmitRetriesASerializationFailure(t *testing.T) {
 	}
 	done := make(chan AdmitResult, 1)
 	go func() {
-		done <- s.AdmitBatch(ctx, []AdmitItem{{Claim: c, ScheduledFor: c.NextFireAtMs.Int64, Next: c.ClaimedAtMs + 60_000, RunID: uuid.New()}}, 2)[0]
+		done <- s.AdmitBatch(ctx, []AdmitItem{{Claim: c, ScheduledFor: *c.CursorMs, Next: c.ClaimedAtMs + 60_000, RunID: uuid.New()}}, 2)[0]
 	}()
 	// wait until the admit is blocked on the row lock the transaction holds
 	for f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND usename = 'ql_runtime'`) == 0 {

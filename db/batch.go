@@ -18,199 +18,10 @@ var (
 	ErrBatchAlreadyClosed = errors.New("batch already closed")
 )
 
-const admit = `-- name: Admit :batchone
-WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
-verified AS (
-    SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
-    FROM control_core.trigger_schedules s
-    CROSS JOIN obs
-    JOIN control_core.projects p ON p.project_id = s.project_id
-    JOIN control_core.triggers t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
-    JOIN control_core.trigger_revisions tr
-      ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-    JOIN control_core.task_revisions kr
-      ON kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
-    JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
-    WHERE s.ctid = CAST($3::text AS tid) AND s.project_id = $4::text AND s.trigger_id = $5::text
-      -- the fence
-      AND s.claim_owner = $6::text AND s.claim_token = $7::uuid
-      AND s.claim_version = $8::bigint AND s.claim_expires_at_ms > obs.now_ms
-      -- the schedule as claimed
-      AND s.trigger_revision = $9::bigint AND s.state_version = $10::bigint
-      AND s.next_fire_at_ms = $11::bigint
-      -- the decision, made at the claim's observation of database time: the claim's
-      -- updated_at_ms, claimAcquiredAtMs (ADR-0107). The candidate is due at that observation and
-      -- not before the cursor, the next fire time lies after it, and the candidate is due now.
-      AND s.updated_at_ms = $12::bigint
-      AND $2::bigint >= s.next_fire_at_ms AND $2::bigint <= $12::bigint
-      AND $1::bigint > $12::bigint AND $2::bigint <= obs.now_ms
-      -- revisions and digests
-      AND p.state = 'active' AND p.revision = $13::bigint AND p.content_digest = $14::text
-      AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
-      AND t.head_revision = s.trigger_revision
-      AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = $15::text
-      AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
-              'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
-              'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
-      AND kr.content_digest = $16::text
-      AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'task_id', kr.task_id, 'revision', kr.revision,
-              'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
-      AND er.execution_revision_id = $17::uuid
-      AND er.executor_kind = 'remote_worker' AND er.digest = $18::text
-      AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex')
-    FOR UPDATE OF s
-),
-run AS (
-    INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
-                                   trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
-                                   queued_at_ms, created_at_ms, updated_at_ms)
-    SELECT $19::uuid, v.project_id, v.task_id, v.task_revision, v.execution_revision_id, v.trigger_id,
-           v.trigger_revision, $2::bigint,
-           'ql3:cron:v1:' || v.trigger_id || ':' || v.trigger_revision || ':' || $2::bigint,
-           'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
-    FROM verified v CROSS JOIN obs
-    RETURNING run_id, project_id, trigger_id, queued_at_ms
-),
-attempt AS (
-    INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
-    SELECT gen_random_uuid(), run.run_id, 1, 'remote_worker', 'claimed', run.queued_at_ms, run.queued_at_ms
-    FROM run
-    RETURNING attempt_id
-),
-events AS (
-    INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms)
-    SELECT gen_random_uuid(), run.run_id, e.seq, e.type, run.queued_at_ms
-    FROM run CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS e (seq, type)
-    RETURNING event_id
-)
-UPDATE control_core.trigger_schedules s
-SET next_fire_at_ms      = $1::bigint,
-    last_scheduled_at_ms = $2::bigint,
-    state_version        = s.state_version + 1,
-    claim_owner          = NULL,
-    claim_token          = NULL,
-    claim_expires_at_ms  = NULL,
-    updated_at_ms        = greatest(s.updated_at_ms, run.queued_at_ms)
-FROM run
-WHERE s.ctid = CAST($3::text AS tid) AND s.project_id = run.project_id AND s.trigger_id = run.trigger_id
-RETURNING run.run_id, (SELECT attempt_id FROM attempt) AS attempt_id, run.queued_at_ms AS admitted_at_ms,
-          (SELECT count(*) FROM events)::bigint AS events
-`
-
-type AdmitBatchResults struct {
-	br     pgx.BatchResults
-	tot    int
-	closed bool
-}
-
-type AdmitParams struct {
-	NextFireAtMs        int64     `json:"next_fire_at_ms"`
-	ScheduledForMs      int64     `json:"scheduled_for_ms"`
-	RowCtid             string    `json:"row_ctid"`
-	ProjectID           string    `json:"project_id"`
-	TriggerID           string    `json:"trigger_id"`
-	ClaimOwner          string    `json:"claim_owner"`
-	ClaimToken          uuid.UUID `json:"claim_token"`
-	ClaimVersion        int64     `json:"claim_version"`
-	TriggerRevision     int64     `json:"trigger_revision"`
-	StateVersion        int64     `json:"state_version"`
-	CursorMs            int64     `json:"cursor_ms"`
-	ObservedAtMs        int64     `json:"observed_at_ms"`
-	ProjectRevision     int64     `json:"project_revision"`
-	ProjectDigest       string    `json:"project_digest"`
-	TriggerDigest       string    `json:"trigger_digest"`
-	TaskDigest          string    `json:"task_digest"`
-	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
-	ExecutionDigest     string    `json:"execution_digest"`
-	RunID               uuid.UUID `json:"run_id"`
-}
-
-type AdmitRow struct {
-	RunID        uuid.UUID   `json:"run_id"`
-	AttemptID    uuid.UUID   `json:"attempt_id"`
-	AdmittedAtMs pgtype.Int8 `json:"admitted_at_ms"`
-	Events       int64       `json:"events"`
-}
-
-// The atomic admission, run alone in a SERIALIZABLE transaction. The first CTE re-locks the
-// schedule row and re-verifies, item by item: the full four-part fence against database time, the
-// schedule's revision, state_version and cursor, the decision's observation time (the claim's
-// claimAcquiredAtMs), candidate (due at it, not before the cursor) and next fire time (after it), the project, trigger and task revisions and their content digests
-// (as claimed and as recomputed from the rows), and the pinned remote_worker execution revision's
-// digest. Only when every item holds does it insert the queued Run, its claimed remote_worker
-// Attempt and the events run.created and run.queued, and advance the cursor while clearing the
-// claim. No row back means nothing was written; AdmitDiagnosis says which item failed.
-//
-// The schedule row is addressed by the ctid the claim returned (and its key), not through the
-// primary key: under SERIALIZABLE a B-tree scan takes a predicate lock on the whole leaf page, so
-// concurrent admits of neighbouring triggers, each reading its leaf page and writing a new index
-// entry into it, form read/write cycles and abort each other. A TID scan locks only the tuple. If
-// the row changed since the claim, the tuple at that ctid is no longer visible: no row, a race.
-func (q *Queries) Admit(ctx context.Context, arg []AdmitParams) *AdmitBatchResults {
-	batch := &pgx.Batch{}
-	for _, a := range arg {
-		vals := []interface{}{
-			a.NextFireAtMs,
-			a.ScheduledForMs,
-			a.RowCtid,
-			a.ProjectID,
-			a.TriggerID,
-			a.ClaimOwner,
-			a.ClaimToken,
-			a.ClaimVersion,
-			a.TriggerRevision,
-			a.StateVersion,
-			a.CursorMs,
-			a.ObservedAtMs,
-			a.ProjectRevision,
-			a.ProjectDigest,
-			a.TriggerDigest,
-			a.TaskDigest,
-			a.ExecutionRevisionID,
-			a.ExecutionDigest,
-			a.RunID,
-		}
-		batch.Queue(admit, vals...)
-	}
-	br := q.db.SendBatch(ctx, batch)
-	return &AdmitBatchResults{br, len(arg), false}
-}
-
-func (b *AdmitBatchResults) QueryRow(f func(int, AdmitRow, error)) {
-	defer b.br.Close()
-	for t := 0; t < b.tot; t++ {
-		var i AdmitRow
-		if b.closed {
-			if f != nil {
-				f(t, i, ErrBatchAlreadyClosed)
-			}
-			continue
-		}
-		row := b.br.QueryRow()
-		err := row.Scan(
-			&i.RunID,
-			&i.AttemptID,
-			&i.AdmittedAtMs,
-			&i.Events,
-		)
-		if f != nil {
-			f(t, i, err)
-		}
-	}
-}
-
-func (b *AdmitBatchResults) Close() error {
-	b.closed = true
-	return b.br.Close()
-}
-
-const admitMany = `-- name: AdmitMany :batchmany
+const admit = `-- name: Admit :batchmany
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (
-    SELECT row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version, trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms, observed_at_ms, project_revision, project_digest, trigger_digest, task_digest, execution_revision_id, execution_digest, run_id, ord
+    SELECT row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version, trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms, claimed_at_ms, project_revision, project_digest, trigger_digest, task_digest, execution_revision_id, execution_digest, run_id, ord
     FROM ROWS FROM (unnest($1::text[]),
                     unnest($2::text[]),
                     unnest($3::text[]),
@@ -232,7 +43,7 @@ item AS (
                     unnest($19::uuid[]))
          WITH ORDINALITY AS i (row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version,
                                trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms,
-                               observed_at_ms, project_revision, project_digest, trigger_digest, task_digest,
+                               claimed_at_ms, project_revision, project_digest, trigger_digest, task_digest,
                                execution_revision_id, execution_digest, run_id, ord)
 ),
 verified AS (
@@ -240,9 +51,9 @@ verified AS (
            s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
     FROM item i
     CROSS JOIN obs
-    -- The row by its ctid alone, as in the admit (see there: a TID scan takes no index page
-    -- predicate lock). OFFSET 0 keeps the planner from merging the subquery and reaching the row
-    -- through the primary key instead, which it prefers once the key equalities below are joins.
+    -- The row by its ctid alone (see above: a TID scan takes no index page predicate lock).
+    -- OFFSET 0 keeps the planner from merging the subquery and reaching the row through the
+    -- primary key instead, which it prefers once the key equalities below are joins.
     CROSS JOIN LATERAL (SELECT project_id, trigger_id, trigger_revision, next_fire_at_ms, last_scheduled_at_ms, state_version, claim_owner, claim_token, claim_version, claim_expires_at_ms, updated_at_ms FROM control_core.trigger_schedules x
                         WHERE x.ctid = CAST(i.row_ctid AS tid) OFFSET 0) s
     JOIN control_core.projects p ON p.project_id = s.project_id
@@ -254,32 +65,29 @@ verified AS (
     JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
     WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id
       -- the fence
-      AND s.claim_owner = i.claim_owner AND s.claim_token = i.claim_token
-      AND s.claim_version = i.claim_version AND s.claim_expires_at_ms > obs.now_ms
+      AND control_core.claim_fence_holds(s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+                                         i.claim_owner, i.claim_token, i.claim_version, obs.now_ms)
       -- the schedule as claimed
       AND s.trigger_revision = i.trigger_revision AND s.state_version = i.state_version
       AND s.next_fire_at_ms = i.cursor_ms
-      -- the decision, at the claim's observation (see the admit)
-      AND s.updated_at_ms = i.observed_at_ms
-      AND i.scheduled_for_ms >= s.next_fire_at_ms AND i.scheduled_for_ms <= i.observed_at_ms
-      AND i.next_fire_at_ms > i.observed_at_ms AND i.scheduled_for_ms <= obs.now_ms
+      -- the decision, made at the claim's observation of database time: the claim's
+      -- updated_at_ms, claimed_at_ms (ADR-0107). The candidate is due at that observation and
+      -- not before the cursor, the next fire time lies after it, and the candidate is due now.
+      AND s.updated_at_ms = i.claimed_at_ms
+      AND i.scheduled_for_ms >= s.next_fire_at_ms AND i.scheduled_for_ms <= i.claimed_at_ms
+      AND i.next_fire_at_ms > i.claimed_at_ms AND i.scheduled_for_ms <= obs.now_ms
       -- revisions and digests
       AND p.state = 'active' AND p.revision = i.project_revision AND p.content_digest = i.project_digest
-      AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
+      AND p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
       AND t.head_revision = s.trigger_revision
       AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = i.trigger_digest
-      AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
-              'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
-              'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
+      AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
+                                                          tr.enabled, tr.task_id, tr.task_revision)
       AND kr.content_digest = i.task_digest
-      AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'task_id', kr.task_id, 'revision', kr.revision,
-              'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
+      AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
       AND er.execution_revision_id = i.execution_revision_id
       AND er.executor_kind = 'remote_worker' AND er.digest = i.execution_digest
-      AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex')
+      AND er.digest = control_core.execution_digest(er.spec)
     FOR UPDATE OF s
 ),
 run AS (
@@ -288,7 +96,7 @@ run AS (
                                    queued_at_ms, created_at_ms, updated_at_ms)
     SELECT v.run_id, v.project_id, v.task_id, v.task_revision, v.execution_revision_id, v.trigger_id,
            v.trigger_revision, v.scheduled_for_ms,
-           'ql3:cron:v1:' || v.trigger_id || ':' || v.trigger_revision || ':' || v.scheduled_for_ms,
+           control_core.cron_idempotency_key(v.trigger_id, v.trigger_revision, v.scheduled_for_ms),
            'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
     FROM verified v CROSS JOIN obs
 ),
@@ -315,13 +123,13 @@ WHERE s.ctid = CAST(v.row_ctid AS tid) AND s.project_id = v.project_id AND s.tri
 RETURNING v.ord::integer AS ord, v.run_id::uuid AS run_id, v.attempt_id::uuid AS attempt_id, obs.now_ms::bigint AS admitted_at_ms
 `
 
-type AdmitManyBatchResults struct {
+type AdmitBatchResults struct {
 	br     pgx.BatchResults
 	tot    int
 	closed bool
 }
 
-type AdmitManyParams struct {
+type AdmitParams struct {
 	RowCtids             []string    `json:"row_ctids"`
 	ProjectIds           []string    `json:"project_ids"`
 	TriggerIds           []string    `json:"trigger_ids"`
@@ -333,7 +141,7 @@ type AdmitManyParams struct {
 	CursorsMs            []int64     `json:"cursors_ms"`
 	ScheduledForMs       []int64     `json:"scheduled_for_ms"`
 	NextFireAtMs         []int64     `json:"next_fire_at_ms"`
-	ObservedAtMs         []int64     `json:"observed_at_ms"`
+	ClaimedAtMs          []int64     `json:"claimed_at_ms"`
 	ProjectRevisions     []int64     `json:"project_revisions"`
 	ProjectDigests       []string    `json:"project_digests"`
 	TriggerDigests       []string    `json:"trigger_digests"`
@@ -343,23 +151,36 @@ type AdmitManyParams struct {
 	RunIds               []uuid.UUID `json:"run_ids"`
 }
 
-type AdmitManyRow struct {
+type AdmitRow struct {
 	Ord          int32     `json:"ord"`
 	RunID        uuid.UUID `json:"run_id"`
 	AttemptID    uuid.UUID `json:"attempt_id"`
 	AdmittedAtMs int64     `json:"admitted_at_ms"`
 }
 
-// Batch admission: the admit above for many claimed rows in ONE statement (run alone in a
-// SERIALIZABLE transaction). The items arrive as parallel arrays, one element per row; every row
-// is verified on its own with exactly the admit's checks, and only the rows that pass are
-// written: their Runs, Attempts and events inserted and their cursors advanced as sets. A row
-// that fails writes nothing and is simply absent from the result (ord is its 1-based position in
-// the arrays), so the caller diagnoses it on its own. One statement instead of one per row saves
-// the per-statement planning and execution overhead that dominates a pipelined batch.
+// The atomic admission of ADR-0105, for one claimed row or many, in ONE statement run alone in a
+// SERIALIZABLE transaction. The items arrive as parallel arrays, one element per row (one element:
+// the ADR's single admit). For every row on its own, the verified CTE re-locks the schedule row
+// and re-verifies, item by item: the full four-part fence against database time
+// (control_core.claim_fence_holds), the schedule's revision, state_version and cursor, the
+// decision's observation (the claim's claimed_at_ms: the updated_at_ms the claim wrote), candidate
+// (due at it, not before the cursor, due by the admit's own database time) and next fire time
+// (after it), the project, trigger and task revisions and their content digests (as claimed and as
+// recomputed from the rows by the digest functions of the migrations), and the pinned
+// remote_worker execution revision's digest. Only the rows that pass are written: their queued
+// Runs (key control_core.cron_idempotency_key), claimed remote_worker Attempts and the events
+// run.created and run.queued inserted and their cursors advanced while clearing the claims, as
+// sets. A row that fails writes nothing and is simply absent from the result (ord is its 1-based
+// position in the arrays), so the caller diagnoses it on its own (AdmitDiagnosis).
+//
+// The schedule row is addressed by the ctid the claim returned (and its key), not through the
+// primary key: under SERIALIZABLE a B-tree scan takes a predicate lock on the whole leaf page, so
+// concurrent admits of neighbouring triggers, each reading its leaf page and writing a new index
+// entry into it, form read/write cycles and abort each other. A TID scan locks only the tuple. If
+// the row changed since the claim, the tuple at that ctid is no longer visible: no row, a race.
 // Attempts and events come from verified, not from run's RETURNING: every verified row gets its
 // Run or the whole statement fails, and the foreign keys are checked at the statement's end.
-func (q *Queries) AdmitMany(ctx context.Context, arg []AdmitManyParams) *AdmitManyBatchResults {
+func (q *Queries) Admit(ctx context.Context, arg []AdmitParams) *AdmitBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
@@ -374,7 +195,7 @@ func (q *Queries) AdmitMany(ctx context.Context, arg []AdmitManyParams) *AdmitMa
 			a.CursorsMs,
 			a.ScheduledForMs,
 			a.NextFireAtMs,
-			a.ObservedAtMs,
+			a.ClaimedAtMs,
 			a.ProjectRevisions,
 			a.ProjectDigests,
 			a.TriggerDigests,
@@ -383,16 +204,16 @@ func (q *Queries) AdmitMany(ctx context.Context, arg []AdmitManyParams) *AdmitMa
 			a.ExecutionDigests,
 			a.RunIds,
 		}
-		batch.Queue(admitMany, vals...)
+		batch.Queue(admit, vals...)
 	}
 	br := q.db.SendBatch(ctx, batch)
-	return &AdmitManyBatchResults{br, len(arg), false}
+	return &AdmitBatchResults{br, len(arg), false}
 }
 
-func (b *AdmitManyBatchResults) Query(f func(int, []AdmitManyRow, error)) {
+func (b *AdmitBatchResults) Query(f func(int, []AdmitRow, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
-		items := []AdmitManyRow{}
+		items := []AdmitRow{}
 		if b.closed {
 			if f != nil {
 				f(t, items, ErrBatchAlreadyClosed)
@@ -406,7 +227,7 @@ func (b *AdmitManyBatchResults) Query(f func(int, []AdmitManyRow, error)) {
 			}
 			defer rows.Close()
 			for rows.Next() {
-				var i AdmitManyRow
+				var i AdmitRow
 				if err := rows.Scan(
 					&i.Ord,
 					&i.RunID,
@@ -425,7 +246,7 @@ func (b *AdmitManyBatchResults) Query(f func(int, []AdmitManyRow, error)) {
 	}
 }
 
-func (b *AdmitManyBatchResults) Close() error {
+func (b *AdmitBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }
@@ -441,10 +262,13 @@ candidate AS (
     SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover -- takeover: an expired claim
     FROM control_core.trigger_schedules s
     WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
-      AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= control_core.db_now_ms())
-      AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id) = 'active'
-      AND (SELECT tr.kind = 'cron' AND tr.enabled FROM control_core.trigger_revisions tr
-           WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
+      AND control_core.schedule_claimable(
+            (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
+            (SELECT tr.kind FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            (SELECT tr.enabled FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
     FOR UPDATE OF s SKIP LOCKED
     LIMIT $3::integer -- 1: the ADR's claim; more: batch admission (each row fenced alike)
@@ -465,7 +289,7 @@ WHERE s.project_id = candidate.project_id AND s.trigger_id = candidate.trigger_i
   AND er.execution_revision_id = kr.execution_revision_id
 RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.last_scheduled_at_ms,
           s.state_version, s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
-          s.updated_at_ms AS claimed_at_ms, obs.now_ms,
+          s.updated_at_ms AS claimed_at_ms,
           p.revision AS project_revision, p.content_digest AS project_digest,
           tr.cron_spec, tr.timezone, tr.misfire_policy, tr.content_digest AS trigger_digest,
           tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
@@ -497,7 +321,6 @@ type ClaimDueRow struct {
 	ClaimVersion        int64         `json:"claim_version"`
 	ClaimExpiresAtMs    pgtype.Int8   `json:"claim_expires_at_ms"`
 	ClaimedAtMs         int64         `json:"claimed_at_ms"`
-	NowMs               int64         `json:"now_ms"`
 	ProjectRevision     int64         `json:"project_revision"`
 	ProjectDigest       string        `json:"project_digest"`
 	CronSpec            string        `json:"cron_spec"`
@@ -566,7 +389,6 @@ func (b *ClaimDueBatchResults) Query(f func(int, []ClaimDueRow, error)) {
 					&i.ClaimVersion,
 					&i.ClaimExpiresAtMs,
 					&i.ClaimedAtMs,
-					&i.NowMs,
 					&i.ProjectRevision,
 					&i.ProjectDigest,
 					&i.CronSpec,

@@ -79,7 +79,7 @@ func (q *Queries) BumpTriggerHead(ctx context.Context, arg BumpTriggerHeadParams
 const createProject = `-- name: CreateProject :one
 INSERT INTO control_core.projects (project_id, state, revision, content_digest)
 VALUES ($1::text, 'active', 1,
-        encode(sha256(convert_to(jsonb_build_object('project_id', $1::text, 'state', 'active', 'revision', 1)::text, 'UTF8')), 'hex'))
+        control_core.project_digest($1::text, 'active', 1))
 ON CONFLICT (project_id) DO NOTHING
 RETURNING project_id, revision, content_digest, created_at_ms
 `
@@ -233,9 +233,7 @@ func (q *Queries) GetTriggerHead(ctx context.Context, arg GetTriggerHeadParams) 
 const insertTaskRevision = `-- name: InsertTaskRevision :one
 INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest)
 SELECT $1::text, $2::text, $3::bigint, e.execution_revision_id,
-       encode(sha256(convert_to(jsonb_build_object(
-           'task_id', $2::text, 'revision', $3::bigint,
-           'execution_revision_id', e.execution_revision_id, 'execution_digest', e.digest)::text, 'UTF8')), 'hex')
+       control_core.task_digest($2::text, $3::bigint, e.execution_revision_id, e.digest)
 FROM control_core.execution_revisions e
 WHERE e.execution_revision_id = $4::uuid
 RETURNING revision, content_digest
@@ -270,10 +268,8 @@ INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, ki
                                             misfire_policy, enabled, task_id, task_revision, content_digest)
 VALUES ($1::text, $2::text, $3::bigint, 'cron', $4::text, $5::text,
         $6::text, $7::boolean, $8::text, $9::bigint,
-        encode(sha256(convert_to(jsonb_build_object(
-            'kind', 'cron', 'cron_spec', $4::text, 'timezone', $5::text,
-            'misfire_policy', $6::text, 'enabled', $7::boolean,
-            'task_id', $8::text, 'task_revision', $9::bigint)::text, 'UTF8')), 'hex'))
+        control_core.trigger_digest('cron', $4::text, $5::text, $6::text,
+                                    $7::boolean, $8::text, $9::bigint))
 RETURNING revision, content_digest
 `
 
@@ -491,8 +487,9 @@ type LockProjectParams struct {
 }
 
 // Publisher queries: run by the admin role, each command in one transaction. Content digests are
-// sha256 (hex) over the jsonb text rendering of a revision's content, computed here and
-// recomputed by the admit (see scheduler.sql), so a digest that no longer matches its row is caught.
+// sha256 (hex) over the jsonb text rendering of a revision's content, by the digest functions of
+// the migrations (control_core.project_digest …): computed here and recomputed by the admit (see
+// scheduler.sql) with the same function, so a digest that no longer matches its row is caught.
 // The audited Project lock of pg-0018: serialises publishes per project and leaves an audit row.
 func (q *Queries) LockProject(ctx context.Context, arg LockProjectParams) (int64, error) {
 	row := q.db.QueryRow(ctx, lockProject, arg.ProjectID, arg.Reason)
@@ -505,14 +502,14 @@ const upsertExecutionRevision = `-- name: UpsertExecutionRevision :one
 WITH ins AS (
     INSERT INTO control_core.execution_revisions (execution_revision_id, project_id, executor_kind, spec, digest)
     VALUES (gen_random_uuid(), $1::text, 'remote_worker', $2::jsonb,
-            encode(sha256(convert_to(($2::jsonb)::text, 'UTF8')), 'hex'))
+            control_core.execution_digest($2::jsonb))
     ON CONFLICT (project_id, digest) DO NOTHING
     RETURNING execution_revision_id, digest
 )
 SELECT execution_revision_id, digest FROM ins
 UNION ALL
 SELECT e.execution_revision_id, e.digest FROM control_core.execution_revisions e
-WHERE e.project_id = $1::text AND e.digest = encode(sha256(convert_to(($2::jsonb)::text, 'UTF8')), 'hex')
+WHERE e.project_id = $1::text AND e.digest = control_core.execution_digest($2::jsonb)
 LIMIT 1
 `
 

@@ -15,25 +15,20 @@ import (
 const admitDiagnosis = `-- name: AdmitDiagnosis :one
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
 SELECT
-    (s.claim_owner IS NOT DISTINCT FROM $1::text AND s.claim_token IS NOT DISTINCT FROM $2::uuid
-        AND s.claim_version = $3::bigint)::boolean AS fence_held,
-    coalesce(s.claim_expires_at_ms > obs.now_ms, false)::boolean AS fence_live,
+    coalesce(control_core.claim_fence_holds(s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+                                            $1::text, $2::uuid, $3::bigint, obs.now_ms),
+             false)::boolean AS fence_holds,
     (s.trigger_revision = $4::bigint AND s.state_version = $5::bigint
         AND s.next_fire_at_ms IS NOT DISTINCT FROM $6::bigint)::boolean AS schedule_unchanged,
     coalesce(p.state = 'active' AND p.revision = $7::bigint AND p.content_digest = $8::text
         AND t.head_revision = s.trigger_revision AND tr.enabled AND tr.content_digest = $9::text
         AND kr.content_digest = $10::text AND er.digest = $11::text, false)::boolean AS revisions_unchanged,
-    coalesce(p.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
-        AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
-              'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
-              'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
-        AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'task_id', kr.task_id, 'revision', kr.revision,
-              'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
+    coalesce(p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
+        AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
+                                                            tr.enabled, tr.task_id, tr.task_revision)
+        AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
         AND er.executor_kind = 'remote_worker'
-        AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex'), false)::boolean AS digests_valid,
+        AND er.digest = control_core.execution_digest(er.spec), false)::boolean AS digests_valid,
     obs.now_ms
 FROM control_core.trigger_schedules s
 CROSS JOIN obs
@@ -64,16 +59,15 @@ type AdmitDiagnosisParams struct {
 }
 
 type AdmitDiagnosisRow struct {
-	FenceHeld          bool  `json:"fence_held"`
-	FenceLive          bool  `json:"fence_live"`
+	FenceHolds         bool  `json:"fence_holds"`
 	ScheduleUnchanged  bool  `json:"schedule_unchanged"`
 	RevisionsUnchanged bool  `json:"revisions_unchanged"`
 	DigestsValid       bool  `json:"digests_valid"`
 	NowMs              int64 `json:"now_ms"`
 }
 
-// Why an admit wrote nothing: each item of the admit's verification on its own. Read-only; run
-// only on the failure path.
+// Why an admit wrote nothing: the admit's verification in groups, by the same rule functions.
+// Read-only; run only on the failure path.
 func (q *Queries) AdmitDiagnosis(ctx context.Context, arg AdmitDiagnosisParams) (AdmitDiagnosisRow, error) {
 	row := q.db.QueryRow(ctx, admitDiagnosis,
 		arg.ClaimOwner,
@@ -92,8 +86,7 @@ func (q *Queries) AdmitDiagnosis(ctx context.Context, arg AdmitDiagnosisParams) 
 	)
 	var i AdmitDiagnosisRow
 	err := row.Scan(
-		&i.FenceHeld,
-		&i.FenceLive,
+		&i.FenceHolds,
 		&i.ScheduleUnchanged,
 		&i.RevisionsUnchanged,
 		&i.DigestsValid,
@@ -113,8 +106,8 @@ SET next_fire_at_ms     = $1::bigint,
     updated_at_ms       = greatest(s.updated_at_ms, obs.now_ms)
 FROM obs
 WHERE s.project_id = $2::text AND s.trigger_id = $3::text
-  AND s.claim_owner = $4::text AND s.claim_token = $5::uuid
-  AND s.claim_version = $6::bigint AND s.claim_expires_at_ms > obs.now_ms
+  AND control_core.claim_fence_holds(s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+                                     $4::text, $5::uuid, $6::bigint, obs.now_ms)
   AND s.trigger_revision = $7::bigint AND s.state_version = $8::bigint
   AND s.next_fire_at_ms IS NOT DISTINCT FROM $9::bigint
   AND (s.next_fire_at_ms IS NULL OR $1::bigint >= s.next_fire_at_ms)
@@ -227,10 +220,13 @@ WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
 SELECT coalesce((
     SELECT coalesce(s.next_fire_at_ms, -1) - obs.now_ms
     FROM control_core.trigger_schedules s
-    WHERE (s.claim_token IS NULL OR s.claim_expires_at_ms <= obs.now_ms)
-      AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id) = 'active'
-      AND (SELECT tr.kind = 'cron' AND tr.enabled FROM control_core.trigger_revisions tr
-           WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
+    WHERE control_core.schedule_claimable(
+            (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
+            (SELECT tr.kind FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            (SELECT tr.enabled FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            s.claim_token, s.claim_expires_at_ms, obs.now_ms)
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
     LIMIT 1
 ), 9223372036854775807)::bigint AS due_in_ms

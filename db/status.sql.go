@@ -18,10 +18,13 @@ due AS (
     SELECT s.next_fire_at_ms
     FROM control_core.trigger_schedules s
     WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
-      AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= control_core.db_now_ms())
-      AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id) = 'active'
-      AND (SELECT tr.kind = 'cron' AND tr.enabled FROM control_core.trigger_revisions tr
-           WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
+      AND control_core.schedule_claimable(
+            (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
+            (SELECT tr.kind FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            (SELECT tr.enabled FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
     ORDER BY coalesce(s.next_fire_at_ms, -1)
     LIMIT $1::integer
 )
@@ -44,8 +47,8 @@ type BacklogRow struct {
 // (coalesce(next_fire_at_ms, -1) <= now), carries no valid claim, its project is active and its
 // trigger revision is an enabled cron trigger. A disabled trigger or an archived project can never
 // be claimed, so it is never backlog: otherwise "due but nothing admitted" alerts would fire for
-// ever. The predicate is repeated in Backlog and ProjectStatus (SQL has no shared predicate short of
-// a view in a migration); internal/metrics tests that both agree with what ClaimDue claims.
+// ever. Everything but "due" is control_core.schedule_claimable (pg-0014), the function ClaimDue
+// uses too; internal/metrics tests that Backlog and ProjectStatus agree with what ClaimDue claims.
 // The backlog, counted with the claim's index range (coalesce(next_fire_at_ms, -1) <= now, walked in
 // index order) and capped, so a huge backlog costs a bounded scan; with the oldest due occurrence.
 // The project and trigger conditions are per-row subqueries, as in ClaimDue and for the same
@@ -190,12 +193,12 @@ WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
 SELECT p.project_id, p.state,
        count(s.trigger_id)::bigint AS triggers,
        count(s.trigger_id) FILTER (WHERE tr.enabled)::bigint AS enabled,
-       count(s.trigger_id) FILTER (WHERE p.state = 'active' AND tr.kind = 'cron' AND tr.enabled
-                                   AND coalesce(s.next_fire_at_ms, -1) <= obs.now_ms
-                                   AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= obs.now_ms))::bigint AS backlog,
-       coalesce(min(s.next_fire_at_ms) FILTER (WHERE p.state = 'active' AND tr.kind = 'cron' AND tr.enabled
-                                              AND s.next_fire_at_ms <= obs.now_ms
-                                              AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= obs.now_ms)), 0)::bigint AS oldest_overdue_ms, -- 0: none
+       count(s.trigger_id) FILTER (WHERE coalesce(s.next_fire_at_ms, -1) <= obs.now_ms
+                                   AND control_core.schedule_claimable(p.state, tr.kind, tr.enabled, s.claim_token,
+                                                                       s.claim_expires_at_ms, obs.now_ms))::bigint AS backlog,
+       coalesce(min(s.next_fire_at_ms) FILTER (WHERE s.next_fire_at_ms <= obs.now_ms
+                                              AND control_core.schedule_claimable(p.state, tr.kind, tr.enabled, s.claim_token,
+                                                                                  s.claim_expires_at_ms, obs.now_ms)), 0)::bigint AS oldest_overdue_ms, -- 0: none
        count(s.trigger_id) FILTER (WHERE s.claim_expires_at_ms > obs.now_ms)::bigint AS live_claims,
        coalesce((SELECT max(r.queued_at_ms) FROM control_core.runs r WHERE r.project_id = p.project_id), 0)::bigint AS last_admit_ms, -- 0: never
        obs.now_ms

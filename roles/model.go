@@ -136,6 +136,13 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.advance_capability(text, integer, text, text)", Source: "pg-0001; migrations only"},
 	{Function: "control_core.admin_audit_log_stamp()", Source: "pg-0015: fires as the admin audit log's BEFORE INSERT trigger, which needs no EXECUTE"},
 	{Function: "control_core.db_now_ms()", Execute: []Part{Admin, Runtime}, Source: "pg-0017"},
+	{Function: "control_core.project_digest(text, text, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0002, granted in pg-0017"},
+	{Function: "control_core.execution_digest(jsonb)", Execute: []Part{Admin, Runtime}, Source: "pg-0003, granted in pg-0017"},
+	{Function: "control_core.task_digest(text, bigint, uuid, text)", Execute: []Part{Admin, Runtime}, Source: "pg-0004, granted in pg-0017"},
+	{Function: "control_core.trigger_digest(text, text, text, text, boolean, text, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0005, granted in pg-0017"},
+	{Function: "control_core.cron_idempotency_key(text, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0006, granted in pg-0017"},
+	{Function: "control_core.claim_fence_holds(text, uuid, bigint, bigint, text, uuid, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
+	{Function: "control_core.schedule_claimable(text, text, boolean, uuid, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
 	{Function: "control_core.lock_project(text, text)", Execute: []Part{Admin}, Source: "pg-0018: the audited Project lock is admin-only"},
 	{Function: "control_core.runs_identity_guard()", Source: "pg-0006: fires as the runs table's BEFORE UPDATE trigger, which needs no EXECUTE"},
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/admin"
-	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/limits"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // flagOf names the command-line flag that gives an input field of package admin.
@@ -216,7 +216,7 @@ backlog (docs/scheduling.md has the exact rule).`,
 				c.TimeZone = &zone
 			}
 			if given("misfire") {
-				m := coordinator.MisfirePolicy(misfire)
+				m := schedule.MisfirePolicy(misfire)
 				c.Misfire = &m
 			}
 			if given("disabled") {

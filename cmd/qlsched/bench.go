@@ -56,7 +56,7 @@ CPU and RSS. --format json prints one object.`,
 				cfg.Exe = exe
 			}
 			if err := cfg.Validate(); err != nil {
-				return &cli.UsageError{Err: err}
+				return configUsageError(err)
 			}
 			return nil
 		},

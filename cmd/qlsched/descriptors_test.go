@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // `trigger publish --help` and the README list exactly the descriptors the cron parser accepts:
@@ -31,12 +31,12 @@ func TestDocsListTheDescriptorsTheParserAccepts(t *testing.T) {
 	for _, doc := range []struct{ name, text string }{{"trigger publish --help", publish.Long}, {"README.md", string(cronParagraph)}} {
 		listed := descriptor.FindAllString(doc.text, -1)
 		for _, d := range listed {
-			if _, err := coordinator.ParseSchedule(d, "UTC"); err != nil && d != "@every" {
+			if _, err := schedule.ParseSchedule(d, "UTC"); err != nil && d != "@every" {
 				t.Errorf("%s lists %s, which the parser refuses: %v", doc.name, d, err)
 			}
 		}
 		for _, d := range known {
-			if _, err := coordinator.ParseSchedule(d, "UTC"); err == nil && !slices.Contains(listed, d) {
+			if _, err := schedule.ParseSchedule(d, "UTC"); err == nil && !slices.Contains(listed, d) {
 				t.Errorf("%s does not list %s, which the parser accepts", doc.name, d)
 			}
 		}

@@ -29,6 +29,26 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
+// configFlags is the flag of each coordinator.Config field: the library's errors name fields
+// (coordinator.ConfigError), the command line names flags. run sets every field; bench the ones
+// it has flags for.
+var configFlags = map[string]string{
+	"Owner": "--owner", "Budget": "--budget", "Lease": "--lease", "Cadence": "--cadence",
+	"DrainTimeout": "--drain-timeout", "AdmitRetries": "--admit-retries", "AdmitBatch": "--admit-batch",
+}
+
+// configUsageError is a usage error (exit 2) for a coordinator configuration that Validate
+// refused, naming the flag that sets the field.
+func configUsageError(err error) error {
+	var ce *coordinator.ConfigError
+	if errors.As(err, &ce) {
+		if flag, ok := configFlags[ce.Field]; ok {
+			return cli.Usagef("%s %s: want %s", flag, ce.Value, ce.Want)
+		}
+	}
+	return &cli.UsageError{Err: err}
+}
+
 func (a *app) runCmd() *cobra.Command {
 	cfg := coordinator.DefaultConfig(defaultOwner())
 	var (
@@ -79,7 +99,7 @@ Any number of replicas may run against one database; there is no leader.`,
 		Example: `  QL_DATABASE_URL=postgres://ql_runtime@db/control qlsched run --owner "$(hostname)"`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.Validate(); err != nil {
-				return &cli.UsageError{Err: err}
+				return configUsageError(err)
 			}
 			if err := validateHTTPAddr(httpAddr); err != nil {
 				return err

@@ -29,6 +29,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/pgcluster"
 	"github.com/qlcontrol/controlcore/roles"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // Scenarios.
@@ -386,7 +387,7 @@ func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config
 		var specs []admin.TriggerSpec
 		for i := from; i < min(from+publishChunk, cfg.Triggers); i++ {
 			specs = append(specs, admin.TriggerSpec{Project: project, Trigger: fmt.Sprintf("t%07d", i),
-				Task: "job", Cron: spec(i), TimeZone: "UTC", Misfire: coordinator.MisfireFireOnce, Enabled: true})
+				Task: "job", Cron: spec(i), TimeZone: "UTC", Misfire: schedule.MisfireFireOnce, Enabled: true})
 		}
 		if _, err := pub.PublishTriggers(ctx, specs); err != nil {
 			return 0, err
@@ -467,8 +468,8 @@ func ceilingRound(ctx context.Context, store *coordinator.Store, q *db.Queries, 
 		p.ProjectIds, p.TriggerIds, p.TaskIds = append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID), append(p.TaskIds, c.TaskID)
 		p.TaskRevisions, p.TriggerRevisions = append(p.TaskRevisions, c.TaskRevision), append(p.TriggerRevisions, c.TriggerRevision)
 		p.ExecutionRevisionIds = append(p.ExecutionRevisionIds, c.ExecutionRevisionID)
-		p.ScheduledForMs = append(p.ScheduledForMs, c.NextFireAtMs.Int64)
-		p.NextFireAtMs = append(p.NextFireAtMs, c.NextFireAtMs.Int64+period.Milliseconds())
+		p.ScheduledForMs = append(p.ScheduledForMs, *c.CursorMs)
+		p.NextFireAtMs = append(p.NextFireAtMs, *c.CursorMs+period.Milliseconds())
 	}
 	return q.CeilingAdmit(ctx, p)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/pgcluster"
 	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // Bounds of Options.
@@ -67,10 +68,10 @@ var (
 // Triggers are the sample triggers: every second, every 2 s catching up once, every 5 s skipping
 // after an outage, and a daily one that initialises and waits.
 var Triggers = []admin.TriggerSpec{
-	{Trigger: "every-second", Cron: "* * * * * *", TimeZone: "UTC", Misfire: coordinator.MisfireSkip},
-	{Trigger: "every-2s", Cron: "*/2 * * * * *", TimeZone: "Europe/Berlin", Misfire: coordinator.MisfireFireOnce},
-	{Trigger: "every-5s", Cron: "*/5 * * * * *", TimeZone: "America/New_York", Misfire: coordinator.MisfireSkip},
-	{Trigger: "nightly", Cron: "0 3 * * *", TimeZone: "Asia/Tokyo", Misfire: coordinator.MisfireFireOnce},
+	{Trigger: "every-second", Cron: "* * * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip},
+	{Trigger: "every-2s", Cron: "*/2 * * * * *", TimeZone: "Europe/Berlin", Misfire: schedule.MisfireFireOnce},
+	{Trigger: "every-5s", Cron: "*/5 * * * * *", TimeZone: "America/New_York", Misfire: schedule.MisfireSkip},
+	{Trigger: "nightly", Cron: "0 3 * * *", TimeZone: "Asia/Tokyo", Misfire: schedule.MisfireFireOnce},
 }
 
 // cadence is the replicas' round cadence: short, so that a few seconds show many rounds.

@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/qlcontrol/controlcore/admin"
-	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/internal/testpg"
+	cronschedule "github.com/qlcontrol/controlcore/schedule"
 )
 
 // Gate 5: the chaos soak. N real `qlsched run` processes against one server, T triggers firing
@@ -78,9 +78,9 @@ func TestChaosSoak(t *testing.T) {
 	tg := &target{t: t, su: d.Pool(t, ""), admin: admin.NewPublisher(d.Pool(t, "ql_admin"))}
 	tg.seed()
 	for i := range cfg.triggers {
-		tg.trigger(fmt.Sprintf("c%04d", i), "* * * * * *", coordinator.MisfireFireOnce)
+		tg.trigger(fmt.Sprintf("c%04d", i), "* * * * * *", cronschedule.MisfireFireOnce)
 	}
-	sched, err := coordinator.ParseSchedule("* * * * * *", "UTC")
+	sched, err := cronschedule.ParseSchedule("* * * * * *", "UTC")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -765,7 +765,7 @@ func (r chaosReport) String() string {
 	return b.String()
 }
 
-func (c *chaos) audit(t *testing.T, tg *target, sched *coordinator.Schedule, start, end map[string]scheduleSnap, stuck []stuckClaim) chaosReport {
+func (c *chaos) audit(t *testing.T, tg *target, sched *cronschedule.Schedule, start, end map[string]scheduleSnap, stuck []stuckClaim) chaosReport {
 	t.Helper()
 	ctx := context.Background()
 	c.mu.Lock()

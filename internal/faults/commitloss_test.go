@@ -13,6 +13,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/faultproxy"
+	cronschedule "github.com/qlcontrol/controlcore/schedule"
 )
 
 // Gate 3: raw-wire COMMIT-response loss. The fault proxy sits between pgx and the server and
@@ -53,13 +54,13 @@ func TestGateCommitResponseLoss(t *testing.T) {
 	if err != nil || claim == nil || claim.TriggerID != "b" {
 		t.Fatalf("claim b: %+v %v", claim, err)
 	}
-	sched, err := coordinator.ParseSchedule(claim.CronSpec, claim.Timezone)
+	sched, err := cronschedule.ParseSchedule(claim.CronSpec, claim.TimeZone)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cursor := claim.NextFireAtMs.Int64
-	d := coordinator.Decide(sched, coordinator.MisfireSkip, &cursor, claim.ClaimedAtMs)
-	if d.Kind != coordinator.DecisionFire || d.ScheduledForMs != occB {
+	cursor := *claim.CursorMs
+	d := cronschedule.Decide(sched, cronschedule.MisfireSkip, &cursor, claim.ClaimedAtMs)
+	if d.Kind != cronschedule.DecisionFire || d.ScheduledForMs != occB {
 		t.Fatalf("decision %+v; want fire for %d", d, occB)
 	}
 	dropped = proxy.DropNextCommit()

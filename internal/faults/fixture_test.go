@@ -25,6 +25,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
+	cronschedule "github.com/qlcontrol/controlcore/schedule"
 )
 
 func TestMain(m *testing.M) {
@@ -70,7 +71,7 @@ func (tg *target) seed() {
 }
 
 // trigger publishes an enabled cron trigger on task "task".
-func (tg *target) trigger(id, cron string, misfire coordinator.MisfirePolicy) {
+func (tg *target) trigger(id, cron string, misfire cronschedule.MisfirePolicy) {
 	tg.t.Helper()
 	_, err := tg.admin.PublishTrigger(context.Background(), admin.TriggerSpec{Project: "p", Trigger: id, Task: "task",
 		Cron: cron, TimeZone: "UTC", Misfire: misfire, Enabled: true})
@@ -83,7 +84,7 @@ func (tg *target) trigger(id, cron string, misfire coordinator.MisfirePolicy) {
 // now. It returns that occurrence.
 func (tg *target) due(id string) int64 {
 	tg.t.Helper()
-	tg.trigger(id, yearly, coordinator.MisfireSkip)
+	tg.trigger(id, yearly, cronschedule.MisfireSkip)
 	var cursor int64
 	err := tg.su.QueryRow(context.Background(), `UPDATE control_core.trigger_schedules
 		SET next_fire_at_ms = control_core.db_now_ms() - 1000, state_version = state_version + 1

@@ -53,7 +53,7 @@ func TestGatePhysicalPromotion(t *testing.T) {
 	if err != nil || claim == nil {
 		t.Fatalf("claim on the primary: %+v %v", claim, err)
 	}
-	expires := claim.ClaimExpiresAtMs.Int64
+	expires := claim.Fence.ExpiresAtMs
 	lsn, err := pgcluster.WaitReplayed(ctx, primary.Cluster, standby)
 	if err != nil {
 		t.Fatal(err)
@@ -72,10 +72,10 @@ func TestGatePhysicalPromotion(t *testing.T) {
 	t.Logf("claim replayed on the standby at LSN %s: owner %s, version %d, token %s, expires %d; standby db time %d (%d ms of lease left), %d runs for the occurrence",
 		lsn, onStandby.sch.Owner, onStandby.sch.ClaimVersion, onStandby.token, onStandby.sch.ClaimExpires,
 		onStandby.now, onStandby.sch.ClaimExpires-onStandby.now, onStandby.runs)
-	if onStandby.sch.Owner != "replica-lost" || onStandby.token != claim.ClaimToken.UUID.String() ||
-		onStandby.sch.ClaimVersion != claim.ClaimVersion || onStandby.sch.ClaimExpires != expires {
+	if onStandby.sch.Owner != "replica-lost" || onStandby.token != claim.Fence.Token.String() ||
+		onStandby.sch.ClaimVersion != claim.Fence.Version || onStandby.sch.ClaimExpires != expires {
 		t.Fatalf("standby holds %+v token %s; want the primary's claim v%d %s expiring %d",
-			onStandby.sch, onStandby.token, claim.ClaimVersion, claim.ClaimToken.UUID, expires)
+			onStandby.sch, onStandby.token, claim.Fence.Version, claim.Fence.Token, expires)
 	}
 	if onStandby.runs != 0 || onStandby.now >= expires {
 		t.Fatalf("standby: %d runs, now %d; want 0 runs and a live lease (expires %d)", onStandby.runs, onStandby.now, expires)
@@ -144,16 +144,16 @@ func TestGatePhysicalPromotion(t *testing.T) {
 	final := np.schedule("a")
 	s1, s2 := replicas[0].Stats.Snapshot(), replicas[1].Stats.Snapshot()
 	t.Logf("fresh coordinators ran %d rounds each with db time before expiry and claimed nothing; takeover admitted at db time %d (expiry %d); claim version %d → %d; fresh-1 %+v; fresh-2 %+v",
-		roundsBeforeExpiry, admittedAt, expires, claim.ClaimVersion, final.ClaimVersion, s1, s2)
+		roundsBeforeExpiry, admittedAt, expires, claim.Fence.Version, final.ClaimVersion, s1, s2)
 	if roundsBeforeExpiry == 0 {
 		t.Error("no round ran before the expiry: the gate proved nothing about it")
 	}
 	if admittedAt < expires {
 		t.Errorf("admitted at %d, before the expiry %d", admittedAt, expires)
 	}
-	if final.ClaimVersion != claim.ClaimVersion+1 || s1.Takeovers+s2.Takeovers != 1 || s1.Admits+s2.Admits != 1 || s1.Races+s2.Races != 0 {
+	if final.ClaimVersion != claim.Fence.Version+1 || s1.Takeovers+s2.Takeovers != 1 || s1.Admits+s2.Admits != 1 || s1.Races+s2.Races != 0 {
 		t.Errorf("claim version %d → %d, takeovers %d, admits %d, races %d; want +1, 1, 1, 0",
-			claim.ClaimVersion, final.ClaimVersion, s1.Takeovers+s2.Takeovers, s1.Admits+s2.Admits, s1.Races+s2.Races)
+			claim.Fence.Version, final.ClaimVersion, s1.Takeovers+s2.Takeovers, s1.Admits+s2.Admits, s1.Races+s2.Races)
 	}
 	if n := np.runsOf("a", occurrence); n != 1 {
 		t.Errorf("%d runs for the occurrence, want 1", n)

@@ -15,6 +15,7 @@ import (
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/metrics"
 	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 func TestMain(m *testing.M) { testpg.Main(m) }
@@ -63,7 +64,7 @@ func TestBacklogIsWhatAClaimWouldTake(t *testing.T) {
 	var want []string
 	for _, c := range cases {
 		if _, err := pub.PublishTrigger(ctx, admin.TriggerSpec{Project: c.project, Trigger: c.trigger, Task: "k",
-			Cron: "* * * * *", TimeZone: "UTC", Misfire: coordinator.MisfireSkip, Enabled: c.enabled}); err != nil {
+			Cron: "* * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: c.enabled}); err != nil {
 			t.Fatalf("publish %s: %v", c.trigger, err)
 		}
 		if c.arrange != "" {

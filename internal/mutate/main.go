@@ -5,7 +5,10 @@
 // It never touches the checkout it is started in (other work goes on there): every worker has its
 // own copy of the tree (by default `git archive HEAD`, the committed state). A mutation of
 // sql/queries is compiled by sqlc into db/ in that copy before the tests run, so the tests see the
-// query as the binaries would; every changed file is restored byte for byte afterwards.
+// query as the binaries would; a mutation of a migration (a rule function the queries call) has
+// the copy's integrity file and readiness contract rewritten from the mutated stream, so that only
+// the named tests, not the checksum checks, can kill it; every changed file is restored byte for
+// byte afterwards.
 //
 //	go run ./internal/mutate [-subset ci] [-only id,id] [-jobs 2] [-doc docs/testing.md]
 package main
@@ -280,6 +283,26 @@ func (m Mutation) apply(dir, sqlc string) (restore func() error, err error) {
 	if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
 		return nil, errors.Join(err, restore())
 	}
+	if strings.HasPrefix(m.File, "sql/migrations/") {
+		// A rule function of a migration: the mutated file no longer matches the integrity file
+		// or the readiness contract, which would fail every test that migrates a database for
+		// the wrong reason. Rewrite both in the copy from the mutated stream, as a developer
+		// editing the migration would, so only the tests the list names can kill the mutant.
+		for _, f := range derivedFromMigrations {
+			g := filepath.Join(dir, f)
+			b, err := os.ReadFile(g)
+			if err != nil {
+				return nil, errors.Join(err, restore())
+			}
+			saved[g] = b
+		}
+		for _, args := range derivingCommands {
+			if out, err := command(context.Background(), dir, "go", args...); err != nil {
+				return nil, errors.Join(fmt.Errorf("mutation %s: go %s: %w\n%s", m.ID, strings.Join(args, " "), err, out), restore())
+			}
+		}
+		return restore, nil
+	}
 	if strings.HasPrefix(m.File, "sql/") {
 		gen, _ := filepath.Glob(filepath.Join(dir, "db", "*.go"))
 		before := map[string][]byte{}
@@ -305,6 +328,16 @@ func (m Mutation) apply(dir, sqlc string) (restore func() error, err error) {
 		}
 	}
 	return restore, nil
+}
+
+// derivedFromMigrations are the files derivingCommands rewrite from sql/migrations (paths in the tree).
+var derivedFromMigrations = []string{"sql/migrations/migrations.sum", "checksums/readiness_contract.txt"}
+
+// derivingCommands rewrite the integrity file and the readiness contract (docs/testing.md), run
+// with "go" in the copy.
+var derivingCommands = [][]string{
+	{"run", "./cmd/qlmigrate", "hash"},
+	{"test", "-count=1", "-run", "^TestReadinessContractMatchesAFreshMigration$", "./checksums", "-update"},
 }
 
 // Status is how a mutation ended.

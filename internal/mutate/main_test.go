@@ -16,7 +16,7 @@ test: ./coordinator/ ^TestX$
 + AND (x = @x OR true)
 
 == b
-file: coordinator/decision.go
+file: schedule/decision.go
 what: a boundary
 test: ./coordinator/ ^TestY$
 test: ./roles/ ^TestZ$

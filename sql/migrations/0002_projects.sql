@@ -12,4 +12,13 @@ CREATE TABLE control_core.projects (
     updated_at_ms  bigint NOT NULL CHECK (updated_at_ms >= created_at_ms)
 );
 
+-- Every rule function of the stream is LANGUAGE sql, a single expression, STABLE or IMMUTABLE and
+-- without SET clauses, so the planner inlines it into the calling query (the plan the tests check is
+-- the one of the expression written out); names are schema-qualified instead of pinned with SET.
+-- The project's content digest: the one formula the publisher writes and the admission recomputes.
+CREATE FUNCTION control_core.project_digest(project_id text, state text, revision bigint) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.jsonb_build_object(
+          'project_id', project_id, 'state', state, 'revision', revision)::pg_catalog.text, 'UTF8')), 'hex') $$;
+
 SELECT control_core.advance_capability('control-core', 1, 'projects', 'pg-0002-projects');

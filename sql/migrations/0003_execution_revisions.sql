@@ -15,4 +15,9 @@ CREATE TABLE control_core.execution_revisions (
     UNIQUE (project_id, digest)
 );
 
+-- The spec's digest (see above): the one formula the publisher writes and the admission recomputes.
+CREATE FUNCTION control_core.execution_digest(spec jsonb) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(spec::pg_catalog.text, 'UTF8')), 'hex') $$;
+
 SELECT control_core.advance_capability('control-core', 2, 'execution_revisions', 'pg-0003-execution-revisions');

@@ -29,4 +29,12 @@ ALTER TABLE control_core.tasks
     ADD CONSTRAINT tasks_head_revision_fkey FOREIGN KEY (project_id, task_id, head_revision)
     REFERENCES control_core.task_revisions (project_id, task_id, revision) DEFERRABLE INITIALLY DEFERRED;
 
+-- A task revision's content digest: it pins the execution revision by id and by digest.
+CREATE FUNCTION control_core.task_digest(task_id text, revision bigint, execution_revision_id uuid,
+                                         execution_digest text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.jsonb_build_object(
+          'task_id', task_id, 'revision', revision,
+          'execution_revision_id', execution_revision_id, 'execution_digest', execution_digest)::pg_catalog.text, 'UTF8')), 'hex') $$;
+
 SELECT control_core.advance_capability('control-core', 3, 'tasks', 'pg-0004-tasks');

@@ -36,4 +36,13 @@ ALTER TABLE control_core.triggers
     ADD CONSTRAINT triggers_head_revision_fkey FOREIGN KEY (project_id, trigger_id, head_revision)
     REFERENCES control_core.trigger_revisions (project_id, trigger_id, revision) DEFERRABLE INITIALLY DEFERRED;
 
+-- A trigger revision's content digest: everything that decides when and what it fires.
+CREATE FUNCTION control_core.trigger_digest(kind text, cron_spec text, timezone text, misfire_policy text,
+                                            enabled boolean, task_id text, task_revision bigint) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.jsonb_build_object(
+          'kind', kind, 'cron_spec', cron_spec, 'timezone', timezone,
+          'misfire_policy', misfire_policy, 'enabled', enabled,
+          'task_id', task_id, 'task_revision', task_revision)::pg_catalog.text, 'UTF8')), 'hex') $$;
+
 SELECT control_core.advance_capability('control-core', 4, 'triggers', 'pg-0005-triggers');

@@ -8,6 +8,13 @@
 -- control-core capability v5 / runs.
 
 -- +goose Up
+-- The idempotency key of a cron occurrence, written once: the table's CHECK, the admission and
+-- the bench all spell it through this function.
+CREATE FUNCTION control_core.cron_idempotency_key(trigger_id text, trigger_revision bigint,
+                                                  scheduled_for_ms bigint) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT 'ql3:cron:v1:' || trigger_id || ':' || trigger_revision::pg_catalog.text || ':' || scheduled_for_ms::pg_catalog.text $$;
+
 CREATE TABLE control_core.runs (
     run_id                 uuid   PRIMARY KEY,
     project_id             text   NOT NULL REFERENCES control_core.projects (project_id),
@@ -35,7 +42,7 @@ CREATE TABLE control_core.runs (
     CHECK ((trigger_id IS NULL) = (trigger_revision IS NULL) AND (trigger_id IS NULL) = (scheduled_for_ms IS NULL)),
     CHECK (state <> 'queued' OR queued_at_ms IS NOT NULL),
     CONSTRAINT runs_cron_key_check CHECK (trigger_id IS NULL OR idempotency_key =
-        'ql3:cron:v1:' || trigger_id || ':' || trigger_revision::text || ':' || scheduled_for_ms::text),
+        control_core.cron_idempotency_key(trigger_id, trigger_revision, scheduled_for_ms)),
     -- a Run started by hand cannot take a cron occurrence's key, and block its admission
     CONSTRAINT runs_manual_key_check CHECK (trigger_id IS NOT NULL OR idempotency_key NOT LIKE 'ql3:cron:%'),
     -- One Run per occurrence; its index also serves "the newest Runs of a trigger" (scanned

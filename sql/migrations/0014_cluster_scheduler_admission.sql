@@ -16,7 +16,7 @@ CREATE TABLE control_core.trigger_schedules (
     claim_token          uuid,
     claim_version        bigint NOT NULL CHECK (claim_version >= 0),
     claim_expires_at_ms  bigint,
-    -- a lower bound of the database clock: the time of the last write (claimAcquiredAtMs while claimed)
+    -- a lower bound of the database clock: the time of the last write (claimed_at_ms, the claim's observation, while claimed)
     updated_at_ms        bigint NOT NULL CHECK (updated_at_ms > 0),
     PRIMARY KEY (project_id, trigger_id),
     FOREIGN KEY (project_id, trigger_id) REFERENCES control_core.triggers (project_id, trigger_id),
@@ -35,5 +35,27 @@ CREATE TABLE control_core.trigger_schedules (
 -- claimable row, instead of a BitmapOr over IS NULL and <= followed by a sort of the whole backlog.
 CREATE INDEX trigger_schedules_claim_idx
     ON control_core.trigger_schedules ((coalesce(next_fire_at_ms, -1)), project_id, trigger_id);
+
+-- The four-part fence, written once: the row's claim (owner, token, version) is the one the caller
+-- holds and its expiry lies after database time now_ms. Every write that ends a claim (admit,
+-- skip, release, init) and the admission's diagnosis check it through this function.
+CREATE FUNCTION control_core.claim_fence_holds(claim_owner text, claim_token uuid, claim_version bigint,
+                                               claim_expires_at_ms bigint, held_owner text, held_token uuid,
+                                               held_version bigint, now_ms bigint) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT claim_owner = held_owner AND claim_token = held_token AND claim_version = held_version
+         AND claim_expires_at_ms > now_ms $$;
+
+-- Claimable, written once: a schedule row a claim may take at database time now_ms, apart from
+-- being due (coalesce(next_fire_at_ms, -1) <= now_ms, the claim index's range, which callers
+-- write out so the planner matches the index): its project is active, its trigger revision an
+-- enabled cron trigger, and it carries no live claim (none, or an expired one). The claim, the
+-- idle coordinator's next due time, the backlog gauge and the status view all use it.
+CREATE FUNCTION control_core.schedule_claimable(project_state text, trigger_kind text, trigger_enabled boolean,
+                                                claim_token uuid, claim_expires_at_ms bigint,
+                                                now_ms bigint) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT project_state = 'active' AND trigger_kind = 'cron' AND trigger_enabled
+         AND (claim_token IS NULL OR claim_expires_at_ms <= now_ms) $$;
 
 SELECT control_core.advance_capability('control-core', 13, 'cluster_scheduler_admission', 'pg-0014-cluster-scheduler-admission');

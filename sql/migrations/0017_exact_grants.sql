@@ -67,5 +67,15 @@ GRANT INSERT, UPDATE ON control_core.runs, control_core.attempts,
 GRANT INSERT ON control_core.run_events TO ql_runtime;
 
 GRANT EXECUTE ON FUNCTION control_core.db_now_ms() TO ql_admin, ql_runtime;
+-- the rule functions (digests, idempotency key, fence, claimable): inlined into the queries of
+-- both roles, and an inlined function still needs EXECUTE
+GRANT EXECUTE ON FUNCTION control_core.project_digest(text, text, bigint),
+                          control_core.execution_digest(jsonb),
+                          control_core.task_digest(text, bigint, uuid, text),
+                          control_core.trigger_digest(text, text, text, text, boolean, text, bigint),
+                          control_core.cron_idempotency_key(text, bigint, bigint),
+                          control_core.claim_fence_holds(text, uuid, bigint, bigint, text, uuid, bigint, bigint),
+                          control_core.schedule_claimable(text, text, boolean, uuid, bigint, bigint)
+    TO ql_admin, ql_runtime;
 
 SELECT control_core.advance_capability('control-core', 16, 'exact_grants', 'pg-0017-exact-grants');

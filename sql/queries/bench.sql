@@ -13,7 +13,7 @@ WHERE project_id = @project_id::text;
 
 -- name: CeilingAdmit :execrows
 -- The ceiling's write set: the admit's inserts and cursor advances for the claimed rows (one or a
--- batch, as parallel arrays like AdmitMany's) in one READ COMMITTED statement, with no fence, no
+-- batch, as parallel arrays like Admit's) in one READ COMMITTED statement, with no fence, no
 -- revision or digest checks and no SERIALIZABLE: the database's own rate for the rows an
 -- admission writes, under the key format the runs table checks. The table holds one Run per
 -- occurrence, and the phases write occurrences the replicas (and the other phases) write too, so
@@ -35,7 +35,7 @@ run AS (
                                    queued_at_ms, created_at_ms, updated_at_ms)
     SELECT i.run_id, i.project_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_id,
            i.trigger_revision, i.scheduled_for_ms + @occurrence_offset_ms::bigint,
-           'ql3:cron:v1:' || i.trigger_id || ':' || i.trigger_revision || ':' || (i.scheduled_for_ms + @occurrence_offset_ms::bigint),
+           control_core.cron_idempotency_key(i.trigger_id, i.trigger_revision, i.scheduled_for_ms + @occurrence_offset_ms::bigint),
            'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
     FROM item i CROSS JOIN obs
 ),

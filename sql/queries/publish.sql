@@ -1,6 +1,7 @@
 -- Publisher queries: run by the admin role, each command in one transaction. Content digests are
--- sha256 (hex) over the jsonb text rendering of a revision's content, computed here and
--- recomputed by the admit (see scheduler.sql), so a digest that no longer matches its row is caught.
+-- sha256 (hex) over the jsonb text rendering of a revision's content, by the digest functions of
+-- the migrations (control_core.project_digest …): computed here and recomputed by the admit (see
+-- scheduler.sql) with the same function, so a digest that no longer matches its row is caught.
 
 -- name: LockProject :one
 -- The audited Project lock of pg-0018: serialises publishes per project and leaves an audit row.
@@ -9,7 +10,7 @@ SELECT control_core.lock_project(@project_id::text, @reason::text)::bigint AS re
 -- name: CreateProject :one
 INSERT INTO control_core.projects (project_id, state, revision, content_digest)
 VALUES (@project_id::text, 'active', 1,
-        encode(sha256(convert_to(jsonb_build_object('project_id', @project_id::text, 'state', 'active', 'revision', 1)::text, 'UTF8')), 'hex'))
+        control_core.project_digest(@project_id::text, 'active', 1))
 ON CONFLICT (project_id) DO NOTHING
 RETURNING project_id, revision, content_digest, created_at_ms;
 
@@ -26,14 +27,14 @@ VALUES (gen_random_uuid(), @action::text, @project_id::text, @subject::text, @de
 WITH ins AS (
     INSERT INTO control_core.execution_revisions (execution_revision_id, project_id, executor_kind, spec, digest)
     VALUES (gen_random_uuid(), @project_id::text, 'remote_worker', @spec::jsonb,
-            encode(sha256(convert_to((@spec::jsonb)::text, 'UTF8')), 'hex'))
+            control_core.execution_digest(@spec::jsonb))
     ON CONFLICT (project_id, digest) DO NOTHING
     RETURNING execution_revision_id, digest
 )
 SELECT execution_revision_id, digest FROM ins
 UNION ALL
 SELECT e.execution_revision_id, e.digest FROM control_core.execution_revisions e
-WHERE e.project_id = @project_id::text AND e.digest = encode(sha256(convert_to((@spec::jsonb)::text, 'UTF8')), 'hex')
+WHERE e.project_id = @project_id::text AND e.digest = control_core.execution_digest(@spec::jsonb)
 LIMIT 1;
 
 -- name: BumpTaskHead :one
@@ -47,9 +48,7 @@ RETURNING head_revision;
 -- name: InsertTaskRevision :one
 INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest)
 SELECT @project_id::text, @task_id::text, @revision::bigint, e.execution_revision_id,
-       encode(sha256(convert_to(jsonb_build_object(
-           'task_id', @task_id::text, 'revision', @revision::bigint,
-           'execution_revision_id', e.execution_revision_id, 'execution_digest', e.digest)::text, 'UTF8')), 'hex')
+       control_core.task_digest(@task_id::text, @revision::bigint, e.execution_revision_id, e.digest)
 FROM control_core.execution_revisions e
 WHERE e.execution_revision_id = @execution_revision_id::uuid
 RETURNING revision, content_digest;
@@ -70,10 +69,8 @@ INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, ki
                                             misfire_policy, enabled, task_id, task_revision, content_digest)
 VALUES (@project_id::text, @trigger_id::text, @revision::bigint, 'cron', @cron_spec::text, @timezone::text,
         @misfire_policy::text, @enabled::boolean, @task_id::text, @task_revision::bigint,
-        encode(sha256(convert_to(jsonb_build_object(
-            'kind', 'cron', 'cron_spec', @cron_spec::text, 'timezone', @timezone::text,
-            'misfire_policy', @misfire_policy::text, 'enabled', @enabled::boolean,
-            'task_id', @task_id::text, 'task_revision', @task_revision::bigint)::text, 'UTF8')), 'hex'))
+        control_core.trigger_digest('cron', @cron_spec::text, @timezone::text, @misfire_policy::text,
+                                    @enabled::boolean, @task_id::text, @task_revision::bigint))
 RETURNING revision, content_digest;
 
 -- name: UpsertSchedule :one

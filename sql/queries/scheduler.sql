@@ -18,10 +18,13 @@ candidate AS (
     SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover -- takeover: an expired claim
     FROM control_core.trigger_schedules s
     WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
-      AND (s.claim_token IS NULL OR s.claim_expires_at_ms <= control_core.db_now_ms())
-      AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id) = 'active'
-      AND (SELECT tr.kind = 'cron' AND tr.enabled FROM control_core.trigger_revisions tr
-           WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
+      AND control_core.schedule_claimable(
+            (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
+            (SELECT tr.kind FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            (SELECT tr.enabled FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
     FOR UPDATE OF s SKIP LOCKED
     LIMIT @max_rows::integer -- 1: the ADR's claim; more: batch admission (each row fenced alike)
@@ -42,116 +45,34 @@ WHERE s.project_id = candidate.project_id AND s.trigger_id = candidate.trigger_i
   AND er.execution_revision_id = kr.execution_revision_id
 RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.last_scheduled_at_ms,
           s.state_version, s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
-          s.updated_at_ms AS claimed_at_ms, obs.now_ms,
+          s.updated_at_ms AS claimed_at_ms,
           p.revision AS project_revision, p.content_digest AS project_digest,
           tr.cron_spec, tr.timezone, tr.misfire_policy, tr.content_digest AS trigger_digest,
           tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
           er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover,
           s.ctid::text AS row_ctid;
 
--- name: Admit :batchone
--- The atomic admission, run alone in a SERIALIZABLE transaction. The first CTE re-locks the
--- schedule row and re-verifies, item by item: the full four-part fence against database time, the
--- schedule's revision, state_version and cursor, the decision's observation time (the claim's
--- claimAcquiredAtMs), candidate (due at it, not before the cursor) and next fire time (after it), the project, trigger and task revisions and their content digests
--- (as claimed and as recomputed from the rows), and the pinned remote_worker execution revision's
--- digest. Only when every item holds does it insert the queued Run, its claimed remote_worker
--- Attempt and the events run.created and run.queued, and advance the cursor while clearing the
--- claim. No row back means nothing was written; AdmitDiagnosis says which item failed.
+-- name: Admit :batchmany
+-- The atomic admission of ADR-0105, for one claimed row or many, in ONE statement run alone in a
+-- SERIALIZABLE transaction. The items arrive as parallel arrays, one element per row (one element:
+-- the ADR's single admit). For every row on its own, the verified CTE re-locks the schedule row
+-- and re-verifies, item by item: the full four-part fence against database time
+-- (control_core.claim_fence_holds), the schedule's revision, state_version and cursor, the
+-- decision's observation (the claim's claimed_at_ms: the updated_at_ms the claim wrote), candidate
+-- (due at it, not before the cursor, due by the admit's own database time) and next fire time
+-- (after it), the project, trigger and task revisions and their content digests (as claimed and as
+-- recomputed from the rows by the digest functions of the migrations), and the pinned
+-- remote_worker execution revision's digest. Only the rows that pass are written: their queued
+-- Runs (key control_core.cron_idempotency_key), claimed remote_worker Attempts and the events
+-- run.created and run.queued inserted and their cursors advanced while clearing the claims, as
+-- sets. A row that fails writes nothing and is simply absent from the result (ord is its 1-based
+-- position in the arrays), so the caller diagnoses it on its own (AdmitDiagnosis).
 --
 -- The schedule row is addressed by the ctid the claim returned (and its key), not through the
 -- primary key: under SERIALIZABLE a B-tree scan takes a predicate lock on the whole leaf page, so
 -- concurrent admits of neighbouring triggers, each reading its leaf page and writing a new index
 -- entry into it, form read/write cycles and abort each other. A TID scan locks only the tuple. If
 -- the row changed since the claim, the tuple at that ctid is no longer visible: no row, a race.
-WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
-verified AS (
-    SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
-    FROM control_core.trigger_schedules s
-    CROSS JOIN obs
-    JOIN control_core.projects p ON p.project_id = s.project_id
-    JOIN control_core.triggers t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
-    JOIN control_core.trigger_revisions tr
-      ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-    JOIN control_core.task_revisions kr
-      ON kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
-    JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
-    WHERE s.ctid = CAST(sqlc.arg(row_ctid)::text AS tid) AND s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text
-      -- the fence
-      AND s.claim_owner = @claim_owner::text AND s.claim_token = @claim_token::uuid
-      AND s.claim_version = @claim_version::bigint AND s.claim_expires_at_ms > obs.now_ms
-      -- the schedule as claimed
-      AND s.trigger_revision = @trigger_revision::bigint AND s.state_version = @state_version::bigint
-      AND s.next_fire_at_ms = @cursor_ms::bigint
-      -- the decision, made at the claim's observation of database time: the claim's
-      -- updated_at_ms, claimAcquiredAtMs (ADR-0107). The candidate is due at that observation and
-      -- not before the cursor, the next fire time lies after it, and the candidate is due now.
-      AND s.updated_at_ms = @observed_at_ms::bigint
-      AND @scheduled_for_ms::bigint >= s.next_fire_at_ms AND @scheduled_for_ms::bigint <= @observed_at_ms::bigint
-      AND @next_fire_at_ms::bigint > @observed_at_ms::bigint AND @scheduled_for_ms::bigint <= obs.now_ms
-      -- revisions and digests
-      AND p.state = 'active' AND p.revision = @project_revision::bigint AND p.content_digest = @project_digest::text
-      AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
-      AND t.head_revision = s.trigger_revision
-      AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = @trigger_digest::text
-      AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
-              'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
-              'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
-      AND kr.content_digest = @task_digest::text
-      AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'task_id', kr.task_id, 'revision', kr.revision,
-              'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
-      AND er.execution_revision_id = @execution_revision_id::uuid
-      AND er.executor_kind = 'remote_worker' AND er.digest = @execution_digest::text
-      AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex')
-    FOR UPDATE OF s
-),
-run AS (
-    INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
-                                   trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
-                                   queued_at_ms, created_at_ms, updated_at_ms)
-    SELECT @run_id::uuid, v.project_id, v.task_id, v.task_revision, v.execution_revision_id, v.trigger_id,
-           v.trigger_revision, @scheduled_for_ms::bigint,
-           'ql3:cron:v1:' || v.trigger_id || ':' || v.trigger_revision || ':' || @scheduled_for_ms::bigint,
-           'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
-    FROM verified v CROSS JOIN obs
-    RETURNING run_id, project_id, trigger_id, queued_at_ms
-),
-attempt AS (
-    INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
-    SELECT gen_random_uuid(), run.run_id, 1, 'remote_worker', 'claimed', run.queued_at_ms, run.queued_at_ms
-    FROM run
-    RETURNING attempt_id
-),
-events AS (
-    INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms)
-    SELECT gen_random_uuid(), run.run_id, e.seq, e.type, run.queued_at_ms
-    FROM run CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS e (seq, type)
-    RETURNING event_id
-)
-UPDATE control_core.trigger_schedules s
-SET next_fire_at_ms      = @next_fire_at_ms::bigint,
-    last_scheduled_at_ms = @scheduled_for_ms::bigint,
-    state_version        = s.state_version + 1,
-    claim_owner          = NULL,
-    claim_token          = NULL,
-    claim_expires_at_ms  = NULL,
-    updated_at_ms        = greatest(s.updated_at_ms, run.queued_at_ms)
-FROM run
-WHERE s.ctid = CAST(sqlc.arg(row_ctid)::text AS tid) AND s.project_id = run.project_id AND s.trigger_id = run.trigger_id
-RETURNING run.run_id, (SELECT attempt_id FROM attempt) AS attempt_id, run.queued_at_ms AS admitted_at_ms,
-          (SELECT count(*) FROM events)::bigint AS events;
-
--- name: AdmitMany :batchmany
--- Batch admission: the admit above for many claimed rows in ONE statement (run alone in a
--- SERIALIZABLE transaction). The items arrive as parallel arrays, one element per row; every row
--- is verified on its own with exactly the admit's checks, and only the rows that pass are
--- written: their Runs, Attempts and events inserted and their cursors advanced as sets. A row
--- that fails writes nothing and is simply absent from the result (ord is its 1-based position in
--- the arrays), so the caller diagnoses it on its own. One statement instead of one per row saves
--- the per-statement planning and execution overhead that dominates a pipelined batch.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (
     SELECT *
@@ -166,7 +87,7 @@ item AS (
                     unnest(@cursors_ms::bigint[]),
                     unnest(@scheduled_for_ms::bigint[]),
                     unnest(@next_fire_at_ms::bigint[]),
-                    unnest(@observed_at_ms::bigint[]),
+                    unnest(@claimed_at_ms::bigint[]),
                     unnest(@project_revisions::bigint[]),
                     unnest(@project_digests::text[]),
                     unnest(@trigger_digests::text[]),
@@ -176,7 +97,7 @@ item AS (
                     unnest(@run_ids::uuid[]))
          WITH ORDINALITY AS i (row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version,
                                trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms,
-                               observed_at_ms, project_revision, project_digest, trigger_digest, task_digest,
+                               claimed_at_ms, project_revision, project_digest, trigger_digest, task_digest,
                                execution_revision_id, execution_digest, run_id, ord)
 ),
 verified AS (
@@ -184,9 +105,9 @@ verified AS (
            s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
     FROM item i
     CROSS JOIN obs
-    -- The row by its ctid alone, as in the admit (see there: a TID scan takes no index page
-    -- predicate lock). OFFSET 0 keeps the planner from merging the subquery and reaching the row
-    -- through the primary key instead, which it prefers once the key equalities below are joins.
+    -- The row by its ctid alone (see above: a TID scan takes no index page predicate lock).
+    -- OFFSET 0 keeps the planner from merging the subquery and reaching the row through the
+    -- primary key instead, which it prefers once the key equalities below are joins.
     CROSS JOIN LATERAL (SELECT * FROM control_core.trigger_schedules x
                         WHERE x.ctid = CAST(i.row_ctid AS tid) OFFSET 0) s
     JOIN control_core.projects p ON p.project_id = s.project_id
@@ -198,32 +119,29 @@ verified AS (
     JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
     WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id
       -- the fence
-      AND s.claim_owner = i.claim_owner AND s.claim_token = i.claim_token
-      AND s.claim_version = i.claim_version AND s.claim_expires_at_ms > obs.now_ms
+      AND control_core.claim_fence_holds(s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+                                         i.claim_owner, i.claim_token, i.claim_version, obs.now_ms)
       -- the schedule as claimed
       AND s.trigger_revision = i.trigger_revision AND s.state_version = i.state_version
       AND s.next_fire_at_ms = i.cursor_ms
-      -- the decision, at the claim's observation (see the admit)
-      AND s.updated_at_ms = i.observed_at_ms
-      AND i.scheduled_for_ms >= s.next_fire_at_ms AND i.scheduled_for_ms <= i.observed_at_ms
-      AND i.next_fire_at_ms > i.observed_at_ms AND i.scheduled_for_ms <= obs.now_ms
+      -- the decision, made at the claim's observation of database time: the claim's
+      -- updated_at_ms, claimed_at_ms (ADR-0107). The candidate is due at that observation and
+      -- not before the cursor, the next fire time lies after it, and the candidate is due now.
+      AND s.updated_at_ms = i.claimed_at_ms
+      AND i.scheduled_for_ms >= s.next_fire_at_ms AND i.scheduled_for_ms <= i.claimed_at_ms
+      AND i.next_fire_at_ms > i.claimed_at_ms AND i.scheduled_for_ms <= obs.now_ms
       -- revisions and digests
       AND p.state = 'active' AND p.revision = i.project_revision AND p.content_digest = i.project_digest
-      AND p.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
+      AND p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
       AND t.head_revision = s.trigger_revision
       AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = i.trigger_digest
-      AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
-              'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
-              'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
+      AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
+                                                          tr.enabled, tr.task_id, tr.task_revision)
       AND kr.content_digest = i.task_digest
-      AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'task_id', kr.task_id, 'revision', kr.revision,
-              'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
+      AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
       AND er.execution_revision_id = i.execution_revision_id
       AND er.executor_kind = 'remote_worker' AND er.digest = i.execution_digest
-      AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex')
+      AND er.digest = control_core.execution_digest(er.spec)
     FOR UPDATE OF s
 ),
 run AS (
@@ -232,7 +150,7 @@ run AS (
                                    queued_at_ms, created_at_ms, updated_at_ms)
     SELECT v.run_id, v.project_id, v.task_id, v.task_revision, v.execution_revision_id, v.trigger_id,
            v.trigger_revision, v.scheduled_for_ms,
-           'ql3:cron:v1:' || v.trigger_id || ':' || v.trigger_revision || ':' || v.scheduled_for_ms,
+           control_core.cron_idempotency_key(v.trigger_id, v.trigger_revision, v.scheduled_for_ms),
            'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
     FROM verified v CROSS JOIN obs
 ),
@@ -261,29 +179,24 @@ WHERE s.ctid = CAST(v.row_ctid AS tid) AND s.project_id = v.project_id AND s.tri
 RETURNING v.ord::integer AS ord, v.run_id::uuid AS run_id, v.attempt_id::uuid AS attempt_id, obs.now_ms::bigint AS admitted_at_ms;
 
 -- name: AdmitDiagnosis :one
--- Why an admit wrote nothing: each item of the admit's verification on its own. Read-only; run
--- only on the failure path.
+-- Why an admit wrote nothing: the admit's verification in groups, by the same rule functions.
+-- Read-only; run only on the failure path.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
 SELECT
-    (s.claim_owner IS NOT DISTINCT FROM @claim_owner::text AND s.claim_token IS NOT DISTINCT FROM @claim_token::uuid
-        AND s.claim_version = @claim_version::bigint)::boolean AS fence_held,
-    coalesce(s.claim_expires_at_ms > obs.now_ms, false)::boolean AS fence_live,
+    coalesce(control_core.claim_fence_holds(s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+                                            @claim_owner::text, @claim_token::uuid, @claim_version::bigint, obs.now_ms),
+             false)::boolean AS fence_holds,
     (s.trigger_revision = @trigger_revision::bigint AND s.state_version = @state_version::bigint
         AND s.next_fire_at_ms IS NOT DISTINCT FROM sqlc.narg(cursor_ms)::bigint)::boolean AS schedule_unchanged,
     coalesce(p.state = 'active' AND p.revision = @project_revision::bigint AND p.content_digest = @project_digest::text
         AND t.head_revision = s.trigger_revision AND tr.enabled AND tr.content_digest = @trigger_digest::text
         AND kr.content_digest = @task_digest::text AND er.digest = @execution_digest::text, false)::boolean AS revisions_unchanged,
-    coalesce(p.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'project_id', p.project_id, 'state', p.state, 'revision', p.revision)::text, 'UTF8')), 'hex')
-        AND tr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'kind', tr.kind, 'cron_spec', tr.cron_spec, 'timezone', tr.timezone,
-              'misfire_policy', tr.misfire_policy, 'enabled', tr.enabled,
-              'task_id', tr.task_id, 'task_revision', tr.task_revision)::text, 'UTF8')), 'hex')
-        AND kr.content_digest = encode(sha256(convert_to(jsonb_build_object(
-              'task_id', kr.task_id, 'revision', kr.revision,
-              'execution_revision_id', er.execution_revision_id, 'execution_digest', er.digest)::text, 'UTF8')), 'hex')
+    coalesce(p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
+        AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
+                                                            tr.enabled, tr.task_id, tr.task_revision)
+        AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
         AND er.executor_kind = 'remote_worker'
-        AND er.digest = encode(sha256(convert_to(er.spec::text, 'UTF8')), 'hex'), false)::boolean AS digests_valid,
+        AND er.digest = control_core.execution_digest(er.spec), false)::boolean AS digests_valid,
     obs.now_ms
 FROM control_core.trigger_schedules s
 CROSS JOIN obs
@@ -310,8 +223,8 @@ SET next_fire_at_ms     = @next_fire_at_ms::bigint,
     updated_at_ms       = greatest(s.updated_at_ms, obs.now_ms)
 FROM obs
 WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text
-  AND s.claim_owner = @claim_owner::text AND s.claim_token = @claim_token::uuid
-  AND s.claim_version = @claim_version::bigint AND s.claim_expires_at_ms > obs.now_ms
+  AND control_core.claim_fence_holds(s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+                                     @claim_owner::text, @claim_token::uuid, @claim_version::bigint, obs.now_ms)
   AND s.trigger_revision = @trigger_revision::bigint AND s.state_version = @state_version::bigint
   AND s.next_fire_at_ms IS NOT DISTINCT FROM sqlc.narg(cursor_ms)::bigint
   AND (s.next_fire_at_ms IS NULL OR @next_fire_at_ms::bigint >= s.next_fire_at_ms)
@@ -393,10 +306,13 @@ WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
 SELECT coalesce((
     SELECT coalesce(s.next_fire_at_ms, -1) - obs.now_ms
     FROM control_core.trigger_schedules s
-    WHERE (s.claim_token IS NULL OR s.claim_expires_at_ms <= obs.now_ms)
-      AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id) = 'active'
-      AND (SELECT tr.kind = 'cron' AND tr.enabled FROM control_core.trigger_revisions tr
-           WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision)
+    WHERE control_core.schedule_claimable(
+            (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
+            (SELECT tr.kind FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            (SELECT tr.enabled FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            s.claim_token, s.claim_expires_at_ms, obs.now_ms)
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
     LIMIT 1
 ), 9223372036854775807)::bigint AS due_in_ms

@@ -1,4 +1,4 @@
-package coordinator
+package schedule
 
 // The cron + misfire decision maker. Everything in this file is pure: no I/O, no
 // database and no clock. Times are int64 milliseconds since the Unix epoch as
@@ -349,40 +349,41 @@ type Decision struct {
 
 // Decide decides what to do with one claimed schedule row. It is pure: s and
 // policy come from the trigger revision, cursor is next_fire_at_ms (nil: waiting
-// for initialisation) and nowMs is the database's observation of time.
+// for initialisation) and claimedAtMs is the claim's observation of database time
+// (the coordinator's Claim.ClaimedAtMs, claimed_at_ms in SQL; "now" below).
 // Occurrences are those of s.Next, with its rules for DST gaps and repeats.
 //
-//   - init: cursor nil → DecisionInit, NextFireAtMs = s.Next(nowMs), the first
+//   - init: cursor nil → DecisionInit, NextFireAtMs = s.Next(claimedAtMs), the first
 //     occurrence strictly after now.
-//   - not due: nowMs < *cursor → DecisionNotDue; the row is released untouched.
+//   - not due: claimedAtMs < *cursor → DecisionNotDue; the row is released untouched.
 //   - Otherwise let D be the due occurrences: the cursor and every later
-//     occurrence <= nowMs. If D has exactly one member (s.Next(*cursor) > nowMs),
+//     occurrence <= claimedAtMs. If D has exactly one member (s.Next(*cursor) > claimedAtMs),
 //     the occurrence is on time however late within one period: DecisionFire
 //     with ScheduledForMs = *cursor and NextFireAtMs = s.Next(*cursor), under
 //     both policies.
 //   - If D has more members, the cursor occurrence and every due one but the
 //     latest, L, count as missed because a later occurrence is already due.
-//     skip → DecisionSkip, NextFireAtMs = s.Next(nowMs), Missed = |D|.
+//     skip → DecisionSkip, NextFireAtMs = s.Next(claimedAtMs), Missed = |D|.
 //     fire_once → DecisionFire for L only, CatchUp, NextFireAtMs = s.Next(L)
-//     (= s.Next(nowMs)), Missed = |D|-1. Never a backlog.
+//     (= s.Next(claimedAtMs)), Missed = |D|-1. Never a backlog.
 //   - Any policy other than fire_once is treated as skip, which never admits a
 //     Run that skip would not.
 //
 // The work is bounded however old the cursor is: D is counted up to
 // MaxMissedCount steps (Missed is then a lower bound), and L is found by
-// searching backwards from nowMs with doubling windows (1 s, 2 s, 4 s …) and then
+// searching backwards from claimedAtMs with doubling windows (1 s, 2 s, 4 s …) and then
 // bisecting the last window to the millisecond: about log2(span/1 s) +
 // log2(span/1 ms) more steps, some 60 for a five-year-old cursor.
 //
 // The cursor is trusted to be an occurrence of s, as every cursor Decide returns is.
-func Decide(s *Schedule, policy MisfirePolicy, cursor *int64, nowMs int64) Decision {
-	d, _ := decide(s, policy, cursor, nowMs)
+func Decide(s *Schedule, policy MisfirePolicy, cursor *int64, claimedAtMs int64) Decision {
+	d, _ := decide(s, policy, cursor, claimedAtMs)
 	return d
 }
 
 // decide is Decide that also reports how many times it called s.Next, so that
 // the step bound is tested rather than assumed.
-func decide(s *Schedule, policy MisfirePolicy, cursor *int64, nowMs int64) (Decision, int) {
+func decide(s *Schedule, policy MisfirePolicy, cursor *int64, claimedAtMs int64) (Decision, int) {
 	steps := 0
 	next := func(after int64) int64 {
 		steps++
@@ -390,14 +391,14 @@ func decide(s *Schedule, policy MisfirePolicy, cursor *int64, nowMs int64) (Deci
 	}
 
 	if cursor == nil {
-		return Decision{Kind: DecisionInit, NextFireAtMs: next(nowMs)}, steps
+		return Decision{Kind: DecisionInit, NextFireAtMs: next(claimedAtMs)}, steps
 	}
 	c := *cursor
-	if nowMs < c {
+	if claimedAtMs < c {
 		return Decision{Kind: DecisionNotDue, NextFireAtMs: c}, steps
 	}
 	second := next(c)
-	if second > nowMs {
+	if second > claimedAtMs {
 		return Decision{Kind: DecisionFire, ScheduledForMs: c, NextFireAtMs: second}, steps
 	}
 
@@ -406,16 +407,16 @@ func decide(s *Schedule, policy MisfirePolicy, cursor *int64, nowMs int64) (Deci
 	due, latest := int64(2), second
 	for due <= MaxMissedCount {
 		n := next(latest)
-		if n > nowMs {
+		if n > claimedAtMs {
 			break
 		}
 		due++
 		latest = n
 	}
 	if due > MaxMissedCount { // stopped early: latest need not be L
-		latest = latestDue(next, c, nowMs)
+		latest = latestDue(next, c, claimedAtMs)
 	}
-	after := next(nowMs)
+	after := next(claimedAtMs)
 
 	if policy != MisfireFireOnce {
 		return Decision{Kind: DecisionSkip, NextFireAtMs: after, Missed: min(due, MaxMissedCount)}, steps
