@@ -23,6 +23,7 @@ lint: check-generated
 	go vet ./...
 	cd bench/river && go vet .
 	go run ./cmd/qlmigrate hash --check
+	go test -count=1 ./internal/archrules  # the package rules of docs/architecture.md
 
 # Every package test, against real PostgreSQL servers the tests start themselves.
 test:
