@@ -262,7 +262,7 @@ func (p *fileParser) task(n *yaml.Node, j int, parent, project string, seen map[
 		return ts, false
 	}
 	if err := ValidateExecutorSpec(ts.Spec.ExecutorSpec); err != nil {
-		p.errf(spec, path+".executor_spec", "%v", unwrapField(err))
+		p.errf(spec, path+".executor_spec", "in its JSON form: %v", unwrapField(err))
 		return ts, false
 	}
 	return ts, ts.Spec.Task != "" && project != ""
