@@ -189,13 +189,13 @@ func (p *fileParser) parse(data []byte) *Schedules {
 }
 
 func (p *fileParser) project(n *yaml.Node, i int, seen map[string]int) (ProjectSchedule, bool) {
-	path := fmt.Sprintf("projects[%d]", i)
+	path := named(n, fmt.Sprintf("projects[%d]", i), "projects", FieldProject)
 	m := p.mapping(n, path, "id", "tasks", "triggers")
 	if m == nil {
 		return ProjectSchedule{}, false
 	}
 	ps := ProjectSchedule{Line: resolve(n).Line}
-	ps.ID, path = p.id(m, n, path, "projects", FieldProject, seen)
+	ps.ID = p.id(m, n, path, FieldProject, seen)
 	tasks := map[string]int{}
 	if tn, ok := m["tasks"]; ok {
 		for j, x := range p.seq(tn, path+".tasks") {
@@ -215,36 +215,52 @@ func (p *fileParser) project(n *yaml.Node, i int, seen map[string]int) (ProjectS
 	return ps, true
 }
 
-// id reads the id field of an item, checks it with ValidateID and for duplicates among seen, and
-// returns it with the item's path named by it (projects[billing]) when it is valid.
-func (p *fileParser) id(m map[string]*yaml.Node, item *yaml.Node, path, list, field string, seen map[string]int) (string, string) {
+// named is an item's path named by its id (projects[billing]) when the item has a valid one,
+// else by its index (projects[0]), so that every fault of the item, its unknown fields included,
+// names it the same way.
+func named(n *yaml.Node, path, list, field string) string {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return path
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		if k.Value == "id" && v.Kind == yaml.ScalarNode && ValidateID(field, v.Value) == nil {
+			prefix := ""
+			if i := strings.LastIndex(path, "."); i >= 0 {
+				prefix = path[:i+1]
+			}
+			return fmt.Sprintf("%s%s[%s]", prefix, list, v.Value)
+		}
+	}
+	return path
+}
+
+// id reads the id field of an item and checks it with ValidateID and for duplicates among seen.
+func (p *fileParser) id(m map[string]*yaml.Node, item *yaml.Node, path, field string, seen map[string]int) string {
 	n, ok := m["id"]
 	if !ok {
 		p.errf(item, path+".id", "missing")
-		return "", path
+		return ""
 	}
 	id, ok := p.str(n, path+".id")
 	if !ok {
-		return "", path
+		return ""
 	}
 	if err := ValidateID(field, id); err != nil {
 		p.errf(n, path+".id", "%v", unwrapField(err))
-		return "", path
-	}
-	named := fmt.Sprintf("%s[%s]", list, id)
-	if i := strings.LastIndex(path, "."); i >= 0 {
-		named = path[:i+1] + named
+		return ""
 	}
 	if line, dup := seen[id]; dup {
-		p.errf(n, named+".id", "duplicate: also at line %d", line)
-		return "", named
+		p.errf(n, path+".id", "duplicate: also at line %d", line)
+		return ""
 	}
 	seen[id] = n.Line
-	return id, named
+	return id
 }
 
 func (p *fileParser) task(n *yaml.Node, j int, parent, project string, seen map[string]int) (TaskSchedule, bool) {
-	path := fmt.Sprintf("%s.tasks[%d]", parent, j)
+	path := named(n, fmt.Sprintf("%s.tasks[%d]", parent, j), "tasks", FieldTask)
 	m := p.mapping(n, path, "id", "executor_spec")
 	if m == nil {
 		return TaskSchedule{}, false
@@ -252,7 +268,7 @@ func (p *fileParser) task(n *yaml.Node, j int, parent, project string, seen map[
 	ts := TaskSchedule{Line: resolve(n).Line}
 	var ok bool
 	ts.Spec.Project = project
-	ts.Spec.Task, path = p.id(m, n, path, "tasks", FieldTask, seen)
+	ts.Spec.Task = p.id(m, n, path, FieldTask, seen)
 	spec, found := m["executor_spec"]
 	if !found {
 		p.errf(n, path+".executor_spec", "missing: want a JSON object")
@@ -274,14 +290,14 @@ var triggerFields = map[string]string{
 }
 
 func (p *fileParser) trigger(n *yaml.Node, j int, parent, project string, tasks, seen map[string]int) (TriggerSchedule, bool) {
-	path := fmt.Sprintf("%s.triggers[%d]", parent, j)
+	path := named(n, fmt.Sprintf("%s.triggers[%d]", parent, j), "triggers", FieldTrigger)
 	m := p.mapping(n, path, "id", "task", "cron", "timezone", "misfire", "enabled")
 	if m == nil {
 		return TriggerSchedule{}, false
 	}
 	ts := TriggerSchedule{Line: resolve(n).Line}
 	t := TriggerSpec{Project: project, TimeZone: DefaultTimeZone, Misfire: DefaultMisfire, Enabled: true}
-	t.Trigger, path = p.id(m, n, path, "triggers", FieldTrigger, seen)
+	t.Trigger = p.id(m, n, path, FieldTrigger, seen)
 	ok := t.Trigger != ""
 	for _, f := range []struct {
 		key string
