@@ -335,3 +335,22 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 		t.Errorf("a failed apply left %d rows", after-before)
 	}
 }
+
+// The README's "Schedules as code" shows examples/schedules.yaml as it is.
+func TestReadmeShowsTheExample(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section, ok := strings.CutPrefix(string(readme)[strings.Index(string(readme), "## Schedules as code"):], "## Schedules as code")
+	start := strings.Index(section, "```yaml\n")
+	if !ok || start < 0 {
+		t.Fatal("README.md has no yaml block under ## Schedules as code")
+	}
+	block := section[start+len("```yaml\n"):]
+	block = block[:strings.Index(block, "```")]
+	if block != exampleFile(t) {
+		t.Error("README.md's Schedules as code block differs from examples/schedules.yaml")
+	}
+}
