@@ -160,6 +160,9 @@ func (p *Publisher) Apply(ctx context.Context, s *Schedules, opts ApplyOptions) 
 			}
 			plan = makePlan(s, st, opts, created)
 		}
+		if plan.InSync { // another apply made the same changes while this one waited for a lock
+			return nil
+		}
 		return execute(ctx, q, &plan, s, st)
 	})
 	if err != nil {

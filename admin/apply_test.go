@@ -354,3 +354,37 @@ func TestReadmeShowsTheExample(t *testing.T) {
 		t.Error("README.md's Schedules as code block differs from examples/schedules.yaml")
 	}
 }
+
+// Two applies of the same file at once: the second waits for the first's locks, reads the heads
+// again under them, and writes no second revision of anything.
+func TestConcurrentAppliesPublishOnce(t *testing.T) {
+	t.Parallel()
+	f := newApplyFixture(t)
+	ctx := context.Background()
+	s := parse(t, "schedules.yaml", exampleFile(t))
+	errs := make(chan error, 2)
+	plans := make(chan admin.Plan, 2)
+	for range 2 {
+		go func() {
+			p, err := f.pub.Apply(ctx, s, admin.ApplyOptions{})
+			plans <- p
+			errs <- err
+		}()
+	}
+	applied := 0
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		if (<-plans).Applied {
+			applied++
+		}
+	}
+	revisions := f.count(`SELECT (SELECT count(*) FROM control_core.trigger_revisions) + (SELECT count(*) FROM control_core.task_revisions)`)
+	if revisions != 7 || applied != 1 {
+		t.Errorf("%d task and trigger revisions after two concurrent applies (%d applied); want 7, each written once, by one apply", revisions, applied)
+	}
+	if p, err := f.rd.Plan(ctx, s, admin.ApplyOptions{}); err != nil || !p.InSync {
+		t.Errorf("check after two concurrent applies: %v %s", err, actions(p))
+	}
+}
