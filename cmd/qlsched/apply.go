@@ -88,7 +88,7 @@ examples/schedules.yaml.`,
 					return err
 				}
 				if check && !plan.InSync {
-					return cli.Problemf("the database differs from %s (qlsched apply -f %s applies the plan)", plan.File, plan.File)
+					return cli.Problemf("the database differs from %s (qlsched apply -f %s applies the plan)", plan.File, file)
 				}
 				return nil
 			})
