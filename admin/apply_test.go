@@ -118,6 +118,8 @@ projects:
 		{"other schema", "schema: qlsched.schedules/v9\nprojects: [{id: p}]\n", `bad.yaml:1: schema: "qlsched.schedules/v9": want "qlsched.schedules/v1"`},
 		{"two documents", "schema: qlsched.schedules/v1\nprojects: [{id: p}]\n---\nx: 1\n", "a second YAML document"},
 		{"duplicate key", "schema: qlsched.schedules/v1\nschema: qlsched.schedules/v1\nprojects: [{id: p}]\n", "bad.yaml:2: schema: duplicate key"},
+		{"no projects", "schema: qlsched.schedules/v1\nprojects:\n", "bad.yaml:2: projects: empty"},
+		{"empty list", "schema: qlsched.schedules/v1\nprojects: []\n", "bad.yaml:2: projects: empty"},
 		{"not a list", "schema: qlsched.schedules/v1\nprojects: {id: p}\n", "bad.yaml:2: projects: want a list, got a mapping"},
 	} {
 		_, err := admin.ParseSchedules("bad.yaml", []byte(c.text))

@@ -177,12 +177,13 @@ func (p *fileParser) parse(data []byte) *Schedules {
 		return out
 	}
 	seen := map[string]int{}
-	for i, pn := range p.seq(projects, "projects") {
+	items := p.seq(projects, "projects")
+	for i, pn := range items {
 		if ps, ok := p.project(pn, i, seen); ok {
 			out.Projects = append(out.Projects, ps)
 		}
 	}
-	if len(p.seq(projects, "")) == 0 && projects.Kind == yaml.SequenceNode {
+	if r := resolve(projects); len(items) == 0 && (r.Kind == yaml.SequenceNode || r.Tag == "!!null") {
 		p.errf(projects, "projects", "empty: want at least one project")
 	}
 	return out

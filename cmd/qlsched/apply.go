@@ -142,6 +142,9 @@ func printPlan(w io.Writer, plan admin.Plan, check bool) {
 		if it.Action == admin.ActionUnlisted {
 			detail = "not in the file: left as it is (--prune disables it)"
 		}
+		if it.Kind == admin.KindProject && it.State != "" && it.State != "active" {
+			detail = "state " + it.State + " (apply changes nothing in a project that is not active)"
+		}
 		if detail == "" {
 			detail = "-"
 		}
