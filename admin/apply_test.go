@@ -120,6 +120,8 @@ projects:
 		{"duplicate key", "schema: qlsched.schedules/v1\nschema: qlsched.schedules/v1\nprojects: [{id: p}]\n", "bad.yaml:2: schema: duplicate key"},
 		{"no projects", "schema: qlsched.schedules/v1\nprojects:\n", "bad.yaml:2: projects: empty"},
 		{"empty list", "schema: qlsched.schedules/v1\nprojects: []\n", "bad.yaml:2: projects: empty"},
+		{"enabled not a bool", "schema: qlsched.schedules/v1\nprojects: [{id: p, tasks: [{id: k, executor_spec: {}}], triggers: [{id: t, task: k, cron: '* * * * *', enabled: 'no'}]}]\n", "bad.yaml:2: projects[p].triggers[t].enabled: want true or false"},
+		{"cron not a string", "schema: qlsched.schedules/v1\nprojects: [{id: p, tasks: [{id: k, executor_spec: {}}], triggers: [{id: t, task: k, cron: [1]}]}]\n", "bad.yaml:2: projects[p].triggers[t].cron: want a string, got a list"},
 		{"not a list", "schema: qlsched.schedules/v1\nprojects: {id: p}\n", "bad.yaml:2: projects: want a list, got a mapping"},
 	} {
 		_, err := admin.ParseSchedules("bad.yaml", []byte(c.text))

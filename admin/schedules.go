@@ -160,6 +160,10 @@ func (p *fileParser) parse(data []byte) *Schedules {
 		}
 		p.errs = append(p.errs, &FileError{File: p.file, Line: line, Field: "file", Err: errors.New("a second YAML document: want exactly one")})
 	}
+	if len(doc.Content) == 0 {
+		p.errs = append(p.errs, &FileError{File: p.file, Line: 1, Field: "file", Err: errors.New("empty: want a document with schema and projects")})
+		return nil
+	}
 	root := doc.Content[0]
 	top := p.mapping(root, "", "schema", "projects")
 	if top == nil {
@@ -300,6 +304,7 @@ func (p *fileParser) trigger(n *yaml.Node, j int, parent, project string, tasks,
 	t := TriggerSpec{Project: project, TimeZone: DefaultTimeZone, Misfire: DefaultMisfire, Enabled: true}
 	t.Trigger = p.id(m, n, path, FieldTrigger, seen)
 	ok := t.Trigger != ""
+	unread := map[string]bool{} // given, but not as a string: reported already
 	for _, f := range []struct {
 		key string
 		to  *string
@@ -313,19 +318,20 @@ func (p *fileParser) trigger(n *yaml.Node, j int, parent, project string, tasks,
 			continue
 		}
 		s, good := p.str(v, path+"."+f.key)
-		*f.to, ok = s, ok && good
+		*f.to, ok, unread[f.key] = s, ok && good, !good
 	}
 	if v, found := m["misfire"]; found {
 		s, good := p.str(v, path+".misfire")
-		t.Misfire, ok = coordinator.MisfirePolicy(s), ok && good
+		t.Misfire, ok, unread["misfire"] = coordinator.MisfirePolicy(s), ok && good, !good
 	}
 	if v, found := m["enabled"]; found {
 		v = resolve(v)
-		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+		b, err := strconv.ParseBool(v.Value) // a !!bool is true, True, TRUE, false …
+		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || err != nil {
 			p.errf(v, path+".enabled", "want true or false")
 			ok = false
 		} else {
-			t.Enabled = v.Value == "true"
+			t.Enabled = b
 		}
 	}
 	// The publisher's own checks, each field on its own (the others set to values that pass), so
@@ -342,8 +348,8 @@ func (p *fileParser) trigger(n *yaml.Node, j int, parent, project string, tasks,
 		{"timezone", func(s *TriggerSpec) { s.TimeZone = t.TimeZone }},
 		{"misfire", func(s *TriggerSpec) { s.Misfire = t.Misfire }},
 	} {
-		if _, given := m[f.key]; !given && f.key != "misfire" && f.key != "timezone" {
-			continue // reported as missing
+		if _, given := m[f.key]; (!given && f.key != "misfire" && f.key != "timezone") || unread[f.key] {
+			continue // reported as missing, or as not a string
 		}
 		probe := good
 		f.probe(&probe)
