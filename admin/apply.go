@@ -2,17 +2,12 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
 )
 
@@ -108,9 +103,11 @@ func (r *Reader) Plan(ctx context.Context, s *Schedules, opts ApplyOptions) (Pla
 }
 
 // Apply makes the database hold what a schedules file declares, in one transaction: all of it or
-// nothing. Only items that differ get a new revision (each with its audit row, written as
-// CreateProject, PublishTask and PublishTrigger write theirs); an unchanged trigger keeps its
-// schedule row, cursor and claim. When nothing differs, nothing is written at all.
+// nothing. Only items that differ get a new revision, written with its audit row by the functions
+// CreateProject, PublishTask and PublishTrigger run in their own transactions (createProject,
+// publishTask, publishTrigger), and what differs is decided by their rules (taskUnchanged,
+// triggerChanges); an unchanged trigger keeps its schedule row, cursor and claim. When nothing
+// differs, nothing is written at all.
 //
 // The transaction reads the heads, and when anything is to change, takes the audited lock of each
 // project with changes (in id order, so two applies do not deadlock on each other), creating a
@@ -137,21 +134,14 @@ func (p *Publisher) Apply(ctx context.Context, s *Schedules, opts ApplyOptions) 
 			}
 			for _, id := range need {
 				if _, ok := st.projects[id]; !ok {
-					if _, err := q.CreateProject(ctx, id); err == nil {
-						created[id] = true
-						if err := q.AuditAdmin(ctx, db.AuditAdminParams{Action: "project.create", ProjectID: id, Subject: id, Detail: []byte(`{"by":"apply"}`)}); err != nil {
-							return fmt.Errorf("audit project %s: %w", id, err)
-						}
-					} else if !errors.Is(err, pgx.ErrNoRows) { // ErrNoRows: created meanwhile, by another
-						return fmt.Errorf("create project %s: %w", id, err)
+					pc, err := createProject(ctx, q, id, "apply") // Created false: created meanwhile, by another
+					if err != nil {
+						return err
 					}
+					created[id] = created[id] || pc.Created
 				}
-				if _, err := q.LockProject(ctx, db.LockProjectParams{ProjectID: id, Reason: "qlsched apply"}); err != nil {
-					var pgErr *pgconn.PgError
-					if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound {
-						return fmt.Errorf("project %s: %w", id, ErrNotFound)
-					}
-					return fmt.Errorf("lock project %s: %w", id, err)
+				if err := lockActiveProject(ctx, q, id, "qlsched apply"); err != nil {
+					return err
 				}
 				locked[id] = true
 			}
@@ -187,30 +177,24 @@ func changedProjects(plan Plan, locked map[string]bool) []string {
 func isChange(a Action) bool { return a == ActionCreate || a == ActionUpdate || a == ActionDisable }
 
 // execute writes the plan's changes inside the caller's transaction, holding every changed
-// project's lock, with the publisher's queries and audit rows, and fills in the revisions written.
+// project's lock, with the publisher's own functions (publishTask, publishTrigger: the same
+// queries, content rules and audit rows as PublishTask and PublishTrigger), and fills in the
+// revisions written. What they write must be what the plan says: both use the same rules on the
+// same heads, so a difference is a bug and rolls everything back.
 func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *state) error {
-	files := map[key]*TaskSchedule{}
-	triggers := map[key]*TriggerSchedule{}
-	for i := range s.Projects {
-		ps := &s.Projects[i]
-		for j := range ps.Tasks {
-			files[key{ps.ID, ps.Tasks[j].Spec.Task}] = &ps.Tasks[j]
+	tasks := map[key]TaskSpec{}
+	triggers := map[key]TriggerSpec{}
+	for _, ps := range s.Projects {
+		for _, t := range ps.Tasks {
+			tasks[key{ps.ID, t.Spec.Task}] = t.Spec
 		}
-		for j := range ps.Triggers {
-			triggers[key{ps.ID, ps.Triggers[j].Spec.Trigger}] = &ps.Triggers[j]
-		}
-	}
-	for _, it := range plan.Items {
-		if isChange(it.Action) && it.Kind != KindProject {
-			if state := st.projects[it.Project].state; state != "active" {
-				return fmt.Errorf("project %s is %s: %w", it.Project, state, ErrNotFound)
-			}
+		for _, t := range ps.Triggers {
+			triggers[key{ps.ID, t.Spec.Trigger}] = t.Spec
 		}
 	}
-	taskRevs := map[key]int64{}
-	for k, h := range st.tasks {
-		taskRevs[k] = h.revision
-	}
+	// a trigger pins its task's head revision as a publish does; the tasks of a project come
+	// before its triggers in the plan, so their new revisions are read, not planned ones
+	pins := taskHeads{}
 	for i := range plan.Items {
 		it := &plan.Items[i]
 		k := key{it.Project, it.ID}
@@ -218,32 +202,34 @@ func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *s
 		case it.Kind == KindProject && it.Action == ActionCreate:
 			it.Revision = 1
 		case it.Kind == KindTask && isChange(it.Action):
-			rev, err := publishTaskIn(ctx, q, files[k].Spec)
+			pub, err := publishTask(ctx, q, tasks[k])
 			if err != nil {
 				return err
 			}
-			if want := st.tasks[k].revision + 1; rev != want {
-				return fmt.Errorf("task %s/%s: revision %d written, %d planned", it.Project, it.ID, rev, want)
-			}
-			it.Revision, taskRevs[k] = rev, rev
-		case it.Kind == KindTrigger && it.Action == ActionDisable:
-			h := st.triggers[k]
-			spec := TriggerSpec{Project: it.Project, Trigger: it.ID, Task: h.task, Cron: h.cron, TimeZone: h.timeZone,
-				Misfire: h.misfire, Enabled: false}
-			pub, err := publishTrigger(ctx, q, spec, h.taskRevision)
-			if err != nil {
-				return err
+			if want := nextRevision(st.tasks[k]); pub.Unchanged || pub.Revision != want {
+				return fmt.Errorf("task %s/%s: revision %d written (unchanged %v), %d planned", it.Project, it.ID, pub.Revision, pub.Unchanged, want)
 			}
 			it.Revision = pub.Revision
 		case it.Kind == KindTrigger && isChange(it.Action):
-			spec := triggers[k].Spec
-			rev, ok := taskRevs[key{spec.Project, spec.Task}]
-			if !ok {
-				return fmt.Errorf("task %s/%s: %w", spec.Project, spec.Task, ErrNotFound)
+			head := st.triggers[k]
+			var spec TriggerSpec
+			var taskRev int64
+			change := "apply"
+			if it.Action == ActionDisable { // a pruned trigger keeps its pin: only enabled changes
+				spec, taskRev, change = prunedSpec(it.Project, head), head.taskRevision, "prune"
+			} else {
+				spec = triggers[k]
+				var err error
+				if taskRev, err = pins.get(ctx, q, spec.Project, spec.Task); err != nil {
+					return err
+				}
 			}
-			pub, err := publishTrigger(ctx, q, spec, rev)
+			pub, err := publishTrigger(ctx, q, spec, taskRev, head, change)
 			if err != nil {
 				return err
+			}
+			if pub.Unchanged || !sameFields(it.Changes, pub.Changed) {
+				return fmt.Errorf("trigger %s/%s: published changes %v, planned %+v", it.Project, it.ID, pub.Changed, it.Changes)
 			}
 			it.Revision = pub.Revision
 		}
@@ -252,22 +238,29 @@ func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *s
 	return nil
 }
 
-// publishTaskIn writes a task revision as PublishTask does (the same queries, the same audit
-// row), inside the caller's transaction, which holds the project's lock.
-func publishTaskIn(ctx context.Context, q *db.Queries, t TaskSpec) (int64, error) {
-	exec, err := q.UpsertExecutionRevision(ctx, db.UpsertExecutionRevisionParams{ProjectID: t.Project, Spec: t.ExecutorSpec})
-	if err != nil {
-		return 0, fmt.Errorf("task %s/%s: execution revision: %w", t.Project, t.Task, err)
+// nextRevision is the revision a publish writes after head (nil: a new item).
+func nextRevision(head *taskRevision) int64 {
+	if head == nil {
+		return 1
 	}
-	head, err := q.BumpTaskHead(ctx, db.BumpTaskHeadParams{ProjectID: t.Project, TaskID: t.Task})
-	if err != nil {
-		return 0, fmt.Errorf("task %s/%s: head: %w", t.Project, t.Task, err)
-	}
-	if _, err := q.InsertTaskRevision(ctx, db.InsertTaskRevisionParams{ProjectID: t.Project, TaskID: t.Task, Revision: head, ExecutionRevisionID: exec.ExecutionRevisionID}); err != nil {
-		return 0, fmt.Errorf("task %s/%s: revision: %w", t.Project, t.Task, err)
-	}
-	detail, _ := json.Marshal(map[string]any{"revision": head, "execution_digest": exec.Digest})
-	return head, q.AuditAdmin(ctx, db.AuditAdminParams{Action: "task.publish", ProjectID: t.Project, Subject: t.Task, Detail: detail})
+	return head.revision + 1
+}
+
+// prunedSpec is what --prune publishes for a trigger the file does not list: its head's content,
+// disabled.
+func prunedSpec(project string, head *triggerRevision) TriggerSpec {
+	t := head.spec(project)
+	t.Enabled = false
+	return t
+}
+
+// sameFields says whether a plan's changes of a trigger (fields by file key) name the fields a
+// publish result's Changed names (by triggerContentFields' names), in the same order.
+func sameFields(planned []Change, changed []string) bool {
+	return slices.EqualFunc(planned, changed, func(c Change, name string) bool {
+		i := slices.IndexFunc(triggerContentFields[:], func(f struct{ name, fileKey string }) bool { return f.name == name })
+		return i >= 0 && triggerContentFields[i].fileKey == c.Field
+	})
 }
 
 type key struct{ project, id string }
@@ -277,36 +270,20 @@ type projectHead struct {
 	revision int64
 }
 
-type taskHead struct {
-	revision int64
-	digest   string
-}
-
-type triggerHead struct {
-	revision       int64
-	cron, timeZone string
-	misfire        coordinator.MisfirePolicy
-	enabled        bool
-	task           string
-	taskRevision   int64
-}
-
-// state is what the database holds for a file's projects, and the digest each of the file's
-// executor specs would have.
+// state is what the database holds for a file's projects (read with the publisher's head readers),
+// and the digest each of the file's executor specs has.
 type state struct {
 	projects map[string]projectHead
-	tasks    map[key]taskHead
-	triggers map[key]triggerHead
+	tasks    map[key]*taskRevision
+	triggers map[key]*triggerRevision
 	byProj   map[string][]string // trigger ids per project, in id order
 	digests  map[key]string      // the file's tasks
 }
 
 func readState(ctx context.Context, q *db.Queries, s *Schedules) (*state, error) {
-	ids := make([]string, 0, len(s.Projects))
-	st := &state{projects: map[string]projectHead{}, tasks: map[key]taskHead{}, triggers: map[key]triggerHead{},
+	st := &state{projects: map[string]projectHead{}, tasks: map[key]*taskRevision{}, triggers: map[key]*triggerRevision{},
 		byProj: map[string][]string{}, digests: map[key]string{}}
 	for _, ps := range s.Projects {
-		ids = append(ids, ps.ID)
 		for _, t := range ps.Tasks {
 			// the database computes the digest: it is of the spec's jsonb text, which only
 			// PostgreSQL renders exactly
@@ -316,29 +293,28 @@ func readState(ctx context.Context, q *db.Queries, s *Schedules) (*state, error)
 			}
 			st.digests[key{ps.ID, t.Spec.Task}] = d
 		}
-	}
-	projects, err := q.ApplyProjects(ctx, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read projects: %w", err)
-	}
-	for _, p := range projects {
-		st.projects[p.ProjectID] = projectHead{p.State, p.Revision}
-	}
-	tasks, err := q.ApplyTaskHeads(ctx, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read tasks: %w", err)
-	}
-	for _, t := range tasks {
-		st.tasks[key{t.ProjectID, t.TaskID}] = taskHead{t.HeadRevision, t.ExecutionDigest}
-	}
-	triggers, err := q.ApplyTriggerHeads(ctx, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read triggers: %w", err)
-	}
-	for _, t := range triggers {
-		st.triggers[key{t.ProjectID, t.TriggerID}] = triggerHead{t.HeadRevision, t.CronSpec, t.Timezone,
-			coordinator.MisfirePolicy(t.MisfirePolicy), t.Enabled, t.TaskID, t.TaskRevision}
-		st.byProj[t.ProjectID] = append(st.byProj[t.ProjectID], t.TriggerID)
+		p, err := q.GetProject(ctx, ps.ID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("read project %s: %w", ps.ID, err)
+		}
+		st.projects[ps.ID] = projectHead{p.State, p.Revision}
+		tasks, err := readTaskHeads(ctx, q, ps.ID, "")
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range tasks {
+			st.tasks[key{ps.ID, h.task}] = h
+		}
+		triggers, err := readTriggerHeads(ctx, q, ps.ID, "")
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range triggers {
+			st.triggers[key{ps.ID, h.trigger}] = h
+			st.byProj[ps.ID] = append(st.byProj[ps.ID], h.trigger)
+		}
 	}
 	return st, nil
 }
@@ -366,13 +342,13 @@ func makePlan(s *Schedules, st *state, opts ApplyOptions, created map[string]boo
 			k := key{ps.ID, t.Spec.Task}
 			want := st.digests[k]
 			item := PlanItem{Kind: KindTask, Project: ps.ID, ID: t.Spec.Task, Line: t.Line}
-			switch h, ok := st.tasks[k]; {
-			case !ok:
+			switch h := st.tasks[k]; {
+			case h == nil:
 				item.Action, taskRev[t.Spec.Task] = ActionCreate, 1
 				item.Changes = []Change{{"executor_spec", "", "sha256:" + want}}
-			case h.digest != want:
-				item.Action, taskRev[t.Spec.Task] = ActionUpdate, h.revision+1
-				item.Changes = []Change{{"executor_spec", "sha256:" + h.digest, "sha256:" + want}}
+			case !taskUnchanged(h, want):
+				item.Action, taskRev[t.Spec.Task] = ActionUpdate, nextRevision(h)
+				item.Changes = []Change{{"executor_spec", "sha256:" + h.executionDigest, "sha256:" + want}}
 			default:
 				item.Action, item.Revision, taskRev[t.Spec.Task] = ActionUnchanged, h.revision, h.revision
 			}
@@ -382,12 +358,11 @@ func makePlan(s *Schedules, st *state, opts ApplyOptions, created map[string]boo
 		for _, t := range ps.Triggers {
 			k := key{ps.ID, t.Spec.Trigger}
 			listed[t.Spec.Trigger] = true
-			want := triggerHead{cron: t.Spec.Cron, timeZone: t.Spec.TimeZone, misfire: t.Spec.Misfire, enabled: t.Spec.Enabled,
-				task: t.Spec.Task, taskRevision: taskRev[t.Spec.Task]}
 			item := PlanItem{Kind: KindTrigger, Project: ps.ID, ID: t.Spec.Trigger, Line: t.Line}
-			if h, ok := st.triggers[k]; !ok {
-				item.Action, item.Changes = ActionCreate, triggerChanges(nil, want)
-			} else if ch := triggerChanges(&h, want); len(ch) > 0 {
+			h := st.triggers[k]
+			if ch := planChanges(h, t.Spec, taskRev[t.Spec.Task]); h == nil {
+				item.Action, item.Changes = ActionCreate, ch
+			} else if len(ch) > 0 {
 				item.Action, item.Changes = ActionUpdate, ch
 			} else {
 				item.Action, item.Revision = ActionUnchanged, h.revision
@@ -403,7 +378,7 @@ func makePlan(s *Schedules, st *state, opts ApplyOptions, created map[string]boo
 			switch {
 			case opts.Prune && h.enabled:
 				item.Action, item.Revision = ActionDisable, 0
-				item.Changes = []Change{{"enabled", "true", "false"}}
+				item.Changes = planChanges(h, prunedSpec(ps.ID, h), h.taskRevision)
 			case opts.Prune:
 				item.Action = ActionUnchanged // disabled already
 			}
@@ -428,35 +403,12 @@ func makePlan(s *Schedules, st *state, opts ApplyOptions, created map[string]boo
 	return plan
 }
 
-// triggerChanges lists the fields in which want differs from the head (every field when there
-// is no head), in a fixed order.
-func triggerChanges(h *triggerHead, want triggerHead) []Change {
-	var from triggerHead
-	if h != nil {
-		from = *h
-	}
-	rev := func(v int64) string {
-		if v == 0 {
-			return ""
-		}
-		return strconv.FormatInt(v, 10)
-	}
-	fields := []Change{
-		{"task", from.task, want.task},
-		{"task_revision", rev(from.taskRevision), rev(want.taskRevision)},
-		{"cron", from.cron, want.cron},
-		{"timezone", from.timeZone, want.timeZone},
-		{"misfire", string(from.misfire), string(want.misfire)},
-		{"enabled", strconv.FormatBool(from.enabled), strconv.FormatBool(want.enabled)},
-	}
-	if h == nil {
-		fields[5].From = ""
-	}
-	var out []Change
-	for _, c := range fields {
-		if c.From != c.To {
-			out = append(out, c)
-		}
+// planChanges are a plan's changes of a trigger: triggerChanges, the rule publishTrigger applies,
+// with the fields named by their keys in a schedules file.
+func planChanges(head *triggerRevision, t TriggerSpec, taskRev int64) []Change {
+	out := []Change{}
+	for _, c := range triggerChanges(head, t, taskRev) {
+		out = append(out, Change{Field: triggerContentFields[c.field].fileKey, From: c.from, To: c.to})
 	}
 	return out
 }
