@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
 
@@ -390,5 +391,84 @@ func TestConcurrentAppliesPublishOnce(t *testing.T) {
 	}
 	if p, err := f.rd.Plan(ctx, s, admin.ApplyOptions{}); err != nil || !p.InSync {
 		t.Errorf("check after two concurrent applies: %v %s", err, actions(p))
+	}
+}
+
+// Apply and the single publishes share their rules: a spec that differs from the file's only in
+// its JSON form, or a trigger published again with the file's content, is unchanged for both; a
+// change made by a publish is planned as the same fields the publish reported; a pruned trigger
+// is disabled with its pin kept, so DisableTrigger then finds nothing to do. Apply's writes carry
+// the publisher's audit rows.
+func TestApplyAndPublishShareTheirRules(t *testing.T) {
+	t.Parallel()
+	f := newApplyFixture(t)
+	ctx := context.Background()
+	file := `schema: qlsched.schedules/v1
+projects:
+  - id: p
+    tasks:
+      - id: k
+        executor_spec: {image: "x:1", args: [1, 2]}
+    triggers:
+      - id: a
+        task: k
+        cron: "0 3 * * *"
+        timezone: Europe/Berlin
+        misfire: fire_once
+      - id: b
+        task: k
+        cron: "0 4 * * *"
+`
+	if _, err := f.pub.Apply(ctx, parse(t, "s.yaml", file), admin.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	task, err := f.pub.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: "k", ExecutorSpec: []byte(`{ "args": [1,2], "image": "x:1" }`)})
+	if err != nil || !task.Unchanged || task.Revision != 1 {
+		t.Fatalf("task publish of the file's spec in another JSON form: %+v, %v; want unchanged at 1", task, err)
+	}
+	trig, err := f.pub.PublishTrigger(ctx, admin.TriggerSpec{Project: "p", Trigger: "a", Task: "k", Cron: "0 3 * * *",
+		TimeZone: "Europe/Berlin", Misfire: "fire_once", Enabled: true})
+	if err != nil || !trig.Unchanged {
+		t.Fatalf("trigger publish of the file's content: %+v, %v; want unchanged", trig, err)
+	}
+	reordered := edit(t, file, `{image: "x:1", args: [1, 2]}`, `{args: [1, 2], image: "x:1"}`)
+	if p, err := f.rd.Plan(ctx, parse(t, "s.yaml", reordered), admin.ApplyOptions{}); err != nil || !p.InSync {
+		t.Fatalf("plan of the spec in another key order: %v\n%s; want in sync", err, actions(p))
+	}
+
+	// a publish outside the file: the plan undoes exactly the fields it changed
+	pub, err := f.pub.ChangeTrigger(ctx, admin.TriggerChange{Project: "p", Trigger: "a", Cron: ptr("0 5 * * *"), Misfire: ptr(coordinator.MisfireSkip)})
+	if err != nil || pub.Unchanged {
+		t.Fatalf("change: %+v, %v", pub, err)
+	}
+	p, err := f.rd.Plan(ctx, parse(t, "s.yaml", file), admin.ApplyOptions{Prune: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := actions(p), "project p/p unchanged\ntask p/k unchanged\ntrigger p/a update cron misfire\ntrigger p/b unchanged\n"; got != want {
+		t.Errorf("plan after a publish of cron_spec, misfire_policy (%v):\n%s\nwant\n%s", pub.Changed, got, want)
+	}
+
+	// prune: b disabled by apply keeps its pin; DisableTrigger finds it done
+	only := file[:strings.Index(file, "      - id: b")]
+	p, err = f.pub.Apply(ctx, parse(t, "s.yaml", only), admin.ApplyOptions{Prune: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := actions(p), "project p/p unchanged\ntask p/k unchanged\ntrigger p/a update cron misfire\ntrigger p/b disable enabled\n"; got != want {
+		t.Errorf("apply --prune:\n%s\nwant\n%s", got, want)
+	}
+	if d, err := f.pub.DisableTrigger(ctx, "p", "b"); err != nil || !d.Unchanged || d.TaskRevision != 1 || d.Cron != "0 4 * * *" {
+		t.Errorf("disable after prune: %+v, %v; want unchanged, the head's content", d, err)
+	}
+	for _, c := range []struct{ sql, what string }{
+		{`SELECT count(*) FROM control_core.admin_audit_log WHERE action = 'project.create' AND detail->>'by' = 'apply'`, "project.create by apply"},
+		{`SELECT count(*) FROM control_core.admin_audit_log WHERE action = 'trigger.publish' AND detail->>'change' = 'prune' AND subject = 'b'`, "trigger.publish change prune of b"},
+		{`SELECT count(*) FROM control_core.admin_audit_log WHERE action = 'trigger.publish' AND detail->>'change' = 'apply' AND subject = 'a'
+		    AND detail->'changed' = '["cron_spec", "misfire_policy"]'::jsonb`, "trigger.publish change apply of a, changed cron_spec and misfire_policy"},
+	} {
+		if n := f.count(c.sql); n != 1 {
+			t.Errorf("%d audit rows %s; want 1", n, c.what)
+		}
 	}
 }
