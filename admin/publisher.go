@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
@@ -42,22 +44,35 @@ func (p *Publisher) CreateProject(ctx context.Context, project string) (ProjectC
 		return out, err
 	}
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
-		row, err := q.CreateProject(ctx, project)
-		if errors.Is(err, pgx.ErrNoRows) { // ON CONFLICT DO NOTHING: it exists
-			proj, err := q.GetProject(ctx, project)
-			if err != nil {
-				return fmt.Errorf("read project %s: %w", project, err)
-			}
-			out.State, out.Revision = proj.State, proj.Revision
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("create project %s: %w", project, err)
-		}
-		out.Created, out.State, out.Revision = true, "active", row.Revision
-		return q.AuditAdmin(ctx, db.AuditAdminParams{Action: "project.create", ProjectID: project, Subject: project, Detail: []byte("{}")})
+		var err error
+		out, err = createProject(ctx, db.New(tx), project, "project create")
+		return err
 	})
 	return out, err
+}
+
+// createProject creates an active project at revision 1 and writes its audit row (detail "by":
+// the command), inside the caller's transaction; for a project that exists it writes nothing and
+// reports it, Created false. CreateProject and Apply both create projects with it.
+func createProject(ctx context.Context, q *db.Queries, project, by string) (ProjectCreated, error) {
+	out := ProjectCreated{ProjectID: project}
+	row, err := q.CreateProject(ctx, project)
+	if errors.Is(err, pgx.ErrNoRows) { // ON CONFLICT DO NOTHING: it exists
+		proj, err := q.GetProject(ctx, project)
+		if err != nil {
+			return out, fmt.Errorf("read project %s: %w", project, err)
+		}
+		out.State, out.Revision = proj.State, proj.Revision
+		return out, nil
+	} else if err != nil {
+		return out, fmt.Errorf("create project %s: %w", project, err)
+	}
+	out.Created, out.State, out.Revision = true, "active", row.Revision
+	detail, _ := json.Marshal(map[string]any{"by": by})
+	if err := q.AuditAdmin(ctx, db.AuditAdminParams{Action: "project.create", ProjectID: project, Subject: project, Detail: detail}); err != nil {
+		return out, fmt.Errorf("audit project %s: %w", project, err)
+	}
+	return out, nil
 }
 
 // TaskSpec is a task revision to publish: a remote_worker execution spec (a JSON object).
@@ -99,32 +114,86 @@ func (p *Publisher) PublishTask(ctx context.Context, t TaskSpec) (TaskPublished,
 		return out, err
 	}
 	err := p.inProject(ctx, t.Project, "task.publish", func(q *db.Queries) (bool, error) {
-		head, err := q.GetTaskHeadExecution(ctx, db.GetTaskHeadExecutionParams{ProjectID: t.Project, TaskID: t.Task, Spec: t.ExecutorSpec})
-		switch {
-		case err == nil && head.SameSpec:
-			out.Revision, out.ExecutionRevisionID, out.ExecutionDigest, out.ContentDigest, out.Unchanged =
-				head.HeadRevision, head.ExecutionRevisionID, head.ExecutionDigest, head.ContentDigest, true
-			return false, nil
-		case err != nil && !errors.Is(err, pgx.ErrNoRows):
-			return false, fmt.Errorf("task head: %w", err)
-		}
-		exec, err := q.UpsertExecutionRevision(ctx, db.UpsertExecutionRevisionParams{ProjectID: t.Project, Spec: t.ExecutorSpec})
-		if err != nil {
-			return false, fmt.Errorf("execution revision: %w", err)
-		}
-		rev, err := q.BumpTaskHead(ctx, db.BumpTaskHeadParams{ProjectID: t.Project, TaskID: t.Task})
-		if err != nil {
-			return false, fmt.Errorf("task head: %w", err)
-		}
-		kr, err := q.InsertTaskRevision(ctx, db.InsertTaskRevisionParams{ProjectID: t.Project, TaskID: t.Task, Revision: rev, ExecutionRevisionID: exec.ExecutionRevisionID})
-		if err != nil {
-			return false, fmt.Errorf("task revision: %w", err)
-		}
-		out.Revision, out.ExecutionRevisionID, out.ExecutionDigest, out.ContentDigest = kr.Revision, exec.ExecutionRevisionID, exec.Digest, kr.ContentDigest
-		detail, _ := json.Marshal(map[string]any{"revision": rev, "execution_digest": exec.Digest})
-		return true, q.AuditAdmin(ctx, db.AuditAdminParams{Action: "task.publish", ProjectID: t.Project, Subject: t.Task, Detail: detail})
+		var err error
+		out, err = publishTask(ctx, q, t)
+		return err == nil && !out.Unchanged, err
 	})
 	return out, err
+}
+
+// publishTask writes a task revision pinning the execution revision of t's spec, and its audit
+// row, inside the caller's transaction, which holds the project's lock; unless the head already
+// pins that spec (taskUnchanged): then it writes nothing and reports the head, Unchanged.
+// PublishTask and Apply both publish tasks with it.
+func publishTask(ctx context.Context, q *db.Queries, t TaskSpec) (TaskPublished, error) {
+	out := TaskPublished{ProjectID: t.Project, TaskID: t.Task}
+	digest, err := q.SpecDigest(ctx, t.ExecutorSpec)
+	if err != nil {
+		return out, fmt.Errorf("task %s/%s: spec digest: %w", t.Project, t.Task, err)
+	}
+	head, err := taskHead(ctx, q, t.Project, t.Task)
+	if err != nil {
+		return out, err
+	}
+	if taskUnchanged(head, digest) {
+		out.Revision, out.ExecutionRevisionID, out.ExecutionDigest, out.ContentDigest, out.Unchanged =
+			head.revision, head.executionRevisionID, head.executionDigest, head.contentDigest, true
+		return out, nil
+	}
+	exec, err := q.UpsertExecutionRevision(ctx, db.UpsertExecutionRevisionParams{ProjectID: t.Project, Spec: t.ExecutorSpec})
+	if err != nil {
+		return out, fmt.Errorf("task %s/%s: execution revision: %w", t.Project, t.Task, err)
+	}
+	rev, err := q.BumpTaskHead(ctx, db.BumpTaskHeadParams{ProjectID: t.Project, TaskID: t.Task})
+	if err != nil {
+		return out, fmt.Errorf("task %s/%s: head: %w", t.Project, t.Task, err)
+	}
+	kr, err := q.InsertTaskRevision(ctx, db.InsertTaskRevisionParams{ProjectID: t.Project, TaskID: t.Task, Revision: rev, ExecutionRevisionID: exec.ExecutionRevisionID})
+	if err != nil {
+		return out, fmt.Errorf("task %s/%s: revision: %w", t.Project, t.Task, err)
+	}
+	out.Revision, out.ExecutionRevisionID, out.ExecutionDigest, out.ContentDigest = kr.Revision, exec.ExecutionRevisionID, exec.Digest, kr.ContentDigest
+	detail, _ := json.Marshal(map[string]any{"revision": rev, "execution_digest": exec.Digest})
+	return out, q.AuditAdmin(ctx, db.AuditAdminParams{Action: "task.publish", ProjectID: t.Project, Subject: t.Task, Detail: detail})
+}
+
+// taskRevision is a task's head revision as publishTask and a plan compare it.
+type taskRevision struct {
+	task                string
+	revision            int64
+	executionRevisionID uuid.UUID
+	executionDigest     string
+	contentDigest       string
+}
+
+// taskUnchanged is the one content rule of tasks, for a publish and for a plan: the head pins the
+// execution revision of a spec with this digest (SpecDigest, the canonical jsonb form's sha256).
+func taskUnchanged(head *taskRevision, specDigest string) bool {
+	return head != nil && head.executionDigest == specDigest
+}
+
+// readTaskHeads reads the head revisions of a project's tasks, in id order; of one task when
+// task is not "".
+func readTaskHeads(ctx context.Context, q *db.Queries, project, task string) ([]*taskRevision, error) {
+	rows, err := q.GetTaskHeads(ctx, db.GetTaskHeadsParams{ProjectID: project, TaskID: pgtype.Text{String: task, Valid: task != ""}})
+	if err != nil {
+		return nil, fmt.Errorf("task heads of %s: %w", project, err)
+	}
+	out := make([]*taskRevision, 0, len(rows))
+	for _, h := range rows {
+		out = append(out, &taskRevision{task: h.TaskID, revision: h.HeadRevision, executionRevisionID: h.ExecutionRevisionID,
+			executionDigest: h.ExecutionDigest, contentDigest: h.ContentDigest})
+	}
+	return out, nil
+}
+
+// taskHead reads a task's head revision; nil when the task does not exist.
+func taskHead(ctx context.Context, q *db.Queries, project, task string) (*taskRevision, error) {
+	heads, err := readTaskHeads(ctx, q, project, task)
+	if err != nil || len(heads) == 0 {
+		return nil, err
+	}
+	return heads[0], nil
 }
 
 // TriggerSpec is a cron trigger to publish.
@@ -353,10 +422,9 @@ func (p *Publisher) changeTrigger(ctx context.Context, c TriggerChange, mustExis
 // merge is the content to publish: the change over the head (nil for a new trigger). keepTaskRev
 // is the head's task revision when the change names no task, else 0 (pin the task's head).
 func (c TriggerChange) merge(head *triggerRevision) (t TriggerSpec, keepTaskRev int64, err error) {
-	t = TriggerSpec{Project: c.Project, Trigger: c.Trigger, TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: true}
+	t = TriggerSpec{Project: c.Project, Trigger: c.Trigger, TimeZone: DefaultTimeZone, Misfire: DefaultMisfire, Enabled: true}
 	if head != nil {
-		t.Task, t.Cron, t.TimeZone, t.Misfire, t.Enabled = head.task, head.cron, head.timeZone, head.misfire, head.enabled
-		keepTaskRev = head.taskRevision
+		t, keepTaskRev = head.spec(c.Project), head.taskRevision
 	} else {
 		if c.Task == nil {
 			return t, 0, fieldErrf(FieldTask, "trigger %s/%s does not exist yet: a new trigger needs its task", c.Project, c.Trigger)
@@ -383,8 +451,9 @@ func (c TriggerChange) merge(head *triggerRevision) (t TriggerSpec, keepTaskRev 
 	return t, keepTaskRev, nil
 }
 
-// triggerRevision is a trigger's head revision as publishTrigger compares it.
+// triggerRevision is a trigger's head revision as publishTrigger and a plan compare it.
 type triggerRevision struct {
+	trigger                    string
 	revision, taskRevision     int64
 	task, cron, timeZone       string
 	misfire                    schedule.MisfirePolicy
@@ -393,17 +462,35 @@ type triggerRevision struct {
 	stateVersion, claimVersion int64
 }
 
+// spec is the head's content as a TriggerSpec of project.
+func (h *triggerRevision) spec(project string) TriggerSpec {
+	return TriggerSpec{Project: project, Trigger: h.trigger, Task: h.task, Cron: h.cron, TimeZone: h.timeZone,
+		Misfire: h.misfire, Enabled: h.enabled}
+}
+
+// readTriggerHeads reads the head revisions of a project's triggers with their schedule rows'
+// versions, in id order; of one trigger when trigger is not "".
+func readTriggerHeads(ctx context.Context, q *db.Queries, project, trigger string) ([]*triggerRevision, error) {
+	rows, err := q.GetTriggerHeads(ctx, db.GetTriggerHeadsParams{ProjectID: project, TriggerID: pgtype.Text{String: trigger, Valid: trigger != ""}})
+	if err != nil {
+		return nil, fmt.Errorf("trigger heads of %s: %w", project, err)
+	}
+	out := make([]*triggerRevision, 0, len(rows))
+	for _, h := range rows {
+		out = append(out, &triggerRevision{trigger: h.TriggerID, revision: h.Revision, taskRevision: h.TaskRevision, task: h.TaskID,
+			cron: h.CronSpec, timeZone: h.Timezone, misfire: schedule.MisfirePolicy(h.MisfirePolicy), enabled: h.Enabled,
+			digest: h.ContentDigest, stateVersion: h.StateVersion, claimVersion: h.ClaimVersion})
+	}
+	return out, nil
+}
+
 // triggerHead reads a trigger's head revision; nil when the trigger does not exist.
 func triggerHead(ctx context.Context, q *db.Queries, project, trigger string) (*triggerRevision, error) {
-	h, err := q.GetTriggerHead(ctx, db.GetTriggerHeadParams{ProjectID: project, TriggerID: trigger})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("trigger head %s/%s: %w", project, trigger, err)
+	heads, err := readTriggerHeads(ctx, q, project, trigger)
+	if err != nil || len(heads) == 0 {
+		return nil, err
 	}
-	return &triggerRevision{revision: h.Revision, taskRevision: h.TaskRevision, task: h.TaskID, cron: h.CronSpec,
-		timeZone: h.Timezone, misfire: schedule.MisfirePolicy(h.MisfirePolicy), enabled: h.Enabled,
-		digest: h.ContentDigest, stateVersion: h.StateVersion, claimVersion: h.ClaimVersion}, nil
+	return heads[0], nil
 }
 
 // taskHeads reads each task's head revision once: it cannot move while the project lock is held.
@@ -423,33 +510,51 @@ func (h taskHeads) get(ctx context.Context, q *db.Queries, project, task string)
 	return rev, nil
 }
 
-// changedFields names the fields of t (pinned to taskRev) that differ from head; every field
-// for a new trigger.
-func changedFields(t TriggerSpec, taskRev int64, head *triggerRevision) []string {
-	if head == nil {
-		return []string{"task", "task_revision", "cron_spec", "timezone", "misfire_policy", "enabled"}
+// triggerContentFields are the fields of a trigger's content in the order a change lists them: the name
+// a publish result uses (TriggerPublished's JSON keys) and the key of a schedules file (a plan's
+// Change.Field).
+var triggerContentFields = [...]struct{ name, fileKey string }{
+	{"task", "task"}, {"task_revision", "task_revision"}, {"cron_spec", "cron"},
+	{"timezone", "timezone"}, {"misfire_policy", "misfire"}, {"enabled", "enabled"},
+}
+
+// fieldChange is one field (an index of triggerContentFields) that differs, with both values as text.
+type fieldChange struct {
+	field    int
+	from, to string
+}
+
+// triggerChanges is the one content rule of triggers, for a publish and for a plan: the fields in
+// which t, pinned to taskRev, differs from head, in triggerContentFields' order; every field (from "")
+// for a new trigger (head nil), none when the content is unchanged.
+func triggerChanges(head *triggerRevision, t TriggerSpec, taskRev int64) []fieldChange {
+	text := func(task string, taskRev int64, cron, tz string, m schedule.MisfirePolicy, enabled bool) [len(triggerContentFields)]string {
+		return [...]string{task, strconv.FormatInt(taskRev, 10), cron, tz, string(m), strconv.FormatBool(enabled)}
 	}
-	changed := []string{}
-	for _, f := range []struct {
-		name string
-		diff bool
-	}{
-		{"task", t.Task != head.task}, {"task_revision", taskRev != head.taskRevision}, {"cron_spec", t.Cron != head.cron},
-		{"timezone", t.TimeZone != head.timeZone}, {"misfire_policy", t.Misfire != head.misfire}, {"enabled", t.Enabled != head.enabled},
-	} {
-		if f.diff {
-			changed = append(changed, f.name)
+	to := text(t.Task, taskRev, t.Cron, t.TimeZone, t.Misfire, t.Enabled)
+	var from [len(triggerContentFields)]string
+	if head != nil {
+		from = text(head.task, head.taskRevision, head.cron, head.timeZone, head.misfire, head.enabled)
+	}
+	changes := []fieldChange{}
+	for i := range triggerContentFields {
+		if head == nil || from[i] != to[i] {
+			changes = append(changes, fieldChange{i, from[i], to[i]})
 		}
 	}
-	return changed
+	return changes
 }
 
 // publishTrigger writes one trigger's revision pinned to taskRev, its schedule row and its audit
-// entry, inside the caller's transaction, unless the content equals head's: then it writes
-// nothing and reports the head, Unchanged.
+// entry (detail "change": what asked for it), inside the caller's transaction, which holds the
+// project's lock, unless the content equals head's (triggerChanges finds none): then it writes
+// nothing and reports the head, Unchanged. Every trigger publish, Apply's included, goes through it.
 func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev int64, head *triggerRevision, change string) (TriggerPublished, error) {
 	out := TriggerPublished{ProjectID: t.Project, TriggerID: t.Trigger, TaskID: t.Task, TaskRevision: taskRev, Cron: t.Cron,
-		TimeZone: t.TimeZone, Misfire: t.Misfire, Enabled: t.Enabled, Changed: changedFields(t, taskRev, head)}
+		TimeZone: t.TimeZone, Misfire: t.Misfire, Enabled: t.Enabled, Changed: []string{}}
+	for _, c := range triggerChanges(head, t, taskRev) {
+		out.Changed = append(out.Changed, triggerContentFields[c.field].name)
+	}
 	if head != nil && len(out.Changed) == 0 {
 		out.Revision, out.StateVersion, out.ClaimVersion, out.ContentDigest, out.Unchanged =
 			head.revision, head.stateVersion, head.claimVersion, head.digest, true
@@ -487,19 +592,8 @@ var errNothingWritten = errors.New("nothing written")
 func (p *Publisher) inProject(ctx context.Context, project, reason string, fn func(q *db.Queries) (wrote bool, err error)) error {
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		if _, err := q.LockProject(ctx, db.LockProjectParams{ProjectID: project, Reason: reason}); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound { // from lock_project
-				return fmt.Errorf("project %s: %w (create it first)", project, ErrNotFound)
-			}
-			return fmt.Errorf("lock project %s: %w", project, err)
-		}
-		proj, err := q.GetProject(ctx, project)
-		if err != nil {
-			return fmt.Errorf("read project %s: %w", project, err)
-		}
-		if proj.State != "active" {
-			return fmt.Errorf("project %s is %s: %w", project, proj.State, ErrNotFound)
+		if err := lockActiveProject(ctx, q, project, reason); err != nil {
+			return err
 		}
 		wrote, err := fn(q)
 		if err == nil && !wrote {
@@ -511,4 +605,25 @@ func (p *Publisher) inProject(ctx context.Context, project, reason string, fn fu
 		return nil
 	}
 	return err
+}
+
+// lockActiveProject takes the audited lock of a project (lock_project: it writes an audit row
+// with the reason) inside the caller's transaction and checks, under the lock, that the project
+// is active: a publish into a paused or archived project is refused as ErrNotFound.
+func lockActiveProject(ctx context.Context, q *db.Queries, project, reason string) error {
+	if _, err := q.LockProject(ctx, db.LockProjectParams{ProjectID: project, Reason: reason}); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound { // from lock_project
+			return fmt.Errorf("project %s: %w (create it first)", project, ErrNotFound)
+		}
+		return fmt.Errorf("lock project %s: %w", project, err)
+	}
+	proj, err := q.GetProject(ctx, project)
+	if err != nil {
+		return fmt.Errorf("read project %s: %w", project, err)
+	}
+	if proj.State != "active" {
+		return fmt.Errorf("project %s is %s: %w", project, proj.State, ErrNotFound)
+	}
+	return nil
 }

@@ -142,61 +142,78 @@ func (q *Queries) GetTaskHead(ctx context.Context, arg GetTaskHeadParams) (int64
 	return head_revision, err
 }
 
-const getTaskHeadExecution = `-- name: GetTaskHeadExecution :one
-SELECT t.head_revision, kr.execution_revision_id, e.digest AS execution_digest, kr.content_digest,
-       (e.digest = encode(sha256(convert_to(($1::jsonb)::text, 'UTF8')), 'hex'))::boolean AS same_spec
+const getTaskHeads = `-- name: GetTaskHeads :many
+SELECT t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest, kr.content_digest
 FROM control_core.tasks t
 JOIN control_core.task_revisions kr
   ON kr.project_id = t.project_id AND kr.task_id = t.task_id AND kr.revision = t.head_revision
 JOIN control_core.execution_revisions e ON e.execution_revision_id = kr.execution_revision_id
-WHERE t.project_id = $2::text AND t.task_id = $3::text
+WHERE t.project_id = $1::text
+  AND ($2::text IS NULL OR t.task_id = $2::text)
+ORDER BY t.task_id
 `
 
-type GetTaskHeadExecutionParams struct {
-	Spec      []byte `json:"spec"`
-	ProjectID string `json:"project_id"`
-	TaskID    string `json:"task_id"`
+type GetTaskHeadsParams struct {
+	ProjectID string      `json:"project_id"`
+	TaskID    pgtype.Text `json:"task_id"`
 }
 
-type GetTaskHeadExecutionRow struct {
+type GetTaskHeadsRow struct {
+	TaskID              string    `json:"task_id"`
 	HeadRevision        int64     `json:"head_revision"`
 	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
 	ExecutionDigest     string    `json:"execution_digest"`
 	ContentDigest       string    `json:"content_digest"`
-	SameSpec            bool      `json:"same_spec"`
 }
 
-// The head revision of a task and whether its execution revision holds the given spec (compared by
-// digest, the same canonical form UpsertExecutionRevision stores; the spec never comes back).
-func (q *Queries) GetTaskHeadExecution(ctx context.Context, arg GetTaskHeadExecutionParams) (GetTaskHeadExecutionRow, error) {
-	row := q.db.QueryRow(ctx, getTaskHeadExecution, arg.Spec, arg.ProjectID, arg.TaskID)
-	var i GetTaskHeadExecutionRow
-	err := row.Scan(
-		&i.HeadRevision,
-		&i.ExecutionRevisionID,
-		&i.ExecutionDigest,
-		&i.ContentDigest,
-		&i.SameSpec,
-	)
-	return i, err
+// The head revisions of a project's tasks (of one when task_id is given) with the execution
+// revision each pins (id and digest; the spec never comes back): a publish and `qlsched apply`
+// compare a spec's SpecDigest with execution_digest.
+func (q *Queries) GetTaskHeads(ctx context.Context, arg GetTaskHeadsParams) ([]GetTaskHeadsRow, error) {
+	rows, err := q.db.Query(ctx, getTaskHeads, arg.ProjectID, arg.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []GetTaskHeadsRow{}
+	for rows.Next() {
+		var i GetTaskHeadsRow
+		if err := rows.Scan(
+			&i.TaskID,
+			&i.HeadRevision,
+			&i.ExecutionRevisionID,
+			&i.ExecutionDigest,
+			&i.ContentDigest,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
-const getTriggerHead = `-- name: GetTriggerHead :one
-SELECT tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
+const getTriggerHeads = `-- name: GetTriggerHeads :many
+SELECT t.trigger_id, tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
        tr.content_digest, s.state_version, s.claim_version
 FROM control_core.triggers t
 JOIN control_core.trigger_revisions tr
   ON tr.project_id = t.project_id AND tr.trigger_id = t.trigger_id AND tr.revision = t.head_revision
 JOIN control_core.trigger_schedules s ON s.project_id = t.project_id AND s.trigger_id = t.trigger_id
-WHERE t.project_id = $1::text AND t.trigger_id = $2::text
+WHERE t.project_id = $1::text
+  AND ($2::text IS NULL OR t.trigger_id = $2::text)
+ORDER BY t.trigger_id
 `
 
-type GetTriggerHeadParams struct {
-	ProjectID string `json:"project_id"`
-	TriggerID string `json:"trigger_id"`
+type GetTriggerHeadsParams struct {
+	ProjectID string      `json:"project_id"`
+	TriggerID pgtype.Text `json:"trigger_id"`
 }
 
-type GetTriggerHeadRow struct {
+type GetTriggerHeadsRow struct {
+	TriggerID     string `json:"trigger_id"`
 	Revision      int64  `json:"revision"`
 	CronSpec      string `json:"cron_spec"`
 	Timezone      string `json:"timezone"`
@@ -209,25 +226,40 @@ type GetTriggerHeadRow struct {
 	ClaimVersion  int64  `json:"claim_version"`
 }
 
-// The head revision of a trigger, for a publish that keeps what the caller did not give and
-// writes nothing when the content is unchanged. Run under the project lock: no publish of the
-// project can move the head meanwhile.
-func (q *Queries) GetTriggerHead(ctx context.Context, arg GetTriggerHeadParams) (GetTriggerHeadRow, error) {
-	row := q.db.QueryRow(ctx, getTriggerHead, arg.ProjectID, arg.TriggerID)
-	var i GetTriggerHeadRow
-	err := row.Scan(
-		&i.Revision,
-		&i.CronSpec,
-		&i.Timezone,
-		&i.MisfirePolicy,
-		&i.Enabled,
-		&i.TaskID,
-		&i.TaskRevision,
-		&i.ContentDigest,
-		&i.StateVersion,
-		&i.ClaimVersion,
-	)
-	return i, err
+// The head revisions of a project's triggers (of one when trigger_id is given), with their schedule
+// rows' versions: what a publish compares new content with (it keeps what the caller did not give
+// and writes nothing when the content is unchanged) and what `qlsched apply` plans against. Run by
+// a publish under the project lock, so no publish of the project can move a head meanwhile.
+func (q *Queries) GetTriggerHeads(ctx context.Context, arg GetTriggerHeadsParams) ([]GetTriggerHeadsRow, error) {
+	rows, err := q.db.Query(ctx, getTriggerHeads, arg.ProjectID, arg.TriggerID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []GetTriggerHeadsRow{}
+	for rows.Next() {
+		var i GetTriggerHeadsRow
+		if err := rows.Scan(
+			&i.TriggerID,
+			&i.Revision,
+			&i.CronSpec,
+			&i.Timezone,
+			&i.MisfirePolicy,
+			&i.Enabled,
+			&i.TaskID,
+			&i.TaskRevision,
+			&i.ContentDigest,
+			&i.StateVersion,
+			&i.ClaimVersion,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const insertTaskRevision = `-- name: InsertTaskRevision :one
@@ -496,6 +528,19 @@ func (q *Queries) LockProject(ctx context.Context, arg LockProjectParams) (int64
 	var revision int64
 	err := row.Scan(&revision)
 	return revision, err
+}
+
+const specDigest = `-- name: SpecDigest :one
+SELECT control_core.execution_digest($1::jsonb)::text AS digest
+`
+
+// The digest an executor spec has as an execution revision (the function UpsertExecutionRevision
+// uses), so equal digests mean a publish would reuse the row.
+func (q *Queries) SpecDigest(ctx context.Context, spec []byte) (string, error) {
+	row := q.db.QueryRow(ctx, specDigest, spec)
+	var digest string
+	err := row.Scan(&digest)
+	return digest, err
 }
 
 const upsertExecutionRevision = `-- name: UpsertExecutionRevision :one

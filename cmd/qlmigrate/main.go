@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/qlcontrol/controlcore/internal/buildinfo"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/dbconn"
 )
@@ -51,6 +52,7 @@ opened), 3 cannot connect or the database failed. --format json documents: docs/
 		// no generated completion command: qlmigrate has no use for one
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
+	cli.AddVersion(root, buildinfo.Read())
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")
 	pf.StringVar(&a.rolePrefix, "role-prefix", "ql_", "prefix of the four role names: <prefix>owner, <prefix>admin, <prefix>runtime, <prefix>worker_ingress")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/qlcontrol/controlcore/internal/buildinfo"
 	"github.com/qlcontrol/controlcore/internal/cli"
 )
 
@@ -34,6 +35,8 @@ opened), 3 cannot connect or the database failed.`,
 		// connection settings: a command that never connects must not depend on them.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
+	root.AddCommand(a.applyCmd()) // schedules as code (apply.go)
+	cli.AddVersion(root, buildinfo.Read())
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")
 	pf.StringVar(&a.format, "format", "text", "output format: text or json")

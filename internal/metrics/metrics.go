@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/buildinfo"
 )
 
 // BacklogFunc returns the due-and-unclaimed schedule count and the oldest due occurrence's age.
@@ -65,6 +66,7 @@ func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog B
 			}
 			return 0
 		}))
+	reg.MustRegister(buildInfoGauge(buildinfo.Read(), constLabels))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Metrics{reg: reg}
 }

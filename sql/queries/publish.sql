@@ -90,28 +90,38 @@ ON CONFLICT (project_id, trigger_id) DO UPDATE
         updated_at_ms       = greatest(control_core.trigger_schedules.updated_at_ms, control_core.db_now_ms())
 RETURNING state_version, claim_version;
 
--- name: GetTriggerHead :one
--- The head revision of a trigger, for a publish that keeps what the caller did not give and
--- writes nothing when the content is unchanged. Run under the project lock: no publish of the
--- project can move the head meanwhile.
-SELECT tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
+-- name: GetTriggerHeads :many
+-- The head revisions of a project's triggers (of one when trigger_id is given), with their schedule
+-- rows' versions: what a publish compares new content with (it keeps what the caller did not give
+-- and writes nothing when the content is unchanged) and what `qlsched apply` plans against. Run by
+-- a publish under the project lock, so no publish of the project can move a head meanwhile.
+SELECT t.trigger_id, tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
        tr.content_digest, s.state_version, s.claim_version
 FROM control_core.triggers t
 JOIN control_core.trigger_revisions tr
   ON tr.project_id = t.project_id AND tr.trigger_id = t.trigger_id AND tr.revision = t.head_revision
 JOIN control_core.trigger_schedules s ON s.project_id = t.project_id AND s.trigger_id = t.trigger_id
-WHERE t.project_id = @project_id::text AND t.trigger_id = @trigger_id::text;
+WHERE t.project_id = @project_id::text
+  AND (sqlc.narg(trigger_id)::text IS NULL OR t.trigger_id = sqlc.narg(trigger_id)::text)
+ORDER BY t.trigger_id;
 
--- name: GetTaskHeadExecution :one
--- The head revision of a task and whether its execution revision holds the given spec (compared by
--- digest, the same canonical form UpsertExecutionRevision stores; the spec never comes back).
-SELECT t.head_revision, kr.execution_revision_id, e.digest AS execution_digest, kr.content_digest,
-       (e.digest = encode(sha256(convert_to((@spec::jsonb)::text, 'UTF8')), 'hex'))::boolean AS same_spec
+-- name: GetTaskHeads :many
+-- The head revisions of a project's tasks (of one when task_id is given) with the execution
+-- revision each pins (id and digest; the spec never comes back): a publish and `qlsched apply`
+-- compare a spec's SpecDigest with execution_digest.
+SELECT t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest, kr.content_digest
 FROM control_core.tasks t
 JOIN control_core.task_revisions kr
   ON kr.project_id = t.project_id AND kr.task_id = t.task_id AND kr.revision = t.head_revision
 JOIN control_core.execution_revisions e ON e.execution_revision_id = kr.execution_revision_id
-WHERE t.project_id = @project_id::text AND t.task_id = @task_id::text;
+WHERE t.project_id = @project_id::text
+  AND (sqlc.narg(task_id)::text IS NULL OR t.task_id = sqlc.narg(task_id)::text)
+ORDER BY t.task_id;
+
+-- name: SpecDigest :one
+-- The digest an executor spec has as an execution revision (the function UpsertExecutionRevision
+-- uses), so equal digests mean a publish would reuse the row.
+SELECT control_core.execution_digest(@spec::jsonb)::text AS digest;
 
 -- name: ListTriggers :many
 -- Triggers with their head revision, schedule row and project state; both filters optional.
