@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/schedule"
 )
@@ -22,7 +23,7 @@ func TestMain(m *testing.M) { testpg.Main(m) }
 type fixture struct {
 	t     testing.TB
 	d     *testpg.DB
-	admin *testPublisher
+	admin *admin.Publisher
 	su    *pgxpool.Pool
 	rt    *pgxpool.Pool
 }
@@ -30,21 +31,22 @@ type fixture struct {
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	d := testpg.New(t)
-	f := &fixture{t: t, d: d, admin: newTestPublisher(d.Pool(t, "ql_admin")), su: d.Pool(t, ""), rt: d.Pool(t, "ql_runtime")}
+	f := &fixture{t: t, d: d, admin: admin.NewPublisher(d.Pool(t, "ql_admin")), su: d.Pool(t, ""), rt: d.Pool(t, "ql_runtime")}
 	ctx := context.Background()
-	if err := f.admin.CreateProject(ctx, "p"); err != nil {
+	if _, err := f.admin.CreateProject(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.admin.PublishTask(ctx, "p", "task", []byte(`{"image":"example/job:1","args":["--once"]}`)); err != nil {
+	if _, err := f.admin.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: "task",
+		ExecutorSpec: []byte(`{"image":"example/job:1","args":["--once"]}`)}); err != nil {
 		t.Fatal(err)
 	}
 	return f
 }
 
 // trigger publishes an enabled trigger on task "task".
-func (f *fixture) trigger(id, cron string, misfire schedule.MisfirePolicy) TriggerPublished {
+func (f *fixture) trigger(id, cron string, misfire schedule.MisfirePolicy) admin.TriggerPublished {
 	f.t.Helper()
-	pub, err := f.admin.PublishTrigger(context.Background(), TriggerSpec{Project: "p", Trigger: id, Task: "task",
+	pub, err := f.admin.PublishTrigger(context.Background(), admin.TriggerSpec{Project: "p", Trigger: id, Task: "task",
 		Cron: cron, TimeZone: "UTC", Misfire: misfire, Enabled: true})
 	if err != nil {
 		f.t.Fatalf("publish trigger %s: %v", id, err)

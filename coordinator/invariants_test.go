@@ -17,7 +17,11 @@ func TestRunsTableRefusesForgedRuns(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	rev1 := f.trigger("nightly", "0 3 * * *", schedule.MisfireSkip)
-	rev2 := f.trigger("nightly", "0 3 * * *", schedule.MisfireSkip)
+	// the next revision: new content (the publisher writes no revision for unchanged content)
+	rev2 := f.trigger("nightly", "0 3 * * *", schedule.MisfireFireOnce)
+	if rev1.Revision != 1 || rev2.Revision != 2 {
+		t.Fatalf("revisions %d and %d, want 1 and 2", rev1.Revision, rev2.Revision)
+	}
 	const at = int64(1_767_236_400_000) // an occurrence of "0 3 * * *" in UTC
 	key := func(rev int64) string { return fmt.Sprintf("ql3:cron:v1:nightly:%d:%d", rev, at) }
 	ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
@@ -311,20 +312,20 @@ func TestClaimFiltersAndTieBreak(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	if err := f.admin.CreateProject(ctx, "a-first"); err != nil {
+	if _, err := f.admin.CreateProject(ctx, "a-first"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.admin.PublishTask(ctx, "a-first", "task", []byte(`{"image":"example/job:1"}`)); err != nil {
+	if _, err := f.admin.PublishTask(ctx, admin.TaskSpec{Project: "a-first", Task: "task", ExecutorSpec: []byte(`{"image":"example/job:1"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"z", "m", "off"} {
 		f.trigger(id, "* * * * *", schedule.MisfireSkip)
 	}
-	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "a-first", Trigger: "z", Task: "task",
+	if _, err := f.admin.PublishTrigger(ctx, admin.TriggerSpec{Project: "a-first", Trigger: "z", Task: "task",
 		Cron: "* * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "p", Trigger: "off", Task: "task",
+	if _, err := f.admin.PublishTrigger(ctx, admin.TriggerSpec{Project: "p", Trigger: "off", Task: "task",
 		Cron: "* * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: false}); err != nil {
 		t.Fatal(err)
 	}
@@ -431,14 +432,14 @@ func TestSameTriggerIDInTwoProjectsAdmitsBoth(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	if err := f.admin.CreateProject(ctx, "q"); err != nil {
+	if _, err := f.admin.CreateProject(ctx, "q"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.admin.PublishTask(ctx, "q", "task", []byte(`{"image":"example/job:1"}`)); err != nil {
+	if _, err := f.admin.PublishTask(ctx, admin.TaskSpec{Project: "q", Task: "task", ExecutorSpec: []byte(`{"image":"example/job:1"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	f.trigger("nightly", "0 3 * * *", schedule.MisfireSkip)
-	if _, err := f.admin.PublishTrigger(ctx, TriggerSpec{Project: "q", Trigger: "nightly", Task: "task",
+	if _, err := f.admin.PublishTrigger(ctx, admin.TriggerSpec{Project: "q", Trigger: "nightly", Task: "task",
 		Cron: "0 3 * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
