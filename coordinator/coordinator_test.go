@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
@@ -131,7 +132,10 @@ func TestTwoPoolsSingleClaimAndExactlyOneRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", schedule.MisfireFireOnce) // one Run even if a minute boundary passes
+	// never due by the clock while the test runs (with every minute, a minute boundary between the
+	// two replicas' rounds made the initialised row due again: a second claim); the cursor set
+	// below makes the one occurrence due
+	f.trigger("a", "0 0 1 1 *", schedule.MisfireFireOnce)
 	poolA, poolB := f.d.Pool(t, "ql_runtime"), f.d.Pool(t, "ql_runtime")
 	var pidA, pidB int
 	must(0, poolA.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA)).of(t)
@@ -178,20 +182,11 @@ func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 	holderPool.Close()
 
 	taker := NewStore(f.rt)
-	deadline := time.Now().Add(30 * time.Second)
 	var took *Claim
-	for took == nil && time.Now().Before(deadline) {
-		var err error
-		if took, err = taker.Claim(ctx, "taker", 30*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if took == nil {
-			time.Sleep(50 * time.Millisecond) // polling a database condition, not synchronising goroutines
-		}
-	}
-	if took == nil {
-		t.Fatal("no takeover within 30 s of a 2 s lease")
-	}
+	eventually.True(t, 30*time.Second, "a takeover of the 2 s lease", func() bool {
+		took = must(taker.Claim(ctx, "taker", 30*time.Second)).of(t)
+		return took != nil
+	})
 	if took.ClaimedAtMs < held.Fence.ExpiresAtMs {
 		t.Errorf("taken over at db time %d, before the claim expired at %d", took.ClaimedAtMs, held.Fence.ExpiresAtMs)
 	}
@@ -209,7 +204,9 @@ func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 func TestLifecycleStartStopDoubleStop(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.trigger("a", "* * * * *", schedule.MisfireSkip)
+	// never due while the test runs: only its initialisation is claimed (with every minute, a
+	// minute boundary during the rounds made it due again)
+	f.trigger("a", "0 0 1 1 *", schedule.MisfireSkip)
 	co := f.coordinator("r1", f.rt, func(c *Config) { c.Cadence = 10 * time.Millisecond })
 	lc := NewLifecycle(co, DefaultConfig("r1"))
 	lc.cadence = 10 * time.Millisecond
@@ -264,7 +261,7 @@ func TestLifecycleRoundsNeverOverlap(t *testing.T) {
 		if n > maxInRound.Load() {
 			maxInRound.Store(n)
 		}
-		time.Sleep(2 * time.Millisecond) // each round outlasts the cadence
+		time.Sleep(2 * time.Millisecond) // the thing under test: each round outlasts the cadence
 	}
 	rounds := make(chan struct{}, 1000)
 	lc.OnRound = func(int) {
@@ -305,14 +302,10 @@ func TestLifecycleStopIsBounded(t *testing.T) {
 	if err := lc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// wait until the admit is blocked on the lock
-	for deadline := time.Now().Add(30 * time.Second); f.count(`SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND usename = 'ql_runtime' AND wait_event_type = 'Lock'`) == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the round's admit never blocked on the locked table")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a database condition
-	}
+	eventually.True(t, 30*time.Second, "the round's admit to block on the locked table", func() bool {
+		return f.count(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND usename = 'ql_runtime' AND wait_event_type = 'Lock'`) > 0
+	})
 	start := time.Now()
 	err := lc.Stop(ctx)
 	took := time.Since(start)
