@@ -205,7 +205,10 @@ func TestAdmitAddressesRowsByTID(t *testing.T) {
 // sqlc.narg(name)) numbered $1, $2 … in order of first appearance.
 func namedQuery(t *testing.T, name string) string {
 	t.Helper()
-	files, _ := filepath.Glob("../sql/queries/*.sql")
+	files, err := filepath.Glob("../sql/queries/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the query files ../sql/queries/*.sql: %d found (%v)", len(files), err)
+	}
 	for _, file := range files {
 		body, err := os.ReadFile(file)
 		if err != nil {
