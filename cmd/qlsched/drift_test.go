@@ -2,8 +2,8 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/qlcontrol/controlcore/internal/drifttest"
+	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
 
@@ -51,7 +52,9 @@ func TestRunRefusesEveryDriftThatTouchesTheRuntime(t *testing.T) {
 			for lines := bufio.NewScanner(stderr); lines.Scan(); {
 				logged.WriteString(lines.Text() + "\n")
 				if strings.Contains(lines.Text(), "replica running") {
-					_ = cmd.Process.Signal(syscall.SIGTERM)
+					if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+						t.Fatalf("SIGTERM: %v", err)
+					}
 				}
 			}
 			if err := cmd.Wait(); err != nil || !strings.Contains(logged.String(), "replica running") {
@@ -78,24 +81,27 @@ func TestRunIsImmuneToShadowingObjectsInPublic(t *testing.T) {
 		CREATE OPERATOR ql_runtime.|| (LEFTARG = text, RIGHTARG = bigint, FUNCTION = public.cat)`)
 	cmd := exec.Command(qlsched(t), "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
 		"--cadence", "100ms", "--owner", "shadowed")
-	var logged bytes.Buffer
-	cmd.Stderr = &logged
+	logged := &syncBuffer{}
+	cmd.Stderr = logged
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
 	su := d.Pool(t, "")
 	ctx := context.Background()
-	var runs int
-	for deadline := time.Now().Add(20 * time.Second); runs < 2; time.Sleep(100 * time.Millisecond) { // polling the database
+	eventually.NoError(t, 20*time.Second, "2 runs admitted", func() error {
+		var runs int
 		if err := su.QueryRow(ctx, "SELECT count(*) FROM control_core.runs").Scan(&runs); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d runs after 20 s, want 2:\n%s", runs, logged.String())
+		if runs < 2 {
+			return fmt.Errorf("%d runs; the replica's log so far:\n%s", runs, logged.String())
 		}
+		return nil
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("exit: %v\n%s", err, logged.String())
 	}

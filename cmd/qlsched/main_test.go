@@ -23,7 +23,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/dbconn/dbconntest"
+	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/internal/limits"
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/testpg"
@@ -193,17 +195,16 @@ func TestRunAdmitsAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	if code := get(t, "http://"+addr+"/healthz"); code != 200 {
 		t.Errorf("/healthz %d, want 200", code)
 	}
-	// wait until two occurrences are admitted
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	eventually.NoError(t, 20*time.Second, "2 admitted occurrences in runs list", func() error {
 		r := run(t, "runs", "list", "--format", "json", admin[0], admin[1])
-		if strings.Count(r.stdout, `"run_id"`) >= 2 {
-			break
+		if r.code != 0 {
+			return fmt.Errorf("runs list: exit %d: %s", r.code, r.stderr)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than 2 runs after 20 s:\n%s", r.stdout)
+		if n := strings.Count(r.stdout, `"run_id"`); n < 2 {
+			return fmt.Errorf("%d runs:\n%s", n, r.stdout)
 		}
-		time.Sleep(100 * time.Millisecond) // polling the database
-	}
+		return nil
+	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -271,16 +272,12 @@ func TestMetricsReadinessFlipAndStatus(t *testing.T) {
 	base := "http://" + addr
 	// wait for 4 admits, then read /metrics
 	var values map[string]float64
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		values = scrape(t, base+"/metrics")
-		if values["qlsched_admits_total"] >= 4 {
-			break
+	eventually.NoError(t, 20*time.Second, "4 admits on /metrics", func() error {
+		if values = scrape(t, base+"/metrics"); values["qlsched_admits_total"] < 4 {
+			return fmt.Errorf("qlsched_admits_total %v", values["qlsched_admits_total"])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("admits %v after 20 s", values["qlsched_admits_total"])
-		}
-		time.Sleep(100 * time.Millisecond) // polling the process's own counters
-	}
+		return nil
+	})
 	for _, name := range []string{"qlsched_rounds_total", "qlsched_claims_total", "qlsched_admits_total", "qlsched_skips_total",
 		"qlsched_releases_total", "qlsched_races_total", "qlsched_serialization_retries_total", "qlsched_errors_total",
 		"qlsched_lease_takeovers_total", "qlsched_round_duration_seconds_count", "qlsched_admission_lag_seconds_count",
@@ -308,32 +305,26 @@ func TestMetricsReadinessFlipAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	// polled until the last in-flight admit is visible on both sides
+	eventually.NoError(t, 10*time.Second, "/metrics admits equal to the runs in the database", func() error {
 		var runs float64
 		if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM control_core.runs").Scan(&runs); err != nil {
 			t.Fatal(err)
 		}
-		admits := scrape(t, base+"/metrics")["qlsched_admits_total"]
-		if admits == runs {
-			break
+		if admits := scrape(t, base+"/metrics")["qlsched_admits_total"]; admits != runs {
+			return fmt.Errorf("/metrics counts %v admits, the database holds %v runs", admits, runs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics counts %v admits, the database holds %v runs", admits, runs)
-		}
-		time.Sleep(50 * time.Millisecond) // polling until the last in-flight admit is visible on both sides
-	}
+		return nil
+	})
 	// Disabled triggers can never be claimed, so they are no backlog (their republished rows are
 	// uninitialised, which once kept the gauge at 2 for ever).
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		backlog, ok := scrape(t, base+"/metrics")["qlsched_backlog_schedules"]
-		if ok && backlog == 0 {
-			break
+	// the gauge is refreshed every --backlog-interval
+	eventually.NoError(t, 10*time.Second, "qlsched_backlog_schedules 0 after every trigger was disabled", func() error {
+		if backlog, ok := scrape(t, base+"/metrics")["qlsched_backlog_schedules"]; !ok || backlog != 0 {
+			return fmt.Errorf("qlsched_backlog_schedules %v (present: %v)", backlog, ok)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("qlsched_backlog_schedules %v 10 s after every trigger was disabled, want 0", backlog)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the gauge, refreshed every --backlog-interval
-	}
+		return nil
+	})
 	status := run(t, "status", admin[0], admin[1])
 	if status.code != 0 || !strings.Contains(status.stdout, "ops") || !strings.Contains(status.stdout, "LIVE CLAIMS") {
 		t.Errorf("status: exit %d\n%s", status.code, status.stdout)
@@ -366,11 +357,19 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", url, err)
+	}
 	values := map[string]float64{}
 	for _, m := range metricLine.FindAllStringSubmatch(string(body), -1) {
 		var v float64
-		fmt.Sscan(m[2], &v)
+		if _, err := fmt.Sscan(m[2], &v); err != nil {
+			t.Fatalf("%s: value %q: %v", m[1], m[2], err)
+		}
 		values[m[1]] += v
 	}
 	return values
@@ -409,9 +408,9 @@ func TestDemoOnAGivenServer(t *testing.T) {
 	// the environment is not a given URL: the demo starts a throwaway server of its own
 	cmd := exec.Command(qlsched(t), "demo", "--duration", "1s")
 	cmd.Env = append(os.Environ(), "QL_DATABASE_URL="+d.URL(""))
-	out, _ := cmd.CombinedOutput()
-	if !strings.Contains(string(out), "starting a throwaway PostgreSQL") {
-		t.Errorf("with QL_DATABASE_URL only, the demo did not start its own server:\n%s", out)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "starting a throwaway PostgreSQL") {
+		t.Errorf("with QL_DATABASE_URL only: %v; want exit 0 from a demo on a server of its own:\n%s", err, out)
 	}
 }
 
@@ -427,13 +426,15 @@ func TestDemoCleansUpAfterItselfAlsoOnCtrlC(t *testing.T) {
 			t.Fatal(err)
 		}
 		if interrupt {
-			for deadline := time.Now().Add(60 * time.Second); !strings.Contains(out.String(), "running 2 replicas"); {
-				if time.Now().After(deadline) {
-					t.Fatalf("demo never started its replicas:\n%s", out.String())
+			eventually.NoError(t, 60*time.Second, "the demo to start its replicas", func() error {
+				if o := out.String(); !strings.Contains(o, "running 2 replicas") {
+					return fmt.Errorf("output so far:\n%s", o)
 				}
-				time.Sleep(50 * time.Millisecond) // polling the demo's own progress output
+				return nil
+			})
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatalf("interrupt the demo: %v", err)
 			}
-			_ = cmd.Process.Signal(os.Interrupt)
 		}
 		err := cmd.Wait()
 		code := cmd.ProcessState.ExitCode()
@@ -845,12 +846,9 @@ func TestRunStartsWithoutADataRace(t *testing.T) {
 	r := startReplica(t, qlschedRace(t), "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0", "--cadence", "10ms")
 	line := r.waitFor(t, 60*time.Second, "replica running", func(l string) bool { return httpAddrLog.MatchString(l) })
 	base := "http://" + httpAddrLog.FindStringSubmatch(line)[1]
-	for deadline := time.Now().Add(20 * time.Second); scrape(t, base+"/metrics")["qlsched_admission_lag_seconds_count"] < 1; {
-		if time.Now().After(deadline) {
-			t.Fatal("no admission observed after 20 s")
-		}
-		time.Sleep(50 * time.Millisecond) // polling the process's own metrics
-	}
+	eventually.True(t, 20*time.Second, "an admission observed on /metrics", func() bool {
+		return scrape(t, base+"/metrics")["qlsched_admission_lag_seconds_count"] >= 1
+	})
 	if code := r.stop(t); code != 0 || strings.Contains(r.all.String(), "DATA RACE") {
 		t.Errorf("exit %d after SIGTERM:\n%s", code, r.all.String())
 	}
@@ -1080,12 +1078,12 @@ func TestNoPieceOfAPasswordInAnyOutput(t *testing.T) {
 		{"qlmigrate", "up"},
 	}
 	for i := 0; i < 200; i++ {
-		pw, target := password(), "127.0.0.1:1"
+		pw, target, accepted := password(), "127.0.0.1:1", false
 		switch rng.IntN(3) {
 		case 1:
 			target = server // refuses pw
 		case 2:
-			target, pw = server, right // accepted: the command goes on to fail on an unmigrated database
+			target, pw, accepted = server, right, true // accepted: the command goes on to fail on an unmigrated database, or reports it
 		}
 		raw, env := forms[rng.IntN(len(forms))](target, pw)
 		command := commands[rng.IntN(len(commands))]
@@ -1109,11 +1107,27 @@ func TestNoPieceOfAPasswordInAnyOutput(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Env = append(os.Environ(), env...)
-		out, _ := cmd.CombinedOutput()
+		out, err := cmd.CombinedOutput()
 		timedOut := ctx.Err() != nil
 		cancel()
 		if timedOut {
 			t.Fatalf("iteration %d: %v did not finish", i, command)
+		}
+		// The command must have run and said something: one that did not start, or printed
+		// nothing, leaves nothing to check. Without the right password it fails (no server, a
+		// refused password, a bad spec); with it, it may also succeed (qlmigrate status on the
+		// unmigrated database).
+		var exit *exec.ExitError
+		code := cli.ExitOK
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatalf("iteration %d, %v: %v", i, command, err)
+		}
+		failed := code == cli.ExitProblem || code == cli.ExitUsage || code == cli.ExitDatabase
+		if len(out) == 0 || !(failed || accepted && code == cli.ExitOK) {
+			t.Fatalf("iteration %d, %v (password accepted: %v): exit %d, want 1, 2 or 3 (or 0 with the right password) with a message:\n%s",
+				i, command, accepted, code, out)
 		}
 		for _, p := range pieces6(pw) {
 			if strings.Contains(string(out), p) {
