@@ -754,17 +754,17 @@ func qlschedRace(t *testing.T) string {
 	return raceBin
 }
 
-// replica is a running `qlsched run` whose stderr lines arrive on lines.
-type replica struct {
+// replicaProcess is a running `qlsched run` whose stderr lines arrive on lines.
+type replicaProcess struct {
 	cmd   *exec.Cmd
 	lines chan string
 	all   *syncBuffer // stdout and stderr, everything so far
 }
 
-func startReplica(t *testing.T, bin string, args ...string) *replica {
+func startReplica(t *testing.T, bin string, args ...string) *replicaProcess {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"run"}, args...)...)
-	r := &replica{cmd: cmd, lines: make(chan string, 1024), all: &syncBuffer{}}
+	r := &replicaProcess{cmd: cmd, lines: make(chan string, 1024), all: &syncBuffer{}}
 	cmd.Stdout = r.all
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -787,7 +787,7 @@ func startReplica(t *testing.T, bin string, args ...string) *replica {
 }
 
 // waitFor reads lines until until(line) holds; it fails the test after timeout or at EOF.
-func (r *replica) waitFor(t *testing.T, timeout time.Duration, what string, until func(string) bool) string {
+func (r *replicaProcess) waitFor(t *testing.T, timeout time.Duration, what string, until func(string) bool) string {
 	t.Helper()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -807,7 +807,7 @@ func (r *replica) waitFor(t *testing.T, timeout time.Duration, what string, unti
 }
 
 // stop sends SIGTERM and waits for the exit; it returns the exit code.
-func (r *replica) stop(t *testing.T) int {
+func (r *replicaProcess) stop(t *testing.T) int {
 	t.Helper()
 	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

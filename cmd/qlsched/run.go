@@ -17,6 +17,7 @@ import (
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/metrics"
+	"github.com/qlcontrol/controlcore/internal/replica"
 	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
 )
@@ -158,28 +159,20 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 		return err
 	}
 	defer pool.Close()
-	if err := verify.Readiness(ctx, pool, opts.names); err != nil {
+	var admitting atomic.Bool
+	var m *metrics.Metrics
+	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: log,
+		Wire: func(co *coordinator.Coordinator) {
+			m = metrics.New(co, cfg.Owner, admitting.Load, metrics.DatabaseBacklog(pool), opts.backlogInterval)
+		}})
+	if err != nil {
 		var notReady *verify.NotReadyError
 		if errors.As(err, &notReady) {
 			return &cli.ProblemError{Err: err}
 		}
 		return err
 	}
-	rep, err := coordinator.Recover(ctx, pool, log)
-	if err != nil {
-		return err
-	}
-	log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped)
-
-	co := coordinator.New(cfg, coordinator.NewStore(pool), log)
-	var admitting atomic.Bool
-	// Wire the metrics before the lifecycle starts: metrics.New sets co.Observe, which every
-	// round reads; set after Start it would race with the first round.
-	m := metrics.New(co, cfg.Owner, admitting.Load, metrics.DatabaseBacklog(pool), opts.backlogInterval)
-	lc := coordinator.NewLifecycle(co, cfg)
-	if err := lc.Start(ctx); err != nil {
-		return err
-	}
+	co, lc := r.Coordinator, r.Lifecycle
 	srv := &http.Server{Handler: httpHandler(&admitting, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	admitting.Store(true)

@@ -22,6 +22,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/pgcluster"
+	replicapkg "github.com/qlcontrol/controlcore/internal/replica"
 	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
 	"github.com/qlcontrol/controlcore/schedule"
@@ -260,28 +261,19 @@ type replica struct {
 	lc *coordinator.Lifecycle
 }
 
-// startReplica composes one replica as `qlsched run` does: readiness on the runtime role's own
-// connection (fail closed), startup recovery, then the lifecycle.
+// startReplica starts one replica the way `qlsched run` does (package replica: readiness on the
+// runtime role's own connection, startup recovery, then the lifecycle).
 func startReplica(ctx context.Context, pool *pgxpool.Pool, names roles.Names, owner string) (*replica, coordinator.RecoveryReport, error) {
-	if err := verify.Readiness(ctx, pool, names); err != nil {
-		return nil, coordinator.RecoveryReport{}, err
-	}
-	log := slog.New(slog.DiscardHandler)
-	rep, err := coordinator.Recover(ctx, pool, log)
-	if err != nil {
-		return nil, rep, err
-	}
 	cfg := coordinator.DefaultConfig(owner)
 	cfg.Cadence = cadence
 	if err := cfg.Validate(); err != nil {
-		return nil, rep, err
+		return nil, coordinator.RecoveryReport{}, err
 	}
-	co := coordinator.New(cfg, coordinator.NewStore(pool), log)
-	lc := coordinator.NewLifecycle(co, cfg)
-	if err := lc.Start(ctx); err != nil {
-		return nil, rep, err
+	r, err := replicapkg.Start(ctx, pool, replicapkg.Options{Config: cfg, Names: names, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, coordinator.RecoveryReport{}, err
 	}
-	return &replica{co: co, lc: lc}, rep, nil
+	return &replica{co: r.Coordinator, lc: r.Lifecycle}, r.Recovery, nil
 }
 
 func (d *demo) runReplicas(ctx context.Context, names roles.Names) error {

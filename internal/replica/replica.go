@@ -1,0 +1,55 @@
+// Package replica composes one scheduler replica in the order ADR-0105 fixes for the cluster
+// composition root: schema readiness (fail closed), then startup recovery, then the lifecycle.
+// `qlsched run` and `qlsched demo` start their replicas through it, so neither can skip a step.
+package replica
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/verify"
+	"github.com/qlcontrol/controlcore/roles"
+)
+
+// Options are what one replica needs besides its pool.
+type Options struct {
+	Config coordinator.Config // validated by the caller before any connection
+	Names  roles.Names        // the four roles readiness checks
+	Log    *slog.Logger
+	// Wire, when set, runs after the coordinator exists and before its first round (metrics set
+	// the coordinator's observer here: set later, it would race with the first round).
+	Wire func(*coordinator.Coordinator)
+}
+
+// Replica is one started replica.
+type Replica struct {
+	Coordinator *coordinator.Coordinator
+	Lifecycle   *coordinator.Lifecycle
+	Recovery    coordinator.RecoveryReport
+}
+
+// Start checks readiness on pool (a *verify.NotReadyError when the schema or the runtime role's
+// privileges drifted), runs startup recovery, and starts the lifecycle. Nothing is claimed
+// before readiness and recovery have converged; on error nothing is left running.
+func Start(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Replica, error) {
+	if err := verify.Readiness(ctx, pool, opts.Names); err != nil {
+		return nil, err
+	}
+	rep, err := coordinator.Recover(ctx, pool, opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	opts.Log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped)
+	co := coordinator.New(opts.Config, coordinator.NewStore(pool), opts.Log)
+	if opts.Wire != nil {
+		opts.Wire(co)
+	}
+	lc := coordinator.NewLifecycle(co, opts.Config)
+	if err := lc.Start(ctx); err != nil {
+		return nil, err
+	}
+	return &Replica{Coordinator: co, Lifecycle: lc, Recovery: rep}, nil
+}
