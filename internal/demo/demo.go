@@ -84,7 +84,33 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	d := &demo{Options: opts, database: "control"}
-	return d.run(ctx)
+	if err := d.run(ctx); err != nil {
+		return err
+	}
+	d.nextSteps()
+	return nil
+}
+
+// NextSteps is what the demo suggests at its end: the README's path from here to a real database
+// and a replica of one's own.
+var NextSteps = []string{
+	"go install ./cmd/...                       # qlmigrate and qlsched into $(go env GOPATH)/bin: put it on PATH",
+	"psql \"$SU\" -c 'CREATE DATABASE control'    # README.md, \"Set up a real database\"",
+	"qlmigrate roles create --database-url \"$SU/control\"",
+	"qlmigrate up --database-url postgres://ql_owner@HOST/control",
+	"QL_DATABASE_URL=postgres://ql_admin@HOST/control qlsched apply -f examples/schedules.yaml",
+	"QL_DATABASE_URL=postgres://ql_runtime@HOST/control qlsched run --owner \"$(hostname)\"",
+	"qlsched status; qlsched trigger list; qlsched runs list --state queued",
+}
+
+// nextSteps prints NextSteps and where the admitted Runs go.
+func (d *demo) nextSteps() {
+	d.step("next steps (README.md)")
+	for _, s := range NextSteps {
+		fmt.Fprintf(d.Out, "    %s\n", s)
+	}
+	fmt.Fprintln(d.Out, "    The Runs stay queued, each with one claimed remote_worker Attempt: the scheduler only admits")
+	fmt.Fprintln(d.Out, "    them; a dispatcher outside this project takes the Attempt (README.md, \"Where Runs go\").")
 }
 
 type demo struct {
