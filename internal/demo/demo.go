@@ -91,26 +91,27 @@ func Run(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// NextSteps is what the demo suggests at its end: the README's path from here to a real database
+// nextStepCommands is what the demo suggests at its end: the README's path from here to a real database
 // and a replica of one's own.
-var NextSteps = []string{
-	"go install ./cmd/...                       # qlmigrate and qlsched into $(go env GOPATH)/bin: put it on PATH",
-	"psql \"$SU\" -c 'CREATE DATABASE control'    # README.md, \"Set up a real database\"",
-	"qlmigrate roles create --database-url \"$SU/control\"",
+var nextStepCommands = []string{
+	"go install ./cmd/...    # qlmigrate and qlsched into $(go env GOPATH)/bin: put that on PATH (or make build: ./bin)",
+	"psql postgres://postgres@HOST/postgres -c 'CREATE DATABASE control'",
+	"qlmigrate roles create --database-url postgres://postgres@HOST/control",
 	"qlmigrate up --database-url postgres://ql_owner@HOST/control",
-	"QL_DATABASE_URL=postgres://ql_admin@HOST/control qlsched apply -f examples/schedules.yaml",
-	"QL_DATABASE_URL=postgres://ql_runtime@HOST/control qlsched run --owner \"$(hostname)\"",
+	"export QL_DATABASE_URL=postgres://ql_admin@HOST/control",
+	"qlsched apply -f examples/schedules.yaml --check; qlsched apply -f examples/schedules.yaml",
+	"QL_DATABASE_URL=postgres://ql_runtime@HOST/control qlsched run --owner \"$(hostname)\"    # on every replica",
 	"qlsched status; qlsched trigger list; qlsched runs list --state queued",
 }
 
-// nextSteps prints NextSteps and where the admitted Runs go.
+// nextSteps prints nextStepCommands and where the admitted Runs go.
 func (d *demo) nextSteps() {
 	d.step("next steps (README.md)")
-	for _, s := range NextSteps {
+	for _, s := range nextStepCommands {
 		fmt.Fprintf(d.Out, "    %s\n", s)
 	}
 	fmt.Fprintln(d.Out, "    The Runs stay queued, each with one claimed remote_worker Attempt: the scheduler only admits")
-	fmt.Fprintln(d.Out, "    them; a dispatcher outside this project takes the Attempt (README.md, \"Where Runs go\").")
+	fmt.Fprintln(d.Out, "    them; a dispatcher outside this project takes the Attempt (README.md, \"Where Runs go after admission\").")
 }
 
 type demo struct {
