@@ -62,6 +62,10 @@ Exit codes: 0 no drift, 1 drift, 2 bad usage, 3 cannot connect or the database f
 			if err := checkAllowMembers(allowMembers); err != nil {
 				return err
 			}
+			if fixSQL && a.json() {
+				// a script is not a JSON document: the findings' statements are in the report's sql fields
+				return cli.Usagef("--fix-sql prints a SQL script, not a document: leave out --format json (the JSON report holds each finding's sql)")
+			}
 			ctx := cmd.Context()
 			conn, err := a.conn.Connect(ctx)
 			if err != nil {

@@ -38,7 +38,8 @@ final log line, claim latency from their /metrics histograms, CPU and RSS from /
 
 Reported: admits/s, claim and admit latency p50/p99, admission lag p50/p99 (admit database time
 minus scheduled time), serialization retries, races, releases, duplicates (must be 0), process
-CPU and RSS. --format json prints one object.`,
+CPU and RSS. --format json prints one qlsched.bench/v1 document (docs/json.md); the progress
+goes to stderr.`,
 		Example: `  qlsched bench --scenario backlog --replicas 4 --budget 256 --cadence 10ms
   qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 70s`,
 		PreRunE: func(*cobra.Command, []string) error {
@@ -66,7 +67,7 @@ CPU and RSS. --format json prints one object.`,
 			if err != nil {
 				return err
 			}
-			if err := a.output(cmd.OutOrStdout(), rep, func() { fmt.Fprint(cmd.OutOrStdout(), rep.Text()) }); err != nil {
+			if err := a.output(cmd.OutOrStdout(), document{schema: "qlsched.bench/v1", body: rep}, func() { fmt.Fprint(cmd.OutOrStdout(), rep.Text()) }); err != nil {
 				return err
 			}
 			if rep.Duplicates != 0 {

@@ -31,8 +31,15 @@ to a server, so a shell set up for production does not run it there) it uses tha
 instead, connected as a superuser: it
 creates a database of its own there (qlsched_demo_<time>), creates the four roles if missing
 (roles are server-wide and stay), does each role's work by acting as that role, and drops its
-database at the end.`,
+database at the end.
+
+The output is plain lines, one per step or second (no carriage returns, so a log keeps them
+apart), and ends with the next steps: the README's commands for a real database. demo prints no
+JSON document: --format json is refused (exit 2) before anything starts.`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if a.format != "text" {
+				return cli.Usagef("--format %s: demo prints progress lines for a reader, no document; run it without --format", a.format)
+			}
 			if opts.Replicas < 1 || opts.Replicas > demo.MaxReplicas {
 				return cli.Usagef("--replicas %d: want 1 … %d", opts.Replicas, demo.MaxReplicas)
 			}

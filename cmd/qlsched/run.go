@@ -99,6 +99,9 @@ in hand; at most --drain-timeout), closes the pool and exits 0.
 Any number of replicas may run against one database; there is no leader.`,
 		Example: `  QL_DATABASE_URL=postgres://ql_runtime@db/control qlsched run --owner "$(hostname)"`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if a.format != "text" {
+				return cli.Usagef("--format %s: run prints no document, only logs on stderr (--log-format json for collectors)", a.format)
+			}
 			if err := cfg.Validate(); err != nil {
 				return configUsageError(err)
 			}

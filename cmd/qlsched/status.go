@@ -32,10 +32,59 @@ REPEATABLE READ READ ONLY transaction), so its parts agree with each other.`,
 					return err
 				}
 				out := cmd.OutOrStdout()
-				return a.output(out, res, func() { printStatus(out, res) })
+				return a.output(out, statusDocument(res), func() { printStatus(out, res) })
 			})
 		},
 	}
+}
+
+// statusProject is one project of qlsched.status/v1 (docs/json.md): the admin package's
+// ProjectStatus with the contract's null for a time that is not there (no overdue occurrence,
+// no admission yet), never 0.
+type statusProject struct {
+	ProjectID         string              `json:"project_id"`
+	State             string              `json:"state"`
+	Triggers          int64               `json:"triggers"`
+	Enabled           int64               `json:"enabled"`
+	Backlog           int64               `json:"backlog"`
+	OldestOverdueMs   *int64              `json:"oldest_overdue_ms"`
+	LiveClaims        int64               `json:"live_claims"`
+	LastAdmitMs       *int64              `json:"last_admit_ms"`
+	NowMs             int64               `json:"now_ms"`
+	LiveClaimsByOwner []admin.OwnerClaims `json:"live_claims_by_owner"`
+	LastAdmits        []admin.Admit       `json:"last_admits"`
+}
+
+// statusDocument is `qlsched status --format json`: qlsched.status/v1.
+func statusDocument(res admin.Status) document {
+	orNull := func(ms int64) *int64 {
+		if ms == 0 {
+			return nil
+		}
+		return &ms
+	}
+	projects := make([]statusProject, 0, len(res.Projects))
+	for _, p := range res.Projects {
+		sp := statusProject{ProjectID: p.ProjectID, State: p.State, Triggers: p.Triggers, Enabled: p.Enabled,
+			Backlog: p.Backlog, OldestOverdueMs: orNull(p.OldestOverdueMs), LiveClaims: p.LiveClaims,
+			LastAdmitMs: orNull(p.LastAdmitMs), NowMs: p.NowMs,
+			LiveClaimsByOwner: p.LiveClaimsByOwner, LastAdmits: p.LastAdmits}
+		if sp.LiveClaimsByOwner == nil {
+			sp.LiveClaimsByOwner = []admin.OwnerClaims{}
+		}
+		if sp.LastAdmits == nil {
+			sp.LastAdmits = []admin.Admit{}
+		}
+		projects = append(projects, sp)
+	}
+	owners := res.LiveClaimsByOwner
+	if owners == nil {
+		owners = []admin.ReplicaClaims{}
+	}
+	return document{schema: "qlsched.status/v1", body: struct {
+		Projects          []statusProject       `json:"projects"`
+		LiveClaimsByOwner []admin.ReplicaClaims `json:"live_claims_by_owner"`
+	}{projects, owners}}
 }
 
 func printStatus(out io.Writer, res admin.Status) {

@@ -85,7 +85,34 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	d := &demo{Options: opts, database: "control"}
-	return d.run(ctx)
+	if err := d.run(ctx); err != nil {
+		return err
+	}
+	d.nextSteps()
+	return nil
+}
+
+// nextStepCommands is what the demo suggests at its end: the README's path from here to a real database
+// and a replica of one's own.
+var nextStepCommands = []string{
+	"go install ./cmd/...    # qlmigrate and qlsched into $(go env GOPATH)/bin: put that on PATH (or make build: ./bin)",
+	"psql postgres://postgres@HOST/postgres -c 'CREATE DATABASE control'",
+	"qlmigrate roles create --database-url postgres://postgres@HOST/control",
+	"qlmigrate up --database-url postgres://ql_owner@HOST/control",
+	"export QL_DATABASE_URL=postgres://ql_admin@HOST/control",
+	"qlsched apply -f examples/schedules.yaml --check; qlsched apply -f examples/schedules.yaml",
+	"QL_DATABASE_URL=postgres://ql_runtime@HOST/control qlsched run --owner \"$(hostname)\"    # on every replica",
+	"qlsched status; qlsched trigger list; qlsched runs list --state queued",
+}
+
+// nextSteps prints nextStepCommands and where the admitted Runs go.
+func (d *demo) nextSteps() {
+	d.step("next steps (README.md)")
+	for _, s := range nextStepCommands {
+		fmt.Fprintf(d.Out, "    %s\n", s)
+	}
+	fmt.Fprintln(d.Out, "    The Runs stay queued, each with one claimed remote_worker Attempt: the scheduler only admits")
+	fmt.Fprintln(d.Out, "    them; a dispatcher outside this project takes the Attempt (README.md, \"Where Runs go after admission\").")
 }
 
 type demo struct {
