@@ -18,6 +18,7 @@ check-generated:
 	$(SQLC) diff
 
 lint: check-generated
+	@if git grep -nE '^(<<<<<<<|>>>>>>>) ' -- ':!Makefile'; then echo "merge conflict markers left in the files above"; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...

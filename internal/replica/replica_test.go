@@ -45,4 +45,3 @@ func TestStartIsReadinessThenRecoveryThenLifecycle(t *testing.T) {
 		t.Fatalf("wired %p, coordinator %p, recovery %+v; want the hook called with the replica's coordinator, nothing to recover", wiredTo, r.Coordinator, r.Recovery)
 	}
 }
-
