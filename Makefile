@@ -76,7 +76,8 @@ test-faults-matrix:
 
 # The long chaos soak: CHAOS_REPLICAS `qlsched run` processes, CHAOS_TRIGGERS every-second
 # triggers, random SIGKILL / SIGSTOP+SIGCONT / restarts for CHAOS_DURATION, then the audit and its
-# summary. QL_CHAOS_SEED=N fixes the driver's random choices (not their timing).
+# summary. QL_CHAOS_SEED=N fixes the fault plan (internal/chaos: times from the start, kinds, hold
+# times), not which replica holds a claim when an aimed fault lands.
 # CHAOS_BATCHES is each replica's --admit-batch (cycled over the replicas). 500 every-second
 # triggers are more than one-row admission carries on a 2-core machine with margin (four
 # replicas and the server: lag p99 about 950 ms against the 1 s period even before faults), so

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +27,7 @@ type chaosConfig struct {
 	jobs, replicas   int
 	duration, warmup time.Duration
 	faultEvery       time.Duration
+	maxStop          time.Duration
 	seed             uint64
 	qlsched          string
 	systems          []string
@@ -53,7 +56,9 @@ func (c chaosConfig) validate() error {
 			return fmt.Errorf("--systems %q: want river, river-plain and/or qlsched", s)
 		}
 	}
-	return chaos.DefaultPlanConfig(c.seed, c.duration).Validate()
+	p := chaos.DefaultPlanConfig(c.seed, c.duration)
+	p.FaultEvery, p.MaxStop = c.faultEvery, c.maxStop
+	return p.Validate()
 }
 
 // subject is one system under the soak, as the driver sees it.
@@ -80,6 +85,7 @@ func peerChaos(args []string) error {
 	fs.DurationVar(&cfg.duration, "duration", 45*time.Second, "D: the fault phase and the audited window, whole seconds (5s … 1h)")
 	fs.DurationVar(&cfg.warmup, "warmup", 5*time.Second, "time after every process is live and every key admitted, before the faults")
 	fs.DurationVar(&cfg.faultEvery, "fault-every", 2*time.Second, "mean time between faults")
+	fs.DurationVar(&cfg.maxStop, "max-stop", 6*time.Second, "longest SIGSTOP of one process (River's leader TTL is 15 s)")
 	fs.DurationVar(&cfg.settle, "settle", 60*time.Second, "after the faults, how long every key may take to be admitted again")
 	seed := fs.Uint64("seed", 0, "the fault plan's seed (0: from the clock, printed)")
 	fs.StringVar(&cfg.qlsched, "qlsched", "", "the qlsched binary (go build -o bin/ ./cmd/qlsched)")
@@ -96,7 +102,7 @@ func peerChaos(args []string) error {
 		return err
 	}
 	planCfg := chaos.DefaultPlanConfig(cfg.seed, cfg.duration)
-	planCfg.FaultEvery = cfg.faultEvery
+	planCfg.FaultEvery, planCfg.MaxStop = cfg.faultEvery, cfg.maxStop
 	plan := chaos.NewPlan(planCfg)
 	kinds := map[chaos.Kind]int{}
 	for _, f := range plan {
@@ -105,7 +111,9 @@ func peerChaos(args []string) error {
 	say("seed %d: %d faults planned over %s (kill %d, stop %d, restart %d, stop-all %d); N = %d, R = %d",
 		cfg.seed, len(plan), cfg.duration, kinds[chaos.Kill], kinds[chaos.Stop], kinds[chaos.Restart], kinds[chaos.StopAll], cfg.jobs, cfg.replicas)
 
-	ctx := context.Background()
+	// Ctrl-C ends the faults early and still stops every process and the server.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	say("starting a throwaway PostgreSQL (fsync on)")
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: map[string]string{"max_connections": "200"}})
 	if err != nil {
@@ -149,7 +157,8 @@ func peerChaos(args []string) error {
 		notes = append(notes, more...)
 	}
 	fmt.Println()
-	fmt.Printf("peer chaos, seed %d, N = %d, R = %d, D = %s, %s, River %s\n\n", cfg.seed, cfg.jobs, cfg.replicas, cfg.duration, serverVersion(ctx, cluster), riverVersion())
+	fmt.Printf("peer chaos, seed %d, N = %d, R = %d, D = %s, a fault every ~%s, stops up to %s, %s, River %s\n\n", cfg.seed, cfg.jobs, cfg.replicas,
+		cfg.duration, cfg.faultEvery, cfg.maxStop, serverVersion(ctx, cluster), riverVersion())
 	fmt.Print(chaos.Table(rows))
 	fmt.Println()
 	for _, n := range notes {
@@ -203,7 +212,7 @@ func soak(ctx context.Context, s *subject, cfg chaosConfig, plan []chaos.Fault, 
 	if s.sample != nil {
 		wg.Go(func() { s.sample(sampleCtx, sup) })
 	}
-	sup.Run(ctx, plan, func() string { return s.leader(ctx) })
+	sup.Run(ctx, t0, plan, func() string { return s.leader(ctx) })
 	stopSample()
 	wg.Wait()
 	var errs []error
@@ -242,6 +251,9 @@ func waitSettled(ctx context.Context, s *subject, fromMs int64, timeout time.Dur
 		ok, err := s.settled(ctx, fromMs)
 		if err == nil && ok {
 			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not every key admitted for a second from %s within %s (last error %v)",

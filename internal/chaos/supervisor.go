@@ -21,6 +21,9 @@ type Process struct {
 	Command func(owner string) *exec.Cmd
 	// Ready reports whether a line the process wrote to stderr says it is running.
 	Ready func(line []byte) bool
+	// Observe, if set, sees every line each process writes to stderr (to count what its log
+	// says). It runs on the process's log reader, not under the supervisor's lock.
+	Observe func(owner string, line []byte)
 }
 
 // Event is a change of a process, at wall-clock milliseconds (the local server's clock).
@@ -48,15 +51,16 @@ type proc struct {
 	exited    chan struct{}
 }
 
-// Supervisor runs Slots processes and applies a plan to them. At most one process is faulted at
-// a time (killed, stopped or restarting), besides StopAll, which needs all live: a plan's fault
-// that would exceed that is skipped and counted, so the soak tests takeover under faults, not how
-// few processes carry the load.
+// Supervisor runs Slots processes and applies a plan to them. At most MaxFaulted processes are
+// faulted at a time (killed, stopped or restarting), besides StopAll, which needs all live: a
+// plan's fault that would exceed that is skipped and counted, so the soak tests takeover under
+// faults, not how few processes carry the load.
 type Supervisor struct {
-	Process Process
-	Slots   int
-	Prefix  string // owner names: <Prefix><slot>-i<incarnation>
-	LogDir  string
+	Process    Process
+	Slots      int
+	MaxFaulted int    // 0 means 1
+	Prefix     string // owner names: <Prefix><slot>-i<incarnation>
+	LogDir     string
 
 	mu       sync.Mutex
 	procs    []*proc
@@ -67,6 +71,8 @@ type Supervisor struct {
 	Injected map[Kind]int // faults applied, by kind
 	Aimed    int          // faults that hit the leader
 	Skipped  int          // planned faults not applied (another process was faulted)
+	// StopAllStops are the processes stopped by StopAll faults (Injected[StopAll] counts the faults).
+	StopAllStops int
 }
 
 func (s *Supervisor) record(owner, what string) {
@@ -125,6 +131,9 @@ func (s *Supervisor) watch(p *proc, stderr io.Reader, logFile *os.File) {
 	for sc.Scan() {
 		line := sc.Bytes()
 		_, _ = logFile.Write(append(line, '\n'))
+		if s.Process.Observe != nil {
+			s.Process.Observe(p.owner, line)
+		}
 		if s.Process.Ready(line) {
 			s.mu.Lock()
 			if p.phase == starting {
@@ -198,11 +207,11 @@ type owed struct {
 	do func()
 }
 
-// Run applies plan from now on, then returns once every follow-up (SIGCONT, restart) is done.
-// leader names the owner the system calls its leader now ("" if none); a fault that aims at the
-// leader hits it when it is live.
-func (s *Supervisor) Run(ctx context.Context, plan []Fault, leader func() string) {
-	start := time.Now()
+// Run applies plan from start on (a whole second: the plan's faults land just after whole
+// seconds of it), then returns once every follow-up (SIGCONT, restart) is done. leader names the
+// owner the system calls its leader now ("" if none); a fault that aims at the leader hits it
+// when it is live.
+func (s *Supervisor) Run(ctx context.Context, start time.Time, plan []Fault, leader func() string) {
 	var pending []owed
 	next := 0
 	for next < len(plan) || len(pending) > 0 {
@@ -262,12 +271,13 @@ func (s *Supervisor) apply(f Fault, leader func() string) []owed {
 		s.Injected[StopAll]++
 		var out []owed
 		for _, p := range alive {
+			s.StopAllStops++
 			s.signal(p, syscall.SIGSTOP, "stop", stopped)
 			out = append(out, owed{at: time.Now().Add(f.Hold), do: cont(p)})
 		}
 		return out
 	}
-	if len(alive) < s.Slots || len(alive) == 0 {
+	if maxFaulted := max(s.MaxFaulted, 1); s.Slots-len(alive) >= maxFaulted || len(alive) == 0 {
 		s.Skipped++
 		return nil
 	}

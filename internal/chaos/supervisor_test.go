@@ -34,7 +34,7 @@ func TestSupervisorAppliesThePlanAndStops(t *testing.T) {
 		{At: 3 * time.Second, Kind: Kill, Hold: time.Second, Pick: 0},                         // x1-i2, back after 1 s
 		{At: 3100 * time.Millisecond, Kind: Stop, Hold: time.Second},                          // skipped: x1 is down
 	}
-	s.Run(context.Background(), plan, func() string { return "x2-i1" })
+	s.Run(context.Background(), time.Now(), plan, func() string { return "x2-i1" })
 	eventually.True(t, 30*time.Second, "every process ready after the plan", func() bool { return s.LiveCount() == 3 })
 
 	if want := map[Kind]int{Kill: 2, Stop: 1, Restart: 1}; !maps.Equal(s.Injected, want) || s.Skipped != 1 || s.Aimed != 1 {
