@@ -78,7 +78,8 @@ test-faults-matrix:
 
 # The long chaos soak: CHAOS_REPLICAS `qlsched run` processes, CHAOS_TRIGGERS every-second
 # triggers, random SIGKILL / SIGSTOP+SIGCONT / restarts for CHAOS_DURATION, then the audit and its
-# summary. QL_CHAOS_SEED=N fixes the driver's random choices (not their timing).
+# summary. QL_CHAOS_SEED=N fixes the fault plan (internal/chaos: times from the start, kinds, hold
+# times), not which replica holds a claim when an aimed fault lands.
 # CHAOS_BATCHES is each replica's --admit-batch (cycled over the replicas). 500 every-second
 # triggers are more than one-row admission carries on a 2-core machine with margin (four
 # replicas and the server: lag p99 about 950 ms against the 1 s period even before faults), so
@@ -102,6 +103,27 @@ chaos:
 # `make bench` for the batch comparison of docs/performance.md.
 bench-river:
 	cd bench/river && go run . --jobs 20000 --duration 30s
+
+# The peer under the same faults (issue 22): PEER_REPLICAS River clients with PEER_JOBS periodic
+# jobs every second, then as many `qlsched run` processes with as many every-second triggers, put
+# through one fault plan (seed PEER_SEED; 0 draws one and prints it) for PEER_DURATION on one
+# throwaway server, and one audit by scheduled second, printed as one table (bench/river chaos,
+# internal/chaos). PEER_SYSTEMS=river-plain,river,qlsched adds River on its defaults. The
+# docs/performance.md sitting: PEER_JOBS=100 and 500, PEER_DURATION=5m. peer-chaos-short is the
+# CI-sized run (N = 50, D = 45 s, seed 22): about 2 minutes (124 s here, build included).
+.PHONY: peer-chaos peer-chaos-short
+PEER_JOBS ?= 100
+PEER_REPLICAS ?= 3
+PEER_DURATION ?= 5m
+PEER_SEED ?= 0
+PEER_SYSTEMS ?= river,qlsched
+peer-chaos:
+	go build -o bin/qlsched ./cmd/qlsched
+	cd bench/river && go run . chaos --qlsched ../../bin/qlsched --jobs $(PEER_JOBS) --replicas $(PEER_REPLICAS) \
+	  --duration $(PEER_DURATION) --seed $(PEER_SEED) --systems $(PEER_SYSTEMS)
+
+peer-chaos-short:
+	@$(MAKE) --no-print-directory peer-chaos PEER_JOBS=50 PEER_DURATION=45s PEER_SEED=22
 
 bench:
 	go build -o bin/qlsched ./cmd/qlsched

@@ -8,6 +8,12 @@
 // to its insertion (created_at - scheduled_at, both database times).
 //
 //	cd bench/river && go run . --jobs 20000 --duration 30s
+//
+// `river chaos` (chaos.go) is the peer under faults: R River client processes (`river
+// chaos-client`) and R `qlsched run` processes put through one seeded fault plan on one server,
+// and one audit by scheduled second (internal/chaos):
+//
+//	go build -o bin/ ./cmd/qlsched && cd bench/river && go run . chaos --qlsched ../../bin/qlsched --jobs 50 --duration 45s
 package main
 
 import (
@@ -53,6 +59,17 @@ type result struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "chaos" || os.Args[1] == "chaos-client") {
+		run := peerChaos
+		if os.Args[1] == "chaos-client" {
+			run = chaosClient
+		}
+		if err := run(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "river "+os.Args[1]+":", err)
+			os.Exit(1)
+		}
+		return
+	}
 	jobs := flag.Int("jobs", 20000, "periodic jobs, each every second (1 … 100000)")
 	duration := flag.Duration("duration", 30*time.Second, "measured window (5s … 10m)")
 	warmup := flag.Duration("warmup", 5*time.Second, "time before the window: leader election, first ticks")

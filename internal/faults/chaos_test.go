@@ -3,11 +3,9 @@
 package faults
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,11 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/qlcontrol/controlcore/admin"
+	qlchaos "github.com/qlcontrol/controlcore/internal/chaos"
 	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	cronschedule "github.com/qlcontrol/controlcore/schedule"
@@ -68,6 +66,10 @@ import (
 // (mean time between faults, 2s), QL_CHAOS_MAX_FAULTED (1), QL_CHAOS_BATCHES (--admit-batch per
 // replica, cycled: 1), QL_CHAOS_RUN_FLAGS (extra flags of `qlsched run`). `make chaos` runs 10m, 4 replicas, 500 triggers, batches of 16. The replicas' logs are kept
 // when the soak fails.
+//
+// The fault plan (drawn from the seed before the faults start: their times from the start, kinds
+// and hold times) and the supervision of the replica processes are internal/chaos's, shared with
+// the peer comparison (`make peer-chaos`, bench/river), which applies the same plan to River.
 func TestChaosSoak(t *testing.T) {
 	cfg := chaosConfigFromEnv(t)
 	t.Logf("chaos soak: seed %d, %d replicas, %d triggers \"* * * * * *\" fire_once, lease %s, cadence %s, faults every ~%s (at most %d replica(s) down at once, besides stops of all) for %s, extra run flags %q",
@@ -98,8 +100,8 @@ func TestChaosSoak(t *testing.T) {
 		}
 		os.RemoveAll(logDir)
 	})
-	c := &chaos{cfg: cfg, bin: bin, url: d.URL("ql_runtime"), logDir: logDir, rng: rand.New(rand.NewPCG(cfg.seed, 0x5eed)),
-		claimsOf: func() map[string]bool {
+	c := newChaos(cfg, bin, d.URL("ql_runtime"), logDir,
+		func() map[string]bool {
 			owners := map[string]bool{}
 			rows, err := tg.su.Query(context.Background(), `SELECT DISTINCT claim_owner FROM control_core.trigger_schedules
 				WHERE claim_token IS NOT NULL AND claim_expires_at_ms > control_core.db_now_ms()`)
@@ -114,12 +116,10 @@ func TestChaosSoak(t *testing.T) {
 				}
 			}
 			return owners
-		}}
-	t.Cleanup(c.killAll)
-	for slot := range cfg.replicas {
-		c.start(slot)
-	}
-	eventually.True(t, 2*time.Minute, "every replica ready", func() bool { return c.liveCount() == cfg.replicas })
+		})
+	t.Cleanup(c.sup.KillAll)
+	c.sup.StartAll()
+	eventually.True(t, 2*time.Minute, "every replica ready", func() bool { return c.sup.LiveCount() == cfg.replicas })
 	eventually.True(t, time.Minute, "every trigger initialised", func() bool {
 		return tg.scalar("SELECT count(*) FROM control_core.trigger_schedules WHERE next_fire_at_ms IS NULL") == 0
 	})
@@ -135,11 +135,11 @@ func TestChaosSoak(t *testing.T) {
 	// fault must expire in database time and be taken over, and every occurrence due meanwhile
 	// admitted, before the end snapshot the audit compares with the start.
 	time.Sleep(cfg.lease + 5*time.Second)
-	c.stopAll()
+	c.sup.StopAll(30 * time.Second)
 	sampler.stop()
 	end := snapshot(t, tg)
-	if len(c.errs) > 0 {
-		t.Errorf("driver problems: %v", c.errs)
+	if err := c.sup.Err(); err != nil {
+		t.Errorf("driver problems: %v", err)
 	}
 
 	rep := c.audit(t, tg, sched, start, end, sampler.claims())
@@ -242,379 +242,104 @@ func buildQlsched(t *testing.T) string {
 	return bin
 }
 
-// ---- replica processes and the fault driver ----
+// ---- replica processes and the fault driver (internal/chaos) ----
 
-type eventKind string
+// counters are what one replica's log said.
+type counters struct{ takeovers, races, errors, candidates int }
 
-const (
-	evStart eventKind = "start"
-	evReady eventKind = "ready"
-	evKill  eventKind = "kill"
-	evStop  eventKind = "stop"
-	evCont  eventKind = "cont"
-	evTerm  eventKind = "term"
-	evExit  eventKind = "exit"
-)
-
-type event struct {
-	atMs  int64 // wall clock, the same clock the local server's now() reads
-	owner string
-	kind  eventKind
-}
-
-type phase int
-
-const (
-	phaseStarting phase = iota
-	phaseLive
-	phaseStopped
-	phaseExiting // killed or terminated, not yet reaped
-	phaseDead
-)
-
-type proc struct {
-	slot, inc int
-	owner     string
-	cmd       *exec.Cmd
-	phase     phase
-	exited    chan struct{}
-	// counted from its log
-	takeovers, races, errors, candidates int
-}
-
+// chaos is the soak's driver: the shared supervisor and fault plan of internal/chaos (which the
+// peer comparison of bench/river uses too), the counters read from the replicas' logs, and where
+// the faults aim.
 type chaos struct {
-	cfg    chaosConfig
-	bin    string
-	url    string
-	logDir string
-	rng    *rand.Rand
-
-	mu      sync.Mutex
-	procs   []*proc // every incarnation, in start order
-	current map[int]*proc
-	events  []event
-	errs    []string
-	wg      sync.WaitGroup
-
-	kills, stops, restarts, outages, outageStops, aimed int
-	claimsOf                                            func() map[string]bool // owners holding a live claim now
+	cfg  chaosConfig
+	sup  *qlchaos.Supervisor
+	rng  *rand.Rand // where an aimed fault lands among the claim holders
+	mu   sync.Mutex
+	logs map[string]*counters // by owner
+	// claimsOf returns the owners holding a live claim now.
+	claimsOf func() map[string]bool
 }
 
-// holders are the live replicas that hold a claim now.
-func (c *chaos) holders(live []*proc) []*proc {
-	owners := c.claimsOf()
-	var out []*proc
-	for _, p := range live {
-		if owners[p.owner] {
-			out = append(out, p)
-		}
+func newChaos(cfg chaosConfig, bin, url, logDir string, claimsOf func() map[string]bool) *chaos {
+	c := &chaos{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, 0xa1b)), logs: map[string]*counters{}, claimsOf: claimsOf}
+	c.sup = &qlchaos.Supervisor{Slots: cfg.replicas, MaxFaulted: cfg.maxFaulted, Prefix: "r", LogDir: logDir,
+		Process: qlchaos.Process{
+			Command: func(owner string) *exec.Cmd {
+				var slot int // owners are r<slot+1>-i<incarnation>
+				_, _ = fmt.Sscanf(owner, "r%d-", &slot)
+				cmd := exec.Command(bin, "run", "--owner", owner, "--lease", cfg.lease.String(),
+					"--cadence", cfg.cadence.String(), "--budget", "256", "--admit-batch", strconv.Itoa(cfg.batchOf(max(slot-1, 0))), "--drain-timeout", "5s",
+					"--http-addr", "127.0.0.1:0", "--log-format", "json")
+				cmd.Args = append(cmd.Args, cfg.runFlags...)
+				cmd.Env = append(os.Environ(), "QL_DATABASE_URL="+url)
+				return cmd
+			},
+			Ready:   func(line []byte) bool { return qlchaos.JSONMsg(line) == "replica running" },
+			Observe: c.observe,
+		}}
+	return c
+}
+
+// observe counts what a replica's log line says.
+func (c *chaos) observe(owner string, line []byte) {
+	var rec struct {
+		Level, Msg string
+		Candidates int
 	}
-	return out
-}
-
-func nowMs() int64 { return time.Now().UnixMilli() }
-
-func (c *chaos) record(owner string, kind eventKind) {
-	c.events = append(c.events, event{atMs: nowMs(), owner: owner, kind: kind})
-}
-
-// start runs a new incarnation in slot. Caller must not hold c.mu.
-func (c *chaos) start(slot int) {
+	if json.Unmarshal(line, &rec) != nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.current == nil {
-		c.current = map[int]*proc{}
-	}
-	inc := 1
-	if prev := c.current[slot]; prev != nil {
-		inc = prev.inc + 1
-	}
-	p := &proc{slot: slot, inc: inc, owner: fmt.Sprintf("r%d-i%d", slot+1, inc), exited: make(chan struct{})}
-	p.cmd = exec.Command(c.bin, "run", "--owner", p.owner, "--lease", c.cfg.lease.String(),
-		"--cadence", c.cfg.cadence.String(), "--budget", "256", "--admit-batch", strconv.Itoa(c.cfg.batchOf(slot)), "--drain-timeout", "5s",
-		"--http-addr", "127.0.0.1:0", "--log-format", "json")
-	p.cmd.Args = append(p.cmd.Args, c.cfg.runFlags...)
-	p.cmd.Env = append(os.Environ(), "QL_DATABASE_URL="+c.url)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logFile, err := os.Create(filepath.Join(c.logDir, p.owner+".log"))
-	if err != nil {
-		c.errs = append(c.errs, err.Error())
-		return
-	}
-	p.cmd.Stdout = logFile
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		c.errs = append(c.errs, err.Error())
-		return
-	}
-	if err := p.cmd.Start(); err != nil {
-		c.errs = append(c.errs, fmt.Sprintf("start %s: %v", p.owner, err))
-		return
-	}
-	c.current[slot] = p
-	c.procs = append(c.procs, p)
-	c.record(p.owner, evStart)
-	c.wg.Add(1)
-	go c.watch(p, stderr, logFile)
-}
-
-// watch reads a replica's log to its end, then reaps it.
-func (c *chaos) watch(p *proc, stderr io.Reader, logFile *os.File) {
-	defer c.wg.Done()
-	sc := bufio.NewScanner(stderr)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		_, _ = logFile.Write(append(line, '\n'))
-		var rec struct {
-			Level, Msg string
-			Candidates int
-		}
-		if json.Unmarshal(line, &rec) != nil {
-			continue
-		}
-		c.mu.Lock()
-		switch {
-		case rec.Msg == "replica running":
-			if p.phase == phaseStarting {
-				p.phase = phaseLive
-				c.record(p.owner, evReady)
-			}
-		case rec.Msg == "startup recovery done":
-			p.candidates += rec.Candidates
-		case rec.Msg == "took over an expired claim":
-			p.takeovers++
-		case strings.HasSuffix(rec.Msg, "lost its fence (race)"):
-			p.races++
-		case rec.Level == "ERROR":
-			p.errors++
-		}
-		c.mu.Unlock()
-	}
-	_ = p.cmd.Wait()
-	logFile.Close()
-	c.mu.Lock()
-	p.phase = phaseDead
-	c.record(p.owner, evExit)
-	c.mu.Unlock()
-	close(p.exited)
-}
-
-func (c *chaos) liveCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, p := range c.current {
-		if p.phase == phaseLive {
-			n++
-		}
-	}
-	return n
-}
-
-func (c *chaos) signal(p *proc, sig syscall.Signal, kind eventKind, next phase) {
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		c.errs = append(c.errs, fmt.Sprintf("%s %s: %v", kind, p.owner, err))
-		return
-	}
-	p.phase = next
-	c.record(p.owner, kind)
-}
-
-// pending is a follow-up action the driver owes: a SIGCONT or a restart.
-type pending struct {
-	at   time.Time
-	do   func()
-	what string
-}
-
-// drive injects faults for d: at random intervals (exponential, mean faultEvery) one of
-// SIGKILL (restart after 0.5–4 s), SIGSTOP (SIGCONT after 0.3 s – 2 × lease), a graceful restart
-// (SIGTERM, a new process once it exited), or rarely SIGSTOP of every live replica (1–3 s).
-func (c *chaos) drive(d time.Duration) {
-	deadline := time.Now().Add(d)
-	next := time.Now().Add(c.gap())
-	var owed []pending
-	for time.Now().Before(deadline) || len(owed) > 0 {
-		time.Sleep(20 * time.Millisecond) // the driver's tick
-		now := time.Now()
-		keep := owed[:0]
-		var due []pending
-		for _, p := range owed {
-			if now.After(p.at) {
-				due = append(due, p)
-			} else {
-				keep = append(keep, p)
-			}
-		}
-		owed = keep
-		for _, p := range due {
-			p.do()
-		}
-		if now.Before(deadline) && now.After(next) {
-			owed = append(owed, c.fault()...)
-			next = now.Add(c.gap())
-		}
-	}
-}
-
-// gap is the time to the next fault: exponential with mean faultEvery, moved to just after a
-// second boundary (0–120 ms), when every trigger has just fallen due and the replicas are busy
-// claiming and admitting, so that faults land on claims in hand.
-func (c *chaos) gap() time.Duration {
-	at := time.Now().Add(time.Duration(c.rng.ExpFloat64() * float64(c.cfg.faultEvery)))
-	at = at.Truncate(time.Second).Add(time.Second + c.uniform(0, 120*time.Millisecond))
-	return time.Until(at)
-}
-
-func (c *chaos) uniform(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(c.rng.Int64N(int64(hi-lo)+1))
-}
-
-// fault injects one fault and returns what it owes later.
-func (c *chaos) fault() []pending {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var live []*proc
-	for slot := range c.cfg.replicas {
-		if p := c.current[slot]; p != nil && p.phase == phaseLive {
-			live = append(live, p)
-		}
-	}
-	if len(live) == 0 {
-		return nil
-	}
-	faulted := c.cfg.replicas - len(live)
-	cont := func(p *proc) func() {
-		return func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if p.phase == phaseStopped {
-				c.signal(p, syscall.SIGCONT, evCont, phaseLive)
-			}
-		}
-	}
-	roll := c.rng.Float64()
-	if roll < 0.04 && faulted == 0 { // everyone at once
-		c.outages++
-		back := time.Now().Add(c.uniform(time.Second, 3*time.Second))
-		var owed []pending
-		for _, p := range live {
-			c.stops++
-			c.outageStops++
-			c.signal(p, syscall.SIGSTOP, evStop, phaseStopped)
-			owed = append(owed, pending{at: back, do: cont(p), what: "cont " + p.owner})
-		}
-		return owed
-	}
-	if faulted >= c.cfg.maxFaulted {
-		return nil
-	}
-	// A short soak must see every kind of fault (by chance alone, 14 faults miss a restart about
-	// once in a hundred soaks): from the fourth fault on, a kind not seen yet comes first.
-	if c.kills+c.stops-c.outageStops+c.restarts >= 3 {
-		switch {
-		case c.kills == 0:
-			roll = 0.1
-		case c.stops == c.outageStops:
-			roll = 0.5
-		case c.restarts == 0:
-			roll = 0.9
-		}
-	}
-	p := live[c.rng.IntN(len(live))]
-	if c.rng.IntN(2) == 0 { // aim at a replica holding a claim right now
-		for try := 0; try < 5; try++ {
-			if holders := c.holders(live); len(holders) > 0 {
-				p = holders[c.rng.IntN(len(holders))]
-				c.aimed++
-				break
-			}
-			time.Sleep(10 * time.Millisecond) // look again a little later in the busy window
-		}
+	n := c.logs[owner]
+	if n == nil {
+		n = &counters{}
+		c.logs[owner] = n
 	}
 	switch {
-	case roll < 0.38:
-		c.kills++
-		c.signal(p, syscall.SIGKILL, evKill, phaseExiting)
-		slot := p.slot
-		return []pending{{at: time.Now().Add(c.uniform(500*time.Millisecond, 4*time.Second)), what: "restart " + p.owner, do: func() {
-			<-p.exited
-			c.start(slot)
-		}}}
-	case roll < 0.72:
-		c.stops++
-		c.signal(p, syscall.SIGSTOP, evStop, phaseStopped)
-		return []pending{{at: time.Now().Add(c.uniform(300*time.Millisecond, 2*c.cfg.lease)), do: cont(p), what: "cont " + p.owner}}
-	default:
-		c.restarts++
-		c.signal(p, syscall.SIGTERM, evTerm, phaseExiting)
-		slot := p.slot
-		return []pending{{at: time.Now(), what: "restart " + p.owner, do: func() {
-			<-p.exited
-			c.start(slot)
-		}}}
+	case rec.Msg == "startup recovery done":
+		n.candidates += rec.Candidates
+	case rec.Msg == "took over an expired claim":
+		n.takeovers++
+	case strings.HasSuffix(rec.Msg, "lost its fence (race)"):
+		n.races++
+	case rec.Level == "ERROR":
+		n.errors++
 	}
 }
 
-// calm continues every stopped replica and restarts every dead slot, then waits for all to be
-// live, failing the soak if they do not come back.
+// holder is the fault plan's "leader" for qlsched, which has none: a replica holding a claim right
+// now, looked for a few times in the busy window just after a second boundary.
+func (c *chaos) holder() string {
+	for try := 0; try < 5; try++ {
+		var owners []string
+		for o := range c.claimsOf() {
+			owners = append(owners, o)
+		}
+		if len(owners) > 0 {
+			slices.Sort(owners)
+			return owners[c.rng.IntN(len(owners))]
+		}
+		time.Sleep(10 * time.Millisecond) // look again a little later in the busy window
+	}
+	return ""
+}
+
+// drive applies the seeded fault plan for d (internal/chaos: faults 0–120 ms after a second
+// boundary, exponential gaps of mean faultEvery; SIGKILL with a restart after 0.5–4 s, SIGSTOP with
+// a SIGCONT after 0.3 s – 2 × lease, a graceful restart, and rarely a SIGSTOP of every replica for
+// 1–3 s; half of them aimed at a replica holding a claim). It returns once every SIGCONT and
+// restart it owes is done.
+func (c *chaos) drive(d time.Duration) {
+	plan := qlchaos.NewPlan(qlchaos.PlanConfig{Seed: c.cfg.seed, Duration: d, FaultEvery: c.cfg.faultEvery, MaxStop: 2 * c.cfg.lease})
+	c.sup.Run(context.Background(), time.Now().Truncate(time.Second).Add(time.Second), plan, c.holder)
+}
+
+// calm waits for every replica to be live again after the faults, failing the soak if they do
+// not come back.
 func (c *chaos) calm(t *testing.T) {
 	t.Helper()
-	c.mu.Lock()
-	var dead []int
-	for slot := range c.cfg.replicas {
-		p := c.current[slot]
-		switch {
-		case p == nil || p.phase == phaseDead:
-			dead = append(dead, slot)
-		case p.phase == phaseStopped:
-			c.signal(p, syscall.SIGCONT, evCont, phaseLive)
-		}
-	}
-	c.mu.Unlock()
-	for _, slot := range dead {
-		c.start(slot)
-	}
-	eventually.True(t, time.Minute, "every replica live again after the faults", func() bool { return c.liveCount() == c.cfg.replicas })
-}
-
-// stopAll stops every replica gracefully and waits for them.
-func (c *chaos) stopAll() {
-	c.mu.Lock()
-	var ps []*proc
-	for _, p := range c.current {
-		if p.phase == phaseStopped {
-			c.signal(p, syscall.SIGCONT, evCont, phaseLive)
-		}
-		if p.phase != phaseDead {
-			c.signal(p, syscall.SIGTERM, evTerm, phaseExiting)
-			ps = append(ps, p)
-		}
-	}
-	c.mu.Unlock()
-	for _, p := range ps {
-		select {
-		case <-p.exited:
-		case <-time.After(30 * time.Second):
-			c.mu.Lock()
-			c.errs = append(c.errs, p.owner+" did not stop within 30 s of SIGTERM")
-			c.mu.Unlock()
-		}
-	}
-}
-
-// killAll is the test's cleanup: nothing it started outlives it.
-func (c *chaos) killAll() {
-	c.mu.Lock()
-	for _, p := range c.procs {
-		if p.phase != phaseDead && p.cmd.Process != nil {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
-			_ = p.cmd.Process.Kill()
-		}
-	}
-	c.mu.Unlock()
-	c.wg.Wait()
+	eventually.True(t, time.Minute, "every replica live again after the faults", func() bool { return c.sup.LiveCount() == c.cfg.replicas })
 }
 
 // ---- observing the database ----
@@ -770,21 +495,24 @@ func (c *chaos) audit(t *testing.T, tg *target, sched *cronschedule.Schedule, st
 	ctx := context.Background()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := chaosReport{cfg: c.cfg, triggers: len(start), kills: c.kills, stops: c.stops, restarts: c.restarts, outages: c.outages,
-		outageStops: c.outageStops, aimed: c.aimed, incarnations: len(c.procs)}
-	for _, p := range c.procs {
-		r.takeoversLog += int64(p.takeovers)
-		r.races += int64(p.races)
-		r.replicaErrors += int64(p.errors)
-		r.recoveryCandidates += int64(p.candidates)
+	sup := c.sup
+	r := chaosReport{cfg: c.cfg, triggers: len(start), kills: sup.Injected[qlchaos.Kill], stops: sup.Injected[qlchaos.Stop] + sup.StopAllStops,
+		restarts: sup.Injected[qlchaos.Restart], outages: sup.Injected[qlchaos.StopAll], outageStops: sup.StopAllStops, aimed: sup.Aimed,
+		incarnations: sup.Started()}
+	for _, n := range c.logs {
+		r.takeoversLog += int64(n.takeovers)
+		r.races += int64(n.races)
+		r.replicaErrors += int64(n.errors)
+		r.recoveryCandidates += int64(n.candidates)
 	}
+	events := sup.Events()
 	faultsOf := map[string][]int64{}
-	for _, e := range c.events {
-		switch e.kind {
-		case evReady:
+	for _, e := range events {
+		switch e.What {
+		case "ready":
 			r.readied++
-		case evKill, evStop, evTerm:
-			faultsOf[e.owner] = append(faultsOf[e.owner], e.atMs)
+		case "kill", "stop", "term":
+			faultsOf[e.Owner] = append(faultsOf[e.Owner], e.AtMs)
 		}
 	}
 	grace := c.cfg.cadence.Milliseconds() + 1000
@@ -798,19 +526,19 @@ func (c *chaos) audit(t *testing.T, tg *target, sched *cronschedule.Schedule, st
 		count int
 	}
 	var steps []liveStep
-	for _, e := range c.events {
-		switch e.kind {
-		case evReady, evCont:
-			live[e.owner] = true
-		case evKill, evStop, evTerm, evExit:
-			delete(live, e.owner)
+	for _, e := range events {
+		switch e.What {
+		case "ready", "cont":
+			live[e.Owner] = true
+		case "kill", "stop", "term", "exit":
+			delete(live, e.Owner)
 		}
-		steps = append(steps, liveStep{e.atMs, len(live)})
+		steps = append(steps, liveStep{e.AtMs, len(live)})
 		if len(live) == 0 && downSince < 0 {
-			downSince = e.atMs
+			downSince = e.AtMs
 		} else if len(live) > 0 && downSince >= 0 {
-			outages = append(outages, interval{downSince, e.atMs + grace})
-			r.outageMs += e.atMs - downSince
+			outages = append(outages, interval{downSince, e.AtMs + grace})
+			r.outageMs += e.AtMs - downSince
 			downSince = -1
 		}
 	}

@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/qlcontrol/controlcore/internal/chaos"
+	"github.com/qlcontrol/controlcore/internal/pgcluster"
+)
+
+type chaosConfig struct {
+	jobs, replicas   int
+	duration, warmup time.Duration
+	faultEvery       time.Duration
+	maxStop          time.Duration
+	seed             uint64
+	qlsched          string
+	systems          []string
+	settle           time.Duration
+}
+
+func (c chaosConfig) validate() error {
+	switch {
+	case c.jobs < 1 || c.jobs > 5000:
+		return fmt.Errorf("--jobs %d: want 1 … 5000", c.jobs)
+	case c.replicas < 3 || c.replicas > 8:
+		return fmt.Errorf("--replicas %d: want 3 … 8", c.replicas)
+	case c.duration%time.Second != 0:
+		return fmt.Errorf("--duration %s: want whole seconds", c.duration)
+	case c.warmup < 0 || c.settle < 10*time.Second:
+		return fmt.Errorf("--warmup ≥ 0, --settle ≥ 10s")
+	}
+	for _, s := range c.systems {
+		switch s {
+		case "river", "river-plain":
+		case "qlsched":
+			if c.qlsched == "" {
+				return errors.New("--qlsched: the qlsched binary is required for system qlsched")
+			}
+		default:
+			return fmt.Errorf("--systems %q: want river, river-plain and/or qlsched", s)
+		}
+	}
+	p := chaos.DefaultPlanConfig(c.seed, c.duration)
+	p.FaultEvery, p.MaxStop = c.faultEvery, c.maxStop
+	return p.Validate()
+}
+
+// subject is one system under the soak, as the driver sees it.
+type subject struct {
+	name     string
+	prefix   string
+	process  chaos.Process
+	keys     []string
+	leader   func(ctx context.Context) string
+	settled  func(ctx context.Context, fromMs int64) (bool, error) // every key admitted for a second ≥ fromMs
+	admitted func(ctx context.Context) ([]chaos.Admission, error)
+	sample   func(ctx context.Context, sup *chaos.Supervisor) // while faults run; nil for none
+	notes    func() []string
+}
+
+// peerChaos is `river chaos`: the same seeded fault plan applied to R River clients and to R
+// `qlsched run` processes, one after the other on one throwaway server, and one audit.
+func peerChaos(args []string) error {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	var cfg chaosConfig
+	var systems string
+	fs.IntVar(&cfg.jobs, "jobs", 50, "N: periodic jobs (River) and triggers (qlsched), each every second (1 … 5000)")
+	fs.IntVar(&cfg.replicas, "replicas", 3, "R: processes of each system (3 … 8)")
+	fs.DurationVar(&cfg.duration, "duration", 45*time.Second, "D: the fault phase and the audited window, whole seconds (5s … 1h)")
+	fs.DurationVar(&cfg.warmup, "warmup", 5*time.Second, "time after every process is live and every key admitted, before the faults")
+	fs.DurationVar(&cfg.faultEvery, "fault-every", 2*time.Second, "mean time between faults")
+	fs.DurationVar(&cfg.maxStop, "max-stop", 6*time.Second, "longest SIGSTOP of one process (River's leader TTL is 15 s)")
+	fs.DurationVar(&cfg.settle, "settle", 60*time.Second, "after the faults, how long every key may take to be admitted again")
+	seed := fs.Uint64("seed", 0, "the fault plan's seed (0: from the clock, printed)")
+	fs.StringVar(&cfg.qlsched, "qlsched", "", "the qlsched binary (go build -o bin/ ./cmd/qlsched)")
+	fs.StringVar(&systems, "systems", "river,qlsched", "which systems, in order: river (unique jobs by period + RunOnStart), river-plain (River's defaults), qlsched")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.seed = *seed
+	if cfg.seed == 0 {
+		cfg.seed = uint64(time.Now().UnixNano()) % 1_000_000
+	}
+	cfg.systems = strings.Split(systems, ",")
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	planCfg := chaos.DefaultPlanConfig(cfg.seed, cfg.duration)
+	planCfg.FaultEvery, planCfg.MaxStop = cfg.faultEvery, cfg.maxStop
+	plan := chaos.NewPlan(planCfg)
+	kinds := map[chaos.Kind]int{}
+	for _, f := range plan {
+		kinds[f.Kind]++
+	}
+	say("seed %d: %d faults planned over %s (kill %d, stop %d, restart %d, stop-all %d); N = %d, R = %d",
+		cfg.seed, len(plan), cfg.duration, kinds[chaos.Kill], kinds[chaos.Stop], kinds[chaos.Restart], kinds[chaos.StopAll], cfg.jobs, cfg.replicas)
+
+	// Ctrl-C ends the faults early and still stops every process and the server.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	say("starting a throwaway PostgreSQL (fsync on)")
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: map[string]string{"max_connections": "200"}})
+	if err != nil {
+		return err
+	}
+	defer cluster.Stop() //nolint:errcheck // best effort on the way out
+	logDir, err := os.MkdirTemp("", "peer-chaos-")
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var rows []chaos.Row
+	var notes []string
+	failed := false
+	for _, name := range cfg.systems {
+		var s *subject
+		var closeFn func()
+		switch name {
+		case "river", "river-plain":
+			s, closeFn, err = riverSubject(ctx, cluster, self, cfg.jobs, name == "river-plain")
+		case "qlsched":
+			s, closeFn, err = qlschedSubject(ctx, cluster, cfg.qlsched, cfg.jobs)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		row, more, err := soak(ctx, s, cfg, plan, logDir)
+		closeFn()
+		if err != nil {
+			failed = true
+			notes = append(notes, fmt.Sprintf("%s: %v", name, err))
+		}
+		if name == "qlsched" && row.Result.Duplicated > 0 {
+			failed = true
+			notes = append(notes, fmt.Sprintf("qlsched: %d duplicated admissions; want 0 (the ADR's exactly-once)", row.Result.Duplicated))
+		}
+		rows = append(rows, row)
+		notes = append(notes, more...)
+	}
+	fmt.Println()
+	fmt.Printf("peer chaos, seed %d, N = %d, R = %d, D = %s, a fault every ~%s, stops up to %s, %s, River %s\n\n", cfg.seed, cfg.jobs, cfg.replicas,
+		cfg.duration, cfg.faultEvery, cfg.maxStop, serverVersion(ctx, cluster), riverVersion())
+	fmt.Print(chaos.Table(rows))
+	fmt.Println()
+	for _, n := range notes {
+		fmt.Println("- " + n)
+	}
+	if failed {
+		return fmt.Errorf("a soak failed; logs kept in %s", logDir)
+	}
+	return os.RemoveAll(logDir)
+}
+
+func say(format string, args ...any) { fmt.Fprintf(os.Stderr, "peer-chaos: "+format+"\n", args...) }
+
+func serverVersion(ctx context.Context, c *pgcluster.Cluster) string {
+	conn, err := pgx.Connect(ctx, c.URL("postgres", "postgres"))
+	if err != nil {
+		return "PostgreSQL (version unknown)"
+	}
+	defer conn.Close(ctx)
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
+		return "PostgreSQL (version unknown)"
+	}
+	return "PostgreSQL " + v
+}
+
+// soak runs one system through the plan: start R processes, wait until each is live and every
+// key admitted, warm up, apply the plan from a whole second T0, bring every process back, wait
+// until every key is admitted again after T0 + D, stop them, and audit [T0, T0 + D).
+func soak(ctx context.Context, s *subject, cfg chaosConfig, plan []chaos.Fault, logDir string) (chaos.Row, []string, error) {
+	row := chaos.Row{System: s.name, Jobs: cfg.jobs, Procs: cfg.replicas}
+	sup := &chaos.Supervisor{Process: s.process, Slots: cfg.replicas, Prefix: s.prefix, LogDir: logDir}
+	defer sup.KillAll()
+	say("%s: starting %d processes", s.name, cfg.replicas)
+	sup.StartAll()
+	if err := sup.WaitLive(ctx, 2*time.Minute); err != nil {
+		return row, nil, err
+	}
+	if err := waitSettled(ctx, s, time.Now().UnixMilli(), time.Minute); err != nil {
+		return row, nil, fmt.Errorf("before the faults: %w", err)
+	}
+	// A sleep on purpose: the soak measures a span of wall-clock time, and the first seconds are
+	// left out of the audited window.
+	time.Sleep(cfg.warmup)
+	t0 := time.Now().Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(t0))
+	w := chaos.Window{FromMs: t0.UnixMilli(), ToMs: t0.Add(cfg.duration).UnixMilli()}
+	say("%s: faults from %s for %s", s.name, t0.UTC().Format("15:04:05"), cfg.duration)
+	sampleCtx, stopSample := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if s.sample != nil {
+		wg.Go(func() { s.sample(sampleCtx, sup) })
+	}
+	sup.Run(ctx, t0, plan, func() string { return s.leader(ctx) })
+	stopSample()
+	wg.Wait()
+	var errs []error
+	if err := sup.WaitLive(ctx, 2*time.Minute); err != nil {
+		errs = append(errs, err)
+	}
+	settleFrom := max(w.ToMs, time.Now().UnixMilli()) + 1000
+	if err := waitSettled(ctx, s, settleFrom, cfg.settle); err != nil {
+		errs = append(errs, fmt.Errorf("after the faults: %w", err))
+	}
+	sup.StopAll(30 * time.Second)
+	adm, err := s.admitted(ctx)
+	if err != nil {
+		return row, nil, err
+	}
+	row.Window, row.Result = w, chaos.Audit(s.keys, w, adm)
+	row.Injected, row.Aimed, row.Started = sup.Injected, sup.Aimed, sup.Started()
+	notes := []string{fmt.Sprintf("%s: %d processes started (restarts included); %d planned faults skipped because a process was already down",
+		s.name, row.Started, sup.Skipped)}
+	if row.Result.Gaps > 0 {
+		notes = append(notes, fmt.Sprintf("%s: %d gaps, %d of them followed by an admission of the same key", s.name, row.Result.Gaps, row.Result.GapsResumed))
+	}
+	if s.notes != nil {
+		notes = append(notes, s.notes()...)
+	}
+	if err := sup.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return row, notes, errors.Join(errs...)
+}
+
+// waitSettled polls until every key of s was admitted for a second ≥ fromMs.
+func waitSettled(ctx context.Context, s *subject, fromMs int64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := s.settled(ctx, fromMs)
+		if err == nil && ok {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not every key admitted for a second from %s within %s (last error %v)",
+				time.UnixMilli(fromMs).UTC().Format("15:04:05"), timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the database
+	}
+}
+
+// riverSubject migrates River into its own database and describes its clients: this binary's
+// chaos-client mode. The leader is River's river_leader row.
+//
+// plain runs River's defaults instead of its best configuration (chaos_client.go).
+func riverSubject(ctx context.Context, c *pgcluster.Cluster, self string, n int, plain bool) (*subject, func(), error) {
+	database, name, extra := "river_chaos", "River "+riverVersion(), []string(nil)
+	if plain {
+		database, name, extra = "river_plain_chaos", "River "+riverVersion()+", defaults", []string{"--plain"}
+	}
+	conn, err := pgx.Connect(ctx, c.URL("postgres", "postgres"))
+	if err != nil {
+		return nil, nil, err
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+database)
+	conn.Close(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	url := c.URL("postgres", database)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, nil, err
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("river migrations: %w", err)
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = strconv.Itoa(i)
+	}
+	leader := func(ctx context.Context) string {
+		var id string
+		_ = pool.QueryRow(ctx, "SELECT leader_id FROM river_leader WHERE expires_at > now()").Scan(&id)
+		return id
+	}
+	var mu sync.Mutex
+	var leaderless time.Duration
+	elections := map[time.Time]bool{}
+	s := &subject{name: name, prefix: "river", keys: keys, leader: leader,
+		process: chaos.Process{
+			Command: func(owner string) *exec.Cmd {
+				return exec.Command(self, append([]string{"chaos-client", "--database-url", url, "--id", owner, "--jobs", strconv.Itoa(n)}, extra...)...)
+			},
+			Ready: func(line []byte) bool { return chaos.JSONMsg(line) == "river client started" },
+		},
+		settled: func(ctx context.Context, fromMs int64) (bool, error) {
+			var k int
+			err := pool.QueryRow(ctx, `SELECT count(DISTINCT args->>'job') FROM river_job
+				WHERE kind = 'peer_nop' AND scheduled_at >= to_timestamp($1::float8 / 1000)`, fromMs).Scan(&k)
+			return k == n, err
+		},
+		// scheduled_at is the enqueuer's in-memory next run time, from everySecond: a whole second,
+		// exactly. A RunOnStart job is scheduled at the instant its leader started enqueuing; it is
+		// that second's occurrence (its unique key is the second it falls in), so the scheduled
+		// second is scheduled_at truncated to the second. created_at is the inserting transaction's
+		// now(), on the same host's clock.
+		admitted: func(ctx context.Context) ([]chaos.Admission, error) {
+			rows, err := pool.Query(ctx, `SELECT args->>'job',
+				(floor(extract(epoch FROM scheduled_at)) * 1000)::bigint,
+				floor(extract(epoch FROM created_at) * 1000)::bigint
+				FROM river_job WHERE kind = 'peer_nop'`)
+			if err != nil {
+				return nil, err
+			}
+			return pgx.CollectRows(rows, func(row pgx.CollectableRow) (chaos.Admission, error) {
+				var a chaos.Admission
+				err := row.Scan(&a.Key, &a.SecondMs, &a.AdmittedMs)
+				return a, err
+			})
+		},
+		// Every 100 ms: the time with no live leader (no unexpired river_leader row, or its
+		// client killed, stopped or exiting) and the elections seen.
+		sample: func(ctx context.Context, sup *chaos.Supervisor) {
+			last := time.Now()
+			for ctx.Err() == nil {
+				time.Sleep(100 * time.Millisecond) // the sampler's tick
+				var id string
+				var elected time.Time
+				err := pool.QueryRow(ctx, "SELECT leader_id, elected_at FROM river_leader WHERE expires_at > now()").Scan(&id, &elected)
+				now := time.Now()
+				mu.Lock()
+				if err == nil {
+					elections[elected] = true
+				}
+				if (err != nil && errors.Is(err, pgx.ErrNoRows)) || (err == nil && !sup.IsLive(id)) {
+					leaderless += now.Sub(last)
+				}
+				mu.Unlock()
+				last = now
+			}
+		},
+	}
+	s.notes = func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var onStart int64
+		_ = pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
+			WHERE kind = 'peer_nop' AND scheduled_at <> date_trunc('second', scheduled_at)`).Scan(&onStart)
+		return []string{fmt.Sprintf("%s: %d leader terms seen during the faults; %.1f s with no live leader (no unexpired river_leader row, or its client down); %d jobs inserted by RunOnStart (scheduled_at off a whole second)",
+			name, len(elections), leaderless.Seconds(), onStart)}
+	}
+	return s, pool.Close, nil
+}
+
+// qlschedSubject prepares qlsched's database and describes its replicas. qlsched has no leader;
+// a fault "at the leader" hits a replica holding a live claim, as in the faults soak.
+func qlschedSubject(ctx context.Context, c *pgcluster.Cluster, bin string, n int) (*subject, func(), error) {
+	q, err := chaos.PrepareQlsched(ctx, c, "qlsched_chaos", n)
+	if err != nil {
+		return nil, nil, err
+	}
+	run := chaos.QlschedRun{Lease: 3 * time.Second, Cadence: 500 * time.Millisecond, Batch: 16}
+	s := &subject{name: "qlsched", prefix: "r", keys: q.Triggers, leader: q.Holder,
+		process: q.Process(bin, run),
+		settled: func(ctx context.Context, fromMs int64) (bool, error) {
+			var k int
+			err := q.Su.QueryRow(ctx, "SELECT count(DISTINCT trigger_id) FROM control_core.runs WHERE scheduled_for_ms >= $1", fromMs).Scan(&k)
+			return k == n, err
+		},
+		admitted: q.Admissions,
+		notes: func() []string {
+			return []string{fmt.Sprintf("qlsched: `qlsched run --lease %s --cadence %s --admit-batch %d --budget 256`; misfire fire_once: a missed occurrence is a skip the policy decides, and a gap ends in a catch-up of the latest due occurrence",
+				run.Lease, run.Cadence, run.Batch)}
+		},
+	}
+	return s, q.Su.Close, nil
+}
