@@ -465,6 +465,9 @@ func ceilingRound(ctx context.Context, store *coordinator.Store, q *db.Queries, 
 	}
 	p := db.CeilingAdmitParams{OccurrenceOffsetMs: offset}
 	for _, c := range claims {
+		if c.CursorMs == nil { // a row the bench did not set due: another project's, never initialised
+			return 0, fmt.Errorf("ceiling: claimed %s/%s, which the bench did not set up: run the bench on a database of its own", c.ProjectID, c.TriggerID)
+		}
 		p.ProjectIds, p.TriggerIds, p.TaskIds = append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID), append(p.TaskIds, c.TaskID)
 		p.TaskRevisions, p.TriggerRevisions = append(p.TaskRevisions, c.TaskRevision), append(p.TriggerRevisions, c.TriggerRevision)
 		p.ExecutionRevisionIds = append(p.ExecutionRevisionIds, c.ExecutionRevisionID)
