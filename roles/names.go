@@ -23,11 +23,21 @@ var prefixPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,40}$`)
 // <prefix>runtime, <prefix>worker_ingress.
 func NewNames(prefix string) (Names, error) {
 	if !prefixPattern.MatchString(prefix) {
-		return Names{}, fmt.Errorf("--role-prefix %q: want a lower-case identifier prefix matching %s", prefix, prefixPattern)
+		return Names{}, &PrefixError{Prefix: prefix}
 	}
 	return Names{Prefix: prefix, Owner: prefix + "owner", Admin: prefix + "admin",
 		Runtime: prefix + "runtime", WorkerIngress: prefix + "worker_ingress"}, nil
 }
+
+// PrefixError is a role prefix that NewNames refuses; commands name their flag with it.
+type PrefixError struct{ Prefix string }
+
+// Want says what a prefix must be.
+func (e *PrefixError) Want() string {
+	return "a lower-case identifier prefix matching " + prefixPattern.String()
+}
+
+func (e *PrefixError) Error() string { return fmt.Sprintf("role prefix %q: want %s", e.Prefix, e.Want()) }
 
 // All lists the four names, owner first.
 func (n Names) All() []string { return []string{n.Owner, n.Admin, n.Runtime, n.WorkerIngress} }

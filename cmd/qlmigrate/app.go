@@ -30,7 +30,7 @@ func (a *app) validateFlags() error {
 	}
 	names, err := roles.NewNames(a.rolePrefix)
 	if err != nil {
-		return &cli.UsageError{Err: err}
+		return cli.RolePrefixError(err)
 	}
 	a.names = names
 	return nil

@@ -93,7 +93,7 @@ func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
 		{"--lock-timeout too short", []string{"up", "--lock-timeout", "10ms"}, "--lock-timeout 10ms: want 100ms … 24h0m0s"},
 		{"accept --version 0", []string{"accept", "--version", "0", "--reason", "x"}, "--version 0: want a migration version, 1 or more"},
 		{"accept --version beyond the last migration", []string{"accept", "--version", "19", "--reason", "x"}, "--version 19: the stream has versions 1 … 18"},
-		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, "--role-prefix"},
+		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, `--role-prefix "Robert'); DROP": want a lower-case identifier prefix`},
 		{"extra argument", []string{"status", "now"}, "unknown command"},
 		{"unparseable URL", []string{"status", "--database-url", "postgres://u:hunter2@127.0.0.1:1/x%zz"}, "cannot parse"},
 		{"verify: bad format", []string{"verify", "--format", "yaml"}, `--format "yaml": want text or json`},

@@ -97,6 +97,7 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"run", "--http-addr", "127.0.0.1:99999"}, "not a number in 0 … 65535"},
 		{[]string{"run", "--http-addr", "127.0.0.1:-1"}, "not a number in 0 … 65535"},
 		{[]string{"run", "--owner", "has space"}, "--owner"},
+		{[]string{"run", "--role-prefix", "Robert'); DROP"}, `--role-prefix "Robert'); DROP": want a lower-case identifier prefix`},
 		{[]string{"run", "--log-format", "xml"}, "--log-format"},
 		{[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "@every 5s"}, "--cron: "},
 		{[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "61 * * * *"}, "--cron: "},

@@ -120,7 +120,7 @@ Any number of replicas may run against one database; there is no leader.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			names, err := roles.NewNames(rolePrefix)
 			if err != nil {
-				return cli.Usagef("--role-prefix: %v", err)
+				return cli.RolePrefixError(err)
 			}
 			return a.run(cmd.Context(), cfg, runOptions{httpAddr, withdrawGrace, backlogInterval, names})
 		},

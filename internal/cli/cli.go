@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/qlcontrol/controlcore/internal/dbconn"
+	"github.com/qlcontrol/controlcore/roles"
 )
 
 // Exit codes of every command.
@@ -174,4 +175,13 @@ func wrapArgs(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		wrapArgs(sub)
 	}
+}
+
+// RolePrefixError maps roles.NewNames' refusal onto the --role-prefix flag both binaries take.
+func RolePrefixError(err error) error {
+	var pe *roles.PrefixError
+	if errors.As(err, &pe) {
+		return Usagef("--role-prefix %q: want %s", pe.Prefix, pe.Want())
+	}
+	return &UsageError{Err: err}
 }
