@@ -171,3 +171,32 @@ func TestClaimInFlightAtPauseIsRefusedAtAdmit(t *testing.T) {
 		t.Errorf("%d runs; want 1 (the control)", n)
 	}
 }
+
+// Apply follows the publishers' choice: edits into a paused project are applied (they take effect
+// on resume) and the project stays paused; apply never changes a project's state.
+func TestApplyIntoAPausedProject(t *testing.T) {
+	t.Parallel()
+	f := newApplyFixture(t)
+	ctx := context.Background()
+	text := exampleFile(t)
+	if _, err := f.pub.Apply(ctx, parse(t, "schedules.yaml", text), admin.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pub.PauseProject(ctx, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	edited := edit(t, text, `cron: "* * * * *"`, `cron: "*/2 * * * *"`)
+	plan, err := f.pub.Apply(ctx, parse(t, "schedules.yaml", edited), admin.ApplyOptions{})
+	if err != nil {
+		t.Fatalf("apply into a paused project: %v", err)
+	}
+	if plan.InSync {
+		t.Errorf("apply found nothing to change:\n%s", actions(plan))
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.trigger_revisions WHERE cron_spec = '*/2 * * * *'`); n != 1 {
+		t.Errorf("%d revisions with the edited spec; want 1", n)
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.projects WHERE project_id = 'ops' AND state = 'paused'`); n != 1 {
+		t.Error("apply changed the paused project's state")
+	}
+}
