@@ -140,7 +140,7 @@ func (p *Publisher) Apply(ctx context.Context, s *Schedules, opts ApplyOptions) 
 					}
 					created[id] = created[id] || pc.Created
 				}
-				if err := lockActiveProject(ctx, q, id, "qlsched apply"); err != nil {
+				if err := lockWritableProject(ctx, q, id, "qlsched apply"); err != nil {
 					return err
 				}
 				locked[id] = true

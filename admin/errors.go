@@ -36,7 +36,7 @@ func (e *FieldError) Unwrap() error { return e.Err }
 func fieldErr(field string, err error) error { return &FieldError{Field: field, Err: err} }
 
 // ErrNotFound means a project, task, trigger or Run named by a command does not exist (or, for a
-// publish, the project is not active).
+// publish, the project is archived; for pause or resume, not in the state it changes from).
 var ErrNotFound = errors.New("not found")
 
 // ValidateID checks a project, task or trigger identifier against the database's CHECK; field is

@@ -584,7 +584,7 @@ func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev i
 // errNothingWritten rolls back a publish that found nothing to change.
 var errNothingWritten = errors.New("nothing written")
 
-// inProject runs fn in one transaction holding the audited lock of an active project. fn reports
+// inProject runs fn in one transaction holding the audited lock of an active or paused project. fn reports
 // whether it wrote anything; when it did not, the transaction is rolled back, the lock's audit row
 // with it, so an unchanged publish leaves no trace. It runs fn once and retries nothing: any error
 // (a serialization failure or a lost connection included) rolls the whole publish back and is
@@ -592,7 +592,7 @@ var errNothingWritten = errors.New("nothing written")
 func (p *Publisher) inProject(ctx context.Context, project, reason string, fn func(q *db.Queries) (wrote bool, err error)) error {
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		if err := lockActiveProject(ctx, q, project, reason); err != nil {
+		if err := lockWritableProject(ctx, q, project, reason); err != nil {
 			return err
 		}
 		wrote, err := fn(q)
@@ -607,23 +607,104 @@ func (p *Publisher) inProject(ctx context.Context, project, reason string, fn fu
 	return err
 }
 
-// lockActiveProject takes the audited lock of a project (lock_project: it writes an audit row
+// lockWritableProject takes the audited lock of a project (lock_project: it writes an audit row
 // with the reason) inside the caller's transaction and checks, under the lock, that the project
-// is active: a publish into a paused or archived project is refused as ErrNotFound.
-func lockActiveProject(ctx context.Context, q *db.Queries, project, reason string) error {
-	if _, err := q.LockProject(ctx, db.LockProjectParams{ProjectID: project, Reason: reason}); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound { // from lock_project
-			return fmt.Errorf("project %s: %w (create it first)", project, ErrNotFound)
-		}
-		return fmt.Errorf("lock project %s: %w", project, err)
-	}
-	proj, err := q.GetProject(ctx, project)
+// takes publishes: active or paused. Edits to a paused project are allowed (they are claimed once
+// it is resumed); a publish into an archived project is refused as ErrNotFound.
+func lockWritableProject(ctx context.Context, q *db.Queries, project, reason string) error {
+	proj, err := lockProject(ctx, q, project, reason)
 	if err != nil {
-		return fmt.Errorf("read project %s: %w", project, err)
+		return err
 	}
-	if proj.State != "active" {
+	if proj.State != ProjectActive && proj.State != ProjectPaused {
 		return fmt.Errorf("project %s is %s: %w", project, proj.State, ErrNotFound)
 	}
 	return nil
+}
+
+// lockProject takes the audited lock of a project and reads it under the lock.
+func lockProject(ctx context.Context, q *db.Queries, project, reason string) (db.GetProjectRow, error) {
+	if _, err := q.LockProject(ctx, db.LockProjectParams{ProjectID: project, Reason: reason}); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound { // from lock_project
+			return db.GetProjectRow{}, fmt.Errorf("project %s: %w (create it first)", project, ErrNotFound)
+		}
+		return db.GetProjectRow{}, fmt.Errorf("lock project %s: %w", project, err)
+	}
+	proj, err := q.GetProject(ctx, project)
+	if err != nil {
+		return proj, fmt.Errorf("read project %s: %w", project, err)
+	}
+	return proj, nil
+}
+
+// The states of a project (the CHECK of projects.state, pg-0002).
+const (
+	ProjectActive   = "active"
+	ProjectPaused   = "paused"
+	ProjectArchived = "archived"
+)
+
+// ProjectStateChanged says what PauseProject or ResumeProject did: State and Revision are the
+// project's after the command; Unchanged is true when it already was in that state (nothing
+// was written, not even the lock's audit row).
+type ProjectStateChanged struct {
+	ProjectID     string `json:"project_id"`
+	Action        string `json:"action"` // pause or resume
+	State         string `json:"state"`
+	Revision      int64  `json:"revision"`
+	ContentDigest string `json:"content_digest"`
+	Unchanged     bool   `json:"unchanged"`
+}
+
+// PauseProject pauses an active project: in one transaction under the audited project lock it
+// sets the state to paused at the next project revision (with that content's digest) and writes
+// a project.pause audit row. Nothing of a paused project is claimed, and a claim taken before the
+// pause admits nothing (the admit re-checks the project's state, revision and digest). Schedule
+// rows, cursors and revisions are not touched. Pausing a paused project writes nothing and
+// reports Unchanged; an archived project is refused (ErrNotFound).
+func (p *Publisher) PauseProject(ctx context.Context, project string) (ProjectStateChanged, error) {
+	return p.setProjectState(ctx, project, "pause", ProjectActive, ProjectPaused)
+}
+
+// ResumeProject makes a paused project active again at the next project revision, with a
+// project.resume audit row, as PauseProject does. The schedule rows kept their cursors, so the
+// next claim of each trigger decides about the occurrences missed while paused by its misfire
+// policy, as after an outage. Resuming an active project writes nothing and reports Unchanged.
+func (p *Publisher) ResumeProject(ctx context.Context, project string) (ProjectStateChanged, error) {
+	return p.setProjectState(ctx, project, "resume", ProjectPaused, ProjectActive)
+}
+
+func (p *Publisher) setProjectState(ctx context.Context, project, action, from, to string) (ProjectStateChanged, error) {
+	out := ProjectStateChanged{ProjectID: project, Action: action}
+	if err := ValidateID(FieldProject, project); err != nil {
+		return out, err
+	}
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		proj, err := lockProject(ctx, q, project, "project "+action)
+		if err != nil {
+			return err
+		}
+		out.State, out.Revision, out.ContentDigest = proj.State, proj.Revision, proj.ContentDigest
+		switch proj.State {
+		case to:
+			out.Unchanged = true
+			return errNothingWritten // rolls the lock's audit row back
+		case from:
+		default:
+			return fmt.Errorf("project %s is %s, cannot %s it: %w", project, proj.State, action, ErrNotFound)
+		}
+		row, err := q.SetProjectState(ctx, db.SetProjectStateParams{State: to, ProjectID: project})
+		if err != nil {
+			return fmt.Errorf("%s project %s: %w", action, project, err)
+		}
+		out.State, out.Revision, out.ContentDigest = row.State, row.Revision, row.ContentDigest
+		detail, _ := json.Marshal(map[string]any{"from": from, "to": to, "revision": row.Revision})
+		return q.AuditAdmin(ctx, db.AuditAdminParams{Action: "project." + action, ProjectID: project, Subject: project, Detail: detail})
+	})
+	if errors.Is(err, errNothingWritten) {
+		return out, nil
+	}
+	return out, err
 }

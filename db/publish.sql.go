@@ -530,6 +530,43 @@ func (q *Queries) LockProject(ctx context.Context, arg LockProjectParams) (int64
 	return revision, err
 }
 
+const setProjectState = `-- name: SetProjectState :one
+UPDATE control_core.projects
+SET state          = $1::text,
+    revision       = revision + 1,
+    content_digest = control_core.project_digest(project_id, $1::text, revision + 1),
+    updated_at_ms  = greatest(updated_at_ms, control_core.db_now_ms())
+WHERE project_id = $2::text
+RETURNING project_id, state, revision, content_digest
+`
+
+type SetProjectStateParams struct {
+	State     string `json:"state"`
+	ProjectID string `json:"project_id"`
+}
+
+type SetProjectStateRow struct {
+	ProjectID     string `json:"project_id"`
+	State         string `json:"state"`
+	Revision      int64  `json:"revision"`
+	ContentDigest string `json:"content_digest"`
+}
+
+// Pause or resume a project, under its lock: the new state at the next revision, with the digest
+// of that content. The admit re-checks state, revision and digest, so a claim taken before the
+// change admits nothing, even once the project is active again. Schedule rows are not touched.
+func (q *Queries) SetProjectState(ctx context.Context, arg SetProjectStateParams) (SetProjectStateRow, error) {
+	row := q.db.QueryRow(ctx, setProjectState, arg.State, arg.ProjectID)
+	var i SetProjectStateRow
+	err := row.Scan(
+		&i.ProjectID,
+		&i.State,
+		&i.Revision,
+		&i.ContentDigest,
+	)
+	return i, err
+}
+
 const specDigest = `-- name: SpecDigest :one
 SELECT control_core.execution_digest($1::jsonb)::text AS digest
 `

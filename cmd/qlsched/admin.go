@@ -109,7 +109,63 @@ can run it again.`,
 		},
 	}
 	create.Flags().StringVar(&project, "project", "", "project id: "+idRule)
-	cmd.AddCommand(create, a.projectListCmd())
+	cmd.AddCommand(create, a.projectStateCmd("pause"), a.projectStateCmd("resume"), a.projectListCmd())
+	return cmd
+}
+
+// projectStateCmd is project pause or project resume (one document schema for both:
+// qlsched.project-state/v1, its action field says which).
+func (a *app) projectStateCmd(action string) *cobra.Command {
+	var project string
+	short := map[string]string{
+		"pause":  "Pause a project: nothing of it is claimed until it is resumed (idempotent)",
+		"resume": "Resume a paused project: the misfire policy decides about what was missed (idempotent)",
+	}[action]
+	cmd := &cobra.Command{
+		Use:   action + " --project ID",
+		Short: short,
+		Long: `project pause sets a project's state to paused and project resume sets it back to active, each in
+one admin transaction under the audited project lock, at the next project revision, with a
+project.pause or project.resume audit row. A claim taken before the pause admits nothing (the
+admit re-checks the project's state, revision and digest). Nothing of a paused project is claimed;
+its triggers' schedule rows and cursors are kept, so on resume the next claim of each trigger
+applies its misfire policy to the occurrences missed while paused, exactly as after an outage:
+skip admits none of them, fire_once admits one Run, for the latest. Publishes (and qlsched apply)
+into a paused project are allowed; they take effect when it is resumed.
+
+Idempotent: pausing a paused project (resuming an active one) writes nothing, says "unchanged" and
+exits 0. An archived project is refused (exit 1).`,
+		Example: "  qlsched project " + action + " --project billing",
+		PreRunE: func(*cobra.Command, []string) error {
+			if err := admin.ValidateID(admin.FieldProject, project); err != nil {
+				return adminErr(err)
+			}
+			_, err := a.connConfig()
+			return err
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				pub := admin.NewPublisher(pool)
+				do := pub.PauseProject
+				if action == "resume" {
+					do = pub.ResumeProject
+				}
+				res, err := do(cmd.Context(), project)
+				if err := adminErr(err); err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				return a.output(out, document{"qlsched.project-state/v1", res}, func() {
+					if res.Unchanged {
+						fmt.Fprintf(out, "project %s unchanged: already %s (revision %d)\n", project, res.State, res.Revision)
+					} else {
+						fmt.Fprintf(out, "project %s %s (revision %d)\n", project, res.State, res.Revision)
+					}
+				})
+			})
+		},
+	}
+	cmd.Flags().StringVar(&project, "project", "", "project id: "+idRule)
 	return cmd
 }
 

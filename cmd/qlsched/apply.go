@@ -142,8 +142,11 @@ func printPlan(w io.Writer, plan admin.Plan, check bool) {
 		if it.Action == admin.ActionUnlisted {
 			detail = "not in the file: left as it is (--prune disables it)"
 		}
-		if it.Kind == admin.KindProject && it.State != "" && it.State != "active" {
-			detail = "state " + it.State + " (apply changes nothing in a project that is not active)"
+		switch {
+		case it.Kind == admin.KindProject && it.State == admin.ProjectPaused:
+			detail = "state paused (changes are applied; nothing is claimed until project resume)"
+		case it.Kind == admin.KindProject && it.State != "" && it.State != admin.ProjectActive:
+			detail = "state " + it.State + " (apply changes nothing in a project that is not active or paused)"
 		}
 		if detail == "" {
 			detail = "-"

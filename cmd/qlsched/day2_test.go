@@ -242,6 +242,8 @@ func TestDailyCommandsBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--timezone", ""}, "--timezone: "},
 		{[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--misfire", "sometimes"}, "--misfire: "},
 		{[]string{"task", "list", "--project", "P!"}, "--project: project id"},
+		{[]string{"project", "pause"}, "--project: project id"},
+		{[]string{"project", "resume", "--project", "P!"}, "--project: project id"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			t.Parallel()
@@ -264,7 +266,7 @@ func TestAdminSchemasAreDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, schema := range []string{"project-create", "project-list", "task-publish", "task-list", "trigger-publish",
+	for _, schema := range []string{"project-create", "project-state", "project-list", "task-publish", "task-list", "trigger-publish",
 		"trigger-disable", "trigger-enable", "trigger-list", "trigger-show", "runs-list", "runs-show"} {
 		if !strings.Contains(string(doc), "`qlsched."+schema+"/v1`") {
 			t.Errorf("docs/json.md does not list qlsched.%s/v1", schema)

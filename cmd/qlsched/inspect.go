@@ -135,7 +135,7 @@ func (a *app) list(use, short, long string, validate func() error, read func(cmd
 
 func (a *app) projectListCmd() *cobra.Command {
 	return a.list("list", "List projects with their state and counts", `project list shows every project: state
-(active or archived; only an active project's triggers are claimed), revision, tasks, triggers
+(active, paused or archived; only an active project's triggers are claimed), revision, tasks, triggers
 and enabled triggers. Read-only, one snapshot, any role with SELECT on control_core.`,
 		func() error { return nil },
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {

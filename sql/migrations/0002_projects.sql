@@ -1,10 +1,12 @@
 -- pg-0002-projects: Projects, the unit of ownership of tasks and triggers.
 -- control-core capability v1 / projects.
+-- state: active (its triggers are claimed), paused (nothing of it is claimed; qlsched project
+-- pause|resume; its schedule rows and cursors are kept), archived.
 
 -- +goose Up
 CREATE TABLE control_core.projects (
     project_id     text   PRIMARY KEY CHECK (project_id ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
-    state          text   NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'archived')),
+    state          text   NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'paused', 'archived')),
     revision       bigint NOT NULL DEFAULT 1 CHECK (revision >= 1),
     -- sha256 (hex) of the project's canonical content; admission re-verifies it.
     content_digest text   NOT NULL CHECK (content_digest ~ '^[0-9a-f]{64}$'),

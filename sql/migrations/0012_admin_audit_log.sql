@@ -9,7 +9,8 @@ CREATE TABLE control_core.admin_audit_log (
     at_ms      bigint NOT NULL CHECK (at_ms > 0),
     actor      text   NOT NULL,
     action     text   NOT NULL CHECK (action IN ('project.create', 'task.publish', 'trigger.publish',
-                                                 'project.lock', 'plugin.publish', 'plugin.bind')),
+                                                 'project.lock', 'plugin.publish', 'plugin.bind',
+                                                 'project.pause', 'project.resume')),
     project_id text   NOT NULL REFERENCES control_core.projects (project_id),
     subject    text   NOT NULL CHECK (length(subject) BETWEEN 1 AND 256),
     detail     jsonb  NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(detail) = 'object')

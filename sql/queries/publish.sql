@@ -17,6 +17,18 @@ RETURNING project_id, revision, content_digest, created_at_ms;
 -- name: GetProject :one
 SELECT project_id, state, revision, content_digest FROM control_core.projects WHERE project_id = $1;
 
+-- name: SetProjectState :one
+-- Pause or resume a project, under its lock: the new state at the next revision, with the digest
+-- of that content. The admit re-checks state, revision and digest, so a claim taken before the
+-- change admits nothing, even once the project is active again. Schedule rows are not touched.
+UPDATE control_core.projects
+SET state          = @state::text,
+    revision       = revision + 1,
+    content_digest = control_core.project_digest(project_id, @state::text, revision + 1),
+    updated_at_ms  = greatest(updated_at_ms, control_core.db_now_ms())
+WHERE project_id = @project_id::text
+RETURNING project_id, state, revision, content_digest;
+
 -- name: AuditAdmin :exec
 INSERT INTO control_core.admin_audit_log (audit_id, action, project_id, subject, detail)
 VALUES (gen_random_uuid(), @action::text, @project_id::text, @subject::text, @detail::jsonb);

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qlcontrol/controlcore/internal/eventually"
+	"github.com/qlcontrol/controlcore/internal/testpg"
+)
+
+// Issue 17 point 2 with a replica running: two every-second triggers (skip, fire_once) admit;
+// project pause stops every admission (a few seconds of database time, nothing admitted);
+// project resume lets the next claim of each decide by its misfire policy, on the cursor the
+// pause left, as after an outage: skip admits no Run for the paused interval, fire_once exactly
+// one, for the latest missed occurrence.
+func TestPauseResumeWithAReplicaRunning(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	ctx := context.Background()
+	su := d.Pool(t, "")
+	adm := []string{"--database-url", d.URL("ql_admin")}
+	publish(t, adm,
+		[]string{"project", "create", "--project", "p"},
+		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "skip", "--task", "k", "--cron", "* * * * * *", "--misfire", "skip"},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "once", "--task", "k", "--cron", "* * * * * *", "--misfire", "fire_once"})
+	dbNow := func() int64 {
+		var now int64
+		if err := su.QueryRow(ctx, `SELECT control_core.db_now_ms()`).Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		return now
+	}
+	count := func(sql string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := su.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return n
+	}
+	rep := startReplica(t, qlsched(t), "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
+		"--cadence", "100ms", "--owner", "replica-a")
+	eventually.True(t, 20*time.Second, "2 Runs of each trigger", func() bool {
+		return count(`SELECT count(*) FROM control_core.runs WHERE trigger_id = 'skip'`) >= 2 &&
+			count(`SELECT count(*) FROM control_core.runs WHERE trigger_id = 'once'`) >= 2
+	})
+
+	r := run(t, append([]string{"project", "pause", "--project", "p"}, adm...)...)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "project p paused (revision 2)") {
+		t.Fatalf("pause: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	t.Logf("$ qlsched project pause --project p\n%s", r.stdout)
+	var pausedAt int64
+	if err := su.QueryRow(ctx, `SELECT updated_at_ms FROM control_core.projects WHERE project_id = 'p'`).Scan(&pausedAt); err != nil {
+		t.Fatal(err)
+	}
+	r = run(t, append([]string{"project", "pause", "--project", "p"}, adm...)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "unchanged") {
+		t.Errorf("pause again: exit %d, %q; want exit 0, unchanged", r.code, r.stdout)
+	}
+	t.Logf("$ qlsched project pause --project p   # again\n%s", r.stdout)
+	r = run(t, append([]string{"project", "list"}, adm...)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "paused") {
+		t.Errorf("project list: exit %d, %q; want the paused state", r.code, r.stdout)
+	}
+	t.Logf("$ qlsched project list\n%s", r.stdout)
+
+	// a few seconds of database time, then resume just after a second boundary, so the first
+	// claim after the resume falls in the same second (the cadence is 100 ms)
+	eventually.True(t, 20*time.Second, "4 s of database time paused, at 100-300 ms into a second", func() bool {
+		now := dbNow()
+		return now >= pausedAt+4000 && now%1000 >= 100 && now%1000 <= 300
+	})
+	if n := count(`SELECT count(*) FROM control_core.runs WHERE created_at_ms > $1`, pausedAt); n != 0 {
+		t.Fatalf("%d Runs admitted while paused", n)
+	}
+	lastBefore := map[string]int64{}
+	for _, trig := range []string{"skip", "once"} {
+		var last int64
+		if err := su.QueryRow(ctx, `SELECT max(scheduled_for_ms) FROM control_core.runs WHERE trigger_id = $1`, trig).Scan(&last); err != nil {
+			t.Fatal(err)
+		}
+		lastBefore[trig] = last
+	}
+
+	r = run(t, append([]string{"project", "resume", "--project", "p", "--format", "json"}, adm...)...)
+	var res struct {
+		Schema    string `json:"schema"`
+		ProjectID string `json:"project_id"`
+		Action    string `json:"action"`
+		State     string `json:"state"`
+		Revision  int64  `json:"revision"`
+		Unchanged bool   `json:"unchanged"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil || res.Schema != "qlsched.project-state/v1" ||
+		res.Action != "resume" || res.State != "active" || res.Revision != 3 || res.Unchanged {
+		t.Fatalf("resume --format json: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	t.Logf("$ qlsched project resume --project p --format json\n%s", r.stdout)
+	var resumedAt int64
+	if err := su.QueryRow(ctx, `SELECT updated_at_ms FROM control_core.projects WHERE project_id = 'p'`).Scan(&resumedAt); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 20*time.Second, "a Run of each trigger after the resume", func() bool {
+		return count(`SELECT count(*) FROM control_core.runs WHERE trigger_id = 'skip' AND scheduled_for_ms > $1`, lastBefore["skip"]) >= 1 &&
+			count(`SELECT count(*) FROM control_core.runs WHERE trigger_id = 'once' AND scheduled_for_ms > $1`, lastBefore["once"]) >= 1
+	})
+	if rc := rep.stop(t); rc != 0 {
+		t.Errorf("replica exit %d", rc)
+	}
+	runs := func(trig string, from, to int64) []int64 {
+		rows, err := su.Query(ctx, `SELECT scheduled_for_ms FROM control_core.runs
+			WHERE trigger_id = $1 AND scheduled_for_ms > $2 AND scheduled_for_ms <= $3 ORDER BY 1`, trig, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []int64
+		for rows.Next() {
+			var ms int64
+			if err := rows.Scan(&ms); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ms)
+		}
+		return out
+	}
+	// skip: the cursor moved past the claim's now, nothing of the paused interval is admitted
+	if got := runs("skip", lastBefore["skip"], resumedAt); len(got) != 0 {
+		t.Errorf("skip: Runs for the paused interval at %v; want none", got)
+	}
+	// fire_once: exactly one Run, for the latest missed occurrence: the second of the resume
+	latest := resumedAt / 1000 * 1000
+	if got := runs("once", lastBefore["once"], resumedAt); len(got) != 1 || got[0] != latest {
+		t.Errorf("fire_once: Runs for the paused interval at %v; want one, at %d (paused %d, resumed %d, last before %d)",
+			got, latest, pausedAt, resumedAt, lastBefore["once"])
+	}
+	if gap := latest - lastBefore["once"]; gap < 4000 {
+		t.Errorf("fire_once: the catch-up Run is %d ms after the last one before the pause; want the paused interval (>= 4 s)", gap)
+	}
+}
