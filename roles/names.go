@@ -37,7 +37,9 @@ func (e *PrefixError) Want() string {
 	return "a lower-case identifier prefix matching " + prefixPattern.String()
 }
 
-func (e *PrefixError) Error() string { return fmt.Sprintf("role prefix %q: want %s", e.Prefix, e.Want()) }
+func (e *PrefixError) Error() string {
+	return fmt.Sprintf("role prefix %q: want %s", e.Prefix, e.Want())
+}
 
 // All lists the four names, owner first.
 func (n Names) All() []string { return []string{n.Owner, n.Admin, n.Runtime, n.WorkerIngress} }
