@@ -264,9 +264,7 @@ candidate AS (
     WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
       AND control_core.schedule_claimable(
             (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
-            (SELECT tr.kind FROM control_core.trigger_revisions tr
-             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
-            (SELECT tr.enabled FROM control_core.trigger_revisions tr
+            (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
              WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
             s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id

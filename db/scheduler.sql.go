@@ -222,9 +222,7 @@ SELECT coalesce((
     FROM control_core.trigger_schedules s
     WHERE control_core.schedule_claimable(
             (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
-            (SELECT tr.kind FROM control_core.trigger_revisions tr
-             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
-            (SELECT tr.enabled FROM control_core.trigger_revisions tr
+            (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
              WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
             s.claim_token, s.claim_expires_at_ms, obs.now_ms)
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id

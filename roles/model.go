@@ -142,7 +142,8 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.trigger_digest(text, text, text, text, boolean, text, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0005, granted in pg-0017"},
 	{Function: "control_core.cron_idempotency_key(text, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0006, granted in pg-0017"},
 	{Function: "control_core.claim_fence_holds(text, uuid, bigint, bigint, text, uuid, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
-	{Function: "control_core.schedule_claimable(text, text, boolean, uuid, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
+	{Function: "control_core.trigger_fires(text, boolean)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
+	{Function: "control_core.schedule_claimable(text, boolean, uuid, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
 	{Function: "control_core.lock_project(text, text)", Execute: []Part{Admin}, Source: "pg-0018: the audited Project lock is admin-only"},
 	{Function: "control_core.runs_identity_guard()", Source: "pg-0006: fires as the runs table's BEFORE UPDATE trigger, which needs no EXECUTE"},
 }

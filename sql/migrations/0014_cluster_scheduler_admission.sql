@@ -46,16 +46,23 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT claim_owner = held_owner AND claim_token = held_token AND claim_version = held_version
          AND claim_expires_at_ms > now_ms $$;
 
+-- A trigger revision fires when it is an enabled cron trigger. Callers read it in one per-row
+-- subquery: a second lookup of the same revision made the claim's generic plan sort the whole due
+-- backlog instead of walking the claim's index (180 ms against 4 ms for 128 of 20,000 due rows).
+CREATE FUNCTION control_core.trigger_fires(kind text, enabled boolean) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT kind = 'cron' AND enabled $$;
+
 -- Claimable, written once: a schedule row a claim may take at database time now_ms, apart from
 -- being due (coalesce(next_fire_at_ms, -1) <= now_ms, the claim index's range, which callers
--- write out so the planner matches the index): its project is active, its trigger revision an
--- enabled cron trigger, and it carries no live claim (none, or an expired one). The claim, the
--- idle coordinator's next due time, the backlog gauge and the status view all use it.
-CREATE FUNCTION control_core.schedule_claimable(project_state text, trigger_kind text, trigger_enabled boolean,
+-- write out so the planner matches the index): its project is active, its trigger revision fires
+-- (trigger_fires), and it carries no live claim (none, or an expired one). The claim, the idle
+-- coordinator's next due time, the backlog gauge and the status view all use it.
+CREATE FUNCTION control_core.schedule_claimable(project_state text, trigger_fires boolean,
                                                 claim_token uuid, claim_expires_at_ms bigint,
                                                 now_ms bigint) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT project_state = 'active' AND trigger_kind = 'cron' AND trigger_enabled
+AS $$ SELECT project_state = 'active' AND trigger_fires
          AND (claim_token IS NULL OR claim_expires_at_ms <= now_ms) $$;
 
 SELECT control_core.advance_capability('control-core', 13, 'cluster_scheduler_admission', 'pg-0014-cluster-scheduler-admission');

@@ -75,7 +75,8 @@ GRANT EXECUTE ON FUNCTION control_core.project_digest(text, text, bigint),
                           control_core.trigger_digest(text, text, text, text, boolean, text, bigint),
                           control_core.cron_idempotency_key(text, bigint, bigint),
                           control_core.claim_fence_holds(text, uuid, bigint, bigint, text, uuid, bigint, bigint),
-                          control_core.schedule_claimable(text, text, boolean, uuid, bigint, bigint)
+                          control_core.trigger_fires(text, boolean),
+                          control_core.schedule_claimable(text, boolean, uuid, bigint, bigint)
     TO ql_admin, ql_runtime;
 
 SELECT control_core.advance_capability('control-core', 16, 'exact_grants', 'pg-0017-exact-grants');

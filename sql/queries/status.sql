@@ -24,9 +24,7 @@ due AS (
     WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
       AND control_core.schedule_claimable(
             (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
-            (SELECT tr.kind FROM control_core.trigger_revisions tr
-             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
-            (SELECT tr.enabled FROM control_core.trigger_revisions tr
+            (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
              WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
             s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
     ORDER BY coalesce(s.next_fire_at_ms, -1)
@@ -45,10 +43,10 @@ SELECT p.project_id, p.state,
        count(s.trigger_id)::bigint AS triggers,
        count(s.trigger_id) FILTER (WHERE tr.enabled)::bigint AS enabled,
        count(s.trigger_id) FILTER (WHERE coalesce(s.next_fire_at_ms, -1) <= obs.now_ms
-                                   AND control_core.schedule_claimable(p.state, tr.kind, tr.enabled, s.claim_token,
+                                   AND control_core.schedule_claimable(p.state, control_core.trigger_fires(tr.kind, tr.enabled), s.claim_token,
                                                                        s.claim_expires_at_ms, obs.now_ms))::bigint AS backlog,
        coalesce(min(s.next_fire_at_ms) FILTER (WHERE s.next_fire_at_ms <= obs.now_ms
-                                              AND control_core.schedule_claimable(p.state, tr.kind, tr.enabled, s.claim_token,
+                                              AND control_core.schedule_claimable(p.state, control_core.trigger_fires(tr.kind, tr.enabled), s.claim_token,
                                                                                   s.claim_expires_at_ms, obs.now_ms)), 0)::bigint AS oldest_overdue_ms, -- 0: none
        count(s.trigger_id) FILTER (WHERE s.claim_expires_at_ms > obs.now_ms)::bigint AS live_claims,
        coalesce((SELECT max(r.queued_at_ms) FROM control_core.runs r WHERE r.project_id = p.project_id), 0)::bigint AS last_admit_ms, -- 0: never
