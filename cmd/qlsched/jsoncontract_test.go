@@ -101,6 +101,8 @@ projects:
 		{"trigger disable", append([]string{"trigger", "disable"}, trig...), "qlsched.trigger-disable/v1"},
 		{"trigger enable", append([]string{"trigger", "enable"}, trig...), "qlsched.trigger-enable/v1"},
 		{"apply", []string{"apply", "-f", file}, "qlsched.apply-plan/v1"},
+		{"project pause", []string{"project", "pause", "--project", "p"}, "qlsched.project-state/v1"},
+		{"project resume", []string{"project", "resume", "--project", "p"}, "qlsched.project-state/v1"},
 		// from here on the database holds a Run (arranged below) for the read commands to show
 		{"project list", []string{"project", "list"}, "qlsched.project-list/v1"},
 		{"task list", []string{"task", "list"}, "qlsched.task-list/v1"},
