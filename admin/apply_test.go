@@ -134,6 +134,30 @@ projects:
 
 // The example parses; the same content written as JSON (tab-indented) parses to the same thing;
 // the executor spec keeps YAML's values as JSON (numbers, lists, booleans, null).
+// A secret written where YAML reads a tag or an alias (an unquoted password starting with ! or *)
+// is refused without any piece of it in the message.
+func TestParseSchedulesNeverShowsASecretReadAsYAMLSyntax(t *testing.T) {
+	t.Parallel()
+	const secret = "Sup3rS3cret"
+	head := "schema: qlsched.schedules/v1\nprojects:\n  - id: sec\n    tasks:\n      - id: t1\n        executor_spec:\n"
+	for _, line := range []string{
+		"          password: !" + secret,
+		"          password: !!str!" + secret,
+		"          password: !<tag:yaml.org,2002:" + secret + "> x",
+		"          password: *" + secret,
+	} {
+		_, err := admin.ParseSchedules("s.yaml", []byte(head+line+"\n"))
+		if err == nil || strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "S3cret") {
+			t.Errorf("%q: %v; want a refusal that shows no piece of the secret", line, err)
+		}
+	}
+	// the directive form names the tag's prefix
+	_, err := admin.ParseSchedules("s.yaml", []byte("%TAG !x! tag:"+secret+",2000:\n---\n"+head+"          password: !x!abc\n"))
+	if err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("%%TAG directive: %v; want a refusal that shows no piece of the secret", err)
+	}
+}
+
 func TestParseSchedulesAcceptsTheExampleAndJSON(t *testing.T) {
 	t.Parallel()
 	s := parse(t, "schedules.yaml", exampleFile(t))

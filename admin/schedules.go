@@ -132,6 +132,13 @@ func (p *fileParser) errf(n *yaml.Node, field, format string, args ...any) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
+// parserQuote is a quoted fragment of the file in a YAML parser message.
+var parserQuote = regexp.MustCompile("'[^']*'|`[^`]*`|\"[^\"]*\"")
+
+// coreTags are YAML's own tags without a JSON form: safe to name, unlike a tag the file made up,
+// which may be a piece of an executor spec (password: !Sup3rS3cret).
+var coreTags = map[string]bool{"!!binary": true, "!!merge": true, "!!omap": true, "!!pairs": true, "!!set": true}
+
 func (p *fileParser) parse(data []byte) *Schedules {
 	if len(data) > MaxSchedulesFile {
 		p.errs = append(p.errs, &FileError{File: p.file, Line: 1, Field: "file", Err: fmt.Errorf("%d bytes: want at most %d", len(data), MaxSchedulesFile)})
@@ -149,6 +156,9 @@ func (p *fileParser) parse(data []byte) *Schedules {
 			line, _ = strconv.Atoi(m[1])
 			msg = m[2]
 		}
+		// the parser quotes what it read ("unknown anchor 'x' referenced"), which may be a piece
+		// of an executor spec: never shown
+		msg = parserQuote.ReplaceAllString(msg, "(not shown)")
 		p.errs = append(p.errs, &FileError{File: p.file, Line: line, Field: "syntax", Err: errors.New(msg)})
 		return nil
 	}
@@ -498,6 +508,8 @@ func kindOf(n *yaml.Node) string {
 		return "a list"
 	case n.Tag == "!!null":
 		return "null"
+	case !strings.HasPrefix(n.Tag, "!!"): // a tag the file made up: may be a piece of a secret
+		return "a scalar"
 	}
 	return "a scalar (" + strings.TrimPrefix(n.Tag, "!!") + ")"
 }
@@ -593,7 +605,11 @@ func (p *fileParser) writeJSON(buf *bytes.Buffer, n *yaml.Node, field string, de
 		case "!!str", "!!timestamp":
 			writeString(buf, n.Value)
 		default:
-			p.errf(n, field, "a value of YAML type %s, which has no JSON form", n.Tag)
+			if coreTags[n.Tag] {
+				p.errf(n, field, "a value of YAML type %s, which has no JSON form", n.Tag)
+			} else {
+				p.errf(n, field, "a value with a YAML tag of its own (not shown: it may be part of a secret), which has no JSON form; quote it")
+			}
 			return true
 		}
 	default:
