@@ -106,6 +106,10 @@ examples/schedules.yaml.`,
 func readSchedules(file string) ([]byte, string, error) {
 	r, name := io.Reader(os.Stdin), "stdin"
 	if file != "-" {
+		// a FIFO or a device would block the read past Ctrl-C (the read takes no context)
+		if st, err := os.Stat(file); err == nil && !st.Mode().IsRegular() {
+			return nil, file, cli.Usagef("-f %s: not a regular file (%s); for a pipe use -f -", cli.Word(file), st.Mode().Type())
+		}
 		f, err := os.Open(file)
 		if err != nil {
 			return nil, file, cli.Usagef("-f %s: %v", cli.Word(file), errors.Unwrap(err))

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,6 +156,23 @@ func assertSnakeCase(t *testing.T, v any) {
 
 // A bad file is bad usage: every fault as FILE:LINE: FIELD: PROBLEM on stderr, exit 2, and no
 // connection opened; the executor spec is never shown.
+// A FIFO, a device or a folder is refused at once (a FIFO with no writer blocked the read, and
+// the process ignored Ctrl-C and SIGTERM).
+func TestApplyRefusesAFileThatIsNotRegular(t *testing.T) {
+	t.Parallel()
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{fifo, "/dev/zero", t.TempDir()} {
+		url, accepted := unusedDatabase(t)
+		r := run(t, "apply", "-f", f, "--check", "--database-url", url)
+		if r.code != 2 || !strings.Contains(r.stderr, "not a regular file") || accepted() != 0 {
+			t.Errorf("-f %s: exit %d, stderr %q, %d connections; want exit 2, not a regular file, none", f, r.code, r.stderr, accepted())
+		}
+	}
+}
+
 func TestApplyBadFileExits2BeforeConnecting(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "bad.yaml")
