@@ -228,8 +228,7 @@ func (r *Reader) ShowRun(ctx context.Context, runID uuid.UUID) (RunDetail, error
 			ScheduledForMs: int8Ptr(x.ScheduledForMs), IdempotencyKey: x.IdempotencyKey, State: x.State, Owner: x.Owner,
 			QueuedAtMs: int8Ptr(x.QueuedAtMs), CancelRequestedAtMs: int8Ptr(x.CancelRequestedAtMs), FinishedAtMs: int8Ptr(x.FinishedAtMs),
 			CreatedAtMs: x.CreatedAtMs, UpdatedAtMs: x.UpdatedAtMs, NowMs: x.NowMs, Attempts: []Attempt{}, Events: []Event{}}
-		if out.ScheduledForMs != nil && out.QueuedAtMs != nil {
-			lag := *out.QueuedAtMs - *out.ScheduledForMs
+		if lag, ok := admissionLag(out.ScheduledForMs, out.QueuedAtMs); ok {
 			out.LagMs = &lag
 		}
 		attempts, err := q.ListAttempts(ctx, runID)

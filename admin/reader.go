@@ -159,11 +159,14 @@ type Run struct {
 
 // LagMs is the admission lag, queued minus scheduled time (both the database's); ok is false when
 // the Run lacks either.
-func (r Run) LagMs() (lag int64, ok bool) {
-	if r.ScheduledForMs == nil || r.QueuedAtMs == nil {
+func (r Run) LagMs() (lag int64, ok bool) { return admissionLag(r.ScheduledForMs, r.QueuedAtMs) }
+
+// admissionLag is the one definition of a Run's admission lag: queued minus scheduled time.
+func admissionLag(scheduledForMs, queuedAtMs *int64) (int64, bool) {
+	if scheduledForMs == nil || queuedAtMs == nil {
 		return 0, false
 	}
-	return *r.QueuedAtMs - *r.ScheduledForMs, true
+	return *queuedAtMs - *scheduledForMs, true
 }
 
 // MaxRunsLimit bounds RunFilter.Limit.
