@@ -179,6 +179,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 	}
 	last := list[len(list)-1]
 	r := &Report{Schema: SchemaVersion, AllowPending: opts.AllowPending, Expected: expectedOf(last, len(list))}
+	defer func() { r.ElapsedMs = float64(time.Since(start).Microseconds()) / 1000 }() // on every way out
 
 	problems, err := checksums.CheckSum(fsys)
 	if err != nil {
@@ -240,7 +241,6 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		for _, c := range []string{CheckCapability, CheckReadiness, CheckPrivileges} {
 			r.skip(c, why)
 		}
-		r.ElapsedMs = float64(time.Since(start).Microseconds()) / 1000
 		return r, nil
 	}
 	r.add(CheckCapability, "", capability(ctx, q, info.CapabilitiesExists, want))
@@ -248,7 +248,6 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		why := "not part of the probe (`qlmigrate verify` checks it)"
 		r.skip(CheckReadiness, why)
 		r.skip(CheckPrivileges, why)
-		r.ElapsedMs = float64(time.Since(start).Microseconds()) / 1000
 		return r, nil
 	}
 
@@ -293,7 +292,6 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		}
 		r.add(CheckPrivileges, privileges, findings)
 	}
-	r.ElapsedMs = float64(time.Since(start).Microseconds()) / 1000
 	return r, nil
 }
 
