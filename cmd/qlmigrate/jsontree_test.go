@@ -3,37 +3,13 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
-
+	"github.com/qlcontrol/controlcore/internal/jsondoc"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
-
-// snakeCase is the one key style of every JSON document (docs/json.md).
-var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
-
-// notSnakeCase returns the path of every key below v, at any depth, that is not snake_case.
-func notSnakeCase(path string, v any) []string {
-	var bad []string
-	switch v := v.(type) {
-	case map[string]any:
-		for k, child := range v {
-			if !snakeCase.MatchString(k) {
-				bad = append(bad, path+"."+k)
-			}
-			bad = append(bad, notSnakeCase(path+"."+k, child)...)
-		}
-	case []any:
-		for _, child := range v {
-			bad = append(bad, notSnakeCase(path+"[]", child)...)
-		}
-	}
-	return bad
-}
 
 // Every qlmigrate command, taken from the cobra tree (a command added later without a case here
 // fails), prints with --format json one JSON document whose schema docs/json.md lists and whose
@@ -66,24 +42,11 @@ func TestEveryQlmigrateCommandPrintsASnakeCaseDocument(t *testing.T) {
 	}
 	refused := [][]string{{"verify", "--fix-sql", "--database-url", url}}
 
-	leaves := map[string]bool{}
-	var walk func(*cobra.Command)
-	walk = func(c *cobra.Command) {
-		for _, sub := range c.Commands() {
-			walk(sub)
-		}
-		if c.Runnable() && c.Name() != "help" && c.Name() != "completion" {
-			if c.Flag("format") == nil {
-				t.Errorf("%s has no --format flag", c.CommandPath())
-			}
-			leaves[strings.TrimPrefix(c.CommandPath(), "qlmigrate ")] = true
-		}
-	}
-	walk((&app{}).rootCmd())
+	leaves := jsondoc.Commands(t, (&app{}).rootCmd())
 	covered := map[string]bool{}
 	for _, c := range cases {
 		covered[c.command] = true
-		if !leaves[c.command] {
+		if leaves[c.command] == nil {
 			t.Errorf("case %q names no command of the tree", c.command)
 		}
 	}
@@ -120,7 +83,7 @@ func TestEveryQlmigrateCommandPrintsASnakeCaseDocument(t *testing.T) {
 		if !strings.HasPrefix(schema, "qlmigrate.") || !strings.Contains(string(docs), "`"+schema+"`") {
 			t.Errorf("%v --format json: schema %q is not a qlmigrate document docs/json.md lists", c.args, schema)
 		}
-		if bad := notSnakeCase("", doc); len(bad) > 0 {
+		if bad := jsondoc.NotSnakeCase("", doc); len(bad) > 0 {
 			sort.Strings(bad)
 			t.Errorf("%v --format json: keys not snake_case: %v", c.args, bad)
 		}

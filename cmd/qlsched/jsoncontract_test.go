@@ -4,60 +4,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
-
+	"github.com/qlcontrol/controlcore/internal/jsondoc"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
-
-// snakeCaseKey is the one key style of every JSON document (docs/json.md).
-var snakeCaseKey = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
-
-// badKeys returns the path of every key below v, at any depth, that is not snake_case.
-func badKeys(path string, v any) []string {
-	var bad []string
-	switch v := v.(type) {
-	case map[string]any:
-		for k, child := range v {
-			if !snakeCaseKey.MatchString(k) {
-				bad = append(bad, path+"."+k)
-			}
-			bad = append(bad, badKeys(path+"."+k, child)...)
-		}
-	case []any:
-		for _, child := range v {
-			bad = append(bad, badKeys(path+"[]", child)...)
-		}
-	}
-	return bad
-}
-
-// leafCommands is every command of the qlsched tree that runs (cobra's own help and completion
-// aside), by its words after "qlsched", each with its --format flag (global, so every command
-// has it: each must print a document or refuse json).
-func leafCommands(t *testing.T) map[string]*cobra.Command {
-	t.Helper()
-	leaves := map[string]*cobra.Command{}
-	var walk func(*cobra.Command)
-	walk = func(c *cobra.Command) {
-		for _, sub := range c.Commands() {
-			walk(sub)
-		}
-		if !c.Runnable() || c.Name() == "help" || c.Name() == "completion" {
-			return
-		}
-		if c.Flag("format") == nil {
-			t.Errorf("%s has no --format flag", c.CommandPath())
-		}
-		leaves[strings.TrimPrefix(c.CommandPath(), "qlsched ")] = c
-	}
-	walk((&app{}).rootCmd())
-	return leaves
-}
 
 // Every qlsched command either prints, with --format json, exactly one JSON document whose
 // schema field docs/json.md lists and whose keys are all snake_case, or refuses --format json
@@ -125,7 +78,7 @@ projects:
 		"demo": {"demo", "--duration", "5s"},
 	}
 
-	leaves := leafCommands(t)
+	leaves := jsondoc.Commands(t, (&app{}).rootCmd())
 	covered := map[string]bool{}
 	for _, c := range cases {
 		covered[c.command] = true
@@ -194,7 +147,7 @@ projects:
 		if !strings.Contains(string(docs), "`"+c.schema+"`") {
 			t.Errorf("docs/json.md does not list %s", c.schema)
 		}
-		if bad := badKeys("", obj); len(bad) > 0 {
+		if bad := jsondoc.NotSnakeCase("", obj); len(bad) > 0 {
 			sort.Strings(bad)
 			t.Errorf("%s --format json: keys not snake_case: %v", c.command, bad)
 		}
