@@ -67,6 +67,20 @@ func TestCommandsAreWiringOnly(t *testing.T) {
 	}
 }
 
+// dbImporters are the packages rule 1 of docs/architecture.md lets import db.
+var dbImporters = []string{"coordinator", "admin", "checksums", "roles", "internal/migrate", "internal/verify",
+	"internal/metrics", "internal/bench"}
+
+func TestGeneratedRowsStayBehindTheStores(t *testing.T) {
+	for path, p := range list(t, "./...") {
+		if slices.Contains(p.Imports, module+"/db") && !slices.ContainsFunc(dbImporters, func(allowed string) bool {
+			return path == module+"/"+allowed
+		}) {
+			t.Errorf("%s imports %s/db: only %v may (rule 1 of docs/architecture.md)", path, module, dbImporters)
+		}
+	}
+}
+
 func TestTheDecisionKnowsNoDatabase(t *testing.T) {
 	p := list(t, "./schedule")[module+"/schedule"]
 	for _, dep := range p.Deps {

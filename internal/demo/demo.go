@@ -18,7 +18,6 @@ import (
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/pgcluster"
@@ -395,15 +394,15 @@ func (d *demo) report(ctx context.Context, pool *pgxpool.Pool) error {
 			r.State, r.Attempts, r.Events)
 	}
 	d.step("exactly-once audit")
-	audit, err := db.New(pool).AuditExactlyOnce(ctx)
+	audit, err := admin.NewReader(pool).ExactlyOnce(ctx)
 	if err != nil {
 		return err
 	}
-	problems := 0
+	var problems int64
 	for _, a := range audit {
 		fmt.Fprintf(d.Out, "    %-13s runs %-4d occurrences %-4d duplicates %d  misshapen %d  lag p50 %4.0fms max %4dms\n",
 			a.TriggerID, a.Runs, a.Occurrences, a.Duplicates, a.Misshapen, a.LagP50Ms, a.LagMaxMs)
-		problems += int(a.Duplicates + a.Misshapen)
+		problems += a.Problems()
 	}
 	if problems != 0 {
 		return fmt.Errorf("%d duplicate or misshapen runs: %w", problems, ErrNotExactOnce)
