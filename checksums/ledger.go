@@ -67,7 +67,7 @@ func (g GooseVersions) IsApplied(v int64) bool { _, ok := g.At[v]; return ok }
 const appliedVersions = `SELECT version_id, tstamp FROM (
     SELECT DISTINCT ON (version_id) version_id, is_applied, tstamp
     FROM ` + VersionTable + `
-    WHERE version_id > 0
+    WHERE version_id <> 0 -- 0 is goose's own row; any other version not in the stream is drift
     ORDER BY version_id, id DESC) v
 WHERE is_applied
 ORDER BY version_id`

@@ -116,6 +116,8 @@ func TestVerifyFindsSchemaDrift(t *testing.T) {
 			"ledger", []string{"pg-0014-cluster-scheduler-admission: changed (comments/whitespace only)", "qlmigrate accept --version 14"}},
 		{"unknown applied version in goose's table", "INSERT INTO control_core.goose_db_version (version_id, is_applied) VALUES (19, true)",
 			"unknown_versions", []string{"version 19: applied (in goose's table)", "does not know it"}},
+		{"negative applied version in goose's table", "INSERT INTO control_core.goose_db_version (version_id, is_applied) VALUES (-1, true)",
+			"unknown_versions", []string{"version -1: applied (in goose's table)", "does not know it"}},
 		{"unknown applied version in the ledger", "INSERT INTO control_core.migration_ledger (version, name, sha256, normalized_sha256, duration_ms) VALUES (23, 'pg-0023-from-the-future', repeat('a', 64), repeat('a', 64), 1)",
 			"unknown_versions", []string{"version 23", "pg-0023-from-the-future"}},
 		{"capability changed", "UPDATE control_core.capabilities SET version = 16, name = 'exact_grants' WHERE component = 'control-core'",
