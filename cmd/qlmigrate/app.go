@@ -16,7 +16,7 @@ import (
 type app struct {
 	databaseURL string
 	rolePrefix  string
-	format      string
+	format      cli.Format
 
 	names roles.Names
 	conn  *dbconn.Config
@@ -25,9 +25,6 @@ type app struct {
 // validateFlags checks every global flag except the connection settings: all a command that
 // does not connect (hash, help) needs.
 func (a *app) validateFlags() error {
-	if a.format != "text" && a.format != "json" {
-		return cli.Usagef("--format %q: want text or json", a.format)
-	}
 	names, err := roles.NewNames(a.rolePrefix)
 	if err != nil {
 		return cli.RolePrefixError(err)

@@ -56,7 +56,7 @@ opened), 3 cannot connect or the database failed. --format json documents: docs/
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")
 	pf.StringVar(&a.rolePrefix, "role-prefix", "ql_", "prefix of the four role names: <prefix>owner, <prefix>admin, <prefix>runtime, <prefix>worker_ingress")
-	pf.StringVar(&a.format, "format", "text", "output format: text or json")
+	cli.FormatVar(pf, &a.format)
 	root.AddCommand(connects(a.upCmd()), connects(a.statusCmd()), connects(a.acceptCmd()), connects(a.probeCmd()), a.rolesCmd(),
 		connects(a.verifyCmd()), connects(a.grantsCmd()), a.hashCmd())
 	explainPooler(root)

@@ -10,7 +10,7 @@ import (
 // app holds the global flags.
 type app struct {
 	databaseURL string
-	format      string
+	format      cli.Format
 	logFormat   string
 	logLevelStr string
 
@@ -20,9 +20,6 @@ type app struct {
 }
 
 func (a *app) validate() error {
-	if a.format != "text" && a.format != "json" {
-		return cli.Usagef("--format %q: want text or json", a.format)
-	}
 	if a.logFormat != "text" && a.logFormat != "json" {
 		return cli.Usagef("--log-format %q: want text or json", a.logFormat)
 	}

@@ -39,7 +39,7 @@ opened), 3 cannot connect or the database failed.`,
 	cli.AddVersion(root, buildinfo.Read())
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $QL_DATABASE_URL, then PG* variables)")
-	pf.StringVar(&a.format, "format", "text", "output format: text or json")
+	cli.FormatVar(pf, &a.format)
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text (terminals) or json (collectors)")
 	pf.StringVar(&a.logLevelStr, "log-level", "info", "log level: debug, info, warn or error")
 	root.AddCommand(a.runCmd(), a.statusCmd(), a.projectCmd(), a.taskCmd(), a.triggerCmd(), a.runsCmd(), a.demoCmd(), a.benchCmd())

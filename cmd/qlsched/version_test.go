@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/qlcontrol/controlcore/internal/jsondoc"
 )
 
 // stampedLine is the --version line `go version -m` implies for a binary: the same build
@@ -55,6 +58,46 @@ func TestVersionOnBothBinaries(t *testing.T) {
 		}
 		if got, want := strings.TrimSuffix(stdout.String(), "\n"), stampedLine(t, b.name, b.bin); got != want {
 			t.Errorf("%s --version printed %q, want %q", b.name, got, want)
+		}
+	}
+}
+
+// --version --format json prints one <binary>.version/v1 document with the fields of the text
+// line; --format takes text or json only, and --version does not escape that check.
+func TestVersionAsJSONAndItsFormatCheck(t *testing.T) {
+	t.Parallel()
+	for _, b := range []struct{ name, bin string }{{"qlsched", qlsched(t)}, {"qlmigrate", buildQlmigrate(t)}} {
+		out, err := exec.Command(b.bin, "--version", "--format", "json").Output()
+		if err != nil {
+			t.Fatalf("%s --version --format json: %v", b.name, err)
+		}
+		var doc struct {
+			Schema, Binary, Version, Revision string
+			GoVersion                         string `json:"go_version"`
+			RevisionTime                      string `json:"revision_time"`
+			Modified                          bool
+		}
+		if err := json.Unmarshal(out, &doc); err != nil {
+			t.Fatalf("%s --version --format json printed %q: %v", b.name, out, err)
+		}
+		var tree any
+		if err := json.Unmarshal(out, &tree); err != nil {
+			t.Fatal(err)
+		}
+		if bad := jsondoc.NotSnakeCase("", tree); len(bad) > 0 {
+			t.Errorf("%s --version --format json: keys not snake_case: %v", b.name, bad)
+		}
+		line := doc.Binary + " " + doc.Version + " (revision " + doc.Revision + ", " + doc.RevisionTime
+		if doc.Modified {
+			line += ", modified"
+		}
+		if line += ") " + doc.GoVersion; doc.Schema != b.name+".version/v1" || line != stampedLine(t, b.name, b.bin) {
+			t.Errorf("%s: schema %q, fields say %q; want %s.version/v1 and %q", b.name, doc.Schema, line, b.name, stampedLine(t, b.name, b.bin))
+		}
+		cmd := exec.Command(b.bin, "--version", "--format", "yaml")
+		stderr, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(stderr), `invalid argument "yaml" for "--format" flag: want text or json`) {
+			t.Errorf("%s --version --format yaml: exit %d (%v), %q; want exit 2 naming the flag", b.name, code, err, stderr)
 		}
 	}
 }

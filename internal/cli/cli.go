@@ -185,3 +185,23 @@ func RolePrefixError(err error) error {
 	}
 	return &UsageError{Err: err}
 }
+
+// Format is the --format flag of both binaries. Its value is checked as the flag is parsed, so
+// every command, and --version (which runs before any hook), sees text or json only.
+type Format string
+
+// FormatVar defines --format on fs, defaulting to text.
+func FormatVar(fs *pflag.FlagSet, f *Format) {
+	*f = "text"
+	fs.Var(f, "format", "output format: text or json")
+}
+
+func (f *Format) String() string { return string(*f) }
+func (f *Format) Type() string   { return "format" }
+func (f *Format) Set(s string) error {
+	if s != "text" && s != "json" {
+		return errors.New("want text or json")
+	}
+	*f = Format(s)
+	return nil
+}
