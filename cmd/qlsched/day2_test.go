@@ -217,6 +217,10 @@ func TestPreviewThenRunsShowWithAReplica(t *testing.T) {
 	if r := run(t, append([]string{"runs", "show", "6f1c2a34-0000-4000-8000-000000000000"}, db...)...); r.code != 1 {
 		t.Errorf("runs show of an unknown Run: exit %d; want 1", r.code)
 	}
+	// a time at or before the epoch keeps every Run (all were admitted after it)
+	if r := run(t, append([]string{"runs", "list", "--since", "1969-07-20T20:17:40Z", "--format", "json"}, db...)...); r.code != 0 || !strings.Contains(r.stdout, runID) {
+		t.Errorf("runs list --since 1969-07-20T20:17:40Z: exit %d\n%s\nwant Run %s", r.code, r.stdout, runID)
+	}
 	if r := run(t, append([]string{"runs", "list", "--state", "failed", "--format", "json"}, db...)...); r.code != 0 || strings.Contains(r.stdout, "run_id") {
 		t.Errorf("runs list --state failed: exit %d\n%s\nwant no runs", r.code, r.stdout)
 	}
@@ -232,6 +236,8 @@ func TestDailyCommandsBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"runs", "list", "--state", "lost"}, `--state: "lost" is not a Run state`},
 		{[]string{"runs", "list", "--since", "yesterday"}, `--since "yesterday": want a positive duration`},
 		{[]string{"runs", "list", "--since", "-1h"}, `--since "-1h"`},
+		{[]string{"runs", "list", "--since", "9999999999h"}, `--since "9999999999h": longer than a duration can be (2562047h0m0s at most)`},
+		{[]string{"runs", "list", "--since", "0s"}, `--since "0s": want a positive duration`},
 		{[]string{"runs", "show", "not-a-uuid"}, `RUN_ID "not-a-uuid": not a UUID`},
 		{[]string{"runs", "show"}, "one RUN_ID"},
 		{[]string{"trigger", "show", "--project", "p", "--trigger", "t", "--upcoming", "0"}, "--upcoming: 0 is out of range"},

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -319,11 +321,16 @@ the claimed remote_worker Attempt is the admission's own, waiting for a worker.`
 		func() error {
 			f.SinceMs, f.Within = 0, 0
 			if since != "" {
-				if d, err := time.ParseDuration(since); err == nil && d > 0 {
+				d, derr := time.ParseDuration(since)
+				at, terr := time.Parse(time.RFC3339Nano, since)
+				switch {
+				case derr == nil && d > 0:
 					f.Within = d
-				} else if at, err := time.Parse(time.RFC3339Nano, since); err == nil && at.UnixMilli() > 0 {
-					f.SinceMs = at.UnixMilli()
-				} else {
+				case terr == nil: // every Run was admitted after the epoch: an earlier time keeps them all
+					f.SinceMs = max(at.UnixMilli(), 1)
+				case derr != nil && durationShaped.MatchString(since):
+					return cli.Usagef("--since %q: longer than a duration can be (%s at most)", since, time.Duration(math.MaxInt64).Truncate(time.Hour))
+				default:
 					return cli.Usagef("--since %q: want a positive duration (1h, 30m) or an RFC 3339 time (2026-01-02T03:04:05Z)", since)
 				}
 			}
@@ -422,3 +429,6 @@ func recorded(b bool) string {
 	}
 	return "-"
 }
+
+// durationShaped matches what time.ParseDuration reads apart from its range: digits with units.
+var durationShaped = regexp.MustCompile(`^([0-9]*\.?[0-9]+(ns|us|µs|ms|s|m|h))+$`)
