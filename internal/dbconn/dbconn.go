@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -213,7 +214,24 @@ func (c *Config) connectError(err error) error {
 	if errors.As(err, &pgxConnect) && pgxConnect.Unwrap() != nil {
 		cause = pgxConnect.Unwrap()
 	}
-	return &ConnectError{Target: c.Describe(), Err: &redactedError{msg: c.Redact(cause.Error()), err: err}}
+	return &ConnectError{Target: c.Describe(), Err: &redactedError{msg: c.Redact(attempts(cause)), err: err}}
+}
+
+// attempts is the message of pgx's error for all the connection attempts it made: one per address
+// and TLS mode (sslmode=prefer tries with TLS, then without), joined by newlines, so an
+// unreachable server was reported twice. Each distinct message appears once, "; " between them.
+func attempts(err error) string {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err.Error()
+	}
+	var msgs []string
+	for _, e := range joined.Unwrap() {
+		if m := e.Error(); !slices.Contains(msgs, m) {
+			msgs = append(msgs, m)
+		}
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // ConnectError means the server could not be reached or refused the session (exit code 3).
