@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -33,7 +34,7 @@ create, update (with the fields that change), unchanged, and with --prune disabl
 is never printed, only the sha256 of its canonical form.
 
 --check prints the plan and writes nothing: exit 0 when the database equals the file, 1 when it
-differs (for CI drift detection). Any role with SELECT on control_core may run it.
+differs (for CI drift detection). It reads in one read-only transaction, as the admin role.
 
 Without --check the plan runs in one admin transaction (all of it or nothing), under the audited
 lock of each project it changes: only items that differ get a new revision, each with its audit
@@ -51,7 +52,7 @@ examples/schedules.yaml.`,
 			if file == "" {
 				return cli.Usagef("-f/--file is required: the schedules file to apply")
 			}
-			data, name, err := readSchedules(file)
+			data, name, err := readSchedules(cmd.Context(), file)
 			if err != nil {
 				return err
 			}
@@ -101,9 +102,9 @@ examples/schedules.yaml.`,
 	return cmd
 }
 
-// readSchedules reads the file (or standard input for "-"), bounded; a file that cannot be read
-// is bad usage.
-func readSchedules(file string) ([]byte, string, error) {
+// readSchedules reads the file (or standard input for "-"), bounded, until ctx is cancelled; a
+// file that cannot be read is bad usage.
+func readSchedules(ctx context.Context, file string) ([]byte, string, error) {
 	r, name := io.Reader(os.Stdin), "stdin"
 	if file != "-" {
 		// a FIFO or a device would block the read past Ctrl-C (the read takes no context)
@@ -117,11 +118,26 @@ func readSchedules(file string) ([]byte, string, error) {
 		defer f.Close()
 		r, name = f, file
 	}
-	data, err := io.ReadAll(io.LimitReader(r, admin.MaxSchedulesFile+1))
-	if err != nil {
-		return nil, name, cli.Usagef("read %s: %v", cli.Word(name), err)
+	// the read takes no context: it runs on its own, so Ctrl-C stops apply even while a pipe or a
+	// terminal on standard input stays open
+	type result struct {
+		data []byte
+		err  error
 	}
-	return data, name, nil
+	done := make(chan result, 1)
+	go func() {
+		data, err := io.ReadAll(io.LimitReader(r, admin.MaxSchedulesFile+1))
+		done <- result{data, err}
+	}()
+	select {
+	case <-ctx.Done():
+		return nil, name, ctx.Err()
+	case res := <-done:
+		if res.err != nil {
+			return nil, name, cli.Usagef("read %s: %v", cli.Word(name), res.err)
+		}
+		return res.data, name, nil
+	}
 }
 
 // printPlan writes the plan as a table and a summary line.

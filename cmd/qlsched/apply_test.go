@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
@@ -154,8 +158,6 @@ func assertSnakeCase(t *testing.T, v any) {
 	}
 }
 
-// A bad file is bad usage: every fault as FILE:LINE: FIELD: PROBLEM on stderr, exit 2, and no
-// connection opened; the executor spec is never shown.
 // A FIFO, a device or a folder is refused at once (a FIFO with no writer blocked the read, and
 // the process ignored Ctrl-C and SIGTERM).
 func TestApplyRefusesAFileThatIsNotRegular(t *testing.T) {
@@ -173,6 +175,50 @@ func TestApplyRefusesAFileThatIsNotRegular(t *testing.T) {
 	}
 }
 
+// apply -f - stops on Ctrl-C while it waits for standard input (a pipe whose writer stays open),
+// exit 130, without connecting.
+func TestApplyFromStdinStopsOnInterrupt(t *testing.T) {
+	t.Parallel()
+	url, accepted := unusedDatabase(t)
+	cmd := exec.Command(qlsched(t), "apply", "-f", "-", "--check", "--database-url", url)
+	stdin, err := cmd.StdinPipe() // kept open: the read never ends by itself
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	// the signal must come after the handler is set up: wait until a thread blocks reading the pipe
+	eventually.True(t, 10*time.Second, "apply blocked reading standard input", func() bool {
+		wchans, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/wchan", cmd.Process.Pid))
+		for _, w := range wchans {
+			if b, _ := os.ReadFile(w); strings.Contains(string(b), "pipe") {
+				return true
+			}
+		}
+		return false
+	})
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("apply -f - still running 10 s after SIGINT")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != cli.ExitInterrupted || !strings.Contains(stderr.String(), "interrupted") || accepted() != 0 {
+		t.Errorf("exit %d, stderr %q, %d connections; want %d, interrupted, none", code, stderr.String(), accepted(), cli.ExitInterrupted)
+	}
+}
+
+// A bad file is bad usage: every fault as FILE:LINE: FIELD: PROBLEM on stderr, exit 2, and no
+// connection opened; the executor spec is never shown.
 func TestApplyBadFileExits2BeforeConnecting(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "bad.yaml")
