@@ -175,6 +175,13 @@ func TestParseSchedulesAcceptsTheExampleAndJSON(t *testing.T) {
 	if trig.TimeZone != "UTC" || trig.Misfire != "skip" || trig.Enabled || trig.Task != "k" || trig.Cron != "0 3 * * *" {
 		t.Errorf("trigger %+v: want the defaults UTC and skip, enabled false as given", trig)
 	}
+	// YAML's spellings of a boolean become JSON's one spelling (they were copied as written, and
+	// the spec was then refused as invalid JSON); yes without a tag is a string in YAML 1.2
+	y := parse(t, "schedules.yaml", "schema: qlsched.schedules/v1\nprojects:\n  - id: p\n    tasks:\n      - id: k\n"+
+		"        executor_spec: {a: True, b: FALSE, c: !!bool yes, d: !!bool off, e: yes}\n")
+	if got, want := string(y.Projects[0].Tasks[0].Spec.ExecutorSpec), `{"a":true,"b":false,"c":true,"d":false,"e":"yes"}`; got != want {
+		t.Errorf("executor spec %s, want %s", got, want)
+	}
 }
 
 // applyFixture is a migrated database with the publisher and reader as ql_admin.

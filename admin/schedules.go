@@ -585,8 +585,13 @@ func (p *fileParser) writeJSON(buf *bytes.Buffer, n *yaml.Node, field string, de
 		switch n.Tag {
 		case "!!null":
 			buf.WriteString("null")
-		case "!!bool":
-			buf.WriteString(n.Value)
+		case "!!bool": // True, TRUE, and yes or on under an explicit !!bool: JSON has one spelling
+			b, ok := yamlBools[strings.ToLower(n.Value)]
+			if !ok {
+				p.errf(n, field, "a !!bool that is neither true nor false; write true or false")
+				return true
+			}
+			buf.WriteString(strconv.FormatBool(b))
 		case "!!int", "!!float":
 			switch v := strings.ReplaceAll(n.Value, "_", ""); {
 			case jsonNumber.MatchString(n.Value):
@@ -618,6 +623,11 @@ func (p *fileParser) writeJSON(buf *bytes.Buffer, n *yaml.Node, field string, de
 	}
 	return false
 }
+
+// yamlBools are the spellings of a boolean in YAML 1.2 (true, True, TRUE …) and, under an explicit
+// !!bool tag, in YAML 1.1 (yes, no, on, off, y, n), lower-cased.
+var yamlBools = map[string]bool{"true": true, "yes": true, "on": true, "y": true,
+	"false": false, "no": false, "off": false, "n": false}
 
 func writeString(buf *bytes.Buffer, s string) {
 	enc := json.NewEncoder(buf)
