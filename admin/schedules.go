@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	yaml "go.yaml.in/yaml/v3"
 
@@ -144,6 +145,10 @@ func (p *fileParser) parse(data []byte) *Schedules {
 		p.errs = append(p.errs, &FileError{File: p.file, Line: 1, Field: "file", Err: fmt.Errorf("%d bytes: want at most %d", len(data), MaxSchedulesFile)})
 		return nil
 	}
+	if line, ok := invalidUTF8(data); ok { // the parser says only "invalid … octet", at line 1
+		p.errs = append(p.errs, &FileError{File: p.file, Line: line, Field: "file", Err: errors.New("not valid UTF-8: want a UTF-8 (or BOM-marked UTF-16) file")})
+		return nil
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -164,8 +169,10 @@ func (p *fileParser) parse(data []byte) *Schedules {
 	}
 	var second yaml.Node
 	if err := dec.Decode(&second); !errors.Is(err, io.EOF) {
-		line := 0
-		if err == nil {
+		line := bytes.Count(data, []byte("\n")) + 1 // a second document that does not parse: the end
+		if m := yamlLine.FindStringSubmatch(fmt.Sprint(err)); m != nil {
+			line, _ = strconv.Atoi(m[1])
+		} else if err == nil {
 			line = second.Line
 		}
 		p.errs = append(p.errs, &FileError{File: p.file, Line: line, Field: "file", Err: errors.New("a second YAML document: want exactly one")})
@@ -622,6 +629,22 @@ func (p *fileParser) writeJSON(buf *bytes.Buffer, n *yaml.Node, field string, de
 		return true
 	}
 	return false
+}
+
+// invalidUTF8 returns the line of the first byte that is not UTF-8, unless a byte-order mark says
+// the file is UTF-16 (which the parser reads).
+func invalidUTF8(data []byte) (line int, found bool) {
+	if bytes.HasPrefix(data, []byte{0xfe, 0xff}) || bytes.HasPrefix(data, []byte{0xff, 0xfe}) || utf8.Valid(data) {
+		return 0, false
+	}
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size == 1 {
+			return bytes.Count(data[:i], []byte("\n")) + 1, true
+		}
+		i += size
+	}
+	return 1, true // unreachable: utf8.Valid said there is one
 }
 
 // yamlBools are the spellings of a boolean in YAML 1.2 (true, True, TRUE …) and, under an explicit

@@ -107,13 +107,20 @@ examples/schedules.yaml.`,
 func readSchedules(ctx context.Context, file string) ([]byte, string, error) {
 	r, name := io.Reader(os.Stdin), "stdin"
 	if file != "-" {
-		// a FIFO or a device would block the read past Ctrl-C (the read takes no context)
+		// opening a FIFO blocks until a writer comes, past Ctrl-C; a device may never end
 		if st, err := os.Stat(file); err == nil && !st.Mode().IsRegular() {
-			return nil, file, cli.Usagef("-f %s: not a regular file (%s); for a pipe use -f -", cli.Word(file), st.Mode().Type())
+			kind := "a device or socket"
+			switch {
+			case st.IsDir():
+				kind = "a directory"
+			case st.Mode()&os.ModeNamedPipe != 0:
+				kind = "a named pipe"
+			}
+			return nil, file, cli.Usagef("-f %q: not a regular file but %s; for a pipe use -f -", file, kind)
 		}
 		f, err := os.Open(file)
 		if err != nil {
-			return nil, file, cli.Usagef("-f %s: %v", cli.Word(file), errors.Unwrap(err))
+			return nil, file, cli.Usagef("-f %q: %v", file, errors.Unwrap(err))
 		}
 		defer f.Close()
 		r, name = f, file
@@ -134,7 +141,7 @@ func readSchedules(ctx context.Context, file string) ([]byte, string, error) {
 		return nil, name, ctx.Err()
 	case res := <-done:
 		if res.err != nil {
-			return nil, name, cli.Usagef("read %s: %v", cli.Word(name), res.err)
+			return nil, name, cli.Usagef("read %q: %v", name, res.err)
 		}
 		return res.data, name, nil
 	}
