@@ -179,6 +179,15 @@ func TestPreviewThenRunsShowWithAReplica(t *testing.T) {
 		up[0].(map[string]any)["at_ms"] != doc["next_fire_ms"] || !strings.HasSuffix(up[0].(map[string]any)["at"].(string), "T09:00:00+09:00 Asia/Tokyo") {
 		t.Errorf("trigger show before any claim: %v; want a preview and three upcoming occurrences at 09:00 Tokyo time", doc)
 	}
+	// text: a zone other than UTC gets a UTC column beside it; a UTC trigger one column, not two equal ones
+	for _, c := range []struct {
+		trigger string
+		header  *regexp.Regexp
+	}{{"tokyo", regexp.MustCompile(`(?m)^UPCOMING \(Asia/Tokyo\) +UTC$`)}, {"tick", regexp.MustCompile(`(?m)^UPCOMING \(UTC\)$`)}} {
+		if r := run(t, append([]string{"trigger", "show", "--project", "p", "--trigger", c.trigger}, db...)...); r.code != 0 || !c.header.MatchString(r.stdout) {
+			t.Errorf("trigger show %s: exit %d\n%s\nwant a line matching %s", c.trigger, r.code, r.stdout, c.header)
+		}
+	}
 
 	rep := startReplica(t, qlsched(t), "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0", "--cadence", "100ms", "--owner", "replica-a")
 	var runID string

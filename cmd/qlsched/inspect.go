@@ -278,9 +278,16 @@ func printTriggerShow(out io.Writer, d admin.TriggerDetail, upcoming []occurrenc
 
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "UPCOMING (%s)\tUTC\n", d.TimeZone)
-	for _, o := range upcoming {
-		fmt.Fprintf(tw, "%s\t%s\n", o.At, o.AtUTC)
+	if len(upcoming) > 0 && upcoming[0].At == upcoming[0].AtUTC { // a UTC trigger: one column says it all
+		fmt.Fprintf(tw, "UPCOMING (%s)\n", d.TimeZone)
+		for _, o := range upcoming {
+			fmt.Fprintf(tw, "%s\n", o.At)
+		}
+	} else {
+		fmt.Fprintf(tw, "UPCOMING (%s)\tUTC\n", d.TimeZone)
+		for _, o := range upcoming {
+			fmt.Fprintf(tw, "%s\t%s\n", o.At, o.AtUTC)
+		}
 	}
 	if !d.Enabled {
 		fmt.Fprintln(tw, "(disabled: none of these is claimed)\t")
