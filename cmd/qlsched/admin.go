@@ -309,8 +309,9 @@ never a backlog (docs/scheduling.md has the exact rule).`,
 	fl.StringVar(&cron, "cron", "", "cron spec, e.g. \"*/5 * * * *\" ("+limits.CronRule+"; a new trigger: required; else: kept)")
 	fl.StringVar(&zone, "timezone", "", "IANA time zone, e.g. Europe/Berlin ("+limits.TimeZoneRule+"; a new trigger: UTC; else: kept)")
 	fl.StringVar(&misfire, "misfire", "", "misfire policy: skip or fire_once (a new trigger: skip; else: kept)")
-	fl.DurationVar(&grace, "misfire-grace", schedule.DefaultMisfireGrace,
-		"how late an occurrence may be and still be on time, 1s to 24h (a new trigger: 60s; else: kept)")
+	// no flag default: it is used only when given (a new trigger's default is the publisher's)
+	fl.DurationVar(&grace, "misfire-grace", 0,
+		"how late an occurrence may be and still be on time, e.g. 90s, 1s to 24h (a new trigger: 60s; else: kept)")
 	fl.BoolVar(&disabled, "disabled", false, "publish the revision disabled, never claimed (--disabled=false: enabled; a new trigger: enabled; else: kept)")
 
 	cmd.AddCommand(publish, a.triggerToggleCmd(false), a.triggerToggleCmd(true), a.triggerListCmd(), a.triggerShowCmd())
