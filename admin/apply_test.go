@@ -124,6 +124,9 @@ projects:
 		{"no projects", "schema: qlsched.schedules/v1\nprojects:\n", "bad.yaml:2: projects: empty"},
 		{"empty list", "schema: qlsched.schedules/v1\nprojects: []\n", "bad.yaml:2: projects: empty"},
 		{"enabled not a bool", "schema: qlsched.schedules/v1\nprojects: [{id: p, tasks: [{id: k, executor_spec: {}}], triggers: [{id: t, task: k, cron: '* * * * *', enabled: 'no'}]}]\n", "bad.yaml:2: projects[p].triggers[t].enabled: want true or false"},
+		{"grace not a duration", "schema: qlsched.schedules/v1\nprojects: [{id: p, tasks: [{id: k, executor_spec: {}}], triggers: [{id: t, task: k, cron: '* * * * *', misfire_grace: 5 minutes}]}]\n", `bad.yaml:2: projects[p].triggers[t].misfire_grace: "5 minutes" is not a duration`},
+		{"grace 0", "schema: qlsched.schedules/v1\nprojects: [{id: p, tasks: [{id: k, executor_spec: {}}], triggers: [{id: t, task: k, cron: '* * * * *', misfire_grace: 0s}]}]\n", "bad.yaml:2: projects[p].triggers[t].misfire_grace: invalid misfire grace 0s: want 1s to 24h0m0s"},
+		{"grace above 24h", "schema: qlsched.schedules/v1\nprojects: [{id: p, tasks: [{id: k, executor_spec: {}}], triggers: [{id: t, task: k, cron: '* * * * *', misfire_grace: 25h}]}]\n", "bad.yaml:2: projects[p].triggers[t].misfire_grace: invalid misfire grace 25h0m0s"},
 		{"cron not a string", "schema: qlsched.schedules/v1\nprojects: [{id: p, tasks: [{id: k, executor_spec: {}}], triggers: [{id: t, task: k, cron: [1]}]}]\n", "bad.yaml:2: projects[p].triggers[t].cron: want a string, got a list"},
 		{"not a list", "schema: qlsched.schedules/v1\nprojects: {id: p}\n", "bad.yaml:2: projects: want a list, got a mapping"},
 	} {
@@ -284,6 +287,7 @@ func TestApplyRoundTrip(t *testing.T) {
 	f.d.Exec(t, `UPDATE control_core.trigger_schedules SET next_fire_at_ms = 4102444800000, state_version = state_version + 1
 		WHERE project_id = 'ops' AND trigger_id = 'every-minute'`)
 	edited := edit(t, text, `cron: "30 2 * * *"`, `cron: "45 2 * * *"`)
+	edited = edit(t, edited, `misfire_grace: 15m`, `misfire_grace: 2m30s`)
 	edited = edit(t, edited, `image: billing/invoice:1.4`, `image: billing/invoice:1.5`)
 	edited = edit(t, edited, "      - id: weekly-dunning-report\n        task: dunning\n        cron: \"@weekly\"\n        enabled: false              # published, never claimed\n", "")
 	edited = edit(t, edited, "        cron: \"* * * * *\"\n", "        cron: \"* * * * *\"\n      - id: hourly\n        task: heartbeat\n        cron: \"@hourly\"\n")
@@ -291,7 +295,7 @@ func TestApplyRoundTrip(t *testing.T) {
 	want := `project billing/billing unchanged
 task billing/invoice update executor_spec
 task billing/dunning unchanged
-trigger billing/monthly-invoices update task_revision
+trigger billing/monthly-invoices update task_revision misfire_grace
 trigger billing/nightly-dunning update cron
 trigger billing/weekly-dunning-report unlisted
 project ops/ops unchanged
@@ -316,9 +320,19 @@ trigger ops/hourly create
 	}
 	for _, it := range applied.Items {
 		if it.Kind == admin.KindTrigger && it.ID == "monthly-invoices" {
-			if it.Revision != 2 || it.Changes[0].From != "1" || it.Changes[0].To != "2" {
-				t.Errorf("monthly-invoices: %+v; want revision 2 pinning task revision 2", it)
+			if it.Revision != 2 || it.Changes[0].From != "1" || it.Changes[0].To != "2" ||
+				it.Changes[1].From != "15m0s" || it.Changes[1].To != "2m30s" {
+				t.Errorf("monthly-invoices: %+v; want revision 2 pinning task revision 2, grace 15m0s → 2m30s", it)
 			}
+		}
+	}
+	// the file's grace as stored, and the default where the file gives none
+	for trigger, wantMs := range map[string]int64{"monthly-invoices": 150_000, "nightly-dunning": 60_000} {
+		var graceMs int64
+		if err := f.d.Pool(t, "").QueryRow(ctx, `SELECT tr.misfire_grace_ms FROM control_core.triggers t JOIN control_core.trigger_revisions tr
+			ON tr.project_id = t.project_id AND tr.trigger_id = t.trigger_id AND tr.revision = t.head_revision
+			WHERE t.trigger_id = $1`, trigger).Scan(&graceMs); err != nil || graceMs != wantMs {
+			t.Errorf("%s: misfire_grace_ms %d (%v); want %d", trigger, graceMs, err, wantMs)
 		}
 	}
 	var next, state int64

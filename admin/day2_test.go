@@ -19,6 +19,7 @@ func ptr[T any](v T) *T { return &v }
 type head struct {
 	revision, taskRevision int64
 	cron, zone, misfire    string
+	graceMs                int64
 	enabled                bool
 }
 
@@ -26,11 +27,11 @@ func (f *fixture) head(trigger string) head {
 	f.t.Helper()
 	var h head
 	err := f.d.Pool(f.t, "").QueryRow(context.Background(), `SELECT tr.revision, tr.task_revision, tr.cron_spec, tr.timezone,
-		       tr.misfire_policy, tr.enabled
+		       tr.misfire_policy, tr.misfire_grace_ms, tr.enabled
 		FROM control_core.triggers t JOIN control_core.trigger_revisions tr
 		  ON tr.project_id = t.project_id AND tr.trigger_id = t.trigger_id AND tr.revision = t.head_revision
 		WHERE t.project_id = 'p' AND t.trigger_id = $1`, trigger).
-		Scan(&h.revision, &h.taskRevision, &h.cron, &h.zone, &h.misfire, &h.enabled)
+		Scan(&h.revision, &h.taskRevision, &h.cron, &h.zone, &h.misfire, &h.graceMs, &h.enabled)
 	if err != nil {
 		f.t.Fatalf("head of %s: %v", trigger, err)
 	}
@@ -47,16 +48,17 @@ func (f *fixture) writes() int {
 }
 
 // Issue 17's regression: a trigger published with --timezone Europe/Berlin --misfire fire_once
-// and republished with only --disabled (and the identifying flags) keeps Berlin and fire_once.
-// Each change touches only what it gives; nothing falls back to a default.
+// --misfire-grace 5m and republished with only --disabled (and the identifying flags) keeps
+// Berlin, fire_once and 5m. Each change touches only what it gives; nothing falls back to a
+// default; giving the head's own value changes nothing.
 func TestRepublishKeepsWhatWasNotGiven(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	berlin := admin.TriggerChange{Project: "p", Trigger: "nightly", Task: ptr("task"), Cron: ptr("0 3 * * *"),
-		TimeZone: ptr("Europe/Berlin"), Misfire: ptr(schedule.MisfireFireOnce)}
-	if _, err := f.pub.ChangeTrigger(ctx, berlin); err != nil {
-		t.Fatal(err)
+		TimeZone: ptr("Europe/Berlin"), Misfire: ptr(schedule.MisfireFireOnce), MisfireGrace: ptr(5 * time.Minute)}
+	if pub, err := f.pub.ChangeTrigger(ctx, berlin); err != nil || pub.MisfireGraceMs != 300_000 {
+		t.Fatalf("publish with a 5m grace: %+v, %v", pub, err)
 	}
 	for _, c := range []struct {
 		name   string
@@ -65,13 +67,17 @@ func TestRepublishKeepsWhatWasNotGiven(t *testing.T) {
 		fields []string
 	}{
 		{"only --disabled", admin.TriggerChange{Enabled: ptr(false)},
-			head{2, 1, "0 3 * * *", "Europe/Berlin", "fire_once", false}, []string{"enabled"}},
+			head{2, 1, "0 3 * * *", "Europe/Berlin", "fire_once", 300_000, false}, []string{"enabled"}},
 		{"only --cron", admin.TriggerChange{Cron: ptr("30 4 * * *")},
-			head{3, 1, "30 4 * * *", "Europe/Berlin", "fire_once", false}, []string{"cron_spec"}},
+			head{3, 1, "30 4 * * *", "Europe/Berlin", "fire_once", 300_000, false}, []string{"cron_spec"}},
 		{"only --misfire", admin.TriggerChange{Misfire: ptr(schedule.MisfireSkip)},
-			head{4, 1, "30 4 * * *", "Europe/Berlin", "skip", false}, []string{"misfire_policy"}},
+			head{4, 1, "30 4 * * *", "Europe/Berlin", "skip", 300_000, false}, []string{"misfire_policy"}},
 		{"only --timezone", admin.TriggerChange{TimeZone: ptr("America/New_York")},
-			head{5, 1, "30 4 * * *", "America/New_York", "skip", false}, []string{"timezone"}},
+			head{5, 1, "30 4 * * *", "America/New_York", "skip", 300_000, false}, []string{"timezone"}},
+		{"only --misfire-grace", admin.TriggerChange{MisfireGrace: ptr(90 * time.Second)},
+			head{6, 1, "30 4 * * *", "America/New_York", "skip", 90_000, false}, []string{"misfire_grace_ms"}},
+		{"only --disabled=false", admin.TriggerChange{Enabled: ptr(true)},
+			head{7, 1, "30 4 * * *", "America/New_York", "skip", 90_000, true}, []string{"enabled"}},
 	} {
 		c.change.Project, c.change.Trigger = "p", "nightly"
 		pub, err := f.pub.ChangeTrigger(ctx, c.change)
@@ -81,6 +87,27 @@ func TestRepublishKeepsWhatWasNotGiven(t *testing.T) {
 		if got := f.head("nightly"); got != c.want || pub.Unchanged || !slices.Equal(pub.Changed, c.fields) {
 			t.Errorf("%s: head %+v, changed %v (unchanged %v); want %+v, changed %v", c.name, got, pub.Changed, pub.Unchanged, c.want, c.fields)
 		}
+	}
+
+	// the head's own grace again is content-identical: unchanged, nothing written
+	before := f.writes()
+	if pub, err := f.pub.ChangeTrigger(ctx, admin.TriggerChange{Project: "p", Trigger: "nightly", MisfireGrace: ptr(90 * time.Second)}); err != nil ||
+		!pub.Unchanged || pub.Revision != 7 || pub.MisfireGraceMs != 90_000 {
+		t.Errorf("republish of the head's grace: %+v, %v; want unchanged revision 7", pub, err)
+	}
+	if after := f.writes(); after != before {
+		t.Errorf("an unchanged republish wrote %d rows", after-before)
+	}
+	// a grace out of range is refused, naming the field
+	for _, g := range []time.Duration{0, 999 * time.Millisecond, 24*time.Hour + time.Millisecond, 1500 * time.Microsecond} {
+		if _, err := f.pub.ChangeTrigger(ctx, admin.TriggerChange{Project: "p", Trigger: "nightly", MisfireGrace: ptr(g)}); fieldOf(err) != admin.FieldMisfireGrace {
+			t.Errorf("grace %s: %v; want a FieldError of %s", g, err, admin.FieldMisfireGrace)
+		}
+	}
+	// a new trigger's grace defaults to 60 s
+	if pub, err := f.pub.ChangeTrigger(ctx, admin.TriggerChange{Project: "p", Trigger: "fresh", Task: ptr("task"), Cron: ptr("0 3 * * *")}); err != nil ||
+		pub.MisfireGraceMs != schedule.DefaultMisfireGrace.Milliseconds() {
+		t.Errorf("a new trigger without a grace: %+v, %v; want %s", pub, err, schedule.DefaultMisfireGrace)
 	}
 
 	// a new trigger needs its task and its cron spec; the refusal names the field
@@ -114,11 +141,11 @@ func TestDisableEnableFlipOnlyEnabled(t *testing.T) {
 		want      head
 	}{
 		{"disable", func() (admin.TriggerPublished, error) { return f.pub.DisableTrigger(ctx, "p", "t") }, false,
-			head{2, 1, "*/5 * * * *", "Asia/Tokyo", "fire_once", false}},
+			head{2, 1, "*/5 * * * *", "Asia/Tokyo", "fire_once", 60_000, false}},
 		{"disable again", func() (admin.TriggerPublished, error) { return f.pub.DisableTrigger(ctx, "p", "t") }, true,
-			head{2, 1, "*/5 * * * *", "Asia/Tokyo", "fire_once", false}},
+			head{2, 1, "*/5 * * * *", "Asia/Tokyo", "fire_once", 60_000, false}},
 		{"enable", func() (admin.TriggerPublished, error) { return f.pub.EnableTrigger(ctx, "p", "t") }, false,
-			head{3, 1, "*/5 * * * *", "Asia/Tokyo", "fire_once", true}},
+			head{3, 1, "*/5 * * * *", "Asia/Tokyo", "fire_once", 60_000, true}},
 	} {
 		before := f.writes()
 		pub, err := c.do()

@@ -15,6 +15,7 @@ const (
 	FieldCron         = "cron"
 	FieldTimeZone     = "timezone"
 	FieldMisfire      = "misfire"
+	FieldMisfireGrace = "misfire_grace"
 	FieldExecutorSpec = "executor_spec"
 	FieldLimit        = "limit"
 	FieldState        = "state"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
@@ -201,7 +202,19 @@ type TriggerSpec struct {
 	Project, Trigger, Task string
 	Cron, TimeZone         string
 	Misfire                schedule.MisfirePolicy
-	Enabled                bool
+	// MisfireGrace: a due occurrence at most this late is on time under both policies (whole
+	// milliseconds, schedule.MinMisfireGrace to schedule.MaxMisfireGrace); 0 means
+	// schedule.DefaultMisfireGrace.
+	MisfireGrace time.Duration
+	Enabled      bool
+}
+
+// misfireGraceMs is the grace as stored: DefaultMisfireGrace for 0.
+func (t TriggerSpec) misfireGraceMs() int64 {
+	if t.MisfireGrace == 0 {
+		return schedule.DefaultMisfireGrace.Milliseconds()
+	}
+	return t.MisfireGrace.Milliseconds()
 }
 
 // Validate checks every field, parsing the cron spec and the time zone. The form checks come
@@ -215,6 +228,11 @@ func (t TriggerSpec) Validate() error {
 	}
 	if _, err := schedule.ParseMisfirePolicy(string(t.Misfire)); err != nil {
 		return fieldErr(FieldMisfire, err)
+	}
+	if t.MisfireGrace != 0 {
+		if err := schedule.CheckMisfireGrace(t.MisfireGrace); err != nil {
+			return fieldErr(FieldMisfireGrace, err)
+		}
 	}
 	if err := limits.CheckCronSpec(t.Cron); err != nil {
 		return fieldErr(FieldCron, err)
@@ -239,20 +257,21 @@ func (t TriggerSpec) Validate() error {
 // head's. Changed names the fields that differ from the previous head (all of them for a new
 // trigger, none when Unchanged).
 type TriggerPublished struct {
-	ProjectID     string                 `json:"project_id"`
-	TriggerID     string                 `json:"trigger_id"`
-	Revision      int64                  `json:"revision"`
-	TaskID        string                 `json:"task_id"`
-	TaskRevision  int64                  `json:"task_revision"`
-	Cron          string                 `json:"cron_spec"`
-	TimeZone      string                 `json:"timezone"`
-	Misfire       schedule.MisfirePolicy `json:"misfire_policy"`
-	Enabled       bool                   `json:"enabled"`
-	StateVersion  int64                  `json:"state_version"`
-	ClaimVersion  int64                  `json:"claim_version"`
-	ContentDigest string                 `json:"content_digest"`
-	Unchanged     bool                   `json:"unchanged"`
-	Changed       []string               `json:"changed"`
+	ProjectID      string                 `json:"project_id"`
+	TriggerID      string                 `json:"trigger_id"`
+	Revision       int64                  `json:"revision"`
+	TaskID         string                 `json:"task_id"`
+	TaskRevision   int64                  `json:"task_revision"`
+	Cron           string                 `json:"cron_spec"`
+	TimeZone       string                 `json:"timezone"`
+	Misfire        schedule.MisfirePolicy `json:"misfire_policy"`
+	MisfireGraceMs int64                  `json:"misfire_grace_ms"`
+	Enabled        bool                   `json:"enabled"`
+	StateVersion   int64                  `json:"state_version"`
+	ClaimVersion   int64                  `json:"claim_version"`
+	ContentDigest  string                 `json:"content_digest"`
+	Unchanged      bool                   `json:"unchanged"`
+	Changed        []string               `json:"changed"`
 }
 
 // PublishTrigger publishes a new revision of a cron trigger pinned to the task's head revision
@@ -317,13 +336,15 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 // field keeps the head revision's value, never a default. Task, when given, pins the task's
 // current head revision (also when it names the head's task, so a republish picks up a newer
 // task revision); when not given the head's task revision stays pinned. A new trigger needs Task
-// and Cron; TimeZone then defaults to UTC, Misfire to skip, Enabled to true.
+// and Cron; TimeZone then defaults to UTC, Misfire to skip, MisfireGrace to
+// schedule.DefaultMisfireGrace, Enabled to true.
 type TriggerChange struct {
 	Project, Trigger string
 	Task             *string
 	Cron             *string
 	TimeZone         *string
 	Misfire          *schedule.MisfirePolicy
+	MisfireGrace     *time.Duration
 	Enabled          *bool
 }
 
@@ -344,6 +365,11 @@ func (c TriggerChange) Validate() error {
 	if c.Misfire != nil {
 		if _, err := schedule.ParseMisfirePolicy(string(*c.Misfire)); err != nil {
 			return fieldErr(FieldMisfire, err)
+		}
+	}
+	if c.MisfireGrace != nil {
+		if err := schedule.CheckMisfireGrace(*c.MisfireGrace); err != nil {
+			return fieldErr(FieldMisfireGrace, err)
 		}
 	}
 	if c.Cron != nil {
@@ -422,7 +448,8 @@ func (p *Publisher) changeTrigger(ctx context.Context, c TriggerChange, mustExis
 // merge is the content to publish: the change over the head (nil for a new trigger). keepTaskRev
 // is the head's task revision when the change names no task, else 0 (pin the task's head).
 func (c TriggerChange) merge(head *triggerRevision) (t TriggerSpec, keepTaskRev int64, err error) {
-	t = TriggerSpec{Project: c.Project, Trigger: c.Trigger, TimeZone: DefaultTimeZone, Misfire: DefaultMisfire, Enabled: true}
+	t = TriggerSpec{Project: c.Project, Trigger: c.Trigger, TimeZone: DefaultTimeZone, Misfire: DefaultMisfire,
+		MisfireGrace: schedule.DefaultMisfireGrace, Enabled: true}
 	if head != nil {
 		t, keepTaskRev = head.spec(c.Project), head.taskRevision
 	} else {
@@ -445,6 +472,9 @@ func (c TriggerChange) merge(head *triggerRevision) (t TriggerSpec, keepTaskRev 
 	if c.Misfire != nil {
 		t.Misfire = *c.Misfire
 	}
+	if c.MisfireGrace != nil {
+		t.MisfireGrace = *c.MisfireGrace
+	}
 	if c.Enabled != nil {
 		t.Enabled = *c.Enabled
 	}
@@ -457,6 +487,7 @@ type triggerRevision struct {
 	revision, taskRevision     int64
 	task, cron, timeZone       string
 	misfire                    schedule.MisfirePolicy
+	misfireGraceMs             int64
 	enabled                    bool
 	digest                     string
 	stateVersion, claimVersion int64
@@ -465,7 +496,7 @@ type triggerRevision struct {
 // spec is the head's content as a TriggerSpec of project.
 func (h *triggerRevision) spec(project string) TriggerSpec {
 	return TriggerSpec{Project: project, Trigger: h.trigger, Task: h.task, Cron: h.cron, TimeZone: h.timeZone,
-		Misfire: h.misfire, Enabled: h.enabled}
+		Misfire: h.misfire, MisfireGrace: time.Duration(h.misfireGraceMs) * time.Millisecond, Enabled: h.enabled}
 }
 
 // readTriggerHeads reads the head revisions of a project's triggers with their schedule rows'
@@ -478,7 +509,7 @@ func readTriggerHeads(ctx context.Context, q *db.Queries, project, trigger strin
 	out := make([]*triggerRevision, 0, len(rows))
 	for _, h := range rows {
 		out = append(out, &triggerRevision{trigger: h.TriggerID, revision: h.Revision, taskRevision: h.TaskRevision, task: h.TaskID,
-			cron: h.CronSpec, timeZone: h.Timezone, misfire: schedule.MisfirePolicy(h.MisfirePolicy), enabled: h.Enabled,
+			cron: h.CronSpec, timeZone: h.Timezone, misfire: schedule.MisfirePolicy(h.MisfirePolicy), misfireGraceMs: h.MisfireGraceMs, enabled: h.Enabled,
 			digest: h.ContentDigest, stateVersion: h.StateVersion, claimVersion: h.ClaimVersion})
 	}
 	return out, nil
@@ -515,7 +546,7 @@ func (h taskHeads) get(ctx context.Context, q *db.Queries, project, task string)
 // Change.Field).
 var triggerContentFields = [...]struct{ name, fileKey string }{
 	{"task", "task"}, {"task_revision", "task_revision"}, {"cron_spec", "cron"},
-	{"timezone", "timezone"}, {"misfire_policy", "misfire"}, {"enabled", "enabled"},
+	{"timezone", "timezone"}, {"misfire_policy", "misfire"}, {"misfire_grace_ms", "misfire_grace"}, {"enabled", "enabled"},
 }
 
 // fieldChange is one field (an index of triggerContentFields) that differs, with both values as text.
@@ -528,13 +559,14 @@ type fieldChange struct {
 // which t, pinned to taskRev, differs from head, in triggerContentFields' order; every field (from "")
 // for a new trigger (head nil), none when the content is unchanged.
 func triggerChanges(head *triggerRevision, t TriggerSpec, taskRev int64) []fieldChange {
-	text := func(task string, taskRev int64, cron, tz string, m schedule.MisfirePolicy, enabled bool) [len(triggerContentFields)]string {
-		return [...]string{task, strconv.FormatInt(taskRev, 10), cron, tz, string(m), strconv.FormatBool(enabled)}
+	text := func(task string, taskRev int64, cron, tz string, m schedule.MisfirePolicy, graceMs int64, enabled bool) [len(triggerContentFields)]string {
+		grace := (time.Duration(graceMs) * time.Millisecond).String()
+		return [...]string{task, strconv.FormatInt(taskRev, 10), cron, tz, string(m), grace, strconv.FormatBool(enabled)}
 	}
-	to := text(t.Task, taskRev, t.Cron, t.TimeZone, t.Misfire, t.Enabled)
+	to := text(t.Task, taskRev, t.Cron, t.TimeZone, t.Misfire, t.misfireGraceMs(), t.Enabled)
 	var from [len(triggerContentFields)]string
 	if head != nil {
-		from = text(head.task, head.taskRevision, head.cron, head.timeZone, head.misfire, head.enabled)
+		from = text(head.task, head.taskRevision, head.cron, head.timeZone, head.misfire, head.misfireGraceMs, head.enabled)
 	}
 	changes := []fieldChange{}
 	for i := range triggerContentFields {
@@ -551,7 +583,7 @@ func triggerChanges(head *triggerRevision, t TriggerSpec, taskRev int64) []field
 // nothing and reports the head, Unchanged. Every trigger publish, Apply's included, goes through it.
 func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev int64, head *triggerRevision, change string) (TriggerPublished, error) {
 	out := TriggerPublished{ProjectID: t.Project, TriggerID: t.Trigger, TaskID: t.Task, TaskRevision: taskRev, Cron: t.Cron,
-		TimeZone: t.TimeZone, Misfire: t.Misfire, Enabled: t.Enabled, Changed: []string{}}
+		TimeZone: t.TimeZone, Misfire: t.Misfire, MisfireGraceMs: t.misfireGraceMs(), Enabled: t.Enabled, Changed: []string{}}
 	for _, c := range triggerChanges(head, t, taskRev) {
 		out.Changed = append(out.Changed, triggerContentFields[c.field].name)
 	}
@@ -566,7 +598,7 @@ func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev i
 	}
 	tr, err := q.InsertTriggerRevision(ctx, db.InsertTriggerRevisionParams{
 		ProjectID: t.Project, TriggerID: t.Trigger, Revision: rev, CronSpec: t.Cron, Timezone: t.TimeZone,
-		MisfirePolicy: string(t.Misfire), Enabled: t.Enabled, TaskID: t.Task, TaskRevision: taskRev,
+		MisfirePolicy: string(t.Misfire), MisfireGraceMs: t.misfireGraceMs(), Enabled: t.Enabled, TaskID: t.Task, TaskRevision: taskRev,
 	})
 	if err != nil {
 		return out, fmt.Errorf("trigger revision: %w", err)
@@ -577,7 +609,7 @@ func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev i
 	}
 	out.Revision, out.StateVersion, out.ClaimVersion, out.ContentDigest = rev, sched.StateVersion, sched.ClaimVersion, tr.ContentDigest
 	detail, _ := json.Marshal(map[string]any{"revision": rev, "change": change, "changed": out.Changed, "cron": t.Cron,
-		"timezone": t.TimeZone, "misfire": t.Misfire, "enabled": t.Enabled, "task": t.Task, "task_revision": taskRev})
+		"timezone": t.TimeZone, "misfire": t.Misfire, "misfire_grace_ms": t.misfireGraceMs(), "enabled": t.Enabled, "task": t.Task, "task_revision": taskRev})
 	return out, q.AuditAdmin(ctx, db.AuditAdminParams{Action: "trigger.publish", ProjectID: t.Project, Subject: t.Trigger, Detail: detail})
 }
 

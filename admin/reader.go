@@ -48,6 +48,7 @@ type Trigger struct {
 	CronSpec          string                 `json:"cron_spec"`
 	TimeZone          string                 `json:"timezone"`
 	MisfirePolicy     schedule.MisfirePolicy `json:"misfire_policy"`
+	MisfireGraceMs    int64                  `json:"misfire_grace_ms"`
 	Enabled           bool                   `json:"enabled"`
 	TaskID            string                 `json:"task_id"`
 	TaskRevision      int64                  `json:"task_revision"`
@@ -108,8 +109,8 @@ func readTriggers(ctx context.Context, q *db.Queries, f TriggerFilter) ([]Trigge
 	for _, t := range rows {
 		tr := Trigger{
 			ProjectID: t.ProjectID, ProjectState: t.ProjectState, TriggerID: t.TriggerID, TriggerRevision: t.TriggerRevision,
-			CronSpec: t.CronSpec, TimeZone: t.Timezone, MisfirePolicy: schedule.MisfirePolicy(t.MisfirePolicy), Enabled: t.Enabled,
-			TaskID: t.TaskID, TaskRevision: t.TaskRevision, ContentDigest: t.ContentDigest, RevisionCreatedMs: t.RevisionCreatedAtMs,
+			CronSpec: t.CronSpec, TimeZone: t.Timezone, MisfirePolicy: schedule.MisfirePolicy(t.MisfirePolicy), MisfireGraceMs: t.MisfireGraceMs,
+			Enabled: t.Enabled, TaskID: t.TaskID, TaskRevision: t.TaskRevision, ContentDigest: t.ContentDigest, RevisionCreatedMs: t.RevisionCreatedAtMs,
 			NextFireAtMs: int8Ptr(t.NextFireAtMs), LastScheduledAtMs: int8Ptr(t.LastScheduledAtMs), StateVersion: t.StateVersion,
 			ClaimOwner: textPtr(t.ClaimOwner), ClaimVersion: t.ClaimVersion, ClaimExpiresAtMs: int8Ptr(t.ClaimExpiresAtMs),
 			UpdatedAtMs: t.UpdatedAtMs, NowMs: t.NowMs,

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -107,6 +108,7 @@ const (
 //	        cron: "0 3 * * *"
 //	        timezone: Europe/Berlin   # default UTC
 //	        misfire: fire_once        # default skip
+//	        misfire_grace: 5m         # a Go duration, 1s to 24h; default 60s
 //	        enabled: true             # default true
 func ParseSchedules(file string, data []byte) (*Schedules, error) {
 	p := &fileParser{file: file}
@@ -308,17 +310,18 @@ func (p *fileParser) task(n *yaml.Node, j int, parent, project string, seen map[
 
 // triggerFields are the keys of a trigger and the FieldError field each one is checked as.
 var triggerFields = map[string]string{
-	"id": FieldTrigger, "task": FieldTask, "cron": FieldCron, "timezone": FieldTimeZone, "misfire": FieldMisfire, "enabled": "",
+	"id": FieldTrigger, "task": FieldTask, "cron": FieldCron, "timezone": FieldTimeZone, "misfire": FieldMisfire,
+	"misfire_grace": FieldMisfireGrace, "enabled": "",
 }
 
 func (p *fileParser) trigger(n *yaml.Node, j int, parent, project string, tasks, seen map[string]int) (TriggerSchedule, bool) {
 	path := named(n, fmt.Sprintf("%s.triggers[%d]", parent, j), "triggers", FieldTrigger)
-	m := p.mapping(n, path, "id", "task", "cron", "timezone", "misfire", "enabled")
+	m := p.mapping(n, path, "id", "task", "cron", "timezone", "misfire", "misfire_grace", "enabled")
 	if m == nil {
 		return TriggerSchedule{}, false
 	}
 	ts := TriggerSchedule{Line: resolve(n).Line}
-	t := TriggerSpec{Project: project, TimeZone: DefaultTimeZone, Misfire: DefaultMisfire, Enabled: true}
+	t := TriggerSpec{Project: project, TimeZone: DefaultTimeZone, Misfire: DefaultMisfire, MisfireGrace: schedule.DefaultMisfireGrace, Enabled: true}
 	t.Trigger = p.id(m, n, path, FieldTrigger, seen)
 	ok := t.Trigger != ""
 	unread := map[string]bool{} // given, but not as a string: reported already
@@ -340,6 +343,21 @@ func (p *fileParser) trigger(n *yaml.Node, j int, parent, project string, tasks,
 	if v, found := m["misfire"]; found {
 		s, good := p.str(v, path+".misfire")
 		t.Misfire, ok, unread["misfire"] = schedule.MisfirePolicy(s), ok && good, !good
+	}
+	if v, found := m["misfire_grace"]; found {
+		// a Go duration string ("60s", "5m"), checked as the publisher checks a given grace (0
+		// included: in a file it is a value, not "the default")
+		if s, good := p.str(v, path+".misfire_grace"); !good {
+			ok = false
+		} else if g, err := time.ParseDuration(s); err != nil {
+			p.errf(resolve(v), path+".misfire_grace", "%s is not a duration: want one such as 60s or 5m", quoteField(s))
+			ok = false
+		} else if err := schedule.CheckMisfireGrace(g); err != nil {
+			p.errf(resolve(v), path+".misfire_grace", "%v", err)
+			ok = false
+		} else {
+			t.MisfireGrace = g
+		}
 	}
 	if v, found := m["enabled"]; found {
 		v = resolve(v)

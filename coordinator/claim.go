@@ -36,6 +36,7 @@ type Claim struct {
 	CronSpec        string
 	TimeZone        string
 	MisfirePolicy   string
+	MisfireGraceMs  int64 // the misfire grace: a due occurrence at most this late is on time
 	TriggerDigest   string
 	TaskID          string
 	TaskRevision    int64

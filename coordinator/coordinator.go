@@ -196,7 +196,7 @@ func (c *Coordinator) decide(log *slog.Logger, claim *Claim) (schedule.Decision,
 	}
 	// The observation is the claim's ClaimedAtMs, the clock's lower bound the claim wrote
 	// (ADR-0107), so the admit can verify the decision against the row itself.
-	return schedule.Decide(sched, policy, claim.CursorMs, claim.ClaimedAtMs), true
+	return schedule.Decide(sched, policy, claim.MisfireGraceMs, claim.CursorMs, claim.ClaimedAtMs), true
 }
 
 func (c *Coordinator) admitted(log *slog.Logger, it AdmitItem, d schedule.Decision, r AdmitResult) {
@@ -210,7 +210,7 @@ func (c *Coordinator) admitted(log *slog.Logger, it AdmitItem, d schedule.Decisi
 		if c.Observe.Admitted != nil {
 			c.Observe.Admitted(lag)
 		}
-		log.Debug("admitted", "run_id", r.RunID, "lag_ms", lag.Milliseconds(), "catch_up", d.CatchUp)
+		log.Debug("admitted", "run_id", r.RunID, "lag_ms", lag.Milliseconds(), "catch_up", d.CatchUp, "missed", d.Missed)
 	case r.Outcome == Race:
 		c.Stats.Races.Add(1)
 		log.Info("admit lost its fence (race)")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/schedule"
 )
@@ -82,10 +83,12 @@ func TestRunIdentityOnlyForAnAdmit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("init", "* * * * *", schedule.MisfireSkip)
-	f.trigger("due", "* * * * *", schedule.MisfireFireOnce) // fire_once: one Run even if a minute boundary passes
-	f.trigger("skipped", "* * * * *", schedule.MisfireSkip)
-	f.trigger("catchup", "* * * * *", schedule.MisfireFireOnce)
+	// @yearly: no later occurrence becomes due during the round, so each row is claimed once;
+	// the cursors an hour back are beyond the misfire grace (60 s), the one a second back within it
+	f.trigger("init", "@yearly", schedule.MisfireSkip)
+	f.trigger("due", "@yearly", schedule.MisfireFireOnce)
+	f.trigger("skipped", "@yearly", schedule.MisfireSkip)
+	f.trigger("catchup", "@yearly", schedule.MisfireFireOnce)
 	f.setCursor("due", -time.Second)
 	f.setCursor("skipped", -time.Hour)
 	f.setCursor("catchup", -time.Hour)
@@ -102,6 +105,67 @@ func TestRunIdentityOnlyForAnAdmit(t *testing.T) {
 	}
 	if n := f.audit(); n != 2 {
 		t.Errorf("%d runs, want 2", n)
+	}
+}
+
+// The misfire grace in a round (docs/scheduling.md, "The decision"): an every-second trigger under
+// skip whose round comes 20 s late, with a 10 s grace, gets one Run for each occurrence at most
+// 10 s late when its claim decides it (the first claim skips the older ones and admits the first
+// on-time one; each further claim of the row in the same round admits the next), and none for an
+// occurrence beyond the grace.
+func TestMisfireGraceAdmitsEachLateOccurrenceWithinIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	if _, err := f.admin.PublishTrigger(ctx, admin.TriggerSpec{Project: "p", Trigger: "s", Task: "task", Cron: "* * * * * *",
+		TimeZone: "UTC", Misfire: schedule.MisfireSkip, MisfireGrace: 10 * time.Second, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	// the cursor an occurrence (a whole second) 20 to 21 s back
+	var cursor int64
+	if err := f.su.QueryRow(ctx, `UPDATE control_core.trigger_schedules
+		SET next_fire_at_ms = control_core.db_now_ms() / 1000 * 1000 - 20000, state_version = state_version + 1
+		WHERE project_id = 'p' AND trigger_id = 's' RETURNING next_fire_at_ms`).Scan(&cursor); err != nil {
+		t.Fatal(err)
+	}
+	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 64 })
+	co.Round(ctx, nil)
+	f.audit()
+
+	rows, err := f.su.Query(ctx, `SELECT scheduled_for_ms FROM control_core.runs WHERE trigger_id = 's' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for rows.Next() {
+		var at int64
+		if err := rows.Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, (at-cursor)/1000) // seconds after the cursor
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Every claim decides at least 20 s after the cursor: cursor+0 … cursor+9 s are more than
+	// 10 s late and skipped. cursor+13 … cursor+20 s are at most 8 s late at the first claim
+	// (the margin absorbs a slow round) and each is admitted, once. The round goes on until the
+	// cursor passes now, so the Runs are consecutive seconds.
+	if len(got) == 0 || got[0] < 10 || got[0] > 13 || got[len(got)-1] < 20 {
+		t.Fatalf("Runs at cursor + %v s; want consecutive seconds from cursor + 10…13 s to at least cursor + 20 s", got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] != got[i-1]+1 {
+			t.Fatalf("Runs at cursor + %v s; want consecutive seconds (one Run per occurrence within the grace)", got)
+		}
+	}
+	var next, now int64
+	if err := f.su.QueryRow(ctx, `SELECT next_fire_at_ms, control_core.db_now_ms() FROM control_core.trigger_schedules
+		WHERE trigger_id = 's'`).Scan(&next, &now); err != nil {
+		t.Fatal(err)
+	}
+	if want := cursor + (got[len(got)-1]+1)*1000; next != want {
+		t.Errorf("cursor %d after the round, want %d (the occurrence after the last Run)", next, want)
 	}
 }
 

@@ -147,7 +147,7 @@ var forgeries = []forgery{
 	{name: "candidate after the observation", claim: func(c *Claim, scheduled, next *int64) {
 		*scheduled, *next = c.ClaimedAtMs+1, c.ClaimedAtMs+60_000
 	}},
-	{name: "next fire time not after the observation", claim: func(c *Claim, _, next *int64) { *next = c.ClaimedAtMs }},
+	{name: "next fire time not after the candidate", claim: func(c *Claim, scheduled, next *int64) { *next = *scheduled }},
 	// The row's lower bound of the clock lies ahead of database time (a clock that went back):
 	// a candidate due at that observation is not due yet by the admit's own database time.
 	{name: "candidate not yet due by database time", tamper: `UPDATE control_core.trigger_schedules
@@ -166,13 +166,15 @@ var forgeries = []forgery{
 	// The trigger's head moved to a new revision behind the publisher's back: the schedule row
 	// (revision, versions, claim) is untouched, only the head no longer is its revision.
 	{name: "trigger head moved", tamper: `INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind,
-			cron_spec, timezone, misfire_policy, enabled, task_id, task_revision, content_digest)
-		SELECT project_id, trigger_id, revision + 1, kind, cron_spec, timezone, misfire_policy, enabled, task_id,
+			cron_spec, timezone, misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
+		SELECT project_id, trigger_id, revision + 1, kind, cron_spec, timezone, misfire_policy, misfire_grace_ms, enabled, task_id,
 			task_revision, content_digest FROM control_core.trigger_revisions
 		WHERE project_id = 'p' AND trigger_id = $1 AND revision = (SELECT head_revision FROM control_core.triggers
 			WHERE project_id = 'p' AND trigger_id = $1);
 		UPDATE control_core.triggers SET head_revision = head_revision + 1 WHERE project_id = 'p' AND trigger_id = $1`},
 	{name: "trigger spec behind its digest", tamper: `UPDATE control_core.trigger_revisions SET cron_spec = '*/2 * * * *'
+		WHERE project_id = 'p' AND trigger_id = $1`},
+	{name: "trigger misfire grace behind its digest", tamper: `UPDATE control_core.trigger_revisions SET misfire_grace_ms = misfire_grace_ms + 1
 		WHERE project_id = 'p' AND trigger_id = $1`},
 }
 

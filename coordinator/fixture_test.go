@@ -78,8 +78,8 @@ func (f *fixture) bulkSchedules(n, spread, due int) {
 		INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
 		    SELECT 'p', 't' || g, 1 FROM generate_series(1, %[1]d) g;
 		INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
-		        misfire_policy, enabled, task_id, task_revision, content_digest)
-		    SELECT 'p', 't' || g, 1, 'cron', '* * * * *', 'UTC', 'skip', true, 'task', 1, repeat('a', 64)
+		        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
+		    SELECT 'p', 't' || g, 1, 'cron', '* * * * *', 'UTC', 'skip', 60000, true, 'task', 1, repeat('a', 64)
 		    FROM generate_series(1, %[1]d) g;
 		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
 		        state_version, claim_version, updated_at_ms)

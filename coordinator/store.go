@@ -426,7 +426,7 @@ func claimFromRow(r db.ClaimDueRow) *Claim {
 		Fence:       Fence{Owner: r.ClaimOwner.String, Token: r.ClaimToken.UUID, Version: r.ClaimVersion, ExpiresAtMs: r.ClaimExpiresAtMs.Int64},
 		ClaimedAtMs: r.ClaimedAtMs, Takeover: r.Takeover,
 		ProjectRevision: r.ProjectRevision, ProjectDigest: r.ProjectDigest,
-		CronSpec: r.CronSpec, TimeZone: r.Timezone, MisfirePolicy: r.MisfirePolicy, TriggerDigest: r.TriggerDigest,
+		CronSpec: r.CronSpec, TimeZone: r.Timezone, MisfirePolicy: r.MisfirePolicy, MisfireGraceMs: r.MisfireGraceMs, TriggerDigest: r.TriggerDigest,
 		TaskID: r.TaskID, TaskRevision: r.TaskRevision, TaskDigest: r.TaskDigest,
 		ExecutionRevisionID: r.ExecutionRevisionID, ExecutionDigest: r.ExecutionDigest,
 		RowCtid: r.RowCtid,

@@ -379,7 +379,7 @@ func TestAdmitChecksTokenAndVersionOnTheirOwn(t *testing.T) {
 
 // The admit verifies the decision against the claim's observation of database time
 // (ClaimedAtMs): an observation other than the claim's, a candidate not yet due at it, or a
-// next fire time not after it writes nothing, and the claim stays held.
+// next fire time not after the candidate writes nothing, and the claim stays held.
 func TestAdmitVerifiesTheDecisionsObservation(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -393,7 +393,9 @@ func TestAdmitVerifiesTheDecisionsObservation(t *testing.T) {
 			return *c.CursorMs, c.ClaimedAtMs + 1
 		}, false},
 		{"candidate after the observation", func(c *Claim) (int64, int64) { return c.ClaimedAtMs + 1, c.ClaimedAtMs + 60_000 }, false},
-		{"next fire time not after the observation", func(c *Claim) (int64, int64) { return *c.CursorMs, c.ClaimedAtMs }, false},
+		// an on-time successor still due (within the misfire grace) is the next claim's
+		{"next fire time due, after the candidate", func(c *Claim) (int64, int64) { return *c.CursorMs, *c.CursorMs + 1 }, true},
+		{"next fire time not after the candidate", func(c *Claim) (int64, int64) { return *c.CursorMs, *c.CursorMs }, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -180,18 +180,19 @@ type ControlCoreTrigger struct {
 }
 
 type ControlCoreTriggerRevision struct {
-	ProjectID     string `json:"project_id"`
-	TriggerID     string `json:"trigger_id"`
-	Revision      int64  `json:"revision"`
-	Kind          string `json:"kind"`
-	CronSpec      string `json:"cron_spec"`
-	Timezone      string `json:"timezone"`
-	MisfirePolicy string `json:"misfire_policy"`
-	Enabled       bool   `json:"enabled"`
-	TaskID        string `json:"task_id"`
-	TaskRevision  int64  `json:"task_revision"`
-	ContentDigest string `json:"content_digest"`
-	CreatedAtMs   int64  `json:"created_at_ms"`
+	ProjectID      string `json:"project_id"`
+	TriggerID      string `json:"trigger_id"`
+	Revision       int64  `json:"revision"`
+	Kind           string `json:"kind"`
+	CronSpec       string `json:"cron_spec"`
+	Timezone       string `json:"timezone"`
+	MisfirePolicy  string `json:"misfire_policy"`
+	MisfireGraceMs int64  `json:"misfire_grace_ms"`
+	Enabled        bool   `json:"enabled"`
+	TaskID         string `json:"task_id"`
+	TaskRevision   int64  `json:"task_revision"`
+	ContentDigest  string `json:"content_digest"`
+	CreatedAtMs    int64  `json:"created_at_ms"`
 }
 
 type ControlCoreTriggerSchedule struct {

@@ -196,7 +196,8 @@ func (q *Queries) GetTaskHeads(ctx context.Context, arg GetTaskHeadsParams) ([]G
 }
 
 const getTriggerHeads = `-- name: GetTriggerHeads :many
-SELECT t.trigger_id, tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
+SELECT t.trigger_id, tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled, tr.task_id,
+       tr.task_revision,
        tr.content_digest, s.state_version, s.claim_version
 FROM control_core.triggers t
 JOIN control_core.trigger_revisions tr
@@ -213,17 +214,18 @@ type GetTriggerHeadsParams struct {
 }
 
 type GetTriggerHeadsRow struct {
-	TriggerID     string `json:"trigger_id"`
-	Revision      int64  `json:"revision"`
-	CronSpec      string `json:"cron_spec"`
-	Timezone      string `json:"timezone"`
-	MisfirePolicy string `json:"misfire_policy"`
-	Enabled       bool   `json:"enabled"`
-	TaskID        string `json:"task_id"`
-	TaskRevision  int64  `json:"task_revision"`
-	ContentDigest string `json:"content_digest"`
-	StateVersion  int64  `json:"state_version"`
-	ClaimVersion  int64  `json:"claim_version"`
+	TriggerID      string `json:"trigger_id"`
+	Revision       int64  `json:"revision"`
+	CronSpec       string `json:"cron_spec"`
+	Timezone       string `json:"timezone"`
+	MisfirePolicy  string `json:"misfire_policy"`
+	MisfireGraceMs int64  `json:"misfire_grace_ms"`
+	Enabled        bool   `json:"enabled"`
+	TaskID         string `json:"task_id"`
+	TaskRevision   int64  `json:"task_revision"`
+	ContentDigest  string `json:"content_digest"`
+	StateVersion   int64  `json:"state_version"`
+	ClaimVersion   int64  `json:"claim_version"`
 }
 
 // The head revisions of a project's triggers (of one when trigger_id is given), with their schedule
@@ -245,6 +247,7 @@ func (q *Queries) GetTriggerHeads(ctx context.Context, arg GetTriggerHeadsParams
 			&i.CronSpec,
 			&i.Timezone,
 			&i.MisfirePolicy,
+			&i.MisfireGraceMs,
 			&i.Enabled,
 			&i.TaskID,
 			&i.TaskRevision,
@@ -297,24 +300,26 @@ func (q *Queries) InsertTaskRevision(ctx context.Context, arg InsertTaskRevision
 
 const insertTriggerRevision = `-- name: InsertTriggerRevision :one
 INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
-                                            misfire_policy, enabled, task_id, task_revision, content_digest)
+                                            misfire_policy, misfire_grace_ms, enabled, task_id, task_revision,
+                                            content_digest)
 VALUES ($1::text, $2::text, $3::bigint, 'cron', $4::text, $5::text,
-        $6::text, $7::boolean, $8::text, $9::bigint,
+        $6::text, $7::bigint, $8::boolean, $9::text, $10::bigint,
         control_core.trigger_digest('cron', $4::text, $5::text, $6::text,
-                                    $7::boolean, $8::text, $9::bigint))
+                                    $7::bigint, $8::boolean, $9::text, $10::bigint))
 RETURNING revision, content_digest
 `
 
 type InsertTriggerRevisionParams struct {
-	ProjectID     string `json:"project_id"`
-	TriggerID     string `json:"trigger_id"`
-	Revision      int64  `json:"revision"`
-	CronSpec      string `json:"cron_spec"`
-	Timezone      string `json:"timezone"`
-	MisfirePolicy string `json:"misfire_policy"`
-	Enabled       bool   `json:"enabled"`
-	TaskID        string `json:"task_id"`
-	TaskRevision  int64  `json:"task_revision"`
+	ProjectID      string `json:"project_id"`
+	TriggerID      string `json:"trigger_id"`
+	Revision       int64  `json:"revision"`
+	CronSpec       string `json:"cron_spec"`
+	Timezone       string `json:"timezone"`
+	MisfirePolicy  string `json:"misfire_policy"`
+	MisfireGraceMs int64  `json:"misfire_grace_ms"`
+	Enabled        bool   `json:"enabled"`
+	TaskID         string `json:"task_id"`
+	TaskRevision   int64  `json:"task_revision"`
 }
 
 type InsertTriggerRevisionRow struct {
@@ -330,6 +335,7 @@ func (q *Queries) InsertTriggerRevision(ctx context.Context, arg InsertTriggerRe
 		arg.CronSpec,
 		arg.Timezone,
 		arg.MisfirePolicy,
+		arg.MisfireGraceMs,
 		arg.Enabled,
 		arg.TaskID,
 		arg.TaskRevision,
@@ -424,7 +430,7 @@ func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsR
 }
 
 const listTriggers = `-- name: ListTriggers :many
-SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled,
+SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled,
        tr.task_id, tr.task_revision, tr.content_digest, tr.created_at_ms AS revision_created_at_ms,
        p.state AS project_state, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
        s.claim_owner, s.claim_version, s.claim_expires_at_ms, s.updated_at_ms,
@@ -450,6 +456,7 @@ type ListTriggersRow struct {
 	CronSpec            string      `json:"cron_spec"`
 	Timezone            string      `json:"timezone"`
 	MisfirePolicy       string      `json:"misfire_policy"`
+	MisfireGraceMs      int64       `json:"misfire_grace_ms"`
 	Enabled             bool        `json:"enabled"`
 	TaskID              string      `json:"task_id"`
 	TaskRevision        int64       `json:"task_revision"`
@@ -483,6 +490,7 @@ func (q *Queries) ListTriggers(ctx context.Context, arg ListTriggersParams) ([]L
 			&i.CronSpec,
 			&i.Timezone,
 			&i.MisfirePolicy,
+			&i.MisfireGraceMs,
 			&i.Enabled,
 			&i.TaskID,
 			&i.TaskRevision,

@@ -139,7 +139,7 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.project_digest(text, text, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0002, granted in pg-0017"},
 	{Function: "control_core.execution_digest(jsonb)", Execute: []Part{Admin, Runtime}, Source: "pg-0003, granted in pg-0017"},
 	{Function: "control_core.task_digest(text, bigint, uuid, text)", Execute: []Part{Admin, Runtime}, Source: "pg-0004, granted in pg-0017"},
-	{Function: "control_core.trigger_digest(text, text, text, text, boolean, text, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0005, granted in pg-0017"},
+	{Function: "control_core.trigger_digest(text, text, text, text, bigint, boolean, text, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0005, granted in pg-0017"},
 	{Function: "control_core.cron_idempotency_key(text, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0006, granted in pg-0017"},
 	{Function: "control_core.claim_fence_holds(text, uuid, bigint, bigint, text, uuid, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
 	{Function: "control_core.trigger_fires(text, boolean)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},

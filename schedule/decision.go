@@ -325,10 +325,41 @@ const (
 	DecisionSkip DecisionKind = "skip"
 )
 
-// MaxMissedCount caps Decision.Missed. Counting due occurrences takes one step
+// MaxMissedCount caps Decision.Missed. Counting missed occurrences takes one step
 // each, so the count stops here; a Missed equal to MaxMissedCount means "at least
 // this many".
 const MaxMissedCount = 10_000
+
+// The misfire grace of a trigger revision (docs/scheduling.md, "The decision"): an
+// occurrence at most this late is on time under both policies. Stored in whole
+// milliseconds (trigger_revisions.misfire_grace_ms, whose CHECK holds the same bounds).
+const (
+	// DefaultMisfireGrace is Quartz's misfire threshold (60 s). It is more than the
+	// claim lease (30 s) plus the round cadence (1 s), so a replica that dies holding
+	// a claim costs no occurrence: the takeover comes within the grace.
+	DefaultMisfireGrace = 60 * time.Second
+	// MinMisfireGrace: a smaller grace is shorter than the round cadence, and a round
+	// sees an occurrence only after it is due, so skip would drop nearly every one.
+	MinMisfireGrace = time.Second
+	// MaxMisfireGrace bounds what an outage can release at once: at most
+	// grace/period + 1 on-time Runs of a trigger.
+	MaxMisfireGrace = 24 * time.Hour
+)
+
+// ErrInvalidMisfireGrace is wrapped by every error of CheckMisfireGrace.
+var ErrInvalidMisfireGrace = errors.New("invalid misfire grace")
+
+// CheckMisfireGrace accepts a grace of whole milliseconds between MinMisfireGrace and
+// MaxMisfireGrace, inclusive.
+func CheckMisfireGrace(g time.Duration) error {
+	switch {
+	case g < MinMisfireGrace || g > MaxMisfireGrace:
+		return fmt.Errorf("%w %s: want %s to %s", ErrInvalidMisfireGrace, g, MinMisfireGrace, MaxMisfireGrace)
+	case g%time.Millisecond != 0:
+		return fmt.Errorf("%w %s: want whole milliseconds", ErrInvalidMisfireGrace, g)
+	}
+	return nil
+}
 
 // Decision is the outcome of Decide.
 type Decision struct {
@@ -336,59 +367,68 @@ type Decision struct {
 	// ScheduledForMs is, for DecisionFire only, the occurrence admitted.
 	ScheduledForMs int64
 	// NextFireAtMs is the new cursor for init, fire and skip; it is strictly greater
-	// than the current cursor, than ScheduledForMs and than the observation time.
-	// For not_due it is the unchanged cursor.
+	// than the current cursor. For init and skip it is also greater than the
+	// observation time; for fire it is s.Next(ScheduledForMs), which may still be
+	// due (an on-time occurrence the next claim decides). For not_due it is the
+	// unchanged cursor.
 	NextFireAtMs int64
-	// Missed counts due occurrences passed over without a Run: under skip all due
-	// ones, under fire_once all but the one fired. It is exact below
-	// MaxMissedCount and a lower bound when it equals MaxMissedCount.
+	// Missed counts the occurrences beyond the grace passed over without a Run:
+	// under skip all of them, under fire_once all but the one fired. It is exact
+	// below MaxMissedCount and a lower bound when it equals MaxMissedCount.
 	Missed int64
-	// CatchUp is true for DecisionFire of a missed occurrence under fire_once.
+	// CatchUp is true for DecisionFire of an occurrence beyond the grace (fire_once).
 	CatchUp bool
 }
 
-// Decide decides what to do with one claimed schedule row. It is pure: s and
-// policy come from the trigger revision, cursor is next_fire_at_ms (nil: waiting
-// for initialisation) and claimedAtMs is the claim's observation of database time
-// (the coordinator's Claim.ClaimedAtMs, claimed_at_ms in SQL; "now" below).
-// Occurrences are those of s.Next, with its rules for DST gaps and repeats.
+// Decide decides what to do with one claimed schedule row. It is pure: s, policy
+// and graceMs (the misfire grace in milliseconds) come from the trigger revision,
+// cursor is next_fire_at_ms (nil: waiting for initialisation) and claimedAtMs is
+// the claim's observation of database time (the coordinator's Claim.ClaimedAtMs,
+// claimed_at_ms in SQL; "now" below). Occurrences are those of s.Next, with its
+// rules for DST gaps and repeats.
 //
 //   - init: cursor nil → DecisionInit, NextFireAtMs = s.Next(claimedAtMs), the first
 //     occurrence strictly after now.
 //   - not due: claimedAtMs < *cursor → DecisionNotDue; the row is released untouched.
-//   - Otherwise let D be the due occurrences: the cursor and every later
-//     occurrence <= claimedAtMs. If D has exactly one member (s.Next(*cursor) > claimedAtMs),
-//     the occurrence is on time however late within one period: DecisionFire
-//     with ScheduledForMs = *cursor and NextFireAtMs = s.Next(*cursor), under
-//     both policies.
-//   - If D has more members, the cursor occurrence and every due one but the
-//     latest, L, count as missed because a later occurrence is already due.
-//     skip → DecisionSkip, NextFireAtMs = s.Next(claimedAtMs), Missed = |D|.
-//     fire_once → DecisionFire for L only, CatchUp, NextFireAtMs = s.Next(L)
-//     (= s.Next(claimedAtMs)), Missed = |D|-1. Never a backlog.
+//   - Otherwise the due occurrences are the cursor and every later occurrence
+//     <= now. A due occurrence o is on time when now - o <= graceMs, else missed;
+//     the missed ones, M, are the earliest (those before now - graceMs).
+//   - The cursor on time (M empty): DecisionFire for *cursor, NextFireAtMs =
+//     s.Next(*cursor), under both policies. A later on-time occurrence is then
+//     still due, and the next claim of the row admits it the same way: each
+//     occurrence within the grace gets its Run.
+//   - M not empty, skip: every member of M is dropped (Missed = |M|). If the first
+//     occurrence after M, F, is due (it is then on time), DecisionFire for F with
+//     NextFireAtMs = s.Next(F); else DecisionSkip with NextFireAtMs = F =
+//     s.Next(claimedAtMs).
+//   - M not empty, fire_once: DecisionFire for L, the latest member of M, CatchUp,
+//     Missed = |M|-1, NextFireAtMs = F = s.Next(L). The on-time occurrences after
+//     L follow as above. At most one Run for all of M: never a backlog.
 //   - Any policy other than fire_once is treated as skip, which never admits a
-//     Run that skip would not.
+//     Run that skip would not. A graceMs below 0 counts as 0.
 //
-// The work is bounded however old the cursor is: D is counted up to
+// The work is bounded however old the cursor is: M is counted up to
 // MaxMissedCount steps (Missed is then a lower bound), and L is found by
-// searching backwards from claimedAtMs with doubling windows (1 s, 2 s, 4 s …) and then
-// bisecting the last window to the millisecond: about log2(span/1 s) +
+// searching backwards from now - graceMs with doubling windows (1 s, 2 s, 4 s …)
+// and then bisecting the last window to the millisecond: about log2(span/1 s) +
 // log2(span/1 ms) more steps, some 60 for a five-year-old cursor.
 //
 // The cursor is trusted to be an occurrence of s, as every cursor Decide returns is.
-func Decide(s *Schedule, policy MisfirePolicy, cursor *int64, claimedAtMs int64) Decision {
-	d, _ := decide(s, policy, cursor, claimedAtMs)
+func Decide(s *Schedule, policy MisfirePolicy, graceMs int64, cursor *int64, claimedAtMs int64) Decision {
+	d, _ := decide(s, policy, graceMs, cursor, claimedAtMs)
 	return d
 }
 
 // decide is Decide that also reports how many times it called s.Next, so that
 // the step bound is tested rather than assumed.
-func decide(s *Schedule, policy MisfirePolicy, cursor *int64, claimedAtMs int64) (Decision, int) {
+func decide(s *Schedule, policy MisfirePolicy, graceMs int64, cursor *int64, claimedAtMs int64) (Decision, int) {
 	steps := 0
 	next := func(after int64) int64 {
 		steps++
 		return s.Next(after)
 	}
+	// onTime is the grace rule, written once: a due occurrence at most graceMs late.
+	onTime := func(o int64) bool { return claimedAtMs-o <= max(graceMs, 0) }
 
 	if cursor == nil {
 		return Decision{Kind: DecisionInit, NextFireAtMs: next(claimedAtMs)}, steps
@@ -397,35 +437,38 @@ func decide(s *Schedule, policy MisfirePolicy, cursor *int64, claimedAtMs int64)
 	if claimedAtMs < c {
 		return Decision{Kind: DecisionNotDue, NextFireAtMs: c}, steps
 	}
-	second := next(c)
-	if second > claimedAtMs {
-		return Decision{Kind: DecisionFire, ScheduledForMs: c, NextFireAtMs: second}, steps
+	if onTime(c) {
+		return Decision{Kind: DecisionFire, ScheduledForMs: c, NextFireAtMs: next(c)}, steps
 	}
 
-	// |D| >= 2. Count on from the second due occurrence; one count past the cap
-	// lets fire_once (|D|-1) reach the cap too.
-	due, latest := int64(2), second
-	for due <= MaxMissedCount {
-		n := next(latest)
-		if n > claimedAtMs {
-			break
-		}
-		due++
-		latest = n
+	// The cursor is missed. Count M on from it; one count past the cap lets
+	// fire_once (|M|-1) reach the cap too. first ends as F, the first occurrence
+	// after M, when the count finishes.
+	missed, latest := int64(1), c
+	first := next(c)
+	for !onTime(first) && missed <= MaxMissedCount {
+		missed++
+		latest = first
+		first = next(first)
 	}
-	if due > MaxMissedCount { // stopped early: latest need not be L
-		latest = latestDue(next, c, claimedAtMs)
+	if !onTime(first) { // stopped early: latest need not be L
+		// the greatest occurrence in (c, the last missed millisecond]
+		latest = latestDue(next, c, claimedAtMs-max(graceMs, 0)-1)
+		first = next(latest)
 	}
-	after := next(claimedAtMs)
 
 	if policy != MisfireFireOnce {
-		return Decision{Kind: DecisionSkip, NextFireAtMs: after, Missed: min(due, MaxMissedCount)}, steps
+		m := min(missed, MaxMissedCount)
+		if first <= claimedAtMs {
+			return Decision{Kind: DecisionFire, ScheduledForMs: first, NextFireAtMs: next(first), Missed: m}, steps
+		}
+		return Decision{Kind: DecisionSkip, NextFireAtMs: first, Missed: m}, steps
 	}
 	return Decision{
 		Kind:           DecisionFire,
 		ScheduledForMs: latest,
-		NextFireAtMs:   after,
-		Missed:         min(due-1, MaxMissedCount),
+		NextFireAtMs:   first,
+		Missed:         min(missed-1, MaxMissedCount),
 		CatchUp:        true,
 	}, steps
 }

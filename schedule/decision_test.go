@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -294,52 +295,102 @@ func TestScheduleLeapDay(t *testing.T) {
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	ptr := func(v int64) *int64 { return &v }
+	const minute, hour = time.Minute, time.Hour
 	for _, tc := range []struct {
 		name, spec, zone string
 		policy           MisfirePolicy
+		grace            time.Duration
 		cursor           *int64
 		now              string
 		want             Decision
 	}{
-		{"init", "0 * * * *", "UTC", MisfireSkip, nil, "2024-01-01T10:20:00Z",
+		{"init", "0 * * * *", "UTC", MisfireSkip, minute, nil, "2024-01-01T10:20:00Z",
 			Decision{Kind: DecisionInit, NextFireAtMs: ms(t, "2024-01-01T11:00:00Z")}},
-		{"init on an occurrence is strictly after", "0 * * * *", "UTC", MisfireFireOnce, nil, "2024-01-01T10:00:00Z",
+		{"init on an occurrence is strictly after", "0 * * * *", "UTC", MisfireFireOnce, minute, nil, "2024-01-01T10:00:00Z",
 			Decision{Kind: DecisionInit, NextFireAtMs: ms(t, "2024-01-01T11:00:00Z")}},
-		{"not due", "0 * * * *", "UTC", MisfireSkip, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T10:59:59.999Z",
+		{"not due", "0 * * * *", "UTC", MisfireSkip, minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T10:59:59.999Z",
 			Decision{Kind: DecisionNotDue, NextFireAtMs: ms(t, "2024-01-01T11:00:00Z")}},
-		{"fire exactly on time", "0 * * * *", "UTC", MisfireSkip, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T11:00:00Z",
+		{"fire exactly on time", "0 * * * *", "UTC", MisfireSkip, minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T11:00:00Z",
 			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T11:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T12:00:00Z")}},
-		{"fire late within one period (skip)", "0 * * * *", "UTC", MisfireSkip, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T11:59:59.999Z",
+		{"late within the grace (skip)", "0 * * * *", "UTC", MisfireSkip, minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T11:00:59.999Z",
 			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T11:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T12:00:00Z")}},
-		{"fire late within one period (fire_once)", "0 * * * *", "UTC", MisfireFireOnce, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T11:59:59.999Z",
+		{"late within the grace (fire_once)", "0 * * * *", "UTC", MisfireFireOnce, minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T11:00:59.999Z",
 			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T11:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T12:00:00Z")}},
-		{"two due, skip", "0 * * * *", "UTC", MisfireSkip, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T12:00:00Z",
-			Decision{Kind: DecisionSkip, NextFireAtMs: ms(t, "2024-01-01T13:00:00Z"), Missed: 2}},
-		{"two due, fire_once", "0 * * * *", "UTC", MisfireFireOnce, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T12:00:00Z",
-			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T12:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T13:00:00Z"), Missed: 1, CatchUp: true}},
-		// Hourly job, three-day outage: 1 Jan 11:00 … 4 Jan 11:00 are 73 due occurrences.
-		{"3-day outage, skip", "0 * * * *", "UTC", MisfireSkip, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-04T11:30:00Z",
+		// The hourly case: 59 minutes late is beyond a 60 s grace, and the policy decides.
+		{"hourly 59 min late, grace 60 s, skip", "0 * * * *", "UTC", MisfireSkip, minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T11:59:00Z",
+			Decision{Kind: DecisionSkip, NextFireAtMs: ms(t, "2024-01-01T12:00:00Z"), Missed: 1}},
+		{"hourly 59 min late, grace 60 s, fire_once", "0 * * * *", "UTC", MisfireFireOnce, minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T11:59:00Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T11:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T12:00:00Z"), CatchUp: true}},
+		{"hourly 59 min late, grace 1 h, skip", "0 * * * *", "UTC", MisfireSkip, hour, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T11:59:00Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T11:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T12:00:00Z")}},
+		// The every-second case: the round comes 1.1 s late. Within the grace both due
+		// occurrences are on time: the first is admitted now, its successor (still due) by the
+		// next claim of the row.
+		{"every second 1.1 s late, grace 60 s, skip", "* * * * * *", "UTC", MisfireSkip, minute, ptr(ms(t, "2024-01-01T10:00:00Z")), "2024-01-01T10:00:01.100Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T10:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T10:00:01Z")}},
+		{"every second 1.1 s late, its successor, grace 60 s, skip", "* * * * * *", "UTC", MisfireSkip, minute, ptr(ms(t, "2024-01-01T10:00:01Z")), "2024-01-01T10:00:01.100Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T10:00:01Z"), NextFireAtMs: ms(t, "2024-01-01T10:00:02Z")}},
+		{"every second 1.1 s late, grace 1 s, skip", "* * * * * *", "UTC", MisfireSkip, time.Second, ptr(ms(t, "2024-01-01T10:00:00Z")), "2024-01-01T10:00:01.100Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T10:00:01Z"), NextFireAtMs: ms(t, "2024-01-01T10:00:02Z"), Missed: 1}},
+		{"every second 1.1 s late, grace 1 s, fire_once", "* * * * * *", "UTC", MisfireFireOnce, time.Second, ptr(ms(t, "2024-01-01T10:00:00Z")), "2024-01-01T10:00:01.100Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T10:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T10:00:01Z"), CatchUp: true}},
+		{"two due, the later on time, skip", "0 * * * *", "UTC", MisfireSkip, minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T12:00:00Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T12:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T13:00:00Z"), Missed: 1}},
+		{"two due, the later on time, fire_once", "0 * * * *", "UTC", MisfireFireOnce, minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T12:00:00Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T11:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T12:00:00Z"), CatchUp: true}},
+		// A three-hour outage of an hourly job with a 60 s grace, the round 30 s after 12:00:
+		// 09:00, 10:00, 11:00 are missed, 12:00 is on time.
+		{"3-hour outage, grace 60 s, skip", "0 * * * *", "UTC", MisfireSkip, minute, ptr(ms(t, "2024-01-01T09:00:00Z")), "2024-01-01T12:00:30Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T12:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T13:00:00Z"), Missed: 3}},
+		{"3-hour outage, grace 60 s, fire_once", "0 * * * *", "UTC", MisfireFireOnce, minute, ptr(ms(t, "2024-01-01T09:00:00Z")), "2024-01-01T12:00:30Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T11:00:00Z"), NextFireAtMs: ms(t, "2024-01-01T12:00:00Z"), Missed: 2, CatchUp: true}},
+		// The same outage of an every-second job: 09:00:00 … 11:59:29 are missed (10,769, counted
+		// to the cap), 11:59:30 … 12:00:30 are on time (61 Runs, one per claim of the row).
+		{"3-hour outage every second, grace 60 s, skip", "* * * * * *", "UTC", MisfireSkip, minute, ptr(ms(t, "2024-01-01T09:00:00Z")), "2024-01-01T12:00:30Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T11:59:30Z"), NextFireAtMs: ms(t, "2024-01-01T11:59:31Z"), Missed: MaxMissedCount}},
+		{"3-hour outage every second, grace 60 s, fire_once", "* * * * * *", "UTC", MisfireFireOnce, minute, ptr(ms(t, "2024-01-01T09:00:00Z")), "2024-01-01T12:00:30Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-01T11:59:29Z"), NextFireAtMs: ms(t, "2024-01-01T11:59:30Z"), Missed: MaxMissedCount, CatchUp: true}},
+		// Hourly job, three-day outage: 1 Jan 11:00 … 4 Jan 11:00 are 73 due occurrences, all beyond the grace.
+		{"3-day outage, skip", "0 * * * *", "UTC", MisfireSkip, minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-04T11:30:00Z",
 			Decision{Kind: DecisionSkip, NextFireAtMs: ms(t, "2024-01-04T12:00:00Z"), Missed: 73}},
-		{"3-day outage, fire_once", "0 * * * *", "UTC", MisfireFireOnce, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-04T11:30:00Z",
+		{"3-day outage, fire_once", "0 * * * *", "UTC", MisfireFireOnce, minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-04T11:30:00Z",
 			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-04T11:00:00Z"), NextFireAtMs: ms(t, "2024-01-04T12:00:00Z"), Missed: 72, CatchUp: true}},
-		{"unknown policy acts as skip", "0 * * * *", "UTC", MisfirePolicy("bogus"), ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-04T11:30:00Z",
+		{"3-day outage, grace 24 h, skip", "0 * * * *", "UTC", MisfireSkip, 24 * hour, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-04T11:30:00Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-01-03T12:00:00Z"), NextFireAtMs: ms(t, "2024-01-03T13:00:00Z"), Missed: 49}},
+		{"unknown policy acts as skip", "0 * * * *", "UTC", MisfirePolicy("bogus"), minute, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-04T11:30:00Z",
 			Decision{Kind: DecisionSkip, NextFireAtMs: ms(t, "2024-01-04T12:00:00Z"), Missed: 73}},
+		{"a negative grace counts as 0", "0 * * * *", "UTC", MisfireSkip, -hour, ptr(ms(t, "2024-01-01T11:00:00Z")), "2024-01-01T11:00:00.001Z",
+			Decision{Kind: DecisionSkip, NextFireAtMs: ms(t, "2024-01-01T12:00:00Z"), Missed: 1}},
 		// Daily 02:30 Berlin across the spring-forward gap: 30 Mar 02:30 CET, 31 Mar 03:00 CEST (gap), 1 Apr 02:30 CEST.
-		{"outage across a DST gap, fire_once", "30 2 * * *", "Europe/Berlin", MisfireFireOnce, ptr(ms(t, "2024-03-30T01:30:00Z")), "2024-04-01T12:00:00Z",
+		{"outage across a DST gap, fire_once", "30 2 * * *", "Europe/Berlin", MisfireFireOnce, minute, ptr(ms(t, "2024-03-30T01:30:00Z")), "2024-04-01T12:00:00Z",
 			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-04-01T00:30:00Z"), NextFireAtMs: ms(t, "2024-04-02T00:30:00Z"), Missed: 2, CatchUp: true}},
-		{"outage across a DST repeat, skip", "30 2 * * *", "Europe/Berlin", MisfireSkip, ptr(ms(t, "2024-10-26T00:30:00Z")), "2024-10-28T12:00:00Z",
+		{"outage across a DST repeat, skip", "30 2 * * *", "Europe/Berlin", MisfireSkip, minute, ptr(ms(t, "2024-10-26T00:30:00Z")), "2024-10-28T12:00:00Z",
 			Decision{Kind: DecisionSkip, NextFireAtMs: ms(t, "2024-10-29T01:30:00Z"), Missed: 3}},
+		// The gap's occurrence (31 Mar 03:00 CEST = 01:00Z) is late from 03:00 CEST, not from a
+		// 02:30 that never existed: 60 s after it is on time, 60.001 s is not.
+		{"DST gap occurrence at the grace's end", "30 2 * * *", "Europe/Berlin", MisfireSkip, minute, ptr(ms(t, "2024-03-31T01:00:00Z")), "2024-03-31T01:01:00Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-03-31T01:00:00Z"), NextFireAtMs: ms(t, "2024-04-01T00:30:00Z")}},
+		{"DST gap occurrence past the grace", "30 2 * * *", "Europe/Berlin", MisfireSkip, minute, ptr(ms(t, "2024-03-31T01:00:00Z")), "2024-03-31T01:01:00.001Z",
+			Decision{Kind: DecisionSkip, NextFireAtMs: ms(t, "2024-04-01T00:30:00Z"), Missed: 1}},
+		// New York falls back on 3 Nov: "0 * * * *" fires at 01:00 EDT (05:00Z) and 01:00 EST (06:00Z).
+		// 30 s after the second 01:00 the first is an hour late, the second on time.
+		{"DST repeat, the first 01:00 missed, skip", "0 * * * *", "America/New_York", MisfireSkip, minute, ptr(ms(t, "2024-11-03T05:00:00Z")), "2024-11-03T06:00:30Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-11-03T06:00:00Z"), NextFireAtMs: ms(t, "2024-11-03T07:00:00Z"), Missed: 1}},
+		{"DST repeat, the first 01:00 missed, fire_once", "0 * * * *", "America/New_York", MisfireFireOnce, minute, ptr(ms(t, "2024-11-03T05:00:00Z")), "2024-11-03T06:00:30Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-11-03T05:00:00Z"), NextFireAtMs: ms(t, "2024-11-03T06:00:00Z"), CatchUp: true}},
+		{"DST repeat, both 01:00 within a 2 h grace", "0 * * * *", "America/New_York", MisfireSkip, 2 * hour, ptr(ms(t, "2024-11-03T05:00:00Z")), "2024-11-03T06:00:30Z",
+			Decision{Kind: DecisionFire, ScheduledForMs: ms(t, "2024-11-03T05:00:00Z"), NextFireAtMs: ms(t, "2024-11-03T06:00:00Z")}},
 		// Leap-day job down for a century: 2000, 2004 … 2096 are 25 due occurrences; 2100 is no leap year.
-		{"leap day, century outage", "0 0 29 2 *", "UTC", MisfireSkip, ptr(ms(t, "2000-02-29T00:00:00Z")), "2101-01-01T00:00:00Z",
+		{"leap day, century outage", "0 0 29 2 *", "UTC", MisfireSkip, minute, ptr(ms(t, "2000-02-29T00:00:00Z")), "2101-01-01T00:00:00Z",
 			Decision{Kind: DecisionSkip, NextFireAtMs: ms(t, "2104-02-29T00:00:00Z"), Missed: 25}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := mustSchedule(t, tc.spec, tc.zone)
-			got := Decide(s, tc.policy, tc.cursor, ms(t, tc.now))
+			got := Decide(s, tc.policy, tc.grace.Milliseconds(), tc.cursor, ms(t, tc.now))
 			if got != tc.want {
-				t.Errorf("Decide(%q %s, %s, cursor %s, now %s)\n got %s\nwant %s",
-					tc.spec, tc.zone, tc.policy, cursorString(tc.cursor), tc.now, decisionString(got), decisionString(tc.want))
+				t.Errorf("Decide(%q %s, %s, grace %s, cursor %s, now %s)\n got %s\nwant %s",
+					tc.spec, tc.zone, tc.policy, tc.grace, cursorString(tc.cursor), tc.now, decisionString(got), decisionString(tc.want))
 			}
 		})
 	}
@@ -380,7 +431,8 @@ func TestDecideIterationCap(t *testing.T) {
 			s := mustSchedule(t, tc.spec, tc.zone)
 			cursor, now := ms(t, tc.cursor), ms(t, tc.now)
 
-			skip, steps := decide(s, MisfireSkip, &cursor, now)
+			// grace 0: every due occurrence before now is missed, the latest (before now) included
+			skip, steps := decide(s, MisfireSkip, 0, &cursor, now)
 			if steps > stepBudget {
 				t.Errorf("skip took %d Next calls, want at most %d", steps, stepBudget)
 			}
@@ -388,7 +440,7 @@ func TestDecideIterationCap(t *testing.T) {
 				t.Errorf("skip: got %s; want skip next=%s missed=%d (capped)", decisionString(skip), tc.wantNext, MaxMissedCount)
 			}
 
-			once, steps := decide(s, MisfireFireOnce, &cursor, now)
+			once, steps := decide(s, MisfireFireOnce, 0, &cursor, now)
 			if steps > stepBudget {
 				t.Errorf("fire_once took %d Next calls, want at most %d", steps, stepBudget)
 			}
@@ -535,15 +587,16 @@ func TestDecideProperties(t *testing.T) {
 			continue // a random spec that never fires
 		}
 		policy := []MisfirePolicy{MisfireSkip, MisfireFireOnce}[r.IntN(2)]
+		grace := []int64{0, 1_000, 60_000, 3_600_000, 86_400_000}[r.IntN(5)]
 		base := randomInstant(r, s.loc)
 		cursor := s.Next(base)
 		spread := []int64{1_000, 3_600_000, 86_400_000, 10 * 86_400_000, 400 * 86_400_000}[r.IntN(5)]
 		now := cursor - spread/10 + r.Int64N(spread)
 		label := func() string {
-			return spec + " in " + zone + " " + string(policy) + " cursor=" + utc(cursor) + " now=" + utc(now)
+			return spec + " in " + zone + " " + string(policy) + " grace=" + strconv.FormatInt(grace, 10) + "ms cursor=" + utc(cursor) + " now=" + utc(now)
 		}
 
-		d, steps := decide(s, policy, &cursor, now)
+		d, steps := decide(s, policy, grace, &cursor, now)
 		if steps > MaxMissedCount+200 {
 			t.Errorf("case %d (seed %d) %s: %d Next calls", i, seed, label(), steps)
 		}
@@ -553,33 +606,40 @@ func TestDecideProperties(t *testing.T) {
 			}
 			continue
 		}
-		if d.NextFireAtMs <= cursor || d.NextFireAtMs <= now || s.Next(d.NextFireAtMs-1) != d.NextFireAtMs {
-			t.Errorf("case %d (seed %d) %s: next %s must be an occurrence after cursor and now", i, seed, label(), utc(d.NextFireAtMs))
+		if d.NextFireAtMs <= cursor || s.Next(d.NextFireAtMs-1) != d.NextFireAtMs {
+			t.Errorf("case %d (seed %d) %s: next %s must be an occurrence after the cursor", i, seed, label(), utc(d.NextFireAtMs))
 		}
-		if d.Kind == DecisionFire && (d.ScheduledForMs > now || d.ScheduledForMs < cursor || d.NextFireAtMs <= d.ScheduledForMs) {
-			t.Errorf("case %d (seed %d) %s: scheduled %s must lie in [cursor, now] and before next", i, seed, label(), utc(d.ScheduledForMs))
+		if d.Kind != DecisionFire && d.NextFireAtMs <= now {
+			t.Errorf("case %d (seed %d) %s: %s must move the cursor past now, to %s", i, seed, label(), d.Kind, utc(d.NextFireAtMs))
+		}
+		if d.Kind == DecisionFire && (d.ScheduledForMs > now || d.ScheduledForMs < cursor || d.NextFireAtMs != s.Next(d.ScheduledForMs)) {
+			t.Errorf("case %d (seed %d) %s: scheduled %s must lie in [cursor, now] and next be its successor", i, seed, label(), utc(d.ScheduledForMs))
 		}
 
-		// The reference: walk every due occurrence.
-		due, latest := int64(1), cursor
-		for n := s.Next(cursor); n <= now && due <= MaxMissedCount+1; n = s.Next(n) {
-			due++
-			latest = n
+		// The reference: F, the first on-time occurrence, found directly (the first one at or
+		// after now - grace), and the missed ones before it walked one by one.
+		first := s.Next(now - grace - 1)
+		missed, latest := int64(0), int64(0)
+		for o := cursor; o < first && missed <= MaxMissedCount+1; o = s.Next(o) {
+			missed++
+			latest = o
 		}
 		var want Decision
 		switch {
-		case due == 1:
+		case missed == 0:
 			want = Decision{Kind: DecisionFire, ScheduledForMs: cursor, NextFireAtMs: s.Next(cursor)}
+		case policy == MisfireSkip && first <= now:
+			want = Decision{Kind: DecisionFire, ScheduledForMs: first, NextFireAtMs: s.Next(first), Missed: min(missed, MaxMissedCount)}
 		case policy == MisfireSkip:
-			want = Decision{Kind: DecisionSkip, NextFireAtMs: s.Next(now), Missed: min(due, MaxMissedCount)}
+			want = Decision{Kind: DecisionSkip, NextFireAtMs: first, Missed: min(missed, MaxMissedCount)}
 		default:
-			if due > MaxMissedCount+1 {
-				latest = d.ScheduledForMs // the walk was cut short; the invariants above still hold
-				if s.Next(latest) <= now {
-					t.Errorf("case %d (seed %d) %s: fired %s but a later occurrence %s is due", i, seed, label(), utc(latest), utc(s.Next(latest)))
+			if missed > MaxMissedCount+1 {
+				latest = d.ScheduledForMs // the walk was cut short; check L by its successor
+				if s.Next(latest) != first {
+					t.Errorf("case %d (seed %d) %s: fired %s, but the first on-time occurrence %s is not its successor", i, seed, label(), utc(latest), utc(first))
 				}
 			}
-			want = Decision{Kind: DecisionFire, ScheduledForMs: latest, NextFireAtMs: s.Next(latest), Missed: min(due-1, MaxMissedCount), CatchUp: true}
+			want = Decision{Kind: DecisionFire, ScheduledForMs: latest, NextFireAtMs: first, Missed: min(missed-1, MaxMissedCount), CatchUp: true}
 		}
 		if d != want {
 			t.Errorf("case %d (seed %d) %s:\n got %s\nwant %s", i, seed, label(), decisionString(d), decisionString(want))
@@ -601,7 +661,7 @@ func BenchmarkDecide(b *testing.B) {
 			s := mustSchedule(b, bc.spec, bc.zone)
 			cursor, now := ms(b, bc.cursor), ms(b, bc.now)
 			for b.Loop() {
-				_ = Decide(s, bc.policy, &cursor, now)
+				_ = Decide(s, bc.policy, DefaultMisfireGrace.Milliseconds(), &cursor, now)
 			}
 		})
 	}

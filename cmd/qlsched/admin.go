@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -25,6 +26,8 @@ func flagOf(field string) (string, bool) {
 		return "--" + field, true
 	case admin.FieldExecutorSpec:
 		return "--executor-spec", true
+	case admin.FieldMisfireGrace:
+		return "--misfire-grace", true
 	case admin.FieldRun:
 		return "RUN_ID", true
 	}
@@ -229,10 +232,11 @@ func (a *app) triggerCmd() *cobra.Command {
 	var (
 		c                         admin.TriggerChange
 		task, cron, zone, misfire string
+		grace                     time.Duration
 		disabled                  bool
 	)
 	publish := &cobra.Command{
-		Use:   "publish --project ID --trigger ID [--task ID] [--cron SPEC] [--timezone ZONE] [--misfire POLICY] [--disabled]",
+		Use:   "publish --project ID --trigger ID [--task ID] [--cron SPEC] [--timezone ZONE] [--misfire POLICY] [--misfire-grace DURATION] [--disabled]",
 		Short: "Publish a cron trigger revision, changing only the flags given",
 		Long: `trigger publish creates the next revision of a cron trigger and in the same admin transaction
 upserts its schedule row: the cursor and any claim are cleared and the state and claim versions
@@ -244,7 +248,7 @@ revision's value, never a default: republishing a Europe/Berlin fire_once trigge
 --disabled keeps Europe/Berlin and fire_once. --disabled=false enables. --task pins that task's
 current revision (give it again to pick up a newer task revision); without --task the pinned
 task revision stays. A new trigger needs --task and --cron; its defaults are --timezone UTC,
---misfire skip, enabled.
+--misfire skip, --misfire-grace 60s, enabled.
 
 Idempotent: content equal to the head revision's (the pinned task revision included) writes
 nothing, keeps the cursor, says "unchanged" and exits 0.
@@ -254,9 +258,12 @@ field, or one of @yearly @annually @monthly @weekly @daily @midnight @hourly (@a
 @yearly, @midnight is @daily). @every is an interval, not cron: rejected.
 The spec is stored exactly as given: at most 200 characters of printable ASCII, and leading or
 trailing spaces are refused (not trimmed). --timezone: an IANA name of at most 64 characters.
---misfire skip: after an outage, advance to the next occurrence without a Run.
---misfire fire_once: after an outage, admit one Run for the latest missed occurrence, never a
-backlog (docs/scheduling.md has the exact rule).`,
+--misfire-grace: an occurrence at most this late (when the round decides it) is on time under
+both policies and gets its Run; one later than that is missed, and the policy decides (a Go
+duration, 1s to 24h, whole milliseconds; default 60s, Quartz's misfire threshold).
+--misfire skip: a missed occurrence gets no Run.
+--misfire fire_once: of the occurrences missed at once (an outage), admit one Run for the latest,
+never a backlog (docs/scheduling.md has the exact rule).`,
 		Example: `  qlsched trigger publish --project billing --trigger nightly --task invoice --cron "0 3 * * *" --timezone Europe/Berlin --misfire fire_once
   qlsched trigger publish --project billing --trigger nightly --cron "30 3 * * *"   # only the time changes`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -274,6 +281,9 @@ backlog (docs/scheduling.md has the exact rule).`,
 			if given("misfire") {
 				m := schedule.MisfirePolicy(misfire)
 				c.Misfire = &m
+			}
+			if given("misfire-grace") {
+				c.MisfireGrace = &grace
 			}
 			if given("disabled") {
 				enabled := !disabled
@@ -299,6 +309,9 @@ backlog (docs/scheduling.md has the exact rule).`,
 	fl.StringVar(&cron, "cron", "", "cron spec, e.g. \"*/5 * * * *\" ("+limits.CronRule+"; a new trigger: required; else: kept)")
 	fl.StringVar(&zone, "timezone", "", "IANA time zone, e.g. Europe/Berlin ("+limits.TimeZoneRule+"; a new trigger: UTC; else: kept)")
 	fl.StringVar(&misfire, "misfire", "", "misfire policy: skip or fire_once (a new trigger: skip; else: kept)")
+	// no flag default: it is used only when given (a new trigger's default is the publisher's)
+	fl.DurationVar(&grace, "misfire-grace", 0,
+		"how late an occurrence may be and still be on time, e.g. 90s, 1s to 24h (a new trigger: 60s; else: kept)")
 	fl.BoolVar(&disabled, "disabled", false, "publish the revision disabled, never claimed (--disabled=false: enabled; a new trigger: enabled; else: kept)")
 
 	cmd.AddCommand(publish, a.triggerToggleCmd(false), a.triggerToggleCmd(true), a.triggerListCmd(), a.triggerShowCmd())
@@ -358,7 +371,8 @@ func (a *app) printTriggerPublished(cmd *cobra.Command, schema, verb string, pub
 		if pub.Unchanged {
 			what = fmt.Sprintf("unchanged: revision %d already holds this content; nothing written, cursor kept", pub.Revision)
 		}
-		fmt.Fprintf(out, "trigger %s/%s %s\n  task %s revision %d, cron %q, timezone %s, misfire %s, enabled %v\n",
-			pub.ProjectID, pub.TriggerID, what, pub.TaskID, pub.TaskRevision, pub.Cron, pub.TimeZone, pub.Misfire, pub.Enabled)
+		fmt.Fprintf(out, "trigger %s/%s %s\n  task %s revision %d, cron %q, timezone %s, misfire %s (grace %s), enabled %v\n",
+			pub.ProjectID, pub.TriggerID, what, pub.TaskID, pub.TaskRevision, pub.Cron, pub.TimeZone, pub.Misfire,
+			time.Duration(pub.MisfireGraceMs)*time.Millisecond, pub.Enabled)
 	})
 }

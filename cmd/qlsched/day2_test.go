@@ -54,7 +54,8 @@ func checkSnake(t *testing.T, where string, v any) {
 }
 
 // Issue 17, as an operator types it: a trigger published with --timezone Europe/Berlin
-// --misfire fire_once and republished with only --disabled keeps Berlin and fire_once; the
+// --misfire fire_once --misfire-grace 5m and republished with only --disabled keeps Berlin,
+// fire_once and 5m (so does every later step that does not give --misfire-grace); the
 // issue's own republish (--task and --cron again, no zone, no policy) then changes nothing.
 // Every publish is idempotent by content and says "unchanged"; project create of an existing
 // project exits 0. Every document names its schema and uses snake_case keys.
@@ -67,16 +68,16 @@ func TestDailyCommandsChangeOnlyWhatWasAsked(t *testing.T) {
 		[]string{"project", "create", "--project", "billing"},
 		[]string{"task", "publish", "--project", "billing", "--task", "invoice", "--executor-spec", `{"image":"billing/invoice:1.4","token":"s3cr3t"}`},
 		[]string{"trigger", "publish", "--project", "billing", "--trigger", "nightly", "--task", "invoice", "--cron", "0 3 * * *",
-			"--timezone", "Europe/Berlin", "--misfire", "fire_once"})
+			"--timezone", "Europe/Berlin", "--misfire", "fire_once", "--misfire-grace", "5m"})
 	show := func() map[string]any {
 		t.Helper()
 		return jsonDoc(t, "qlsched.trigger-show/v1", cmd("trigger", "show", "--project", "billing", "--trigger", "nightly")...)
 	}
 	content := func(doc map[string]any) string {
-		return fmt.Sprintf("rev %v %v %v %v enabled=%v task %v@%v", doc["trigger_revision"], doc["cron_spec"], doc["timezone"],
-			doc["misfire_policy"], doc["enabled"], doc["task_id"], doc["task_revision"])
+		return fmt.Sprintf("rev %v %v %v %v grace=%v enabled=%v task %v@%v", doc["trigger_revision"], doc["cron_spec"], doc["timezone"],
+			doc["misfire_policy"], doc["misfire_grace_ms"], doc["enabled"], doc["task_id"], doc["task_revision"])
 	}
-	if got, want := content(show()), "rev 1 0 3 * * * Europe/Berlin fire_once enabled=true task invoice@1"; got != want {
+	if got, want := content(show()), "rev 1 0 3 * * * Europe/Berlin fire_once grace=300000 enabled=true task invoice@1"; got != want {
 		t.Fatalf("published: %s; want %s", got, want)
 	}
 
@@ -87,15 +88,19 @@ func TestDailyCommandsChangeOnlyWhatWasAsked(t *testing.T) {
 		want         string
 	}{
 		{"only --disabled", "qlsched.trigger-publish/v1", []string{"trigger", "publish", "--project", "billing", "--trigger", "nightly", "--disabled"},
-			false, "rev 2 0 3 * * * Europe/Berlin fire_once enabled=false task invoice@1"},
+			false, "rev 2 0 3 * * * Europe/Berlin fire_once grace=300000 enabled=false task invoice@1"},
 		{"the issue's republish", "qlsched.trigger-publish/v1", []string{"trigger", "publish", "--project", "billing", "--trigger", "nightly",
-			"--task", "invoice", "--cron", "0 3 * * *", "--disabled"}, true, "rev 2 0 3 * * * Europe/Berlin fire_once enabled=false task invoice@1"},
+			"--task", "invoice", "--cron", "0 3 * * *", "--disabled"}, true, "rev 2 0 3 * * * Europe/Berlin fire_once grace=300000 enabled=false task invoice@1"},
 		{"disable again", "qlsched.trigger-disable/v1", []string{"trigger", "disable", "--project", "billing", "--trigger", "nightly"},
-			true, "rev 2 0 3 * * * Europe/Berlin fire_once enabled=false task invoice@1"},
+			true, "rev 2 0 3 * * * Europe/Berlin fire_once grace=300000 enabled=false task invoice@1"},
 		{"enable", "qlsched.trigger-enable/v1", []string{"trigger", "enable", "--project", "billing", "--trigger", "nightly"},
-			false, "rev 3 0 3 * * * Europe/Berlin fire_once enabled=true task invoice@1"},
+			false, "rev 3 0 3 * * * Europe/Berlin fire_once grace=300000 enabled=true task invoice@1"},
 		{"only --cron", "qlsched.trigger-publish/v1", []string{"trigger", "publish", "--project", "billing", "--trigger", "nightly", "--cron", "30 2 * * *"},
-			false, "rev 4 30 2 * * * Europe/Berlin fire_once enabled=true task invoice@1"},
+			false, "rev 4 30 2 * * * Europe/Berlin fire_once grace=300000 enabled=true task invoice@1"},
+		{"only --misfire-grace", "qlsched.trigger-publish/v1", []string{"trigger", "publish", "--project", "billing", "--trigger", "nightly",
+			"--misfire-grace", "90s"}, false, "rev 5 30 2 * * * Europe/Berlin fire_once grace=90000 enabled=true task invoice@1"},
+		{"the same grace again", "qlsched.trigger-publish/v1", []string{"trigger", "publish", "--project", "billing", "--trigger", "nightly",
+			"--misfire-grace", "1m30s"}, true, "rev 5 30 2 * * * Europe/Berlin fire_once grace=90000 enabled=true task invoice@1"},
 	}
 	for _, s := range steps {
 		doc := jsonDoc(t, s.schema, cmd(s.args...)...)
@@ -131,6 +136,11 @@ func TestDailyCommandsChangeOnlyWhatWasAsked(t *testing.T) {
 	if r := run(t, cmd("trigger", "publish", "--project", "billing", "--trigger", "fresh", "--task", "invoice")...); r.code != 2 || !strings.Contains(r.stderr, "--cron: ") {
 		t.Errorf("new trigger without --cron: exit %d %q; want exit 2 naming --cron", r.code, r.stderr)
 	}
+	for _, g := range []string{"0s", "500ms", "25h", "soon"} {
+		if r := run(t, cmd("trigger", "publish", "--project", "billing", "--trigger", "nightly", "--misfire-grace", g)...); r.code != 2 || !strings.Contains(r.stderr, "--misfire-grace") {
+			t.Errorf("--misfire-grace %s: exit %d %q; want exit 2 naming --misfire-grace", g, r.code, r.stderr)
+		}
+	}
 	if r := run(t, cmd("trigger", "disable", "--project", "billing", "--trigger", "nope")...); r.code != 1 {
 		t.Errorf("disable of an unknown trigger: exit %d %q; want 1", r.code, r.stderr)
 	}
@@ -138,8 +148,8 @@ func TestDailyCommandsChangeOnlyWhatWasAsked(t *testing.T) {
 	// the lists: documents with their schema, nothing secret
 	audit := d.Pool(t, "")
 	var revisions int
-	if err := audit.QueryRow(t.Context(), "SELECT count(*) FROM control_core.trigger_revisions").Scan(&revisions); err != nil || revisions != 4 {
-		t.Errorf("%d trigger revisions (%v); want 4: the unchanged publishes wrote none", revisions, err)
+	if err := audit.QueryRow(t.Context(), "SELECT count(*) FROM control_core.trigger_revisions").Scan(&revisions); err != nil || revisions != 5 {
+		t.Errorf("%d trigger revisions (%v); want 5: the unchanged publishes wrote none", revisions, err)
 	}
 	for _, c := range []struct{ schema, list string }{
 		{"qlsched.project-list/v1", "projects"}, {"qlsched.task-list/v1", "tasks"},

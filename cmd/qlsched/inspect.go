@@ -194,14 +194,15 @@ are shown in the trigger's zone, database times in UTC, all RFC 3339.`,
 					Triggers []admin.Trigger `json:"triggers"`
 				}{rows}}, func(out io.Writer) {
 					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "PROJECT\tTRIGGER\tREV\tCRON\tTIMEZONE\tMISFIRE\tENABLED\tNEXT FIRE\tLAST SCHEDULED\tCLAIM")
+					fmt.Fprintln(tw, "PROJECT\tTRIGGER\tREV\tCRON\tTIMEZONE\tMISFIRE\tGRACE\tENABLED\tNEXT FIRE\tLAST SCHEDULED\tCLAIM")
 					for _, t := range rows {
 						last := "-"
 						if t.LastScheduledAtMs != nil {
 							last = inZone(*t.LastScheduledAtMs, t.TimeZone)
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%v\t%s\t%s\t%s\n", t.ProjectID, t.TriggerID, t.TriggerRevision,
-							t.CronSpec, t.TimeZone, t.MisfirePolicy, t.Enabled, nextFire(t), last, claim(t))
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%v\t%s\t%s\t%s\n", t.ProjectID, t.TriggerID, t.TriggerRevision,
+							t.CronSpec, t.TimeZone, t.MisfirePolicy, time.Duration(t.MisfireGraceMs)*time.Millisecond, t.Enabled,
+							nextFire(t), last, claim(t))
 					}
 					tw.Flush()
 				}, err
@@ -254,7 +255,7 @@ func printTriggerShow(out io.Writer, d admin.TriggerDetail, upcoming []occurrenc
 	row("project state", d.ProjectState)
 	row("revision", fmt.Sprintf("%d (published %s, sha256 %s)", d.TriggerRevision, utc(&d.RevisionCreatedMs), d.ContentDigest))
 	row("cron", fmt.Sprintf("%q in %s", d.CronSpec, d.TimeZone))
-	row("misfire", string(d.MisfirePolicy))
+	row("misfire", fmt.Sprintf("%s, grace %s", d.MisfirePolicy, time.Duration(d.MisfireGraceMs)*time.Millisecond))
 	row("enabled", fmt.Sprint(d.Enabled))
 	row("task", fmt.Sprintf("%s revision %d", d.TaskID, d.TaskRevision))
 	row("next fire", nextFire(d.Trigger))

@@ -17,7 +17,9 @@ import (
 // project pause stops every admission (a few seconds of database time, nothing admitted);
 // project resume lets the next claim of each decide by its misfire policy, on the cursor the
 // pause left, as after an outage: skip admits no Run for the paused interval, fire_once exactly
-// one, for the latest missed occurrence.
+// one, for the latest missed occurrence. The triggers have the smallest misfire grace (1s), so
+// the few seconds of the pause are beyond it: only occurrences at most 1 s before the first claim
+// after the resume are on time.
 func TestPauseResumeWithAReplicaRunning(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
@@ -27,8 +29,10 @@ func TestPauseResumeWithAReplicaRunning(t *testing.T) {
 	publish(t, adm,
 		[]string{"project", "create", "--project", "p"},
 		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
-		[]string{"trigger", "publish", "--project", "p", "--trigger", "skip", "--task", "k", "--cron", "* * * * * *", "--misfire", "skip"},
-		[]string{"trigger", "publish", "--project", "p", "--trigger", "once", "--task", "k", "--cron", "* * * * * *", "--misfire", "fire_once"})
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "skip", "--task", "k", "--cron", "* * * * * *", "--misfire", "skip",
+			"--misfire-grace", "1s"},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "once", "--task", "k", "--cron", "* * * * * *", "--misfire", "fire_once",
+			"--misfire-grace", "1s"})
 	dbNow := func() int64 {
 		var now int64
 		if err := su.QueryRow(ctx, `SELECT control_core.db_now_ms()`).Scan(&now); err != nil {
@@ -131,17 +135,19 @@ func TestPauseResumeWithAReplicaRunning(t *testing.T) {
 		}
 		return out
 	}
-	// skip: the cursor moved past the claim's now, nothing of the paused interval is admitted
-	if got := runs("skip", lastBefore["skip"], resumedAt); len(got) != 0 {
+	// skip: every claim after the resume decides at resumedAt or later, so an occurrence more than
+	// the grace (1 s) before the resume is missed: nothing of the paused interval is admitted
+	if got := runs("skip", lastBefore["skip"], resumedAt-1001); len(got) != 0 {
 		t.Errorf("skip: Runs for the paused interval at %v; want none", got)
 	}
 	// fire_once: exactly one Run for the paused interval, the latest missed occurrence when the first
-	// claim after the resume decided (that second, or a later one on a slow machine), and the
-	// replica decided it as a catch-up; never the backlog the pause left.
+	// claim after the resume decided (the last whole second more than 1 s before it, so not before
+	// the resume's second - 2 s, or later on a slow machine), and the replica decided it as a
+	// catch-up; never the backlog the pause left.
 	after := runs("once", lastBefore["once"], math.MaxInt64)
-	if len(after) == 0 || after[0] < resumedAt/1000*1000 {
-		t.Fatalf("fire_once: Runs after the pause at %v; want the first at or after the resume's second %d (paused %d, resumed %d, last before %d)",
-			after, resumedAt/1000*1000, pausedAt, resumedAt, lastBefore["once"])
+	if floor := resumedAt/1000*1000 - 2000; len(after) == 0 || after[0] < floor {
+		t.Fatalf("fire_once: Runs after the pause at %v; want the first at or after %d (paused %d, resumed %d, last before %d)",
+			after, floor, pausedAt, resumedAt, lastBefore["once"])
 	}
 	var runID string
 	if err := su.QueryRow(ctx, `SELECT run_id::text FROM control_core.runs WHERE trigger_id = 'once' AND scheduled_for_ms = $1`, after[0]).Scan(&runID); err != nil {

@@ -92,8 +92,9 @@ func PrepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, 
 	for i := range n {
 		id := fmt.Sprintf("t%04d", i)
 		q.Triggers = append(q.Triggers, id)
+		// the smallest misfire grace (1 s): a gap ends in one catch-up, never in a replay of it
 		specs = append(specs, admin.TriggerSpec{Project: "p", Trigger: id, Task: "task", Cron: "* * * * * *", TimeZone: "UTC",
-			Misfire: schedule.MisfireFireOnce, Enabled: true})
+			Misfire: schedule.MisfireFireOnce, MisfireGrace: schedule.MinMisfireGrace, Enabled: true})
 	}
 	if _, err := pub.PublishTriggers(ctx, specs); err != nil {
 		pool.Close()

@@ -19,6 +19,9 @@ CREATE TABLE control_core.trigger_revisions (
     cron_spec      text    NOT NULL CHECK (length(cron_spec) BETWEEN 1 AND 200),
     timezone       text    NOT NULL CHECK (length(timezone) BETWEEN 1 AND 64),
     misfire_policy text    NOT NULL CHECK (misfire_policy IN ('skip', 'fire_once')),
+    -- an occurrence at most this late is on time under both policies (docs/scheduling.md):
+    -- 1 s to 24 h, as schedule.MinMisfireGrace and schedule.MaxMisfireGrace
+    misfire_grace_ms bigint NOT NULL CHECK (misfire_grace_ms BETWEEN 1000 AND 86400000),
     enabled        boolean NOT NULL,
     task_id        text    NOT NULL,
     task_revision  bigint  NOT NULL,
@@ -38,11 +41,12 @@ ALTER TABLE control_core.triggers
 
 -- A trigger revision's content digest: everything that decides when and what it fires.
 CREATE FUNCTION control_core.trigger_digest(kind text, cron_spec text, timezone text, misfire_policy text,
-                                            enabled boolean, task_id text, task_revision bigint) RETURNS text
+                                            misfire_grace_ms bigint, enabled boolean, task_id text,
+                                            task_revision bigint) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$ SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.jsonb_build_object(
           'kind', kind, 'cron_spec', cron_spec, 'timezone', timezone,
-          'misfire_policy', misfire_policy, 'enabled', enabled,
+          'misfire_policy', misfire_policy, 'misfire_grace_ms', misfire_grace_ms, 'enabled', enabled,
           'task_id', task_id, 'task_revision', task_revision)::pg_catalog.text, 'UTF8')), 'hex') $$;
 
 SELECT control_core.advance_capability('control-core', 4, 'triggers', 'pg-0005-triggers');

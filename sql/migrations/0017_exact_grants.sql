@@ -72,7 +72,7 @@ GRANT EXECUTE ON FUNCTION control_core.db_now_ms() TO ql_admin, ql_runtime;
 GRANT EXECUTE ON FUNCTION control_core.project_digest(text, text, bigint),
                           control_core.execution_digest(jsonb),
                           control_core.task_digest(text, bigint, uuid, text),
-                          control_core.trigger_digest(text, text, text, text, boolean, text, bigint),
+                          control_core.trigger_digest(text, text, text, text, bigint, boolean, text, bigint),
                           control_core.cron_idempotency_key(text, bigint, bigint),
                           control_core.claim_fence_holds(text, uuid, bigint, bigint, text, uuid, bigint, bigint),
                           control_core.trigger_fires(text, boolean),

@@ -78,11 +78,12 @@ RETURNING head_revision;
 
 -- name: InsertTriggerRevision :one
 INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
-                                            misfire_policy, enabled, task_id, task_revision, content_digest)
+                                            misfire_policy, misfire_grace_ms, enabled, task_id, task_revision,
+                                            content_digest)
 VALUES (@project_id::text, @trigger_id::text, @revision::bigint, 'cron', @cron_spec::text, @timezone::text,
-        @misfire_policy::text, @enabled::boolean, @task_id::text, @task_revision::bigint,
+        @misfire_policy::text, @misfire_grace_ms::bigint, @enabled::boolean, @task_id::text, @task_revision::bigint,
         control_core.trigger_digest('cron', @cron_spec::text, @timezone::text, @misfire_policy::text,
-                                    @enabled::boolean, @task_id::text, @task_revision::bigint))
+                                    @misfire_grace_ms::bigint, @enabled::boolean, @task_id::text, @task_revision::bigint))
 RETURNING revision, content_digest;
 
 -- name: UpsertSchedule :one
@@ -107,7 +108,8 @@ RETURNING state_version, claim_version;
 -- rows' versions: what a publish compares new content with (it keeps what the caller did not give
 -- and writes nothing when the content is unchanged) and what `qlsched apply` plans against. Run by
 -- a publish under the project lock, so no publish of the project can move a head meanwhile.
-SELECT t.trigger_id, tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
+SELECT t.trigger_id, tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled, tr.task_id,
+       tr.task_revision,
        tr.content_digest, s.state_version, s.claim_version
 FROM control_core.triggers t
 JOIN control_core.trigger_revisions tr
@@ -137,7 +139,7 @@ SELECT control_core.execution_digest(@spec::jsonb)::text AS digest;
 
 -- name: ListTriggers :many
 -- Triggers with their head revision, schedule row and project state; both filters optional.
-SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled,
+SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled,
        tr.task_id, tr.task_revision, tr.content_digest, tr.created_at_ms AS revision_created_at_ms,
        p.state AS project_state, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
        s.claim_owner, s.claim_version, s.claim_expires_at_ms, s.updated_at_ms,

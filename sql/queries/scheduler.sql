@@ -45,7 +45,7 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
           s.state_version, s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
           s.updated_at_ms AS claimed_at_ms,
           p.revision AS project_revision, p.content_digest AS project_digest,
-          tr.cron_spec, tr.timezone, tr.misfire_policy, tr.content_digest AS trigger_digest,
+          tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.content_digest AS trigger_digest,
           tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
           er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover,
           s.ctid::text AS row_ctid;
@@ -58,7 +58,7 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
 -- (control_core.claim_fence_holds), the schedule's revision, state_version and cursor, the
 -- decision's observation (the claim's claimed_at_ms: the updated_at_ms the claim wrote), candidate
 -- (due at it, not before the cursor, due by the admit's own database time) and next fire time
--- (after it), the project, trigger and task revisions and their content digests (as claimed and as
+-- (after the candidate), the project, trigger and task revisions and their content digests (as claimed and as
 -- recomputed from the rows by the digest functions of the migrations), and the pinned
 -- remote_worker execution revision's digest. Only the rows that pass are written: their queued
 -- Runs (key control_core.cron_idempotency_key), claimed remote_worker Attempts and the events
@@ -124,17 +124,19 @@ verified AS (
       AND s.next_fire_at_ms = i.cursor_ms
       -- the decision, made at the claim's observation of database time: the claim's
       -- updated_at_ms, claimed_at_ms (ADR-0107). The candidate is due at that observation and
-      -- not before the cursor, the next fire time lies after it, and the candidate is due now.
+      -- not before the cursor, the next fire time lies after the candidate (it may be due too:
+      -- an on-time occurrence within the misfire grace, which the next claim decides), and the
+      -- candidate is due now.
       AND s.updated_at_ms = i.claimed_at_ms
       AND i.scheduled_for_ms >= s.next_fire_at_ms AND i.scheduled_for_ms <= i.claimed_at_ms
-      AND i.next_fire_at_ms > i.claimed_at_ms AND i.scheduled_for_ms <= obs.now_ms
+      AND i.next_fire_at_ms > i.scheduled_for_ms AND i.scheduled_for_ms <= obs.now_ms
       -- revisions and digests
       AND p.state = 'active' AND p.revision = i.project_revision AND p.content_digest = i.project_digest
       AND p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
       AND t.head_revision = s.trigger_revision
       AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = i.trigger_digest
       AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
-                                                          tr.enabled, tr.task_id, tr.task_revision)
+                                                          tr.misfire_grace_ms, tr.enabled, tr.task_id, tr.task_revision)
       AND kr.content_digest = i.task_digest
       AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
       AND er.execution_revision_id = i.execution_revision_id
@@ -191,7 +193,7 @@ SELECT
         AND kr.content_digest = @task_digest::text AND er.digest = @execution_digest::text, false)::boolean AS revisions_unchanged,
     coalesce(p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
         AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
-                                                            tr.enabled, tr.task_id, tr.task_revision)
+                                                            tr.misfire_grace_ms, tr.enabled, tr.task_id, tr.task_revision)
         AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
         AND er.executor_kind = 'remote_worker'
         AND er.digest = control_core.execution_digest(er.spec), false)::boolean AS digests_valid,
