@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"testing"
@@ -101,5 +100,3 @@ func serve(t testing.TB, pool *pgxpool.Pool) *httptest.Server {
 	t.Cleanup(srv.Close)
 	return srv
 }
-
-var _ http.Handler = http.NotFoundHandler()
