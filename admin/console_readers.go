@@ -63,10 +63,20 @@ type MinuteAdmissions struct {
 	LagP99Ms   int64
 }
 
+// consoleSnapshot is snapshot for the console's readers: JIT off first (ConsoleNoJIT says why).
+func (r *Reader) consoleSnapshot(ctx context.Context, fn func(q *db.Queries) error) error {
+	return r.snapshot(ctx, func(q *db.Queries) error {
+		if err := q.ConsoleNoJIT(ctx); err != nil {
+			return fmt.Errorf("console settings: %w", err)
+		}
+		return fn(q)
+	})
+}
+
 // Overview reads the console's overview in one snapshot.
 func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 	var out Overview
-	err := r.snapshot(ctx, func(q *db.Queries) error {
+	err := r.consoleSnapshot(ctx, func(q *db.Queries) error {
 		projects, err := q.ConsoleProjects(ctx, ConsoleCountCap)
 		if err != nil {
 			return fmt.Errorf("read projects: %w", err)
@@ -167,7 +177,7 @@ func (r *Reader) ProjectTriggers(ctx context.Context, p TriggerPage) (Project, [
 	if err := p.Validate(); err != nil {
 		return project, nil, err
 	}
-	err := r.snapshot(ctx, func(q *db.Queries) error {
+	err := r.consoleSnapshot(ctx, func(q *db.Queries) error {
 		projects, err := q.ConsoleProject(ctx, p.Project)
 		if err != nil {
 			return fmt.Errorf("read project %s: %w", p.Project, err)
@@ -229,7 +239,7 @@ func (r *Reader) TriggerHistory(ctx context.Context, project, trigger string) ([
 		return nil, err
 	}
 	var out []TriggerRevision
-	err := r.snapshot(ctx, func(q *db.Queries) error {
+	err := r.consoleSnapshot(ctx, func(q *db.Queries) error {
 		// one more than shown, so the oldest shown one can say what it changed
 		rows, err := q.ConsoleTriggerRevisions(ctx, db.ConsoleTriggerRevisionsParams{ProjectID: project, TriggerID: trigger,
 			MaxRows: MaxConsoleRevisions + 1})
@@ -316,7 +326,7 @@ func (r *Reader) RunsPage(ctx context.Context, p RunPage) ([]Run, error) {
 		before, beforeRun = math.MaxInt64, uuid.Max
 	}
 	var out []Run
-	err := r.snapshot(ctx, func(q *db.Queries) error {
+	err := r.consoleSnapshot(ctx, func(q *db.Queries) error {
 		if p.Trigger != "" {
 			rows, err := q.ConsoleTriggerRunsPage(ctx, db.ConsoleTriggerRunsPageParams{ProjectID: p.Project, TriggerID: p.Trigger,
 				BeforeScheduledMs: before, SinceMs: p.SinceMs, State: optText(p.State), MaxRows: int32(p.Limit)})

@@ -154,6 +154,25 @@ func (q *Queries) ConsoleLiveClaims(ctx context.Context) ([]ConsoleLiveClaimsRow
 	return items, nil
 }
 
+const consoleNoJIT = `-- name: ConsoleNoJIT :exec
+
+SELECT set_config('jit', 'off', true)
+`
+
+// The read-only web console (`qlsched ui`, internal/console): read by package admin's Reader in
+// one REPEATABLE READ READ ONLY snapshot per page, as any role with SELECT on control_core.
+// Every statement is bounded by an index and a cap or a page size, so a page costs the same at
+// 1,000,000 schedule rows and 10,000,000 Runs as at ten (docs/console.md). Nothing here returns
+// an executor spec (it may hold secrets), a claim token or a callback token hash.
+// No JIT for the rest of the console's transaction. The statements are small walks of an index,
+// but a LATERAL per project multiplies the planner's estimates past the JIT thresholds, and the
+// compilation then cost ~1 s of a 2 ms overview (EXPLAIN ANALYZE, BenchmarkPages); the
+// coordinator's hot statements turn it off for the same reason (coordinator.HotSettings).
+func (q *Queries) ConsoleNoJIT(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, consoleNoJIT)
+	return err
+}
+
 const consoleProject = `-- name: ConsoleProject :many
 SELECT p.project_id, p.state, p.revision, p.created_at_ms, p.updated_at_ms
 FROM control_core.projects p
@@ -216,6 +235,9 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) lr ON true
 WHERE s.project_id = $1::text AND s.trigger_id > $2::text
+  -- the same bounds on the revisions (implied by the join): otherwise the planner merge-joins
+  -- from the project's first revision and walks every one before the page
+  AND tr.project_id = $1::text AND tr.trigger_id > $2::text
 ORDER BY s.trigger_id
 LIMIT $3::integer
 `
@@ -301,7 +323,6 @@ func (q *Queries) ConsoleProjectTriggers(ctx context.Context, arg ConsoleProject
 }
 
 const consoleProjects = `-- name: ConsoleProjects :many
-
 SELECT p.project_id, p.state,
        (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_schedules s
                               WHERE s.project_id = p.project_id LIMIT $1::integer) x)::bigint AS triggers,
@@ -343,11 +364,6 @@ type ConsoleProjectsRow struct {
 	NowMs           int64  `json:"now_ms"`
 }
 
-// The read-only web console (`qlsched ui`, internal/console): read by package admin's Reader in
-// one REPEATABLE READ READ ONLY snapshot per page, as any role with SELECT on control_core.
-// Every statement is bounded by an index and a cap or a page size, so a page costs the same at
-// 1,000,000 schedule rows and 10,000,000 Runs as at ten (docs/console.md). Nothing here returns
-// an executor spec (it may hold secrets), a claim token or a callback token hash.
 // Per project: triggers, enabled ones and the backlog, each counted up to @cap (a count at the cap
 // means "at least"), the oldest overdue occurrence among the backlog, and the database's time.
 // The triggers walk the primary key of trigger_schedules, the backlog the claim's index range

@@ -4,6 +4,13 @@
 -- 1,000,000 schedule rows and 10,000,000 Runs as at ten (docs/console.md). Nothing here returns
 -- an executor spec (it may hold secrets), a claim token or a callback token hash.
 
+-- name: ConsoleNoJIT :exec
+-- No JIT for the rest of the console's transaction. The statements are small walks of an index,
+-- but a LATERAL per project multiplies the planner's estimates past the JIT thresholds, and the
+-- compilation then cost ~1 s of a 2 ms overview (EXPLAIN ANALYZE, BenchmarkPages); the
+-- coordinator's hot statements turn it off for the same reason (coordinator.HotSettings).
+SELECT set_config('jit', 'off', true);
+
 -- name: ConsoleProjects :many
 -- Per project: triggers, enabled ones and the backlog, each counted up to @cap (a count at the cap
 -- means "at least"), the oldest overdue occurrence among the backlog, and the database's time.
@@ -109,6 +116,9 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) lr ON true
 WHERE s.project_id = @project_id::text AND s.trigger_id > @after_trigger::text
+  -- the same bounds on the revisions (implied by the join): otherwise the planner merge-joins
+  -- from the project's first revision and walks every one before the page
+  AND tr.project_id = @project_id::text AND tr.trigger_id > @after_trigger::text
 ORDER BY s.trigger_id
 LIMIT @max_rows::integer;
 
