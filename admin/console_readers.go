@@ -19,9 +19,11 @@ import (
 // snapshot, and each is bounded whatever the size of the tables: counts stop at a cap, lists are
 // pages walked by keyset along an index (sql/queries/console.sql says which).
 
-// ConsoleCountCap bounds the counts of the console's overview (triggers, enabled, backlog): a
-// count equal to it means "at least".
-const ConsoleCountCap = 10000
+// ConsoleCountCap bounds the counts of the console's overview (triggers, enabled) and the rows of
+// the due range its backlog walks: a count equal to it means "at least". At 10,000 the overview
+// took 1.8 s at 1,000,000 schedule rows (a probe of the revision per due row, past
+// shared_buffers); at 1,000 its working set stays cached.
+const ConsoleCountCap = 1000
 
 // ConsoleWindow is the window of the overview's admissions and lag: the database's last hour.
 const ConsoleWindow = time.Hour
@@ -36,8 +38,10 @@ type Overview struct {
 	NowMs    int64
 }
 
-// ProjectOverview is one project of the Overview. Triggers, Enabled and Backlog stop at
-// ConsoleCountCap. OldestOverdueMs is 0 when nothing is overdue. Minutes holds one entry per
+// ProjectOverview is one project of the Overview. Triggers and Enabled stop at ConsoleCountCap.
+// Backlog and OldestOverdueMs come from the first ConsoleCountCap rows of the due range; when the
+// walk reached that cap (BacklogPartial) the backlog is a lower bound and an older overdue
+// occurrence may lie beyond it. OldestOverdueMs is 0 when none was found. Minutes holds one entry per
 // minute of the window, oldest first, zero where nothing was admitted; the lag percentiles are
 // over the whole window (0 without admissions).
 type ProjectOverview struct {
@@ -46,6 +50,7 @@ type ProjectOverview struct {
 	Triggers          int64
 	Enabled           int64
 	Backlog           int64
+	BacklogPartial    bool
 	OldestOverdueMs   int64
 	LiveClaimsByOwner []OwnerClaims
 	Minutes           []MinuteAdmissions
@@ -101,7 +106,7 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 			out.NowMs = p.NowMs
 			index[p.ProjectID] = i
 			po := ProjectOverview{ProjectID: p.ProjectID, State: p.State, Triggers: p.Triggers, Enabled: p.Enabled,
-				Backlog: p.Backlog, OldestOverdueMs: p.OldestOverdueMs, LiveClaimsByOwner: []OwnerClaims{},
+				Backlog: p.Backlog, BacklogPartial: p.DueWalked >= ConsoleCountCap, OldestOverdueMs: p.OldestOverdueMs, LiveClaimsByOwner: []OwnerClaims{},
 				Minutes: make([]MinuteAdmissions, n)}
 			for m := range po.Minutes {
 				po.Minutes[m].StartMs = p.NowMs - window + int64(m)*60000

@@ -12,6 +12,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // benchSize reads a size from the environment, with a default.
@@ -29,11 +30,12 @@ func benchSize(b *testing.B, name string, def int) int {
 }
 
 // BenchmarkPages renders every console page against one project of 1,000,000 schedule rows and
-// 10,000,000 Runs (QL_CONSOLE_BENCH_SCHEDULES and QL_CONSOLE_BENCH_RUNS choose other sizes): the
+// 10,000,000 Runs (and a small project of three triggers next to it) (QL_CONSOLE_BENCH_SCHEDULES and QL_CONSOLE_BENCH_RUNS choose other sizes): the
 // budget of docs/console.md is 200 ms a page. The seed (generate_series, foreign-key triggers off
 // as in internal/metrics' backlog test, every row consistent) takes minutes; only the benchmark
 // pays it. The Runs are spread over the last ten days (about 42,000 an hour at 10M), 1% failed,
-// ten per trigger; 1% of the schedule rows are due and 100 of them claimed by two replicas.
+// ten per trigger; 1% of the schedule rows are due (and disabled: the due range the backlog walks
+// holds what cannot be claimed), 100 others are due and claimed by two replicas.
 func BenchmarkPages(b *testing.B) {
 	schedules := benchSize(b, "QL_CONSOLE_BENCH_SCHEDULES", 1_000_000)
 	runs := benchSize(b, "QL_CONSOLE_BENCH_RUNS", 10_000_000)
@@ -45,6 +47,19 @@ func BenchmarkPages(b *testing.B) {
 	}
 	if _, err := pub.PublishTask(ctx, admin.TaskSpec{Project: "big", Task: "job", ExecutorSpec: []byte(`{"image":"x"}`)}); err != nil {
 		b.Fatal(err)
+	}
+	// a small project next to the big one: its counts must not walk the big one's rows
+	if _, err := pub.CreateProject(ctx, "small"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pub.PublishTask(ctx, admin.TaskSpec{Project: "small", Task: "job", ExecutorSpec: []byte(`{"image":"x"}`)}); err != nil {
+		b.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := pub.PublishTrigger(ctx, admin.TriggerSpec{Project: "small", Trigger: id, Task: "job", Cron: "*/5 * * * *",
+			TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: true}); err != nil {
+			b.Fatal(err)
+		}
 	}
 	start := time.Now()
 	d.Exec(b, fmt.Sprintf(`SET session_replication_role = replica;
@@ -60,17 +75,15 @@ func BenchmarkPages(b *testing.B) {
 		        state_version, claim_version, updated_at_ms, claim_owner, claim_token, claim_expires_at_ms)
 		    SELECT 'big', 't' || g, 1,
 		           CASE WHEN g %% 100 = 0 THEN control_core.db_now_ms() - 5000 - g ELSE control_core.db_now_ms() + 3600000 + g END,
-		           1, CASE WHEN g %% 10000 = 0 THEN 1 ELSE 0 END, control_core.db_now_ms(),
-		           CASE WHEN g %% 10000 = 0 THEN 'replica-' || (g %% 20000 / 10000) END,
-		           CASE WHEN g %% 10000 = 0 THEN gen_random_uuid() END,
-		           CASE WHEN g %% 10000 = 0 THEN control_core.db_now_ms() + 600000 END
+		           1, 0, control_core.db_now_ms(), NULL, NULL, NULL
 		    FROM generate_series(1, %[1]d) g;
 		COMMIT;`, schedules))
 	b.Logf("seeded %d schedule rows in %s", schedules, time.Since(start).Round(time.Second))
 	start = time.Now()
-	// Runs in chunks of a million: run i belongs to trigger i mod N, occurs at an instant that
-	// grows with i (so every occurrence key is unique), and is admitted 50 … 249 ms later; its id
-	// grows with i too, so the primary key is appended to, not scattered.
+	// Runs in chunks of a million: run i belongs to trigger i mod N, occurs (R - i) steps before
+	// its chunk's database time, so the newest end now and the times grow with i across chunks
+	// (every occurrence key is unique), and is admitted 50 … 249 ms later; its id grows with i
+	// too, so the primary key is appended to, not scattered.
 	const chunk = 1_000_000
 	step := (10 * 24 * time.Hour).Milliseconds() / int64(runs)
 	for lo := 1; lo <= runs; lo += chunk {
@@ -83,10 +96,15 @@ func BenchmarkPages(b *testing.B) {
 			       CASE WHEN i %% 100 = 0 THEN 'failed' ELSE 'succeeded' END, 'runtime', x.at + 50 + i %% 200, x.at + 50 + i %% 200,
 			       x.at + 50 + i %% 200
 			FROM generate_series(%[1]d, %[2]d) i
-			CROSS JOIN LATERAL (SELECT control_core.db_now_ms() - 864000000 + i * %[4]d AS at) x
+			CROSS JOIN LATERAL (SELECT control_core.db_now_ms() - (%[5]d - i) * %[4]d AS at) x
 			JOIN control_core.task_revisions kr ON kr.project_id = 'big' AND kr.task_id = 'job' AND kr.revision = 1`,
-			lo, hi, schedules, step))
+			lo, hi, schedules, step, runs))
 	}
+	// 100 live claims by two replicas on due rows, taken now (the seed outlasts a lease)
+	d.Exec(b, fmt.Sprintf(`UPDATE control_core.trigger_schedules s SET next_fire_at_ms = control_core.db_now_ms() - 5000,
+		    claim_owner = 'replica-' || (g %% 2), claim_token = gen_random_uuid(), claim_version = 1,
+		    claim_expires_at_ms = control_core.db_now_ms() + 600000, updated_at_ms = control_core.db_now_ms()
+		FROM generate_series(%[2]d, %[1]d, %[2]d) g WHERE s.project_id = 'big' AND s.trigger_id = 't' || g`, schedules, max(schedules/100, 1)))
 	d.Exec(b, `VACUUM ANALYZE control_core.runs, control_core.trigger_schedules, control_core.trigger_revisions, control_core.triggers`)
 	b.Logf("seeded %d Runs in %s", runs, time.Since(start).Round(time.Second))
 
@@ -100,7 +118,7 @@ func BenchmarkPages(b *testing.B) {
 			name   string
 			values map[string]string
 		}{
-			{"ConsoleProjects", map[string]string{"cap": "10000"}},
+			{"ConsoleProjects", map[string]string{"cap": "1000"}},
 			{"ConsoleLiveClaims", nil},
 			{"ConsoleAdmissionsByMinute", map[string]string{"window_ms": "3600000"}},
 			{"ConsoleAdmissionLag", map[string]string{"window_ms": "3600000"}},
@@ -117,6 +135,7 @@ func BenchmarkPages(b *testing.B) {
 	pages := []struct{ name, path string }{
 		{"overview", "/"},
 		{"project", "/projects/big"},
+		{"project-small", "/projects/small"},
 		{"project-deep-page", "/projects/big?after=" + mid},
 		{"trigger", "/projects/big/triggers/" + mid},
 		{"runs", "/projects/big/runs"},

@@ -12,38 +12,41 @@
 SELECT set_config('jit', 'off', true);
 
 -- name: ConsoleProjects :many
--- Per project: triggers, enabled ones and the backlog, each counted up to @cap (a count at the cap
--- means "at least"), the oldest overdue occurrence among the backlog, and the database's time.
--- The triggers walk the primary key of trigger_schedules, the backlog the claim's index range
--- (as the Backlog query of status.sql, with the project as one more condition).
+-- Per project: triggers and enabled ones, each counted up to @cap (a count at the cap means "at
+-- least"). The backlog and the oldest overdue occurrence among the first @cap rows of the claim
+-- index's due range (as the Backlog query of status.sql, with the project as one more
+-- condition), and how many rows that walk read: at the cap the backlog is a lower bound and the
+-- oldest overdue occurrence may lie beyond the walk. The walk is bounded by rows read, not by
+-- rows found, because the due range also holds what can never be claimed (a disabled trigger's
+-- row is uninitialised, so it sits in the range for ever) and each row costs a probe of its
+-- revision.
 SELECT p.project_id, p.state,
        (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_schedules s
                               WHERE s.project_id = p.project_id LIMIT @cap::integer) x)::bigint AS triggers,
        (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_schedules s
                               JOIN control_core.trigger_revisions tr
                                 ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-                              WHERE s.project_id = p.project_id AND tr.enabled LIMIT @cap::integer) x)::bigint AS enabled,
-       (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_schedules s
-                              WHERE s.project_id = p.project_id
-                                AND coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
-                                AND control_core.schedule_claimable(p.state,
-                                      (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
-                                       WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
-                                      s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
-                              LIMIT @cap::integer) x)::bigint AS backlog,
-       coalesce((SELECT min(s.next_fire_at_ms) FROM (
-                   SELECT s.next_fire_at_ms FROM control_core.trigger_schedules s
-                   WHERE s.project_id = p.project_id
-                     AND s.next_fire_at_ms IS NOT NULL
-                     AND coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
-                     AND control_core.schedule_claimable(p.state,
-                           (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
-                            WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
-                           s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
-                   ORDER BY coalesce(s.next_fire_at_ms, -1)
-                   LIMIT 1) s), 0)::bigint AS oldest_overdue_ms, -- 0: none
+                              WHERE s.project_id = p.project_id AND tr.project_id = p.project_id AND tr.enabled
+                              LIMIT @cap::integer) x)::bigint AS enabled,
+       b.backlog::bigint AS backlog,
+       coalesce(b.oldest_overdue_ms, 0)::bigint AS oldest_overdue_ms, -- 0: none found
+       b.due_walked::bigint AS due_walked,
        control_core.db_now_ms()::bigint AS now_ms
 FROM control_core.projects p
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE w.claimable) AS backlog,
+           min(w.next_fire_at_ms) FILTER (WHERE w.claimable) AS oldest_overdue_ms,
+           count(*) AS due_walked
+    FROM (SELECT s.next_fire_at_ms,
+                 control_core.schedule_claimable(p.state,
+                     (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
+                      WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+                     s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms()) AS claimable
+          FROM control_core.trigger_schedules s
+          WHERE s.project_id = p.project_id AND coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
+          ORDER BY coalesce(s.next_fire_at_ms, -1)
+          LIMIT @cap::integer) w
+) b
 ORDER BY p.project_id;
 
 -- name: ConsoleLiveClaims :many
