@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -78,10 +79,17 @@ func (a *app) ui(ctx context.Context, httpAddr string, names roles.Names) error 
 	}
 	defer ln.Close()
 	// Every session is read-only, whatever a statement asks: a second guard under the readers'
-	// READ ONLY transactions. Through a transaction pooler the parameter is not a startup
-	// option the pooler passes on; the readers' READ ONLY transactions still hold.
-	if !a.conn.Pooled() {
-		a.conn.Pool.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	// READ ONLY transactions. Set once a session is open, not as a startup parameter: PgBouncer
+	// refuses startup parameters it does not know, and Open learns that it talks to a pooler
+	// only from that refusal. Through a transaction pooler a session SET would outlive this
+	// client's transaction on a server session others share, so there the readers' READ ONLY
+	// transactions are the guard.
+	a.conn.Pool.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if a.conn.Pooled() {
+			return nil
+		}
+		_, err := conn.Exec(ctx, "SET default_transaction_read_only = on")
+		return err
 	}
 	a.conn.SetApplicationName("qlsched ui")
 	pool, err := a.conn.Open(ctx)
