@@ -76,6 +76,7 @@ projects:
 	refused := map[string][]string{
 		"run":  {"run", "--http-addr", "127.0.0.1:0", "--database-url", d.URL("ql_runtime")},
 		"demo": {"demo", "--duration", "5s"},
+		"ui":   {"ui", "--http-addr", "127.0.0.1:0", "--database-url", d.URL("ql_admin")},
 	}
 
 	leaves := jsondoc.Commands(t, (&app{}).rootCmd())

@@ -42,6 +42,6 @@ opened), 3 cannot connect or the database failed.`,
 	cli.FormatVar(pf, &a.format)
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text (terminals) or json (collectors)")
 	pf.StringVar(&a.logLevelStr, "log-level", "info", "log level: debug, info, warn or error")
-	root.AddCommand(a.runCmd(), a.statusCmd(), a.projectCmd(), a.taskCmd(), a.triggerCmd(), a.runsCmd(), a.demoCmd(), a.benchCmd())
+	root.AddCommand(a.runCmd(), a.statusCmd(), a.projectCmd(), a.taskCmd(), a.triggerCmd(), a.runsCmd(), a.demoCmd(), a.benchCmd(), a.uiCmd())
 	return root
 }

@@ -1,0 +1,204 @@
+package console_test
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/qlcontrol/controlcore/internal/console"
+)
+
+type response struct {
+	code int
+	body string
+	h    http.Header
+}
+
+func get(t *testing.T, base, path string) response {
+	t.Helper()
+	return do(t, http.MethodGet, base+path)
+}
+
+func do(t *testing.T, method, u string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{res.StatusCode, string(b), res.Header}
+}
+
+// Every page shows what the database holds, with the security headers, and never the executor
+// spec's secret.
+func TestEveryPageShowsWhatIsStored(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	cases := []struct {
+		path string
+		want []string
+	}{
+		{"/", []string{`href="/projects/billing"`, `href="/projects/ops"`, "replica-a: 1", ">30<", "250ms",
+			`<svg class="chart"`, "paused"}},
+		{"/projects/billing", []string{"nightly", "hourly", "off", "<code>30 3 * * *</code>", "Europe/Berlin", "fire_once",
+			"claimed by replica-a", "succeeded</span> for", "CET"}},
+		{"/projects/ops", []string{"sweep", "America/New_York"}},
+		{"/projects/billing/triggers/nightly", []string{"cron: 0 3 * * * → 30 3 * * *", "created", "Next occurrences",
+			"(executor spec not shown)"}},
+		{"/projects/billing/triggers/hourly", []string{"250ms", "claimed by replica-a"}},
+		{"/projects/billing/runs", []string{"hourly", "250ms", "failed", "succeeded"}},
+		{"/projects/billing/runs?state=failed&trigger=hourly", []string{"failed"}},
+		{"/health", []string{"OK: the database is what this binary expects", "capability", "integrity"}},
+		{"/static/console.css", []string{"svg.chart"}},
+		{"/static/console.js", []string{"data-refresh"}},
+	}
+	for _, c := range cases {
+		r := get(t, s.srv.URL, c.path)
+		if r.code != http.StatusOK {
+			t.Errorf("GET %s: %d, want 200\n%s", c.path, r.code, r.body)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(r.body, w) {
+				t.Errorf("GET %s: the page lacks %q", c.path, w)
+			}
+		}
+		if strings.Contains(r.body, secret) {
+			t.Errorf("GET %s: the page shows an executor spec's secret", c.path)
+		}
+		if got := r.h.Get("Content-Security-Policy"); got != console.ContentSecurityPolicy {
+			t.Errorf("GET %s: CSP %q, want %q", c.path, got, console.ContentSecurityPolicy)
+		}
+		if r.h.Get("X-Content-Type-Options") != "nosniff" || r.h.Get("Referrer-Policy") != "no-referrer" {
+			t.Errorf("GET %s: headers %v lack nosniff or no-referrer", c.path, r.h)
+		}
+		if strings.HasSuffix(c.path, ".css") || strings.HasSuffix(c.path, ".js") {
+			continue
+		}
+		// no inline script or style: the CSP would block them
+		for _, bad := range []string{"<script>", " style=", "<style", "javascript:", " onclick=", " onload="} {
+			if strings.Contains(r.body, bad) {
+				t.Errorf("GET %s: the page holds %q, which the CSP forbids", c.path, bad)
+			}
+		}
+	}
+	// the state filter filters: only failed Runs (every tenth of the 30)
+	r := get(t, s.srv.URL, "/projects/billing/runs?state=failed")
+	if n := strings.Count(r.body, `class="run-failed"`); n != 3 {
+		t.Errorf("runs?state=failed: %d failed rows, want 3", n)
+	}
+	if strings.Contains(r.body, `class="run-succeeded"`) {
+		t.Error("runs?state=failed lists a succeeded Run")
+	}
+}
+
+// The console has no write path, refuses hostile input with 400 and the reason (escaped), and
+// says 404 for what does not exist.
+func TestRefusesWritesAndHostileInput(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+		for _, p := range []string{"/", "/projects/billing", "/projects/billing/runs"} {
+			r := do(t, m, s.srv.URL+p)
+			if r.code != http.StatusMethodNotAllowed || r.h.Get("Allow") != "GET, HEAD" {
+				t.Errorf("%s %s: %d, Allow %q; want 405 and GET, HEAD", m, p, r.code, r.h.Get("Allow"))
+			}
+		}
+	}
+	if r := do(t, http.MethodHead, s.srv.URL+"/"); r.code != http.StatusOK {
+		t.Errorf("HEAD /: %d, want 200", r.code)
+	}
+	script := url.QueryEscape(`<script>alert(1)</script>`)
+	cases := []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/projects/billing/runs?state=" + script, 400, "&lt;script&gt;alert(1)&lt;/script&gt;"},
+		{"/projects/billing/runs?state=done", 400, "is not a Run state"},
+		{"/projects/billing/runs?trigger=" + script, 400, "trigger"},
+		{"/projects/billing/runs?trigger=UPPER", 400, "trigger"},
+		{"/projects/billing/runs?since=yesterday", 400, "since: want a time"},
+		{"/projects/billing/runs?before=-5", 400, "before:"},
+		{"/projects/billing/runs?before_run=x", 400, "before_run:"},
+		{"/projects/billing/runs?state=failed&state=queued", 400, "given 2 times"},
+		{"/projects/billing/runs?limit=100000", 400, "unknown parameter"},
+		{"/projects/billing/runs?trigger=" + strings.Repeat("a", 300), 400, "longer than"},
+		{"/?x=1", 400, "unknown parameter"},
+		{"/projects/Billing", 400, "project"},
+		{"/projects/billing?after=" + script, 400, "trigger"},
+		{"/projects/nope", 404, "not found"},
+		{"/projects/billing/triggers/nope", 404, "not found"},
+		{"/projects/" + url.PathEscape("<b>x</b>") + "/runs", 400, "&lt;b&gt;x&lt;/b&gt;"},
+		{"/nothing-here", 404, "no such page"},
+	}
+	for _, c := range cases {
+		r := get(t, s.srv.URL, c.path)
+		if r.code != c.code || !strings.Contains(r.body, c.want) {
+			t.Errorf("GET %s: %d %q; want %d and %q", c.path, r.code, errorMessage(r.body), c.code, c.want)
+		}
+		if strings.Contains(r.body, "<script>alert") || strings.Contains(r.body, "<b>x</b>") {
+			t.Errorf("GET %s: the page echoes markup unescaped", c.path)
+		}
+		if r.h.Get("Content-Security-Policy") == "" {
+			t.Errorf("GET %s: no CSP on an error page", c.path)
+		}
+	}
+}
+
+var errorRe = regexp.MustCompile(`id="error-message">([^<]*)<`)
+
+func errorMessage(body string) string {
+	if m := errorRe.FindStringSubmatch(body); m != nil {
+		return m[1]
+	}
+	return body
+}
+
+// The runs pages walk every Run once, newest first, by keyset: following the "older Runs" links
+// lists each of 120 Runs exactly once, for the project and for one trigger.
+func TestRunsPagesWalkEveryRunOnce(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	s.d.Exec(t, `DELETE FROM control_core.runs`)
+	insertRuns(t, s.d, 120, 1000)
+	runRe := regexp.MustCompile(`<td><code>([0-9a-f-]{36})</code></td>`)
+	nextRe := regexp.MustCompile(`href="([^"]+)" rel="next"`)
+	for _, start := range []string{"/projects/billing/runs", "/projects/billing/runs?trigger=hourly"} {
+		seen := map[string]bool{}
+		pages := 0
+		for path := start; path != ""; pages++ {
+			r := get(t, s.srv.URL, path)
+			if r.code != 200 {
+				t.Fatalf("GET %s: %d\n%s", path, r.code, r.body)
+			}
+			for _, m := range runRe.FindAllStringSubmatch(r.body, -1) {
+				if seen[m[1]] {
+					t.Errorf("%s: Run %s listed twice", start, m[1])
+				}
+				seen[m[1]] = true
+			}
+			path = ""
+			if m := nextRe.FindStringSubmatch(r.body); m != nil {
+				path = strings.ReplaceAll(m[1], "&amp;", "&")
+			}
+			if pages > 10 {
+				t.Fatalf("%s: more than 10 pages", start)
+			}
+		}
+		if len(seen) != 120 || pages != 3 {
+			t.Errorf("%s: %d Runs on %d pages; want 120 on 3", start, len(seen), pages)
+		}
+	}
+}

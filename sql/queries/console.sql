@@ -1,0 +1,175 @@
+-- The read-only web console (`qlsched ui`, internal/console): read by package admin's Reader in
+-- one REPEATABLE READ READ ONLY snapshot per page, as any role with SELECT on control_core.
+-- Every statement is bounded by an index and a cap or a page size, so a page costs the same at
+-- 1,000,000 schedule rows and 10,000,000 Runs as at ten (docs/console.md). Nothing here returns
+-- an executor spec (it may hold secrets), a claim token or a callback token hash.
+
+-- name: ConsoleNoJIT :exec
+-- No JIT for the rest of the console's transaction. The statements are small walks of an index,
+-- but a LATERAL per project multiplies the planner's estimates past the JIT thresholds, and the
+-- compilation then cost ~1 s of a 2 ms overview (EXPLAIN ANALYZE, BenchmarkPages); the
+-- coordinator's hot statements turn it off for the same reason (coordinator.HotSettings).
+SELECT set_config('jit', 'off', true);
+
+-- name: ConsoleProjects :many
+-- Per project: triggers and enabled ones, each counted up to @cap (a count at the cap means "at
+-- least"). The backlog and the oldest overdue occurrence among the first @cap rows of the claim
+-- index's due range (as the Backlog query of status.sql, with the project as one more
+-- condition), and how many rows that walk read: at the cap the backlog is a lower bound and the
+-- oldest overdue occurrence may lie beyond the walk. The walk is bounded by rows read, not by
+-- rows found, because the due range also holds what can never be claimed (a disabled trigger's
+-- row is uninitialised, so it sits in the range for ever) and each row costs a probe of its
+-- revision.
+SELECT p.project_id, p.state,
+       -- ORDER BY the primary key's order: without it the planner took a sequential scan for a
+       -- small project next to a big one (it expects the LIMIT to stop early), and read the whole
+       -- table to find three rows (BenchmarkPages, EXPLAIN ANALYZE)
+       (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_schedules s
+                              WHERE s.project_id = p.project_id ORDER BY s.project_id, s.trigger_id LIMIT @cap::integer) x)::bigint AS triggers,
+       (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_schedules s
+                              JOIN control_core.trigger_revisions tr
+                                ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+                              WHERE s.project_id = p.project_id AND tr.project_id = p.project_id AND tr.enabled
+                              ORDER BY s.project_id, s.trigger_id LIMIT @cap::integer) x)::bigint AS enabled,
+       b.backlog::bigint AS backlog,
+       coalesce(b.oldest_overdue_ms, 0)::bigint AS oldest_overdue_ms, -- 0: none found
+       b.due_walked::bigint AS due_walked,
+       control_core.db_now_ms()::bigint AS now_ms
+FROM control_core.projects p
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE w.claimable) AS backlog,
+           min(w.next_fire_at_ms) FILTER (WHERE w.claimable) AS oldest_overdue_ms,
+           count(*) AS due_walked
+    FROM (SELECT s.next_fire_at_ms,
+                 control_core.schedule_claimable(p.state,
+                     (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
+                      WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+                     s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms()) AS claimable
+          FROM control_core.trigger_schedules s
+          WHERE s.project_id = p.project_id AND coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
+          ORDER BY coalesce(s.next_fire_at_ms, -1)
+          LIMIT @cap::integer) w
+) b
+ORDER BY p.project_id;
+
+-- name: ConsoleLiveClaims :many
+-- Live claims per project and owner. A claim is taken on a due or uninitialised row and every
+-- write that advances the cursor ends it, so a live claim sits in the claim index's due range:
+-- the walk is as long as the backlog plus the rows in hand, never the whole table.
+SELECT s.project_id, s.claim_owner::text AS owner, count(*)::bigint AS claims
+FROM control_core.trigger_schedules s
+WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
+  AND s.claim_expires_at_ms > control_core.db_now_ms()
+GROUP BY s.project_id, s.claim_owner
+ORDER BY s.project_id, s.claim_owner;
+
+-- name: ConsoleAdmissionsByMinute :many
+-- The scheduler's admissions of the last @window_ms per project and minute (minute 0 is the
+-- oldest), with the admission lag's p50 and p99 in each minute: a range of
+-- runs_project_created_idx per project.
+SELECT p.project_id, a.minute::bigint AS minute, a.admissions::bigint AS admissions,
+       a.lag_p50_ms::bigint AS lag_p50_ms, a.lag_p99_ms::bigint AS lag_p99_ms
+FROM control_core.projects p
+CROSS JOIN LATERAL (
+    SELECT ((r.created_at_ms - (control_core.db_now_ms() - @window_ms::bigint)) / 60000) AS minute,
+           count(*) AS admissions,
+           percentile_disc(0.5) WITHIN GROUP (ORDER BY r.queued_at_ms - r.scheduled_for_ms) AS lag_p50_ms,
+           percentile_disc(0.99) WITHIN GROUP (ORDER BY r.queued_at_ms - r.scheduled_for_ms) AS lag_p99_ms
+    FROM control_core.runs r
+    WHERE r.project_id = p.project_id
+      AND r.created_at_ms >= control_core.db_now_ms() - @window_ms::bigint
+      AND r.owner = 'runtime' AND r.scheduled_for_ms IS NOT NULL AND r.queued_at_ms IS NOT NULL
+    GROUP BY 1
+) a
+ORDER BY p.project_id, a.minute;
+
+-- name: ConsoleAdmissionLag :many
+-- The admission lag's p50 and p99 over the whole window per project (percentiles of minutes do
+-- not combine), from the same index range.
+SELECT p.project_id, a.admissions::bigint AS admissions, a.lag_p50_ms::bigint AS lag_p50_ms, a.lag_p99_ms::bigint AS lag_p99_ms
+FROM control_core.projects p
+CROSS JOIN LATERAL (
+    SELECT count(*) AS admissions,
+           coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY r.queued_at_ms - r.scheduled_for_ms), 0) AS lag_p50_ms,
+           coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY r.queued_at_ms - r.scheduled_for_ms), 0) AS lag_p99_ms
+    FROM control_core.runs r
+    WHERE r.project_id = p.project_id
+      AND r.created_at_ms >= control_core.db_now_ms() - @window_ms::bigint
+      AND r.owner = 'runtime' AND r.scheduled_for_ms IS NOT NULL AND r.queued_at_ms IS NOT NULL
+) a
+ORDER BY p.project_id;
+
+-- name: ConsoleProjectTriggers :many
+-- One page of a project's triggers by id, after @after_trigger ('' for the first page), each with
+-- its head revision, schedule row and newest Run (one backward probe of runs_occurrence_key).
+SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled,
+       tr.task_id, tr.task_revision, tr.content_digest, tr.created_at_ms AS revision_created_at_ms,
+       p.state AS project_state, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
+       s.claim_owner, s.claim_version, s.claim_expires_at_ms, s.updated_at_ms,
+       coalesce(lr.run_id, '00000000-0000-0000-0000-000000000000'::uuid) AS last_run_id, coalesce(lr.state, '') AS last_run_state, -- nil, '': no Run yet
+       lr.scheduled_for_ms AS last_run_scheduled_for_ms,
+       lr.queued_at_ms AS last_run_queued_at_ms,
+       control_core.db_now_ms()::bigint AS now_ms
+FROM control_core.trigger_schedules s
+JOIN control_core.trigger_revisions tr
+  ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+JOIN control_core.projects p ON p.project_id = s.project_id
+LEFT JOIN LATERAL (
+    SELECT x.run_id, x.state, x.scheduled_for_ms, x.queued_at_ms
+    FROM control_core.runs x
+    WHERE x.project_id = s.project_id AND x.trigger_id = s.trigger_id
+    ORDER BY x.scheduled_for_ms DESC
+    LIMIT 1
+) lr ON true
+WHERE s.project_id = @project_id::text AND s.trigger_id > @after_trigger::text
+  -- the same bounds on the revisions (implied by the join): otherwise the planner merge-joins
+  -- from the project's first revision and walks every one before the page
+  AND tr.project_id = @project_id::text AND tr.trigger_id > @after_trigger::text
+ORDER BY s.trigger_id
+LIMIT @max_rows::integer;
+
+-- name: ConsoleTriggerRevisions :many
+-- A trigger's revisions, newest first, at most @max_rows (its primary key, backwards).
+SELECT tr.revision, tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
+       tr.content_digest, tr.created_at_ms
+FROM control_core.trigger_revisions tr
+WHERE tr.project_id = @project_id::text AND tr.trigger_id = @trigger_id::text
+ORDER BY tr.revision DESC
+LIMIT @max_rows::integer;
+
+-- name: ConsoleRunsPage :many
+-- One page of a project's Runs, newest first, strictly before the keyset (@before_created_ms,
+-- @before_run_id) and created at or after @since_ms: a backward range of
+-- runs_project_created_idx. The state is a filter on that walk.
+SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
+       r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms,
+       (SELECT count(*) FROM control_core.attempts a WHERE a.run_id = r.run_id)::bigint AS attempts,
+       (SELECT count(*) FROM control_core.run_events e WHERE e.run_id = r.run_id)::bigint AS events
+FROM control_core.runs r
+WHERE r.project_id = @project_id::text
+  AND (r.created_at_ms, r.run_id) < (@before_created_ms::bigint, @before_run_id::uuid)
+  AND r.created_at_ms >= @since_ms::bigint
+  AND (sqlc.narg(state)::text IS NULL OR r.state = sqlc.narg(state)::text)
+ORDER BY r.created_at_ms DESC, r.run_id DESC
+LIMIT @max_rows::integer;
+
+-- name: ConsoleTriggerRunsPage :many
+-- One page of one trigger's Runs, newest occurrence first, strictly before @before_scheduled_ms
+-- and scheduled at or after @since_ms: a backward range of runs_occurrence_key.
+SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
+       r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms,
+       (SELECT count(*) FROM control_core.attempts a WHERE a.run_id = r.run_id)::bigint AS attempts,
+       (SELECT count(*) FROM control_core.run_events e WHERE e.run_id = r.run_id)::bigint AS events
+FROM control_core.runs r
+WHERE r.project_id = @project_id::text AND r.trigger_id = @trigger_id::text
+  AND r.scheduled_for_ms < @before_scheduled_ms::bigint
+  AND r.scheduled_for_ms >= @since_ms::bigint
+  AND (sqlc.narg(state)::text IS NULL OR r.state = sqlc.narg(state)::text)
+ORDER BY r.scheduled_for_ms DESC
+LIMIT @max_rows::integer;
+
+-- name: ConsoleProject :many
+-- One project's head (none when it does not exist).
+SELECT p.project_id, p.state, p.revision, p.created_at_ms, p.updated_at_ms
+FROM control_core.projects p
+WHERE p.project_id = @project_id::text;
