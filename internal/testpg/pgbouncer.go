@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -187,6 +188,9 @@ func (b *Bouncer) URL(role string) string {
 	u.RawQuery = "sslmode=disable"
 	return u.String()
 }
+
+// Port is the port PgBouncer listens on (127.0.0.1), the same across restarts.
+func (b *Bouncer) Port() string { return strconv.Itoa(b.port) }
 
 // Console runs command ("RECONNECT db", "KILL db", "RESUME db", "SHOW POOLS" …) on PgBouncer's
 // admin console as its admin user. The console speaks only the simple protocol.
