@@ -48,7 +48,9 @@ func NewStore(pool *pgxpool.Pool, local ...string) *Store {
 }
 
 // queries runs fn on the pool: on a direct connection each statement alone, as it is; behind a
-// pooler in one transaction that sets local first, so that no statement runs without the bounds.
+// pooler in one transaction that sets local first, so that no statement runs without the bounds
+// (BEGIN, settings, the statement, COMMIT: the claim and the admit keep their one round trip,
+// these reads and the fenced advance pay three more).
 func (s *Store) queries(ctx context.Context, fn func(*db.Queries) error) error {
 	if len(s.local) == 0 {
 		return fn(s.q)
@@ -295,7 +297,7 @@ func (p *pipeline) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	if p.tx == serializableTx {
 		wire.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
 	}
-	for _, l := range p.local { // behind a pooler (simple protocol: one message, one transaction)
+	for _, l := range p.local { // behind a pooler: the connection's bounds, in this transaction
 		wire.Queue(l)
 	}
 	wire.Queue(p.settings)

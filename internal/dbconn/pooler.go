@@ -16,7 +16,8 @@ import (
 // PoolerParam is the connection-string parameter that says a connection pooler (PgBouncer
 // pool_mode=transaction or session, and the like) stands between the client and the server:
 // ql_pooler=transaction (ql_pooler=session is the same: what is safe in transaction pooling is
-// safe in session pooling, and PgBouncer refuses the same startup parameters in both). It is read and removed by Resolve, never sent to the server.
+// safe in session pooling, and PgBouncer refuses the same startup parameters in both). It is
+// read and removed by Resolve, never sent to the server.
 // ql_pooler=none (the default) means a direct connection; Open also switches to pooled mode by
 // itself when the server refuses a startup parameter the way PgBouncer does.
 const PoolerParam = "ql_pooler"
@@ -47,10 +48,10 @@ func (c *Config) SetPooled() {
 // SearchPath and StandardConformingStrings to one transaction, to run first in every
 // transaction when Pooled (BeginTx, and the coordinator's pipelines); nil on a direct
 // connection, whose sessions got them at startup. It is one SELECT of set_config(…, true) rather
-// than SET LOCAL: the claim runs in the implicit transaction of an extended-protocol pipeline,
-// where SET LOCAL takes effect too but makes the server log a warning each time. Each setting
-// applies from the next statement on (statement_timeout included: the server arms it per
-// statement) and ends with the transaction.
+// than SET LOCAL: set_config acts in whatever transaction it runs in, the implicit one of the
+// claim's pipeline (no BEGIN) included, where SET LOCAL would draw "SET LOCAL can only be used in
+// transaction blocks". Each setting applies from the next statement on (statement_timeout
+// included: the server arms it per statement) and ends with the transaction.
 func (c *Config) LocalSettings() []string {
 	if !c.pooled {
 		return nil
