@@ -15,9 +15,13 @@ import (
 
 // PoolerParam is the connection-string parameter that says a connection pooler (PgBouncer
 // pool_mode=transaction or session, and the like) stands between the client and the server:
-// ql_pooler=transaction (ql_pooler=session is the same: what is safe in transaction pooling is
-// safe in session pooling, and PgBouncer refuses the same startup parameters in both). It is
-// read and removed by Resolve, never sent to the server.
+// ql_pooler=transaction or ql_pooler=session. Both are pooled mode (see Pooled): PgBouncer
+// refuses the same startup parameters in both pool modes. ql_pooler=session keeps the driver's
+// named prepared statements, since session pooling gives each client connection one server
+// connection for its whole life (and DISCARD ALL after it): each claim and admit is then planned
+// once per connection, as on a direct one, instead of at every execution. A pooler Open detects
+// by itself is taken for transaction pooling, which is safe in both. It is read and removed by
+// Resolve, never sent to the server.
 // ql_pooler=none (the default) means a direct connection; Open also switches to pooled mode by
 // itself when the server refuses a startup parameter the way PgBouncer does.
 const PoolerParam = "ql_pooler"
@@ -27,7 +31,7 @@ const PoolerParam = "ql_pooler"
 //   - the bounds of Timeouts that are server settings are not sent at startup (PgBouncer
 //     refuses statement_timeout, tcp_user_timeout …) but by LocalSettings at the start of each
 //     transaction; the client-side bounds (connect, keepalive, TCP_USER_TIMEOUT, response) stay;
-//   - statements use pgx's QueryExecModeCacheDescribe: the extended protocol with the unnamed
+//   - statements (except with ql_pooler=session) use pgx's QueryExecModeCacheDescribe: the extended protocol with the unnamed
 //     statement only (Parse, Bind, Execute in one round trip), never a named prepared statement,
 //     which a server session other than the one that prepared them does not know (PgBouncer
 //     before 1.21 has no max_prepared_statements). The client caches each statement's parameter
@@ -79,20 +83,23 @@ func (c *Config) SetApplicationName(name string) {
 	params["application_name"] = name
 }
 
-// poolerFrom reads and removes PoolerParam from the parsed runtime parameters.
-func poolerFrom(params map[string]string) (bool, error) {
+// poolerFrom reads and removes PoolerParam from the parsed runtime parameters: pooled, and
+// whether the pooler pools sessions.
+func poolerFrom(params map[string]string) (pooled, session bool, err error) {
 	raw, ok := params[PoolerParam]
 	if !ok {
-		return false, nil
+		return false, false, nil
 	}
 	delete(params, PoolerParam)
 	switch strings.ToLower(raw) {
-	case "transaction", "session":
-		return true, nil
+	case "transaction":
+		return true, false, nil
+	case "session":
+		return true, true, nil
 	case "none", "":
-		return false, nil
+		return false, false, nil
 	}
-	return false, fmt.Errorf("%s: want transaction, session or none", PoolerParam)
+	return false, false, fmt.Errorf("%s: want transaction, session or none", PoolerParam)
 }
 
 // refusedByPooler reports PgBouncer's refusal of a startup parameter it does not forward
@@ -105,11 +112,13 @@ func refusedByPooler(err error) bool {
 }
 
 // applyPooled sets what pooled mode changes on the driver's configuration.
-func applyPooled(cc *pgx.ConnConfig, pooled bool) {
+func applyPooled(cc *pgx.ConnConfig, pooled, session bool) {
 	if !pooled {
 		return
 	}
-	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	if !session {
+		cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
 	for _, p := range []string{paramStatement, paramIdleInTx, paramKAIdle, paramKAInterval, paramKACount, paramUserTimeout, paramSearchPath} {
 		delete(cc.RuntimeParams, p)
 	}

@@ -170,7 +170,7 @@ func newPooledTarget(t *testing.T, mode string) *pooledTarget {
 }
 
 // startReplica starts a replica as `qlsched run` does, through PgBouncer (or through proxy, which
-// forwards to it), with nothing in the URL: the pooler is detected. The lease is short, so that a
+// forwards to it): detected in transaction pooling, told by ql_pooler=session in session pooling. The lease is short, so that a
 // claim whose answer a fault swallowed expires within the gate.
 func (pt *pooledTarget) startReplica(owner string, proxy *faultproxy.Proxy) *qlreplica.Replica {
 	t := pt.t
@@ -195,7 +195,11 @@ func (pt *pooledTarget) startReplica(owner string, proxy *faultproxy.Proxy) *qlr
 func (pt *pooledTarget) open(owner string, proxy *faultproxy.Proxy) (*pgxpool.Pool, []string) {
 	t := pt.t
 	t.Helper()
-	cfg, err := dbconn.Resolve(pt.bouncer.URL("ql_runtime"))
+	url := pt.bouncer.URL("ql_runtime") // transaction pooling: detected
+	if pt.bouncer.Mode == "session" {
+		url += "&ql_pooler=session" // told: the prepared statements stay
+	}
+	cfg, err := dbconn.Resolve(url)
 	if err != nil {
 		t.Fatal(err)
 	}
