@@ -116,7 +116,7 @@ func (r *Reader) Plan(ctx context.Context, s *Schedules, opts ApplyOptions) (Pla
 // under the locks, with the revisions written.
 func (p *Publisher) Apply(ctx context.Context, s *Schedules, opts ApplyOptions) (Plan, error) {
 	var plan Plan
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		st, err := readState(ctx, q, s)
 		if err != nil {

@@ -16,16 +16,30 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/internal/limits"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // Publisher writes projects, tasks and triggers as the admin role, each publish in one
 // transaction under the audited Project lock (control_core.lock_project).
-type Publisher struct{ pool *pgxpool.Pool }
+type Publisher struct {
+	pool  *pgxpool.Pool
+	local []string // run first in every transaction (dbconn.BeginTx)
+}
 
-// NewPublisher wraps a pool connected as the admin role.
-func NewPublisher(pool *pgxpool.Pool) *Publisher { return &Publisher{pool: pool} }
+// NewPublisher wraps a pool connected as the admin role. local is the LocalSettings of the
+// pool's dbconn.Config: behind a transaction pooler, the bounds each transaction sets first
+// (nil on a direct connection).
+func NewPublisher(pool *pgxpool.Pool, local ...string) *Publisher {
+	return &Publisher{pool: pool, local: local}
+}
+
+// inTx runs fn in one transaction of the default isolation (READ COMMITTED), after the local
+// settings: every publish and apply goes through it.
+func (p *Publisher) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return dbconn.BeginTxFunc(ctx, p.pool, pgx.TxOptions{}, p.local, fn)
+}
 
 // ProjectCreated says what CreateProject found: Created is false when the project already
 // existed (in State, at Revision), in which case nothing was written.
@@ -44,7 +58,7 @@ func (p *Publisher) CreateProject(ctx context.Context, project string) (ProjectC
 	if err := ValidateID(FieldProject, project); err != nil {
 		return out, err
 	}
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		out, err = createProject(ctx, db.New(tx), project, "project create")
 		return err
@@ -622,7 +636,7 @@ var errNothingWritten = errors.New("nothing written")
 // (a serialization failure or a lost connection included) rolls the whole publish back and is
 // returned; running the publish again is the caller's decision (it is idempotent by content).
 func (p *Publisher) inProject(ctx context.Context, project, reason string, fn func(q *db.Queries) (wrote bool, err error)) error {
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if err := lockWritableProject(ctx, q, project, reason); err != nil {
 			return err
@@ -712,7 +726,7 @@ func (p *Publisher) setProjectState(ctx context.Context, project, action, from, 
 	if err := ValidateID(FieldProject, project); err != nil {
 		return out, err
 	}
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		proj, err := lockProject(ctx, q, project, "project "+action)
 		if err != nil {

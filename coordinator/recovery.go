@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
 )
 
 // RecoveryReport says what startup recovery found and did.
@@ -34,21 +35,28 @@ const recoveryBatch = 500
 // could run it twice; an operator (or a retry policy outside the scheduler) decides what next.
 // Each candidate is fenced on the states and updated_at_ms recovery observed, so a concurrent
 // change wins and the candidate is skipped.
-func Recover(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (RecoveryReport, error) {
+//
+// local is the LocalSettings of the pool's dbconn.Config (nil on a direct connection): behind a
+// transaction pooler every read and write here runs in a transaction that sets it first.
+func Recover(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, local ...string) (RecoveryReport, error) {
 	var rep RecoveryReport
-	q := db.New(pool)
+	s := NewStore(pool, local...)
 	// Candidates left alone (changed concurrently) stay candidates; the next read skips them, so
 	// it reaches the ones behind them. Every row read is either failed closed, which takes it out
 	// of the source, or added here: the loop ends.
 	skipped := []uuid.UUID{}
 	for {
-		rows, err := q.RecoveryCandidates(ctx, db.RecoveryCandidatesParams{SkipRunIds: skipped, MaxRows: recoveryBatch})
+		var rows []db.RecoveryCandidatesRow
+		err := s.queries(ctx, func(q *db.Queries) (err error) {
+			rows, err = q.RecoveryCandidates(ctx, db.RecoveryCandidatesParams{SkipRunIds: skipped, MaxRows: recoveryBatch})
+			return err
+		})
 		if err != nil {
 			return rep, fmt.Errorf("read recovery source: %w", err)
 		}
 		for _, r := range rows {
 			rep.Candidates++
-			ok, err := failClosed(ctx, pool, r)
+			ok, err := failClosed(ctx, pool, local, r)
 			if err != nil {
 				return rep, err
 			}
@@ -67,9 +75,9 @@ func Recover(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (Recover
 	}
 }
 
-func failClosed(ctx context.Context, pool *pgxpool.Pool, r db.RecoveryCandidatesRow) (bool, error) {
+func failClosed(ctx context.Context, pool *pgxpool.Pool, local []string, r db.RecoveryCandidatesRow) (bool, error) {
 	written := false
-	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+	err := dbconn.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, local, func(tx pgx.Tx) error {
 		_, err := db.New(tx).FailClosed(ctx, db.FailClosedParams{
 			AttemptID: r.AttemptID, RunID: r.RunID, AttemptState: r.AttemptState,
 			AttemptUpdatedAtMs: r.AttemptUpdatedAtMs, RunState: r.RunState, RunUpdatedAtMs: r.RunUpdatedAtMs,

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
 )
 
 // Outcome classifies how a fenced write ended.
@@ -35,12 +36,27 @@ var ErrAdmitInvalid = errors.New("admit wrote nothing although its fence and rev
 
 // Store runs the scheduler's queries on a pool connected as the runtime role.
 type Store struct {
-	pool *pgxpool.Pool
-	q    *db.Queries
+	pool  *pgxpool.Pool
+	q     *db.Queries
+	local []string // dbconn.Config.LocalSettings: run first in every transaction; nil on a direct connection
 }
 
-// NewStore wraps pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, q: db.New(pool)} }
+// NewStore wraps pool. local is the LocalSettings of the pool's dbconn.Config: behind a
+// transaction pooler, the bounds every transaction sets first (nil on a direct connection).
+func NewStore(pool *pgxpool.Pool, local ...string) *Store {
+	return &Store{pool: pool, q: db.New(pool), local: local}
+}
+
+// queries runs fn on the pool: on a direct connection each statement alone, as it is; behind a
+// pooler in one transaction that sets local first, so that no statement runs without the bounds
+// (BEGIN, settings, the statement, COMMIT: the claim and the admit keep their one round trip,
+// these reads and the fenced advance pay three more).
+func (s *Store) queries(ctx context.Context, fn func(*db.Queries) error) error {
+	if len(s.local) == 0 {
+		return fn(s.q)
+	}
+	return dbconn.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, s.local, func(tx pgx.Tx) error { return fn(db.New(tx)) })
+}
 
 // Claim takes the next claimable schedule row for owner with lease, or returns nil when none is.
 func (s *Store) Claim(ctx context.Context, owner string, lease time.Duration) (*Claim, error) {
@@ -57,7 +73,7 @@ func (s *Store) Claim(ctx context.Context, owner string, lease time.Duration) (*
 func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duration, n int) ([]*Claim, error) {
 	var claims []*Claim
 	var err error
-	tx := newPipeline(s.pool, implicitTx, hotSettings) // the claim commits alone
+	tx := newPipeline(s.pool, implicitTx, s.local, hotSettings) // the claim commits alone
 	br := db.New(tx).ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), MaxRows: int32(n)}})
 	br.Query(func(_ int, rows []db.ClaimDueRow, qerr error) {
 		err = qerr
@@ -78,7 +94,10 @@ func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duratio
 // Advance ends a claim without a Run: init (first cursor), skip (advance only) or release
 // (next == cursor). Fenced like the admit.
 func (s *Store) Advance(ctx context.Context, c *Claim, next int64) (Outcome, error) {
-	_, err := s.q.AdvanceClaimed(ctx, advanceParams(c, next))
+	err := s.queries(ctx, func(q *db.Queries) error {
+		_, err := q.AdvanceClaimed(ctx, advanceParams(c, next))
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Race, nil
 	}
@@ -179,7 +198,7 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 // transaction committed (err == nil).
 func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*Admitted, err error) {
 	written = make([]*Admitted, len(items))
-	tx := newPipeline(s.pool, serializableTx, admitSettings)
+	tx := newPipeline(s.pool, serializableTx, s.local, admitSettings)
 	br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams(items)})
 	br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
 		if rerr != nil {
@@ -263,12 +282,13 @@ const (
 type pipeline struct {
 	pool     *pgxpool.Pool
 	tx       txKind
-	settings string // the transaction-local planner settings statement (hotSettings or admitSettings)
+	local    []string // the connection's transaction-local bounds (Store.local), before settings
+	settings string   // the transaction-local planner settings statement (hotSettings or admitSettings)
 	results  *pipelineResults
 }
 
-func newPipeline(pool *pgxpool.Pool, tx txKind, settings string) *pipeline {
-	return &pipeline{pool: pool, tx: tx, settings: settings}
+func newPipeline(pool *pgxpool.Pool, tx txKind, local []string, settings string) *pipeline {
+	return &pipeline{pool: pool, tx: tx, local: local, settings: settings}
 }
 
 // SendBatch wraps the generated query's batch in the transaction and sends it.
@@ -277,12 +297,15 @@ func (p *pipeline) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	if p.tx == serializableTx {
 		wire.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
 	}
+	for _, l := range p.local { // behind a pooler: the connection's bounds, in this transaction
+		wire.Queue(l)
+	}
 	wire.Queue(p.settings)
 	wire.QueuedQueries = append(wire.QueuedQueries, b.QueuedQueries...)
 	if p.tx == serializableTx {
 		wire.Queue("COMMIT")
 	}
-	p.results = &pipelineResults{br: p.pool.SendBatch(ctx, wire), explicit: p.tx == serializableTx}
+	p.results = &pipelineResults{br: p.pool.SendBatch(ctx, wire), explicit: p.tx == serializableTx, local: len(p.local)}
 	return p.results
 }
 
@@ -314,19 +337,21 @@ func (*pipeline) QueryRow(context.Context, string, ...any) pgx.Row { return errR
 type pipelineResults struct {
 	br        pgx.BatchResults
 	explicit  bool // a BEGIN was sent, and a COMMIT
+	local     int  // how many local settings statements follow the BEGIN
 	begun     bool
 	committed bool
 	err       error
 }
 
-// begin reads the results the query did not queue: the BEGIN, if any, and the settings.
+// begin reads the results the query did not queue: the BEGIN, if any, the local settings and
+// the planner settings.
 func (r *pipelineResults) begin() error {
 	if !r.begun {
 		r.begun = true
 		if r.explicit {
 			_, r.err = r.br.Exec()
 		}
-		if r.err == nil {
+		for i := 0; i < r.local+1 && r.err == nil; i++ { // the local settings, then the planner settings
 			_, r.err = r.br.Exec()
 		}
 	}
@@ -384,7 +409,11 @@ func (r errRow) Scan(...any) error { return r.err }
 
 // NextDueIn is how long until the earliest claimable row falls due, by database time.
 func (s *Store) NextDueIn(ctx context.Context) (time.Duration, error) {
-	ms, err := s.q.NextDueIn(ctx)
+	var ms int64
+	err := s.queries(ctx, func(q *db.Queries) (err error) {
+		ms, err = q.NextDueIn(ctx)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("next due time: %w", err)
 	}
@@ -396,7 +425,11 @@ func (s *Store) NextDueIn(ctx context.Context) (time.Duration, error) {
 
 // diagnose tells why an admit wrote nothing.
 func (s *Store) diagnose(ctx context.Context, c *Claim) (Outcome, error) {
-	d, err := s.q.AdmitDiagnosis(ctx, diagnosisParams(c))
+	var d db.AdmitDiagnosisRow
+	err := s.queries(ctx, func(q *db.Queries) (err error) {
+		d, err = q.AdmitDiagnosis(ctx, diagnosisParams(c))
+		return err
+	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Race, nil // the schedule row is gone

@@ -53,7 +53,8 @@ func adminErr(err error) error {
 	return err
 }
 
-// withPool runs fn on a pool for the resolved connection.
+// withPool runs fn on a pool for the resolved connection. Behind a pooler (detected by Open), fn
+// hands a.conn.LocalSettings() to what it builds on the pool.
 func (a *app) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) error {
 	cfg, err := a.connConfig()
 	if err != nil {
@@ -96,7 +97,7 @@ can run it again.`,
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				res, err := admin.NewPublisher(pool).CreateProject(cmd.Context(), project)
+				res, err := admin.NewPublisher(pool, a.conn.LocalSettings()...).CreateProject(cmd.Context(), project)
 				if err := adminErr(err); err != nil {
 					return err
 				}
@@ -148,7 +149,7 @@ exits 0. An archived project is refused (exit 1).`,
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub := admin.NewPublisher(pool)
+				pub := admin.NewPublisher(pool, a.conn.LocalSettings()...)
 				do := pub.PauseProject
 				if action == "resume" {
 					do = pub.ResumeProject
@@ -203,7 +204,7 @@ Idempotent: a spec equal to the head revision's (same canonical form) writes not
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub, err := admin.NewPublisher(pool).PublishTask(cmd.Context(), t)
+				pub, err := admin.NewPublisher(pool, a.conn.LocalSettings()...).PublishTask(cmd.Context(), t)
 				if err := adminErr(err); err != nil {
 					return err
 				}
@@ -297,7 +298,7 @@ never a backlog (docs/scheduling.md has the exact rule).`,
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub, err := admin.NewPublisher(pool).ChangeTrigger(cmd.Context(), c)
+				pub, err := admin.NewPublisher(pool, a.conn.LocalSettings()...).ChangeTrigger(cmd.Context(), c)
 				return a.printTriggerPublished(cmd, "qlsched.trigger-publish/v1", "published", pub, err)
 			})
 		},
@@ -345,7 +346,7 @@ project resume, where the misfire policy decides). An already enabled trigger is
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub := admin.NewPublisher(pool)
+				pub := admin.NewPublisher(pool, a.conn.LocalSettings()...)
 				do := pub.DisableTrigger
 				if enable {
 					do = pub.EnableTrigger

@@ -77,9 +77,9 @@ examples/schedules.yaml.`,
 					err  error
 				)
 				if check {
-					plan, err = admin.NewReader(pool).Plan(cmd.Context(), schedules, opts)
+					plan, err = admin.NewReader(pool, a.conn.LocalSettings()...).Plan(cmd.Context(), schedules, opts)
 				} else {
-					plan, err = admin.NewPublisher(pool).Apply(cmd.Context(), schedules, opts)
+					plan, err = admin.NewPublisher(pool, a.conn.LocalSettings()...).Apply(cmd.Context(), schedules, opts)
 				}
 				if err := adminErr(err); err != nil {
 					return err

@@ -124,7 +124,7 @@ func (a *app) list(use, short, long string, validate func() error, read func(cmd
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				doc, text, err := read(cmd, admin.NewReader(pool))
+				doc, text, err := read(cmd, admin.NewReader(pool, a.conn.LocalSettings()...))
 				if err := adminErr(err); err != nil {
 					return err
 				}

@@ -164,7 +164,7 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	defer pool.Close()
 	var admitting atomic.Bool
 	var m *metrics.Metrics
-	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: log,
+	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: log, Local: a.conn.LocalSettings(),
 		Wire: func(co *coordinator.Coordinator) {
 			m = metrics.New(co, cfg.Owner, admitting.Load, metrics.DatabaseBacklog(pool), opts.backlogInterval)
 		}})

@@ -27,7 +27,7 @@ REPEATABLE READ READ ONLY transaction), so its parts agree with each other.`,
 		PreRunE: func(*cobra.Command, []string) error { _, err := a.connConfig(); return err },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				res, err := admin.NewReader(pool).Status(cmd.Context())
+				res, err := admin.NewReader(pool, a.conn.LocalSettings()...).Status(cmd.Context())
 				if err != nil {
 					return err
 				}

@@ -31,6 +31,7 @@ type Config struct {
 	secrets  []string
 	timeouts Timeouts
 	pooled   bool // see Pooled
+	session  bool // ql_pooler=session: prepared statements stay (see PoolerParam)
 }
 
 // ConfigError means the connection settings themselves are unusable (exit code 2: no connection
@@ -68,7 +69,7 @@ func Resolve(flagURL string) (*Config, error) {
 		return nil, &ConfigError{Err: fmt.Errorf("%s: %s", src, parseFailure(raw, err))}
 	}
 	c := &Config{Pool: cfg, Source: src, secrets: secretsOf(cfg)}
-	if c.pooled, err = poolerFrom(cfg.ConnConfig.RuntimeParams); err != nil {
+	if c.pooled, c.session, err = poolerFrom(cfg.ConnConfig.RuntimeParams); err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("%s: %w", src, err)}
 	}
 	t, err := timeoutsFrom(cfg)
@@ -153,7 +154,7 @@ func (c *Config) For(database, role string) *Config {
 	if role != "" {
 		pool.ConnConfig.RuntimeParams["role"] = role
 	}
-	return &Config{Pool: pool, Source: c.Source, secrets: c.secrets, timeouts: c.timeouts, pooled: c.pooled}
+	return &Config{Pool: pool, Source: c.Source, secrets: c.secrets, timeouts: c.timeouts, pooled: c.pooled, session: c.session}
 }
 
 // Open connects a pool and checks one connection, so "cannot connect" is reported here.

@@ -1,6 +1,7 @@
 package dbconn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,9 +13,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// PoolerParam is the connection-string parameter that says a transaction-pooling connection
-// pooler (PgBouncer pool_mode=transaction, and the like) stands between the client and the
-// server: ql_pooler=transaction. It is read and removed by Resolve, never sent to the server.
+// PoolerParam is the connection-string parameter that says a connection pooler (PgBouncer
+// pool_mode=transaction or session, and the like) stands between the client and the server:
+// ql_pooler=transaction or ql_pooler=session. Both are pooled mode (see Pooled): PgBouncer
+// refuses the same startup parameters in both pool modes. ql_pooler=session keeps the driver's
+// named prepared statements, since session pooling gives each client connection one server
+// connection for its whole life (and DISCARD ALL after it): each claim and admit is then planned
+// once per connection, as on a direct one, instead of at every execution. A pooler Open detects
+// by itself is taken for transaction pooling, which is safe in both. It is read and removed by
+// Resolve, never sent to the server.
 // ql_pooler=none (the default) means a direct connection; Open also switches to pooled mode by
 // itself when the server refuses a startup parameter the way PgBouncer does.
 const PoolerParam = "ql_pooler"
@@ -24,8 +31,12 @@ const PoolerParam = "ql_pooler"
 //   - the bounds of Timeouts that are server settings are not sent at startup (PgBouncer
 //     refuses statement_timeout, tcp_user_timeout …) but by LocalSettings at the start of each
 //     transaction; the client-side bounds (connect, keepalive, TCP_USER_TIMEOUT, response) stay;
-//   - statements use the simple protocol (no named prepared statements, which a server session
-//     other than the one that prepared them does not know);
+//   - statements (except with ql_pooler=session) use pgx's QueryExecModeCacheDescribe: the extended protocol with the unnamed
+//     statement only (Parse, Bind, Execute in one round trip), never a named prepared statement,
+//     which a server session other than the one that prepared them does not know (PgBouncer
+//     before 1.21 has no max_prepared_statements). The client caches each statement's parameter
+//     and result types per connection, so parameters keep their types ([]byte into json stays
+//     JSON, where the simple protocol would send bytea) and results their binary format;
 //   - a SET ROLE, a session advisory lock or any other SET must be made transaction-local by
 //     the caller.
 func (c *Config) Pooled() bool { return c.pooled }
@@ -37,20 +48,26 @@ func (c *Config) SetPooled() {
 	c.SetTimeouts(c.timeouts)
 }
 
-// LocalSettings returns the statements that apply the server-side bounds of Timeouts, the
-// SearchPath and StandardConformingStrings to one transaction (SET LOCAL), to run first in every transaction when Pooled; nil
-// on a direct connection, whose sessions got them at startup.
+// LocalSettings returns the statement that applies the server-side bounds of Timeouts, the
+// SearchPath and StandardConformingStrings to one transaction, to run first in every
+// transaction when Pooled (BeginTx, and the coordinator's pipelines); nil on a direct
+// connection, whose sessions got them at startup. It is one SELECT of set_config(…, true) rather
+// than SET LOCAL: set_config acts in whatever transaction it runs in, the implicit one of the
+// claim's pipeline (no BEGIN) included, where SET LOCAL would draw "SET LOCAL can only be used in
+// transaction blocks". Each setting applies from the next statement on (statement_timeout
+// included: the server arms it per statement) and ends with the transaction.
 func (c *Config) LocalSettings() []string {
 	if !c.pooled {
 		return nil
 	}
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	return []string{
-		"SET LOCAL " + paramStatement + " = " + ms(c.timeouts.Statement) + ";",
-		"SET LOCAL " + paramIdleInTx + " = " + ms(c.timeouts.IdleInTransaction) + ";",
-		"SET LOCAL " + paramSearchPath + " = " + SearchPath + ";",
-		"SET LOCAL " + paramSCS + " = " + StandardConformingStrings + ";",
-	}
+	set := func(name, value string) string { return fmt.Sprintf("set_config('%s', '%s', true)", name, value) }
+	return []string{"SELECT " + strings.Join([]string{
+		set(paramStatement, ms(c.timeouts.Statement)),
+		set(paramIdleInTx, ms(c.timeouts.IdleInTransaction)),
+		set(paramSearchPath, SearchPath),
+		set(paramSCS, StandardConformingStrings),
+	}, ", ") + ";"}
 }
 
 // SetApplicationName names the sessions (pg_stat_activity.application_name) unless the
@@ -66,20 +83,23 @@ func (c *Config) SetApplicationName(name string) {
 	params["application_name"] = name
 }
 
-// poolerFrom reads and removes PoolerParam from the parsed runtime parameters.
-func poolerFrom(params map[string]string) (bool, error) {
+// poolerFrom reads and removes PoolerParam from the parsed runtime parameters: pooled, and
+// whether the pooler pools sessions.
+func poolerFrom(params map[string]string) (pooled, session bool, err error) {
 	raw, ok := params[PoolerParam]
 	if !ok {
-		return false, nil
+		return false, false, nil
 	}
 	delete(params, PoolerParam)
 	switch strings.ToLower(raw) {
 	case "transaction":
-		return true, nil
+		return true, false, nil
+	case "session":
+		return true, true, nil
 	case "none", "":
-		return false, nil
+		return false, false, nil
 	}
-	return false, fmt.Errorf("%s: want transaction or none", PoolerParam)
+	return false, false, fmt.Errorf("%s: want transaction, session or none", PoolerParam)
 }
 
 // refusedByPooler reports PgBouncer's refusal of a startup parameter it does not forward
@@ -92,11 +112,13 @@ func refusedByPooler(err error) bool {
 }
 
 // applyPooled sets what pooled mode changes on the driver's configuration.
-func applyPooled(cc *pgx.ConnConfig, pooled bool) {
+func applyPooled(cc *pgx.ConnConfig, pooled, session bool) {
 	if !pooled {
 		return
 	}
-	cc.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	if !session {
+		cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
 	for _, p := range []string{paramStatement, paramIdleInTx, paramKAIdle, paramKAInterval, paramKACount, paramUserTimeout, paramSearchPath} {
 		delete(cc.RuntimeParams, p)
 	}
@@ -125,3 +147,51 @@ func (e *PoolerHintError) Error() string {
 		"and it could not be detected: add " + PoolerParam + "=transaction to the connection URL)"
 }
 func (e *PoolerHintError) Unwrap() error { return e.Err }
+
+// Beginner begins transactions: a *pgxpool.Pool, a *pgx.Conn, a pgx.Tx (a savepoint).
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// BeginTx begins a transaction on db with opts and runs settings in it first: the one way the
+// packages above begin a transaction, so that behind a transaction pooler each transaction gets
+// the bounds a direct session got at startup. settings is Config.LocalSettings of the
+// connection db came from: nil on a direct connection, where this is db.BeginTx and nothing more.
+func BeginTx(ctx context.Context, db Beginner, opts pgx.TxOptions, settings []string) (pgx.Tx, error) {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range settings {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, fmt.Errorf("transaction-local settings: %w", err)
+		}
+	}
+	return tx, nil
+}
+
+// BeginTxFunc is BeginTx, then fn, then COMMIT (ROLLBACK when fn or the commit fails), like
+// pgx.BeginTxFunc.
+func BeginTxFunc(ctx context.Context, db Beginner, opts pgx.TxOptions, settings []string, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, Local(db, settings), opts, fn)
+}
+
+// Local wraps db so that every transaction begun through it runs settings first (see BeginTx),
+// for code that takes a Beginner and begins its own transactions (readiness). With no settings
+// it returns db itself.
+func Local(db Beginner, settings []string) Beginner {
+	if len(settings) == 0 {
+		return db
+	}
+	return localBeginner{db: db, settings: settings}
+}
+
+type localBeginner struct {
+	db       Beginner
+	settings []string
+}
+
+func (l localBeginner) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	return BeginTx(ctx, l.db, opts, l.settings)
+}

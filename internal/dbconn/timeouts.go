@@ -163,7 +163,7 @@ func (c *Config) SetTimeouts(t Timeouts) {
 	}
 	cc.RuntimeParams[paramSearchPath] = SearchPath
 	cc.RuntimeParams[paramSCS] = StandardConformingStrings
-	applyPooled(cc, c.pooled)
+	applyPooled(cc, c.pooled, c.session)
 	dialer := &net.Dialer{
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: t.KeepAliveIdle, Interval: t.KeepAliveInterval, Count: t.KeepAliveCount},
 		Control: func(network, _ string, rc syscall.RawConn) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
 )
@@ -19,6 +20,10 @@ type Options struct {
 	Config coordinator.Config // validated by the caller before any connection
 	Names  roles.Names        // the four roles readiness checks
 	Log    *slog.Logger
+	// Local is the LocalSettings of the pool's dbconn.Config, read after Open (which may switch to
+	// pooled mode): behind a transaction pooler, what every transaction of readiness, recovery
+	// and the store sets first. Nil on a direct connection.
+	Local []string
 	// Wire, when set, runs after the coordinator exists and before its first round (metrics set
 	// the coordinator's observer here: set later, it would race with the first round).
 	Wire func(*coordinator.Coordinator)
@@ -35,15 +40,15 @@ type Replica struct {
 // privileges drifted), runs startup recovery, and starts the lifecycle. Nothing is claimed
 // before readiness and recovery have converged; on error nothing is left running.
 func Start(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Replica, error) {
-	if err := verify.Readiness(ctx, pool, opts.Names); err != nil {
+	if err := verify.Readiness(ctx, dbconn.Local(pool, opts.Local), opts.Names); err != nil {
 		return nil, err
 	}
-	rep, err := coordinator.Recover(ctx, pool, opts.Log)
+	rep, err := coordinator.Recover(ctx, pool, opts.Log, opts.Local...)
 	if err != nil {
 		return nil, err
 	}
 	opts.Log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped)
-	co := coordinator.New(opts.Config, coordinator.NewStore(pool), opts.Log)
+	co := coordinator.New(opts.Config, coordinator.NewStore(pool, opts.Local...), opts.Log)
 	if opts.Wire != nil {
 		opts.Wire(co)
 	}
