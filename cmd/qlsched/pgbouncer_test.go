@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -124,5 +126,25 @@ func TestAdminCommandsThroughPgBouncer(t *testing.T) {
 		if r := run(t, append(args, "--database-url", adminURL)...); r.code != 0 || !strings.Contains(r.stdout, runID) {
 			t.Errorf("%v through PgBouncer: exit %d, stdout lacks %s\n%s%s", args, r.code, runID, r.stdout, r.stderr)
 		}
+	}
+	// the console: its readers and its health page, through the pooler
+	ui := startUI(t, "--http-addr", "127.0.0.1:0", "--database-url", adminURL)
+	m := urlRe.FindStringSubmatch(ui.waitFor(t, 30*time.Second, "the serving line", func(l string) bool { return strings.Contains(l, "console serving") }))
+	if m == nil {
+		t.Fatalf("qlsched ui through PgBouncer names no url\n%s", ui.all.String())
+	}
+	for _, page := range []string{"", "projects/p", "projects/p/triggers/t", "projects/p/runs", "health"} {
+		res, err := http.Get(m[1] + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Errorf("qlsched ui through PgBouncer: GET /%s: %d\n%s\n%s", page, res.StatusCode, body, ui.all.String())
+		}
+	}
+	if code := ui.stop(t); code != 0 {
+		t.Errorf("qlsched ui through PgBouncer: exit %d after SIGTERM", code)
 	}
 }

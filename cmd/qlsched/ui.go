@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/cli"
 	"github.com/qlcontrol/controlcore/internal/console"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
 	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
 )
@@ -97,7 +97,7 @@ func (a *app) ui(ctx context.Context, httpAddr string, names roles.Names) error 
 		return err
 	}
 	defer pool.Close()
-	h, err := console.Handler(console.Options{Reader: admin.NewReader(pool), Log: log, Health: healthReader(pool, names)})
+	h, err := console.Handler(console.Options{Reader: admin.NewReader(pool, a.conn.LocalSettings()...), Log: log, Health: healthReader(dbconn.Local(pool, a.conn.LocalSettings()), names)})
 	if err != nil {
 		return err
 	}
@@ -128,8 +128,8 @@ func (a *app) ui(ctx context.Context, httpAddr string, names roles.Names) error 
 
 // healthReader is the schema health page: the checks any role of the model may read (the
 // integrity file and the capability, qlmigrate probe's scope).
-func healthReader(pool *pgxpool.Pool, names roles.Names) func(context.Context) (*verify.Report, error) {
+func healthReader(local dbconn.Beginner, names roles.Names) func(context.Context) (*verify.Report, error) {
 	return func(ctx context.Context) (*verify.Report, error) {
-		return verify.Run(ctx, pool, verify.Options{Names: names, Scope: verify.ScopeProbe})
+		return verify.Run(ctx, local, verify.Options{Names: names, Scope: verify.ScopeProbe})
 	}
 }
