@@ -157,4 +157,4 @@ bench-burst:
 bench-replicas:
 	go build -o bin/qlsched ./cmd/qlsched
 	for r in 1 2 4 8; do bin/qlsched bench --scenario backlog --triggers 10000 --replicas $$r --budget 256 --cadence 10ms --duration 20s || exit 1; done
-	for r in 1 2 4 8; do bin/qlsched bench --scenario backlog --triggers 20000 --replicas $$r --budget 256 --cadence 10ms --admit-batch 128 --duration 20s || exit 1; done
+	for r in 1 2 4 8; do bin/qlsched bench --scenario backlog --every second --triggers 20000 --replicas $$r --budget 256 --cadence 10ms --admit-batch 128 --duration 15s || exit 1; done
