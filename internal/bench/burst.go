@@ -139,7 +139,11 @@ func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *pgxpool.P
 // burstText renders the per-burst lines.
 func (r Report) burstText(b *strings.Builder) {
 	for _, x := range r.Bursts {
-		fmt.Fprintf(b, "  burst %s  %d admitted (%d missing), drained in %.2fs = %.0f/s, %.2f × the batch ceiling; lag p50 %.0fms p99 %.0fms max %.0fms\n",
-			x.ScheduledAt.Format(time.TimeOnly), x.Admitted, x.Missing, x.DrainSeconds, x.PerSecond, x.Ratio, x.LagP50Ms, x.LagP99Ms, x.LagMaxMs)
+		drained := fmt.Sprintf("drained in %.2fs", x.DrainSeconds)
+		if x.Missing > 0 { // never admitted at this instant: folded into a later one by fire_once, or the run ended
+			drained = fmt.Sprintf("NOT drained, %d missing; admitted within %.2fs", x.Missing, x.DrainSeconds)
+		}
+		fmt.Fprintf(b, "  burst %s  %d admitted, %s = %.0f/s, %.2f × the batch ceiling; lag p50 %.0fms p99 %.0fms max %.0fms\n",
+			x.ScheduledAt.Format(time.TimeOnly), x.Admitted, drained, x.PerSecond, x.Ratio, x.LagP50Ms, x.LagP99Ms, x.LagMaxMs)
 	}
 }
