@@ -95,7 +95,7 @@ chaos:
 	  nice go test -tags faults -count=1 -timeout 120m -v -run '^TestChaosSoak$$' ./internal/faults/
 
 # The performance figures of docs/performance.md, each on its own throwaway PostgreSQL (fsync on),
-# in about 5 minutes: the 4-replica backlog against its ceiling, the below-capacity lag, batch
+# in about 5 minutes, then the bursts (bench-burst, below): the 4-replica backlog against its ceiling, the below-capacity lag, batch
 # admission at 20,000 every-second triggers, one real replica process at budget 256 (RSS), and
 # the claim's p99 at 1,000,000 schedule rows against 10,000.
 .PHONY: bench bench-river bench-burst bench-replicas
@@ -138,7 +138,7 @@ bench:
 # Issue 20's bursts: N triggers sharing one minute-aligned spec, two minute boundaries each, N =
 # 10,000 and 50,000, one and four in-process replicas, single and batch admission, each burst's
 # drain time and lag against the batch ceiling of the same write set in the same run. Each run
-# waits for a minute boundary: about 20 minutes in all. --duration bounds the drain of the last
+# waits for a minute boundary: 43 minutes in all on the loaded 2-core machine (2026-12-05). --duration bounds the drain of the last
 # burst (single mode at 50,000 takes longer than the minute between bursts here).
 BURST_FLAGS ?= --bursts 2 --budget 256 --cadence 10ms
 bench-burst:
