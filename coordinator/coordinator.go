@@ -16,23 +16,27 @@ import (
 
 // Stats are the coordinator's counters, safe to read while it runs.
 type Stats struct {
-	Rounds   atomic.Int64
-	Claims   atomic.Int64 // schedule rows claimed
-	Admits   atomic.Int64 // Runs admitted
-	Skips    atomic.Int64 // occurrences passed over by the skip policy (claims ended by a skip)
-	Releases atomic.Int64 // claims ended without a Run: initialisation or not yet due
-	Races    atomic.Int64 // fenced writes that found the fence or the schedule changed
-	Stale    atomic.Int64 // admits refused because a revision changed since the claim
-	Corrupt  atomic.Int64 // admits refused because a digest no longer matches its row
-	Retries  atomic.Int64 // serialization failures retried
-	Errors   atomic.Int64 // anything else that went wrong (logged)
+	Rounds atomic.Int64
+	// Saturated counts rounds that claimed their whole budget: such a round waits out the
+	// cadence before the next, so a replica that saturates admits at most Capacity per second
+	// and anything due beyond it waits (and, under fire_once, folds into one occurrence).
+	Saturated atomic.Int64
+	Claims    atomic.Int64 // schedule rows claimed
+	Admits    atomic.Int64 // Runs admitted
+	Skips     atomic.Int64 // occurrences passed over by the skip policy (claims ended by a skip)
+	Releases  atomic.Int64 // claims ended without a Run: initialisation or not yet due
+	Races     atomic.Int64 // fenced writes that found the fence or the schedule changed
+	Stale     atomic.Int64 // admits refused because a revision changed since the claim
+	Corrupt   atomic.Int64 // admits refused because a digest no longer matches its row
+	Retries   atomic.Int64 // serialization failures retried
+	Errors    atomic.Int64 // anything else that went wrong (logged)
 	// Takeovers counts claims that replaced an expired claim of some replica (this one included).
 	Takeovers atomic.Int64
 }
 
 // Snapshot is a plain copy of Stats.
 type Snapshot struct {
-	Rounds, Claims, Admits, Skips, Releases, Races, Stale, Corrupt, Retries, Errors, Takeovers int64
+	Rounds, Saturated, Claims, Admits, Skips, Releases, Races, Stale, Corrupt, Retries, Errors, Takeovers int64
 }
 
 // Snapshot copies the counters. Outcomes are read before Claims and Claims before Rounds: a
@@ -45,6 +49,7 @@ func (s *Stats) Snapshot() Snapshot {
 	out.Races, out.Stale, out.Corrupt = s.Races.Load(), s.Stale.Load(), s.Corrupt.Load()
 	out.Retries, out.Errors, out.Takeovers = s.Retries.Load(), s.Errors.Load(), s.Takeovers.Load()
 	out.Claims = s.Claims.Load()
+	out.Saturated = s.Saturated.Load() // counted after its round: read before Rounds
 	out.Rounds = s.Rounds.Load()
 	return out
 }
@@ -87,6 +92,13 @@ func New(cfg Config, store *Store, log *slog.Logger) *Coordinator {
 		schedules: map[[2]string]*schedule.Schedule{}}
 }
 
+// Capacity is the most occurrences per second this replica can admit: a round that claims its
+// whole budget waits out the cadence before the next one, so budget ÷ cadence (16/s at the
+// defaults), whatever the database could do.
+func (c *Coordinator) Capacity() float64 { return capacity(c.cfg) }
+
+func capacity(cfg Config) float64 { return float64(cfg.Budget) / cfg.Cadence.Seconds() }
+
 // Round claims at most Budget rows and ends each claim under its fence. Rows are claimed
 // AdmitBatch at a time (1: the ADR's one-row claim) and the fired ones among them admitted in one
 // transaction. It returns how many rows it claimed. Claiming stops early when no row is
@@ -94,6 +106,11 @@ func New(cfg Config, store *Store, log *slog.Logger) *Coordinator {
 // and logged, never returned to the caller's loop.
 func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed int) {
 	c.Stats.Rounds.Add(1)
+	defer func() {
+		if claimed >= c.cfg.Budget {
+			c.Stats.Saturated.Add(1)
+		}
+	}()
 	if c.Observe.Round != nil {
 		start := time.Now()
 		defer func() { c.Observe.Round(time.Since(start), claimed) }()

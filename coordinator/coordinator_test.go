@@ -72,6 +72,10 @@ func TestRoundHonoursTheBudgetAndTheHardCap(t *testing.T) {
 	if n := big.Round(ctx, nil); n != 39 {
 		t.Errorf("third round claimed %d, want the remaining 39", n)
 	}
+	// a round that claims its whole budget is a saturated round; the one that found 39 is not
+	if s, b := small.Stats.Saturated.Load(), big.Stats.Saturated.Load(); s != 1 || b != 1 {
+		t.Errorf("saturated rounds: budget 5 %d, budget %d %d; want 1 and 1 (of 1 and 2 rounds)", s, MaxBudget, b)
+	}
 	if bad := DefaultConfig("x"); func() bool { bad.Budget = MaxBudget + 1; return bad.Validate() == nil }() {
 		t.Error("budget above the hard cap validated")
 	}

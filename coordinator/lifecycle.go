@@ -60,6 +60,7 @@ func (l *Lifecycle) loop(ctx context.Context, stop <-chan struct{}, done chan<- 
 	defer close(done)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var sat saturation
 	for {
 		select {
 		case <-stop:
@@ -71,7 +72,31 @@ func (l *Lifecycle) loop(ctx context.Context, stop <-chan struct{}, done chan<- 
 		if l.OnRound != nil {
 			l.OnRound(claimed)
 		}
+		sat.observe(l.log, l.c.cfg, started, claimed)
 		timer.Reset(l.nextDelay(ctx, started, claimed))
+	}
+}
+
+// saturation logs a run of rounds that each claimed their whole budget: once when it starts and
+// once when a round claims less again, never per round. While it lasts the replica admits at most
+// Capacity per second and due rows wait, with no error anywhere (fire_once later folds what was
+// missed into one occurrence); the counter qlsched_saturated_rounds_total shows it too.
+type saturation struct {
+	since  time.Time // start of the first saturated round of the current run; zero when none
+	rounds int64
+}
+
+func (s *saturation) observe(log *slog.Logger, cfg Config, started time.Time, claimed int) {
+	switch full := claimed >= cfg.Budget; {
+	case full && s.since.IsZero():
+		s.since, s.rounds = started, 1
+		log.Warn("saturated: rounds claim their whole budget, so this replica admits at most budget ÷ cadence; due rows wait. Raise --admit-batch and --budget, lower --cadence, or add replicas",
+			"budget", cfg.Budget, "cadence", cfg.Cadence.String(), "capacity_per_second", capacity(cfg))
+	case full:
+		s.rounds++
+	case !s.since.IsZero():
+		log.Info("saturation ended", "saturated_rounds", s.rounds, "lasted", time.Since(s.since).Round(time.Millisecond).String())
+		s.since, s.rounds = time.Time{}, 0
 	}
 }
 

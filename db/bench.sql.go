@@ -11,6 +11,60 @@ import (
 	"github.com/google/uuid"
 )
 
+const benchBursts = `-- name: BenchBursts :many
+SELECT scheduled_for_ms::bigint AS scheduled_for_ms, count(*)::bigint AS runs,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms)::float8 AS p50_ms,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms)::float8 AS p99_ms,
+       max(queued_at_ms - scheduled_for_ms)::bigint AS max_ms
+FROM control_core.runs
+WHERE project_id = $1::text AND scheduled_for_ms >= $2::bigint AND scheduled_for_ms < $3::bigint
+GROUP BY scheduled_for_ms
+ORDER BY scheduled_for_ms
+`
+
+type BenchBurstsParams struct {
+	ProjectID     string `json:"project_id"`
+	FromMs        int64  `json:"from_ms"`
+	CeilingFromMs int64  `json:"ceiling_from_ms"`
+}
+
+type BenchBurstsRow struct {
+	ScheduledForMs int64   `json:"scheduled_for_ms"`
+	Runs           int64   `json:"runs"`
+	P50Ms          float64 `json:"p50_ms"`
+	P99Ms          float64 `json:"p99_ms"`
+	MaxMs          int64   `json:"max_ms"`
+}
+
+// Per scheduled instant from from_ms on (the burst scenario: every trigger of the project shares
+// each instant), the real admissions' count and lag (admit database time minus the instant):
+// p50, p99, and the largest, which is the time the burst took to drain.
+func (q *Queries) BenchBursts(ctx context.Context, arg BenchBurstsParams) ([]BenchBurstsRow, error) {
+	rows, err := q.db.Query(ctx, benchBursts, arg.ProjectID, arg.FromMs, arg.CeilingFromMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BenchBurstsRow{}
+	for rows.Next() {
+		var i BenchBurstsRow
+		if err := rows.Scan(
+			&i.ScheduledForMs,
+			&i.Runs,
+			&i.P50Ms,
+			&i.P99Ms,
+			&i.MaxMs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const benchDuplicates = `-- name: BenchDuplicates :one
 SELECT count(*)::bigint FROM (
     SELECT 1 FROM control_core.runs WHERE project_id = $1::text AND scheduled_for_ms < $2::bigint
@@ -63,6 +117,24 @@ func (q *Queries) BenchLag(ctx context.Context, arg BenchLagParams) (BenchLagRow
 		&i.SpanMs,
 	)
 	return i, err
+}
+
+const benchRunsAt = `-- name: BenchRunsAt :one
+SELECT count(*)::bigint FROM control_core.runs
+WHERE project_id = $1::text AND scheduled_for_ms = $2::bigint
+`
+
+type BenchRunsAtParams struct {
+	ProjectID      string `json:"project_id"`
+	ScheduledForMs int64  `json:"scheduled_for_ms"`
+}
+
+// How many Runs of a project are scheduled at one instant: a burst is drained when it is every trigger.
+func (q *Queries) BenchRunsAt(ctx context.Context, arg BenchRunsAtParams) (int64, error) {
+	row := q.db.QueryRow(ctx, benchRunsAt, arg.ProjectID, arg.ScheduledForMs)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
 }
 
 const benchSetDue = `-- name: BenchSetDue :execrows

@@ -13,9 +13,9 @@ import (
 
 func (a *app) benchCmd() *cobra.Command {
 	cfg := bench.Config{Scenario: bench.Backlog, Triggers: 10000, Every: "minute", Replicas: 4,
-		Duration: 30 * time.Second, Budget: 256, Cadence: 10 * time.Millisecond, Batch: 1}
+		Duration: 30 * time.Second, Budget: 256, Cadence: 10 * time.Millisecond, Batch: 1, Bursts: 2}
 	cmd := &cobra.Command{
-		Use:   "bench [--scenario backlog|steady] [--triggers N] [--replicas R] [--duration D]",
+		Use:   "bench [--scenario backlog|steady|burst] [--triggers N] [--replicas R] [--duration D]",
 		Short: "Measure admission throughput against the database's ceiling, latency and lag",
 		Long: `bench starts a throwaway PostgreSQL with fsync on (or uses --database-url: a migrated database
 and a role that may publish and claim, e.g. a superuser), publishes --triggers cron triggers in a
@@ -35,13 +35,22 @@ final log line, claim latency from their /metrics histograms, CPU and RSS from /
            second (continuous demand) instead of once.
   steady   triggers fire once a minute at seconds spread over the minute; after the cursors are
            initialised, the replicas run for --duration and the admission lag is the measure.
+  burst    every trigger has the same minute-aligned spec (* * * * *), so all of them fall due
+           at each minute boundary. First the batch ceiling (the same write set, --admit-batch
+           rows at a time, 128 in single mode); then every trigger is set due at the next
+           minute boundary at least 5 s away, the replicas start idle and run through --bursts
+           boundaries, and stop once the last burst is admitted or --duration after its instant.
+           Per burst, from the runs table in database time: admitted, missing, the time to
+           drain (last admission minus the instant), admitted ÷ drain time and its ratio to the
+           batch ceiling, lag p50/p99/max. In-process replicas only.
 
-Reported: admits/s, claim and admit latency p50/p99, admission lag p50/p99 (admit database time
+Reported: admits/s, rounds and the rounds that claimed their whole budget (saturated), claim and admit latency p50/p99, admission lag p50/p99 (admit database time
 minus scheduled time), serialization retries, races, releases, duplicates (must be 0), process
 CPU and RSS. --format json prints one qlsched.bench/v1 document (docs/json.md); the progress
 goes to stderr.`,
 		Example: `  qlsched bench --scenario backlog --replicas 4 --budget 256 --cadence 10ms
-  qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 70s`,
+  qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 70s
+  qlsched bench --scenario burst --triggers 10000 --replicas 4 --admit-batch 128 --bursts 2`,
 		PreRunE: func(*cobra.Command, []string) error {
 			if a.databaseURL != "" {
 				if _, err := a.connConfig(); err != nil {
@@ -77,11 +86,12 @@ goes to stderr.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Scenario, "scenario", cfg.Scenario, "backlog or steady")
+	f.StringVar(&cfg.Scenario, "scenario", cfg.Scenario, "backlog, steady or burst")
 	f.IntVar(&cfg.Triggers, "triggers", cfg.Triggers, "cron triggers to publish")
 	f.StringVar(&cfg.Every, "every", cfg.Every, "backlog: triggers due once (minute) or every second (second)")
 	f.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "in-process replicas, each with its own pool and owner")
-	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long the replicas run at most")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long the replicas run at most (burst: after the last burst's instant)")
+	f.IntVar(&cfg.Bursts, "bursts", cfg.Bursts, "burst: minute boundaries to measure, 1 … 10")
 	f.IntVar(&cfg.Budget, "budget", cfg.Budget, "claims per round per replica, 1 … 256")
 	f.DurationVar(&cfg.Cadence, "cadence", cfg.Cadence, "time between round starts, 10ms … 1m")
 	f.IntVar(&cfg.Batch, "admit-batch", cfg.Batch, "batch admission: rows per claim and per admit transaction (1: single mode)")

@@ -72,6 +72,9 @@ projects:
 	// its ceiling claims whatever is due, other projects' triggers included
 	cases = append(cases, jsonCase{"bench", []string{"bench", "--database-url", testpg.New(t).URL(""), "--triggers", "20",
 		"--replicas", "1", "--duration", "1s", "--budget", "16"}, "qlsched.bench/v1"})
+	// the burst scenario's document nests one object per burst (waits for a minute boundary)
+	cases = append(cases, jsonCase{"bench", []string{"bench", "--scenario", "burst", "--database-url", testpg.New(t).URL(""),
+		"--triggers", "20", "--replicas", "1", "--bursts", "1", "--duration", "10s", "--budget", "16", "--cadence", "100ms"}, "qlsched.bench/v1"})
 	// commands that print no document refuse --format json (exit 2) before they start anything
 	refused := map[string][]string{
 		"run":  {"run", "--http-addr", "127.0.0.1:0", "--database-url", d.URL("ql_runtime")},

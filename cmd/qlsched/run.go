@@ -96,7 +96,16 @@ SIGTERM or SIGINT withdraws admission first (/readyz fails), waits --withdraw-gr
 balancers and probes notice, then stops the lifecycle (the round in progress finishes its claim
 in hand; at most --drain-timeout), closes the pool and exits 0.
 
-Any number of replicas may run against one database; there is no leader.`,
+Any number of replicas may run against one database; there is no leader.
+
+Capacity: a round that claims its whole --budget waits out the --cadence, so one replica admits
+at most budget ÷ cadence occurrences per second: 16/s at the defaults (budget 16, cadence 1s),
+about 960 every-minute or 16 every-second triggers due at once. Beyond that, due rows wait with
+no error (fire_once later admits a trigger that fell a period behind once for the periods it
+missed); qlsched_saturated_rounds_total, qlsched_admission_capacity_per_second and a
+"saturated" log line (once when it starts, once when it ends) show it. To carry more, raise
+--budget (up to 256) with --admit-batch (rows per claim and admit transaction, e.g. 64), lower
+--cadence, or add replicas, up to what the database commits (docs/operations.md, Sizing).`,
 		Example: `  QL_DATABASE_URL=postgres://ql_runtime@db/control qlsched run --owner "$(hostname)"`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if a.format != "text" {

@@ -40,6 +40,10 @@ const (
 	// Steady: triggers fire once a minute at seconds spread over the minute; the measure is the
 	// admission lag below capacity.
 	Steady = "steady"
+	// Burst: every trigger shares one minute-aligned spec, so all of them fall due at each minute
+	// boundary; the measure is how fast each minute's burst drains against the batch ceiling of
+	// the same write set.
+	Burst = "burst"
 )
 
 // Config of one bench run.
@@ -53,6 +57,7 @@ type Config struct {
 	Budget   int
 	Cadence  time.Duration
 	Batch    int          // rows per claim and admit transaction; 1: the ADR's single mode
+	Bursts   int          // burst: how many minute boundaries to measure (1 … 10)
 	Log      *slog.Logger // the replicas' diagnostics; nil discards them
 	// Processes runs the replicas as real `qlsched run` processes (the binary Exe), connected as
 	// the runtime role: RuntimeURL, or the throwaway cluster's ql_runtime.
@@ -64,8 +69,14 @@ type Config struct {
 // Validate checks the bounds before anything starts.
 func (c Config) Validate() error {
 	switch {
-	case c.Scenario != Backlog && c.Scenario != Steady:
-		return fmt.Errorf("--scenario %q: want backlog or steady", c.Scenario)
+	case c.Scenario != Backlog && c.Scenario != Steady && c.Scenario != Burst:
+		return fmt.Errorf("--scenario %q: want backlog, steady or burst", c.Scenario)
+	case c.Scenario == Burst && (c.Bursts < 1 || c.Bursts > 10):
+		return fmt.Errorf("--bursts %d: want 1 … 10", c.Bursts)
+	case c.Scenario == Burst && c.Processes:
+		return fmt.Errorf("--scenario burst runs in-process replicas: drop --processes")
+	case c.Scenario == Burst && c.Every != "minute":
+		return fmt.Errorf("--scenario burst --every %s: a burst is every trigger due at a minute boundary (--every minute)", c.Every)
 	case c.Triggers < 1 || c.Triggers > 1_000_000:
 		return fmt.Errorf("--triggers %d: want 1 … 1000000", c.Triggers)
 	case c.Every != "second" && c.Every != "minute":
@@ -105,22 +116,29 @@ type Report struct {
 	// batch mode only: the ceiling's write set claimed and written in batches of Batch rows
 	BatchCeilingPerSecond float64 `json:"batch_ceiling_per_second,omitempty"`
 	BatchRatio            float64 `json:"batch_ratio,omitempty"`
-	RetryRate             float64 `json:"retry_rate"`
-	Retries               int64   `json:"retries"`
-	Races                 int64   `json:"races"`
-	Releases              int64   `json:"releases"`
-	Skips                 int64   `json:"skips"`
-	Errors                int64   `json:"errors"`
-	Duplicates            int64   `json:"duplicates"`
-	LagP50Ms              float64 `json:"lag_p50_ms"`
-	LagP99Ms              float64 `json:"lag_p99_ms"`
-	ClaimP50Ms            float64 `json:"claim_p50_ms"`
-	ClaimP99Ms            float64 `json:"claim_p99_ms"`
-	AdmitP50Ms            float64 `json:"admit_p50_ms"`
-	AdmitP99Ms            float64 `json:"admit_p99_ms"`
-	CPUPercent            float64 `json:"cpu_percent"`
-	RSSMiB                float64 `json:"rss_mib"`
-	PeakRSSMiB            float64 `json:"peak_rss_mib"`
+	// burst only: the batch ceiling's rows per batch (--admit-batch, or 128 in single mode) and
+	// each minute's burst; admits_per_second is then the bursts' admissions over their drain times
+	CeilingBatch int            `json:"ceiling_batch,omitempty"`
+	Bursts       []BurstFigures `json:"bursts,omitempty"`
+	// rounds that claimed their whole budget, of all rounds (in-process replicas)
+	Rounds          int64   `json:"rounds"`
+	SaturatedRounds int64   `json:"saturated_rounds"`
+	RetryRate       float64 `json:"retry_rate"`
+	Retries         int64   `json:"retries"`
+	Races           int64   `json:"races"`
+	Releases        int64   `json:"releases"`
+	Skips           int64   `json:"skips"`
+	Errors          int64   `json:"errors"`
+	Duplicates      int64   `json:"duplicates"`
+	LagP50Ms        float64 `json:"lag_p50_ms"`
+	LagP99Ms        float64 `json:"lag_p99_ms"`
+	ClaimP50Ms      float64 `json:"claim_p50_ms"`
+	ClaimP99Ms      float64 `json:"claim_p99_ms"`
+	AdmitP50Ms      float64 `json:"admit_p50_ms"`
+	AdmitP99Ms      float64 `json:"admit_p99_ms"`
+	CPUPercent      float64 `json:"cpu_percent"`
+	RSSMiB          float64 `json:"rss_mib"`
+	PeakRSSMiB      float64 `json:"peak_rss_mib"`
 }
 
 // Run sets up, measures and reports. progress gets one line per phase.
@@ -212,7 +230,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		}
 		say("%s: the same write set, %s per claim, READ COMMITTED, no fence, one worker per replica", name, rows)
 		var upTo int64 // once-a-minute triggers: each phase writes each occurrence once, like the replicas
-		if cfg.Every == "minute" {
+		if cfg.Every == "minute" || cfg.Scenario == Burst {
 			upTo = int64(cfg.Triggers)
 		}
 		n, secs, err := ceiling(ctx, ceilingPools, project, period, cfg.Duration, batch, phase*ceilingEpochMs, upTo)
@@ -221,6 +239,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		}
 		say("%s: %d in %.1fs = %.0f/s", name, n, secs, float64(n)/secs)
 		return float64(n) / secs, nil
+	}
+	if cfg.Scenario == Burst {
+		err := runBurst(ctx, cfg, &rep, admin, pools, project, measure, say)
+		return rep, err
 	}
 	if cfg.Scenario == Backlog {
 		if rep.CeilingBeforePerSecond, err = measure("ceiling", 1, 1); err != nil {
@@ -283,6 +305,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	rep.Admits, rep.Retries, rep.Races, rep.Releases, rep.Skips, rep.Errors = res.stats.Admits, res.stats.Retries,
 		res.stats.Races, res.stats.Releases, res.stats.Skips, res.stats.Errors
+	rep.SaturatedRounds, rep.Rounds = res.stats.Saturated, res.stats.Rounds
 	rep.AdmitsPerSecond = float64(rep.Admits) / rep.Seconds
 	if rep.Admits > 0 {
 		rep.RetryRate = float64(rep.Retries) / float64(rep.Admits)
@@ -512,6 +535,8 @@ func runReplicas(ctx context.Context, pools []*pgxpool.Pool, cfg Config, done fu
 	total := func() (s coordinator.Snapshot) {
 		for _, co := range coords {
 			x := co.Stats.Snapshot()
+			s.Rounds += x.Rounds
+			s.Saturated += x.Saturated
 			s.Claims += x.Claims
 			s.Admits += x.Admits
 			s.Retries += x.Retries
@@ -605,7 +630,11 @@ func (r Report) Text() string {
 		fmt.Fprintf(&b, "  ceiling       %.0f/s   ratio %.2f\n", r.CeilingPerSecond, r.Ratio)
 	}
 	if r.BatchCeilingPerSecond > 0 {
-		fmt.Fprintf(&b, "  batch ceiling %.0f/s   ratio %.2f  (the same write set in batches of %d, no fence)\n", r.BatchCeilingPerSecond, r.BatchRatio, r.Batch)
+		fmt.Fprintf(&b, "  batch ceiling %.0f/s   ratio %.2f  (the same write set in batches of %d, no fence)\n", r.BatchCeilingPerSecond, r.BatchRatio, max(r.CeilingBatch, r.Batch))
+	}
+	r.burstText(&b)
+	if r.Rounds > 0 {
+		fmt.Fprintf(&b, "  rounds        %d, %d saturated (claimed the whole budget)\n", r.Rounds, r.SaturatedRounds)
 	}
 	fmt.Fprintf(&b, "  retries       %d  (%.2f%% of admits)   races %d   releases %d   skips %d   errors %d   duplicates %d\n",
 		r.Retries, 100*r.RetryRate, r.Races, r.Releases, r.Skips, r.Errors, r.Duplicates)
@@ -615,7 +644,11 @@ func (r Report) Text() string {
 		fmt.Fprintf(&b, "  claim         p50 %.2fms  p99 %.2fms\n", r.ClaimP50Ms, r.ClaimP99Ms)
 		fmt.Fprintf(&b, "  admit         p50 %.2fms  p99 %.2fms\n", r.AdmitP50Ms, r.AdmitP99Ms)
 	}
-	fmt.Fprintf(&b, "  lag           p50 %.0fms  p99 %.0fms  (admit db time - scheduled time)\n", r.LagP50Ms, r.LagP99Ms)
+	worst := ""
+	if len(r.Bursts) > 0 {
+		worst = ", the worst burst's"
+	}
+	fmt.Fprintf(&b, "  lag           p50 %.0fms  p99 %.0fms  (admit db time - scheduled time%s)\n", r.LagP50Ms, r.LagP99Ms, worst)
 	if r.Replica == "process" {
 		fmt.Fprintf(&b, "  replicas      cpu %.0f%% (all processes)  rss %.1f MiB (peak %.1f MiB), the largest replica process\n", r.CPUPercent, r.RSSMiB, r.PeakRSSMiB)
 	} else {

@@ -2,9 +2,11 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +71,70 @@ func TestProcessesNeedARuntimeURLWithADatabaseURL(t *testing.T) {
 		Duration: time.Second, Budget: 1, Cadence: time.Second, Batch: 1, Processes: true}
 	if err := cfg.Validate(); err == nil {
 		t.Error("--processes with --database-url and no --runtime-url validated")
+	}
+}
+
+// The burst scenario's bookkeeping: one burst of every trigger at a minute boundary, admitted
+// exactly once, with its figures and the batch ceiling present. Not a timing assertion.
+func TestBurstReportsEachBurst(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 16} {
+		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
+			t.Parallel() // each waits for a minute boundary
+			cfg := Config{URL: testpg.New(t).URL(""), Scenario: Burst, Triggers: 200, Every: "minute", Replicas: 2, Bursts: 1,
+				Duration: time.Minute, Budget: 64, Cadence: 10 * time.Millisecond, Batch: batch}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := Run(context.Background(), cfg, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Bursts) != 1 {
+				t.Fatalf("%d bursts reported, want 1", len(rep.Bursts))
+			}
+			b := rep.Bursts[0]
+			wantCeilingBatch := batch
+			if batch == 1 {
+				wantCeilingBatch = DefaultBurstCeilingBatch
+			}
+			switch {
+			case rep.Duplicates != 0 || b.Admitted != 200 || b.Missing != 0:
+				t.Errorf("burst admitted %d, missing %d, duplicates %d; want 200, 0, 0", b.Admitted, b.Missing, rep.Duplicates)
+			case b.ScheduledAt.Second() != 0 || b.ScheduledAt.Nanosecond() != 0:
+				t.Errorf("burst at %s, want a minute boundary", b.ScheduledAt)
+			case b.DrainSeconds <= 0 || b.PerSecond <= 0 || b.LagMaxMs < b.LagP99Ms || b.LagP99Ms < b.LagP50Ms:
+				t.Errorf("drain %.3fs, %.0f/s, lag p50 %.0f p99 %.0f max %.0f ms: want measured and ordered",
+					b.DrainSeconds, b.PerSecond, b.LagP50Ms, b.LagP99Ms, b.LagMaxMs)
+			case rep.BatchCeilingPerSecond <= 0 || b.Ratio <= 0 || rep.CeilingBatch != wantCeilingBatch:
+				t.Errorf("batch ceiling %.0f/s of %d rows (want %d), ratio %.2f: want measured", rep.BatchCeilingPerSecond, rep.CeilingBatch, wantCeilingBatch, b.Ratio)
+			case rep.Rounds <= 0:
+				t.Errorf("rounds %d: want counted", rep.Rounds)
+			}
+		})
+	}
+}
+
+func TestBurstValidation(t *testing.T) {
+	base := Config{Scenario: Burst, Triggers: 1, Every: "minute", Replicas: 1, Bursts: 1,
+		Duration: time.Second, Budget: 1, Cadence: time.Second, Batch: 1}
+	for _, tc := range []struct {
+		name string
+		mut  func(*Config)
+		want string
+	}{
+		{"no bursts", func(c *Config) { c.Bursts = 0 }, "--bursts"},
+		{"eleven bursts", func(c *Config) { c.Bursts = 11 }, "--bursts"},
+		{"processes", func(c *Config) { c.Processes = true }, "--processes"},
+		{"every second", func(c *Config) { c.Every = "second" }, "--every"},
+	} {
+		c := base
+		tc.mut(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want an error naming %s", tc.name, err, tc.want)
+		}
+	}
+	if err := base.Validate(); err != nil {
+		t.Errorf("a valid burst config: %v", err)
 	}
 }

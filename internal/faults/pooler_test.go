@@ -120,7 +120,7 @@ func TestGatePoolerCommitResponseLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	cursor := *claim.CursorMs
-	d := cronschedule.Decide(sched, cronschedule.MisfireSkip, &cursor, claim.ClaimedAtMs)
+	d := cronschedule.Decide(sched, cronschedule.MisfireSkip, claim.MisfireGraceMs, &cursor, claim.ClaimedAtMs)
 	if d.Kind != cronschedule.DecisionFire || d.ScheduledForMs != occB {
 		t.Fatalf("decision %+v; want fire for %d", d, occB)
 	}

@@ -66,6 +66,9 @@ func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog B
 			}
 			return 0
 		}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_admission_capacity_per_second", ConstLabels: constLabels,
+		Help: "The most occurrences per second this replica can admit: --budget ÷ --cadence (a round that claims its whole budget waits out the cadence). Compare with rate(qlsched_claims_total)."},
+		co.Capacity))
 	reg.MustRegister(buildInfoGauge(buildinfo.Read(), constLabels))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Metrics{reg: reg}
@@ -89,6 +92,7 @@ func newStatsCollector(co *coordinator.Coordinator, labels prometheus.Labels) *s
 		c.counters = append(c.counters, statsCounter{prometheus.NewDesc(name, help, nil, labels), read})
 	}
 	add("qlsched_rounds_total", "Coordinator rounds run.", func(s coordinator.Snapshot) int64 { return s.Rounds })
+	add("qlsched_saturated_rounds_total", "Rounds that claimed their whole budget: the replica was at its capacity (budget ÷ cadence) and due rows waited.", func(s coordinator.Snapshot) int64 { return s.Saturated })
 	add("qlsched_claims_total", "Schedule rows claimed.", func(s coordinator.Snapshot) int64 { return s.Claims })
 	add("qlsched_admits_total", "Runs admitted (one per occurrence).", func(s coordinator.Snapshot) int64 { return s.Admits })
 	add("qlsched_skips_total", "Claims ended by the skip misfire policy (cursor advanced, no Run).", func(s coordinator.Snapshot) int64 { return s.Skips })

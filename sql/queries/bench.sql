@@ -70,3 +70,21 @@ WHERE project_id = @project_id::text AND scheduled_for_ms < @ceiling_from_ms::bi
 SELECT count(*)::bigint FROM (
     SELECT 1 FROM control_core.runs WHERE project_id = @project_id::text AND scheduled_for_ms < @ceiling_from_ms::bigint
     GROUP BY trigger_id, trigger_revision, scheduled_for_ms HAVING count(*) > 1) d;
+
+-- name: BenchBursts :many
+-- Per scheduled instant from from_ms on (the burst scenario: every trigger of the project shares
+-- each instant), the real admissions' count and lag (admit database time minus the instant):
+-- p50, p99, and the largest, which is the time the burst took to drain.
+SELECT scheduled_for_ms::bigint AS scheduled_for_ms, count(*)::bigint AS runs,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms)::float8 AS p50_ms,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms)::float8 AS p99_ms,
+       max(queued_at_ms - scheduled_for_ms)::bigint AS max_ms
+FROM control_core.runs
+WHERE project_id = @project_id::text AND scheduled_for_ms >= @from_ms::bigint AND scheduled_for_ms < @ceiling_from_ms::bigint
+GROUP BY scheduled_for_ms
+ORDER BY scheduled_for_ms;
+
+-- name: BenchRunsAt :one
+-- How many Runs of a project are scheduled at one instant: a burst is drained when it is every trigger.
+SELECT count(*)::bigint FROM control_core.runs
+WHERE project_id = @project_id::text AND scheduled_for_ms = @scheduled_for_ms::bigint;
