@@ -139,6 +139,7 @@ type Report struct {
 	CPUPercent      float64 `json:"cpu_percent"`
 	RSSMiB          float64 `json:"rss_mib"`
 	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+	AnonRSSMiB      float64 `json:"anon_rss_mib"` // of RSSMiB: heap and stacks, not the binary's pages
 }
 
 // Run sets up, measures and reports. progress gets one line per phase.
@@ -315,7 +316,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		var hs []*dto.Histogram
 		for _, p := range procs {
 			hs = append(hs, p.claims)
-			rep.RSSMiB, rep.PeakRSSMiB = max(rep.RSSMiB, p.rss[0]), max(rep.PeakRSSMiB, p.rss[1])
+			if p.mem.RSS > rep.RSSMiB {
+				rep.RSSMiB, rep.AnonRSSMiB = p.mem.RSS, p.mem.Anon
+			}
+			rep.PeakRSSMiB = max(rep.PeakRSSMiB, p.mem.Peak)
 		}
 		rep.ClaimP50Ms, rep.ClaimP99Ms = histogramQuantile(hs, 0.5), histogramQuantile(hs, 0.99)
 		rep.CPUPercent = 100 * res.cpuSeconds / res.seconds
@@ -324,7 +328,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		rep.AdmitP50Ms, rep.AdmitP99Ms = res.admits.percentiles()
 		cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
 		rep.CPUPercent = 100 * cpu.Seconds() / res.seconds
-		rep.RSSMiB, rep.PeakRSSMiB = rss()
+		m := rss()
+		rep.RSSMiB, rep.PeakRSSMiB, rep.AnonRSSMiB = m.RSS, m.Peak, m.Anon
 	}
 
 	if rep.Duplicates, err = q.BenchDuplicates(ctx, db.BenchDuplicatesParams{ProjectID: project, CeilingFromMs: ceilingEpochMs}); err != nil {
@@ -591,14 +596,20 @@ func (s *samples) percentiles() (p50, p99 float64) {
 	return at(0.5), at(0.99)
 }
 
-// rss reads this process's resident set (now and peak) in MiB.
-func rss() (now, peak float64) { return rssOf("/proc/self/status") }
+// memory is a process's resident set in MiB: now, its peak, and the anonymous part of now (heap
+// and stacks: what the process allocated, without the pages of its binary, which a larger binary
+// has more of and which are clean, shared and reclaimable).
+type memory struct{ RSS, Peak, Anon float64 }
 
-// rssOf reads VmRSS and VmHWM from a /proc/<pid>/status file, in MiB.
-func rssOf(status string) (now, peak float64) {
+// rss reads this process's resident set.
+func rss() memory { return rssOf("/proc/self/status") }
+
+// rssOf reads VmRSS, VmHWM and RssAnon from a /proc/<pid>/status file.
+func rssOf(status string) memory {
+	var m memory
 	body, err := os.ReadFile(status)
 	if err != nil {
-		return 0, 0
+		return m
 	}
 	for _, line := range strings.Split(string(body), "\n") {
 		f := strings.Fields(line)
@@ -608,12 +619,14 @@ func rssOf(status string) (now, peak float64) {
 		kb, _ := strconv.ParseFloat(f[1], 64)
 		switch f[0] {
 		case "VmRSS:":
-			now = kb / 1024
+			m.RSS = kb / 1024
 		case "VmHWM:":
-			peak = kb / 1024
+			m.Peak = kb / 1024
+		case "RssAnon:":
+			m.Anon = kb / 1024
 		}
 	}
-	return now, peak
+	return m
 }
 
 // Text renders a report for a terminal.
@@ -650,9 +663,9 @@ func (r Report) Text() string {
 	}
 	fmt.Fprintf(&b, "  lag           p50 %.0fms  p99 %.0fms  (admit db time - scheduled time%s)\n", r.LagP50Ms, r.LagP99Ms, worst)
 	if r.Replica == "process" {
-		fmt.Fprintf(&b, "  replicas      cpu %.0f%% (all processes)  rss %.1f MiB (peak %.1f MiB), the largest replica process\n", r.CPUPercent, r.RSSMiB, r.PeakRSSMiB)
+		fmt.Fprintf(&b, "  replicas      cpu %.0f%% (all processes)  rss %.1f MiB (anonymous %.1f, peak %.1f MiB), the largest replica process\n", r.CPUPercent, r.RSSMiB, r.AnonRSSMiB, r.PeakRSSMiB)
 	} else {
-		fmt.Fprintf(&b, "  process       cpu %.0f%%  rss %.1f MiB (peak %.1f MiB), the whole bench process\n", r.CPUPercent, r.RSSMiB, r.PeakRSSMiB)
+		fmt.Fprintf(&b, "  process       cpu %.0f%%  rss %.1f MiB (anonymous %.1f, peak %.1f MiB), the whole bench process\n", r.CPUPercent, r.RSSMiB, r.AnonRSSMiB, r.PeakRSSMiB)
 	}
 	return b.String()
 }

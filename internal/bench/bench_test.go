@@ -59,8 +59,9 @@ func TestBacklogReportsWhatTheDatabaseHolds(t *testing.T) {
 					tc.batch, rep.CeilingPerSecond, rep.CeilingBeforePerSecond, rep.CeilingAfterPerSecond)
 			case (tc.batch > 1) != (rep.BatchCeilingPerSecond > 0 && rep.BatchRatio > 0):
 				t.Errorf("batch %d: batch ceiling %.0f/s, ratio %.2f: want measured in batch mode only", tc.batch, rep.BatchCeilingPerSecond, rep.BatchRatio)
-			case rep.ClaimP99Ms <= 0 || rep.RSSMiB <= 0 || rep.Replica != map[bool]string{false: "in-process", true: "process"}[tc.processes]:
-				t.Errorf("claim p99 %.2fms, rss %.1f MiB, replica kind %q: want measured", rep.ClaimP99Ms, rep.RSSMiB, rep.Replica)
+			case rep.ClaimP99Ms <= 0 || rep.AnonRSSMiB <= 0 || rep.AnonRSSMiB >= rep.RSSMiB || rep.Replica != map[bool]string{false: "in-process", true: "process"}[tc.processes]:
+				t.Errorf("claim p99 %.2fms, rss %.1f MiB (anonymous %.1f), replica kind %q: want measured, the anonymous part below the whole",
+					rep.ClaimP99Ms, rep.RSSMiB, rep.AnonRSSMiB, rep.Replica)
 			}
 		})
 	}

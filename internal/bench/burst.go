@@ -131,7 +131,8 @@ func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *pgxpool.P
 	if rep.BatchCeilingPerSecond > 0 {
 		rep.BatchRatio = rep.AdmitsPerSecond / rep.BatchCeilingPerSecond
 	}
-	rep.RSSMiB, rep.PeakRSSMiB = rss()
+	m := rss()
+	rep.RSSMiB, rep.PeakRSSMiB, rep.AnonRSSMiB = m.RSS, m.Peak, m.Anon
 	rep.Duplicates, err = q.BenchDuplicates(ctx, db.BenchDuplicatesParams{ProjectID: project, CeilingFromMs: ceilingEpochMs})
 	return err
 }

@@ -33,7 +33,7 @@ type replicaProcess struct {
 	exited  chan error       // Wait's result
 	ticks0  int64            // CPU ticks when the measurement began
 	claims  *dto.Histogram   // scraped just before it stopped
-	rss     [2]float64       // MiB, now and peak, just before it stopped
+	mem     memory           // just before it stopped
 	logTail *strings.Builder // the last lines of its log, for errors
 	owner   string
 }
@@ -124,7 +124,7 @@ loop:
 	var firstErr error
 	for _, p := range procs {
 		p.claims, _ = scrapeHistogram("http://"+p.http+"/metrics", "qlsched_claim_duration_seconds")
-		p.rss = procRSS(p.cmd.Process.Pid)
+		p.mem = rssOf(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 		cpu += float64(cpuTicks(p.cmd.Process.Pid)-p.ticks0) / clockTicks
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
@@ -254,10 +254,4 @@ func cpuTicks(pid int) int64 {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return utime + stime
-}
-
-// procRSS reads a process's resident set, now and peak, in MiB.
-func procRSS(pid int) [2]float64 {
-	now, peak := rssOf(fmt.Sprintf("/proc/%d/status", pid))
-	return [2]float64{now, peak}
 }
