@@ -78,25 +78,38 @@ func (l *Lifecycle) loop(ctx context.Context, stop <-chan struct{}, done chan<- 
 }
 
 // saturation logs a run of rounds that each claimed their whole budget: once when it starts and
-// once when a round claims less again, never per round. While it lasts the replica admits at most
-// Capacity per second and due rows wait, with no error anywhere (fire_once later folds what was
-// missed into one occurrence); the counter qlsched_saturated_rounds_total shows it too.
+// once when it ends, never per round. While it lasts the replica admits at most Capacity per
+// second and due rows wait, with no error anywhere (fire_once later folds what was missed into
+// one occurrence); the counter qlsched_saturated_rounds_total counts every full round. A run
+// starts at saturationRun full rounds in a row and ends at saturationRun rounds in a row that
+// claim less: a load just below capacity, whose rounds alternate between full and not, would
+// otherwise log a start and an end every other round.
 type saturation struct {
-	since  time.Time // start of the first saturated round of the current run; zero when none
-	rounds int64
+	since       time.Time // start of the first full round of the current run (or candidate run)
+	full, spare int       // full rounds in a row; rounds in a row that claimed less
+	rounds      int64     // full rounds since the run started
+	logged      bool      // the start was logged; the end is due
 }
 
+const saturationRun = 3
+
 func (s *saturation) observe(log *slog.Logger, cfg Config, started time.Time, claimed int) {
-	switch full := claimed >= cfg.Budget; {
-	case full && s.since.IsZero():
-		s.since, s.rounds = started, 1
-		log.Warn("saturated: rounds claim their whole budget, so this replica admits at most budget ÷ cadence; due rows wait. Raise --admit-batch and --budget, lower --cadence, or add replicas",
-			"budget", cfg.Budget, "cadence", cfg.Cadence.String(), "capacity_per_second", capacity(cfg))
-	case full:
-		s.rounds++
-	case !s.since.IsZero():
-		log.Info("saturation ended", "saturated_rounds", s.rounds, "lasted", time.Since(s.since).Round(time.Millisecond).String())
-		s.since, s.rounds = time.Time{}, 0
+	if claimed >= cfg.Budget {
+		if s.full == 0 && !s.logged {
+			s.since, s.rounds = started, 0
+		}
+		s.full, s.spare, s.rounds = s.full+1, 0, s.rounds+1
+		if s.full == saturationRun && !s.logged {
+			s.logged = true
+			log.Warn("saturated: rounds claim their whole budget, so this replica admits at most budget ÷ cadence; due rows wait. Raise --admit-batch and --budget, lower --cadence, or add replicas",
+				"budget", cfg.Budget, "cadence", cfg.Cadence.String(), "capacity_per_second", capacity(cfg))
+		}
+		return
+	}
+	s.full, s.spare = 0, s.spare+1
+	if s.logged && s.spare == saturationRun {
+		log.Info("saturation ended", "saturated_rounds", s.rounds, "lasted", started.Sub(s.since).Round(time.Millisecond).String())
+		s.logged = false
 	}
 }
 

@@ -103,7 +103,8 @@ at most budget ÷ cadence occurrences per second: 16/s at the defaults (budget 1
 about 960 every-minute or 16 every-second triggers due at once. Beyond that, due rows wait with
 no error (fire_once later admits a trigger that fell a period behind once for the periods it
 missed); qlsched_saturated_rounds_total, qlsched_admission_capacity_per_second and a
-"saturated" log line (once when it starts, once when it ends) show it. To carry more, raise
+"saturated" log line (once, after three full rounds in a row; "saturation ended" after three
+that claim less) show it. To carry more, raise
 --budget (up to 256) with --admit-batch (rows per claim and admit transaction, e.g. 64), lower
 --cadence, or add replicas, up to what the database commits (docs/operations.md, Sizing).`,
 		Example: `  QL_DATABASE_URL=postgres://ql_runtime@db/control qlsched run --owner "$(hostname)"`,
@@ -173,7 +174,7 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	defer pool.Close()
 	var admitting atomic.Bool
 	var m *metrics.Metrics
-	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: log, Local: a.conn.LocalSettings(),
+	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: a.logger(), Local: a.conn.LocalSettings(),
 		Wire: func(co *coordinator.Coordinator) {
 			m = metrics.New(co, cfg.Owner, admitting.Load, metrics.DatabaseBacklog(pool), opts.backlogInterval)
 		}})

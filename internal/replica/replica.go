@@ -19,7 +19,7 @@ import (
 type Options struct {
 	Config coordinator.Config // validated by the caller before any connection
 	Names  roles.Names        // the four roles readiness checks
-	Log    *slog.Logger
+	Log    *slog.Logger       // without the owner: the replica's lines carry it from Config
 	// Local is the LocalSettings of the pool's dbconn.Config, read after Open (which may switch to
 	// pooled mode): behind a transaction pooler, what every transaction of readiness, recovery
 	// and the store sets first. Nil on a direct connection.
@@ -43,11 +43,12 @@ func Start(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Replica, err
 	if err := verify.Readiness(ctx, dbconn.Local(pool, opts.Local), opts.Names); err != nil {
 		return nil, err
 	}
-	rep, err := coordinator.Recover(ctx, pool, opts.Log, opts.Local...)
+	log := opts.Log.With("owner", opts.Config.Owner) // the coordinator adds it to its own lines
+	rep, err := coordinator.Recover(ctx, pool, log, opts.Local...)
 	if err != nil {
 		return nil, err
 	}
-	opts.Log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped)
+	log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped)
 	co := coordinator.New(opts.Config, coordinator.NewStore(pool, opts.Local...), opts.Log)
 	if opts.Wire != nil {
 		opts.Wire(co)
