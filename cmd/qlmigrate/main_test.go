@@ -86,7 +86,7 @@ func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
 		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
 		{"no sub-command", []string{"roles"}, "needs a sub-command"},
 		{"unknown flag", []string{"up", "--frobnicate"}, "unknown flag: --frobnicate"},
-		{"bad format", []string{"status", "--format", "yaml"}, `--format "yaml": want text or json`},
+		{"bad format", []string{"status", "--format", "yaml"}, `invalid argument "yaml" for "--format" flag: want text or json`},
 		{"negative --to", []string{"up", "--to", "-3"}, "--to -3"},
 		{"--to beyond the last migration", []string{"up", "--to", "19"}, "--to 19: the stream has versions 1 … 18"},
 		{"--to beyond the last migration, dry run", []string{"up", "--dry-run", "--to", "19"}, "--to 19: the stream has versions 1 … 18"},
@@ -96,10 +96,10 @@ func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
 		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, `--role-prefix "Robert'); DROP": want a lower-case identifier prefix`},
 		{"extra argument", []string{"status", "now"}, "unknown command"},
 		{"unparseable URL", []string{"status", "--database-url", "postgres://u:hunter2@127.0.0.1:1/x%zz"}, "cannot parse"},
-		{"verify: bad format", []string{"verify", "--format", "yaml"}, `--format "yaml": want text or json`},
+		{"verify: bad format", []string{"verify", "--format", "yaml"}, `invalid argument "yaml" for "--format" flag: want text or json`},
 		{"verify: unknown flag", []string{"verify", "--allow-everything"}, "unknown flag: --allow-everything"},
 		{"verify: extra argument", []string{"verify", "now"}, "unknown command"},
-		{"grants: bad format", []string{"grants", "--sql", "--format", "yaml"}, `--format "yaml": want text or json`},
+		{"grants: bad format", []string{"grants", "--sql", "--format", "yaml"}, `invalid argument "yaml" for "--format" flag: want text or json`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
