@@ -189,11 +189,17 @@ func canFire(s *cron.SpecSchedule) bool {
 	return false
 }
 
+var hostDependentZones = map[string]bool{"Local": true, "localtime": true, "posixrules": true, "Factory": true}
+
 func loadZone(name string) (*time.Location, error) {
 	switch name {
 	case "":
 		return nil, fmt.Errorf("%w: time zone is empty; want an IANA name such as Europe/Berlin, or UTC", ErrInvalidSchedule)
-	case "Local":
+	}
+	// Names that resolve to a file of the host's zoneinfo that is not an IANA zone, or to the
+	// host's own setting: two hosts (or a minimal container, which has only the embedded tzdata)
+	// would read the same trigger in different zones, or not at all.
+	if hostDependentZones[name] || strings.HasPrefix(name, "posix/") || strings.HasPrefix(name, "right/") {
 		return nil, fmt.Errorf("%w: time zone %q depends on the host; want an IANA name such as Europe/Berlin, or UTC", ErrInvalidSchedule, name)
 	}
 	loc, err := time.LoadLocation(name)

@@ -94,6 +94,10 @@ func TestParseScheduleErrors(t *testing.T) {
 		{"31st of short months", "0 0 31 4,6,9,11 *", "UTC", []string{"never fires"}},
 		{"empty zone", "0 * * * *", "", []string{"time zone is empty", "IANA"}},
 		{"Local zone", "0 * * * *", "Local", []string{`time zone "Local" depends on the host`}},
+		{"the host's localtime", "0 * * * *", "localtime", []string{`time zone "localtime" depends on the host`}},
+		{"posixrules", "0 * * * *", "posixrules", []string{`time zone "posixrules" depends on the host`}},
+		{"a posix/ copy", "0 * * * *", "posix/Europe/Berlin", []string{`time zone "posix/Europe/Berlin" depends on the host`}},
+		{"a right/ zone (leap seconds)", "0 * * * *", "right/UTC", []string{`time zone "right/UTC" depends on the host`}},
 		{"unknown zone", "0 * * * *", "Mars/Olympus_Mons", []string{`time zone "Mars/Olympus_Mons" is not a known IANA time zone`}},
 		{"path zone", "0 * * * *", "../../etc/passwd", []string{`time zone "../../etc/passwd" is not a known IANA time zone`}},
 	} {
