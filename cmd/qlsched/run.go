@@ -136,7 +136,7 @@ that claim less) show it. To carry more, raise
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Owner, "owner", cfg.Owner, "claim owner written into every fence; unique per replica (default: hostname-pid)")
+	f.StringVar(&cfg.Owner, "owner", cfg.Owner, "claim owner written into every fence; unique per replica (the default is this host's name and the process id)")
 	f.IntVar(&cfg.Budget, "budget", cfg.Budget, fmt.Sprintf("claims per round, 1 … %d", coordinator.MaxBudget))
 	f.DurationVar(&cfg.Cadence, "cadence", cfg.Cadence, "time between round starts, 10ms … 1m")
 	f.DurationVar(&cfg.Lease, "lease", cfg.Lease, "claim lease, 1s … 10m and at least 2 × cadence")
