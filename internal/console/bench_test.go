@@ -119,9 +119,8 @@ func BenchmarkPages(b *testing.B) {
 			values map[string]string
 		}{
 			{"ConsoleProjects", map[string]string{"cap": "1000"}},
-			{"ConsoleLiveClaims", nil},
-			{"ConsoleAdmissionsByMinute", map[string]string{"window_ms": "3600000"}},
-			{"ConsoleAdmissionLag", map[string]string{"window_ms": "3600000"}},
+			{"ConsoleLiveClaims", map[string]string{"cap": "1000"}},
+			{"ConsoleAdmissions", map[string]string{"window_ms": "3600000"}},
 			{"ConsoleProjectTriggers", map[string]string{"project_id": "'big'", "after_trigger": "'" + mid + "'", "max_rows": "100"}},
 			{"ConsoleTriggerRevisions", map[string]string{"project_id": "'big'", "trigger_id": "'" + mid + "'", "max_rows": "51"}},
 			{"ConsoleRunsPage", map[string]string{"project_id": "'big'", "before_created_ms": older, "before_run_id": maxUUID,
