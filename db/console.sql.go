@@ -40,8 +40,8 @@ type ConsoleAdmissionsRow struct {
 
 // The scheduler's admissions of the last @window_ms per project, read once from a range of
 // runs_project_created_idx: one row per minute (minute 0 is the oldest) with its count and the
-// admission lag's p50 and p99, and one row for the whole window (minute -1; percentiles of
-// minutes do not combine, so the grouping sets compute both from the same rows). Two statements
+// admission lag's p50 and p99, and one row for the whole window (minute -1). Percentiles of
+// minutes do not combine, so the grouping sets compute both from the same rows: two statements
 // read the last hour's Runs twice (about 40,000 at 10M Runs, 0.7 s cold).
 func (q *Queries) ConsoleAdmissions(ctx context.Context, windowMs int64) ([]ConsoleAdmissionsRow, error) {
 	rows, err := q.db.Query(ctx, consoleAdmissions, windowMs)
@@ -93,7 +93,7 @@ type ConsoleLiveClaimsRow struct {
 
 // Live claims per project and owner among the newest @cap rows of the project's due range (the
 // claim index's range backwards from now). A claim is taken on a due or uninitialised row and
-// every write that advances the cursor ends it, so a live claim sits in the due range; the walk is
+// every write that advances the cursor ends it, so a live claim sits in the due range: the walk is
 // bounded by rows read, as the backlog's is, because the range also holds every disabled
 // trigger's row (reading them all, one heap page each, cost 1.1 s of the overview at 1M schedule
 // rows). It walks from the newest end: without a backlog the rows in hand are the ones that fell
