@@ -14,13 +14,13 @@ import (
 
 const consoleAdmissions = `-- name: ConsoleAdmissions :many
 SELECT p.project_id, coalesce(a.minute, -1)::bigint AS minute, a.admissions::bigint AS admissions,
-       coalesce(a.lag_p50_ms, 0)::bigint AS lag_p50_ms, coalesce(a.lag_p99_ms, 0)::bigint AS lag_p99_ms
+       coalesce(a.lag[1], 0)::bigint AS lag_p50_ms, coalesce(a.lag[2], 0)::bigint AS lag_p99_ms
 FROM control_core.projects p
 CROSS JOIN LATERAL (
+    -- both percentiles from one sort of each group's lags (an array of fractions)
     SELECT ((r.created_at_ms - (control_core.db_now_ms() - $1::bigint)) / 60000) AS minute,
            count(*) AS admissions,
-           percentile_disc(0.5) WITHIN GROUP (ORDER BY r.queued_at_ms - r.scheduled_for_ms) AS lag_p50_ms,
-           percentile_disc(0.99) WITHIN GROUP (ORDER BY r.queued_at_ms - r.scheduled_for_ms) AS lag_p99_ms
+           percentile_disc(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY r.queued_at_ms - r.scheduled_for_ms) AS lag
     FROM control_core.runs r
     WHERE r.project_id = p.project_id
       AND r.created_at_ms >= control_core.db_now_ms() - $1::bigint
