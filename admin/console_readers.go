@@ -20,9 +20,9 @@ import (
 // pages walked by keyset along an index (sql/queries/console.sql says which).
 
 // ConsoleCountCap bounds the counts of the console's overview (triggers, enabled) and the rows of
-// the due range its backlog walks: a count equal to it means "at least". At 10,000 the overview
-// took 1.8 s at 1,000,000 schedule rows (a probe of the revision per due row, past
-// shared_buffers); at 1,000 its working set stays cached.
+// the due range its backlog and live-claims walks read: a count equal to it means "at least". At
+// 10,000 the overview took 1.8 s at 1,000,000 schedule rows (a probe of the revision per due
+// row, past shared_buffers); at 1,000 its working set stays cached.
 const ConsoleCountCap = 1000
 
 // ConsoleWindow is the window of the overview's admissions and lag: the database's last hour.
