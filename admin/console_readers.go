@@ -20,9 +20,9 @@ import (
 // pages walked by keyset along an index (sql/queries/console.sql says which).
 
 // ConsoleCountCap bounds the counts of the console's overview (triggers, enabled) and the rows of
-// the due range its backlog walks: a count equal to it means "at least". At 10,000 the overview
-// took 1.8 s at 1,000,000 schedule rows (a probe of the revision per due row, past
-// shared_buffers); at 1,000 its working set stays cached.
+// the due range its backlog and live-claims walks read: a count equal to it means "at least". At
+// 10,000 the overview took 1.8 s at 1,000,000 schedule rows (a probe of the revision per due
+// row, past shared_buffers); at 1,000 its working set stays cached.
 const ConsoleCountCap = 1000
 
 // ConsoleWindow is the window of the overview's admissions and lag: the database's last hour.
@@ -41,7 +41,9 @@ type Overview struct {
 // ProjectOverview is one project of the Overview. Triggers and Enabled stop at ConsoleCountCap.
 // Backlog and OldestOverdueMs come from the first ConsoleCountCap rows of the due range; when the
 // walk reached that cap (BacklogPartial) the backlog is a lower bound and an older overdue
-// occurrence may lie beyond it. OldestOverdueMs is 0 when none was found. Minutes holds one entry per
+// occurrence may lie beyond it. OldestOverdueMs is 0 when none was found. LiveClaimsByOwner
+// comes from the newest ConsoleCountCap rows of the due range; ClaimsPartial says the range holds
+// more, so a claim may lie beyond the walk and the counts are lower bounds. Minutes holds one entry per
 // minute of the window, oldest first, zero where nothing was admitted; the lag percentiles are
 // over the whole window (0 without admissions).
 type ProjectOverview struct {
@@ -53,6 +55,7 @@ type ProjectOverview struct {
 	BacklogPartial    bool
 	OldestOverdueMs   int64
 	LiveClaimsByOwner []OwnerClaims
+	ClaimsPartial     bool
 	Minutes           []MinuteAdmissions
 	Admissions        int64
 	LagP50Ms          int64
@@ -86,18 +89,14 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 		if err != nil {
 			return fmt.Errorf("read projects: %w", err)
 		}
-		claims, err := q.ConsoleLiveClaims(ctx)
+		claims, err := q.ConsoleLiveClaims(ctx, ConsoleCountCap)
 		if err != nil {
 			return fmt.Errorf("read live claims: %w", err)
 		}
 		window := ConsoleWindow.Milliseconds()
-		minutes, err := q.ConsoleAdmissionsByMinute(ctx, window)
+		admissions, err := q.ConsoleAdmissions(ctx, window)
 		if err != nil {
-			return fmt.Errorf("read admissions by minute: %w", err)
-		}
-		lags, err := q.ConsoleAdmissionLag(ctx, window)
-		if err != nil {
-			return fmt.Errorf("read admission lag: %w", err)
+			return fmt.Errorf("read admissions: %w", err)
 		}
 		out.Projects = make([]ProjectOverview, 0, len(projects))
 		index := map[string]int{}
@@ -106,7 +105,7 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 			out.NowMs = p.NowMs
 			index[p.ProjectID] = i
 			po := ProjectOverview{ProjectID: p.ProjectID, State: p.State, Triggers: p.Triggers, Enabled: p.Enabled,
-				Backlog: p.Backlog, BacklogPartial: p.DueWalked >= ConsoleCountCap, OldestOverdueMs: p.OldestOverdueMs, LiveClaimsByOwner: []OwnerClaims{},
+				Backlog: p.Backlog, BacklogPartial: p.DueWalked >= ConsoleCountCap, ClaimsPartial: p.DueWalked >= ConsoleCountCap, OldestOverdueMs: p.OldestOverdueMs, LiveClaimsByOwner: []OwnerClaims{},
 				Minutes: make([]MinuteAdmissions, n)}
 			for m := range po.Minutes {
 				po.Minutes[m].StartMs = p.NowMs - window + int64(m)*60000
@@ -118,21 +117,22 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 				out.Projects[i].LiveClaimsByOwner = append(out.Projects[i].LiveClaimsByOwner, OwnerClaims{c.Owner, c.Claims})
 			}
 		}
-		for _, m := range minutes {
-			// the minutes statement ran a moment after the projects one: its last minute may be
-			// one past the window's end as this read counts it
-			if i, ok := index[m.ProjectID]; ok && m.Minute >= 0 {
-				k := min(int(m.Minute), n-1)
-				mm := &out.Projects[i].Minutes[k]
-				mm.Admissions += m.Admissions
-				mm.LagP50Ms, mm.LagP99Ms = max(mm.LagP50Ms, m.LagP50Ms), max(mm.LagP99Ms, m.LagP99Ms)
+		for _, m := range admissions {
+			i, ok := index[m.ProjectID]
+			if !ok {
+				continue
 			}
-		}
-		for _, l := range lags {
-			if i, ok := index[l.ProjectID]; ok {
+			if m.Minute < 0 { // the whole window
 				p := &out.Projects[i]
-				p.Admissions, p.LagP50Ms, p.LagP99Ms = l.Admissions, l.LagP50Ms, l.LagP99Ms
+				p.Admissions, p.LagP50Ms, p.LagP99Ms = m.Admissions, m.LagP50Ms, m.LagP99Ms
+				continue
 			}
+			// the admissions statement ran a moment after the projects one: its last minute may
+			// be one past the window's end as this read counts it
+			k := min(int(m.Minute), n-1)
+			mm := &out.Projects[i].Minutes[k]
+			mm.Admissions += m.Admissions
+			mm.LagP50Ms, mm.LagP99Ms = max(mm.LagP50Ms, m.LagP50Ms), max(mm.LagP99Ms, m.LagP99Ms)
 		}
 		return nil
 	})

@@ -67,9 +67,9 @@ func BenchmarkPages(b *testing.B) {
 		INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
 		    SELECT 'big', 't' || g, 1 FROM generate_series(1, %[1]d) g;
 		INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
-		        misfire_policy, enabled, task_id, task_revision, content_digest)
+		        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
 		    SELECT 'big', 't' || g, 1, 'cron', '0 * * * *', CASE WHEN g %% 3 = 0 THEN 'Europe/Berlin' ELSE 'UTC' END,
-		           'skip', g %% 50 <> 0, 'job', 1, repeat('a', 64)
+		           'skip', 60000, g %% 50 <> 0, 'job', 1, repeat('a', 64)
 		    FROM generate_series(1, %[1]d) g;
 		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
 		        state_version, claim_version, updated_at_ms, claim_owner, claim_token, claim_expires_at_ms)
@@ -119,9 +119,8 @@ func BenchmarkPages(b *testing.B) {
 			values map[string]string
 		}{
 			{"ConsoleProjects", map[string]string{"cap": "1000"}},
-			{"ConsoleLiveClaims", nil},
-			{"ConsoleAdmissionsByMinute", map[string]string{"window_ms": "3600000"}},
-			{"ConsoleAdmissionLag", map[string]string{"window_ms": "3600000"}},
+			{"ConsoleLiveClaims", map[string]string{"cap": "1000"}},
+			{"ConsoleAdmissions", map[string]string{"window_ms": "3600000"}},
 			{"ConsoleProjectTriggers", map[string]string{"project_id": "'big'", "after_trigger": "'" + mid + "'", "max_rows": "100"}},
 			{"ConsoleTriggerRevisions", map[string]string{"project_id": "'big'", "trigger_id": "'" + mid + "'", "max_rows": "51"}},
 			{"ConsoleRunsPage", map[string]string{"project_id": "'big'", "before_created_ms": older, "before_run_id": maxUUID,

@@ -202,3 +202,42 @@ func TestRunsPagesWalkEveryRunOnce(t *testing.T) {
 		}
 	}
 }
+
+// The overview's walks of the due range stop at ConsoleCountCap rows and say so: with 1,500
+// due rows of disabled triggers an hour and more overdue, the backlog reads ≥ 1 (nightly,
+// uninitialised) and live claims are counted among the newest rows only (replica-a's, on the row
+// that fell due last, as a lower bound), so a claim on the oldest row (replica-b's) lies beyond
+// the walk.
+func TestOverviewCapsTheDueRangeWalks(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	s.d.Exec(t, `SET session_replication_role = replica;
+		BEGIN;
+		INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
+		    SELECT 'billing', 'd' || g, 1 FROM generate_series(1, 1500) g;
+		INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
+		        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
+		    SELECT 'billing', 'd' || g, 1, 'cron', '0 * * * *', 'UTC', 'skip', 60000, false, 'job', 1, repeat('a', 64)
+		    FROM generate_series(1, 1500) g;
+		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
+		        state_version, claim_version, updated_at_ms)
+		    SELECT 'billing', 'd' || g, 1, control_core.db_now_ms() - 3600000 - g, 1, 0, control_core.db_now_ms()
+		    FROM generate_series(1, 1500) g;
+		UPDATE control_core.trigger_schedules SET claim_owner = 'replica-b', claim_token = gen_random_uuid(),
+		    claim_version = 1, claim_expires_at_ms = control_core.db_now_ms() + 600000
+		WHERE project_id = 'billing' AND trigger_id = 'd1500';
+		COMMIT;
+		ANALYZE control_core.trigger_schedules;`)
+	r := get(t, s.srv.URL, "/")
+	if r.code != 200 {
+		t.Fatalf("GET /: %d\n%s", r.code, r.body)
+	}
+	for _, want := range []string{"replica-a: ≥ 1", `class="num warn">≥ 1<`, ">≥ 1000<"} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("overview: no %q in\n%s", want, r.body)
+		}
+	}
+	if strings.Contains(r.body, "replica-b") {
+		t.Errorf("overview counts replica-b's claim on the oldest due row, beyond the walk's 1,000 newest rows:\n%s", r.body)
+	}
+}
