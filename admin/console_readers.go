@@ -200,8 +200,8 @@ func (r *Reader) ProjectTriggers(ctx context.Context, p TriggerPage) (Project, [
 		for _, t := range rows {
 			tr := Trigger{
 				ProjectID: t.ProjectID, ProjectState: t.ProjectState, TriggerID: t.TriggerID, TriggerRevision: t.TriggerRevision,
-				CronSpec: t.CronSpec, TimeZone: t.Timezone, MisfirePolicy: schedule.MisfirePolicy(t.MisfirePolicy), Enabled: t.Enabled,
-				TaskID: t.TaskID, TaskRevision: t.TaskRevision, ContentDigest: t.ContentDigest, RevisionCreatedMs: t.RevisionCreatedAtMs,
+				CronSpec: t.CronSpec, TimeZone: t.Timezone, MisfirePolicy: schedule.MisfirePolicy(t.MisfirePolicy), MisfireGraceMs: t.MisfireGraceMs,
+				Enabled: t.Enabled, TaskID: t.TaskID, TaskRevision: t.TaskRevision, ContentDigest: t.ContentDigest, RevisionCreatedMs: t.RevisionCreatedAtMs,
 				NextFireAtMs: int8Ptr(t.NextFireAtMs), LastScheduledAtMs: int8Ptr(t.LastScheduledAtMs), StateVersion: t.StateVersion,
 				ClaimOwner: textPtr(t.ClaimOwner), ClaimVersion: t.ClaimVersion, ClaimExpiresAtMs: int8Ptr(t.ClaimExpiresAtMs),
 				UpdatedAtMs: t.UpdatedAtMs, NowMs: t.NowMs,
@@ -225,6 +225,7 @@ type TriggerRevision struct {
 	CronSpec      string
 	TimeZone      string
 	MisfirePolicy string
+	MisfireGrace  time.Duration
 	Enabled       bool
 	TaskID        string
 	TaskRevision  int64
@@ -254,7 +255,7 @@ func (r *Reader) TriggerHistory(ctx context.Context, project, trigger string) ([
 		revs := make([]TriggerRevision, 0, len(rows))
 		for _, x := range rows {
 			revs = append(revs, TriggerRevision{Revision: x.Revision, CronSpec: x.CronSpec, TimeZone: x.Timezone,
-				MisfirePolicy: x.MisfirePolicy, Enabled: x.Enabled, TaskID: x.TaskID, TaskRevision: x.TaskRevision,
+				MisfirePolicy: x.MisfirePolicy, MisfireGrace: time.Duration(x.MisfireGraceMs) * time.Millisecond, Enabled: x.Enabled, TaskID: x.TaskID, TaskRevision: x.TaskRevision,
 				ContentDigest: x.ContentDigest, CreatedAtMs: x.CreatedAtMs})
 		}
 		for i := range revs {
@@ -282,6 +283,7 @@ func revisionChanges(prev, next TriggerRevision) []string {
 	add("cron", prev.CronSpec, next.CronSpec)
 	add("timezone", prev.TimeZone, next.TimeZone)
 	add("misfire", prev.MisfirePolicy, next.MisfirePolicy)
+	add("misfire grace", prev.MisfireGrace, next.MisfireGrace)
 	add("enabled", prev.Enabled, next.Enabled)
 	add("task", fmt.Sprintf("%s@%d", prev.TaskID, prev.TaskRevision), fmt.Sprintf("%s@%d", next.TaskID, next.TaskRevision))
 	return out

@@ -181,7 +181,7 @@ func (q *Queries) ConsoleProject(ctx context.Context, projectID string) ([]Conso
 }
 
 const consoleProjectTriggers = `-- name: ConsoleProjectTriggers :many
-SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled,
+SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled,
        tr.task_id, tr.task_revision, tr.content_digest, tr.created_at_ms AS revision_created_at_ms,
        p.state AS project_state, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
        s.claim_owner, s.claim_version, s.claim_expires_at_ms, s.updated_at_ms,
@@ -221,6 +221,7 @@ type ConsoleProjectTriggersRow struct {
 	CronSpec              string      `json:"cron_spec"`
 	Timezone              string      `json:"timezone"`
 	MisfirePolicy         string      `json:"misfire_policy"`
+	MisfireGraceMs        int64       `json:"misfire_grace_ms"`
 	Enabled               bool        `json:"enabled"`
 	TaskID                string      `json:"task_id"`
 	TaskRevision          int64       `json:"task_revision"`
@@ -259,6 +260,7 @@ func (q *Queries) ConsoleProjectTriggers(ctx context.Context, arg ConsoleProject
 			&i.CronSpec,
 			&i.Timezone,
 			&i.MisfirePolicy,
+			&i.MisfireGraceMs,
 			&i.Enabled,
 			&i.TaskID,
 			&i.TaskRevision,
@@ -454,8 +456,8 @@ func (q *Queries) ConsoleRunsPage(ctx context.Context, arg ConsoleRunsPageParams
 }
 
 const consoleTriggerRevisions = `-- name: ConsoleTriggerRevisions :many
-SELECT tr.revision, tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
-       tr.content_digest, tr.created_at_ms
+SELECT tr.revision, tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled, tr.task_id,
+       tr.task_revision, tr.content_digest, tr.created_at_ms
 FROM control_core.trigger_revisions tr
 WHERE tr.project_id = $1::text AND tr.trigger_id = $2::text
 ORDER BY tr.revision DESC
@@ -469,16 +471,17 @@ type ConsoleTriggerRevisionsParams struct {
 }
 
 type ConsoleTriggerRevisionsRow struct {
-	Revision      int64  `json:"revision"`
-	Kind          string `json:"kind"`
-	CronSpec      string `json:"cron_spec"`
-	Timezone      string `json:"timezone"`
-	MisfirePolicy string `json:"misfire_policy"`
-	Enabled       bool   `json:"enabled"`
-	TaskID        string `json:"task_id"`
-	TaskRevision  int64  `json:"task_revision"`
-	ContentDigest string `json:"content_digest"`
-	CreatedAtMs   int64  `json:"created_at_ms"`
+	Revision       int64  `json:"revision"`
+	Kind           string `json:"kind"`
+	CronSpec       string `json:"cron_spec"`
+	Timezone       string `json:"timezone"`
+	MisfirePolicy  string `json:"misfire_policy"`
+	MisfireGraceMs int64  `json:"misfire_grace_ms"`
+	Enabled        bool   `json:"enabled"`
+	TaskID         string `json:"task_id"`
+	TaskRevision   int64  `json:"task_revision"`
+	ContentDigest  string `json:"content_digest"`
+	CreatedAtMs    int64  `json:"created_at_ms"`
 }
 
 // A trigger's revisions, newest first, at most @max_rows (its primary key, backwards).
@@ -497,6 +500,7 @@ func (q *Queries) ConsoleTriggerRevisions(ctx context.Context, arg ConsoleTrigge
 			&i.CronSpec,
 			&i.Timezone,
 			&i.MisfirePolicy,
+			&i.MisfireGraceMs,
 			&i.Enabled,
 			&i.TaskID,
 			&i.TaskRevision,

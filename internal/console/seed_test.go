@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -29,7 +30,7 @@ type seeded struct {
 }
 
 // seed publishes two projects as the admin role: billing (active) with nightly (Europe/Berlin,
-// fire_once, two revisions: the cron changed), hourly (claimed by replica-a, 30 Runs admitted in
+// fire_once, three revisions: the cron changed, then the misfire grace), hourly (claimed by replica-a, 30 Runs admitted in
 // the last hour with 250 ms lag) and off (disabled); ops (paused) with one trigger, sweep.
 func seed(t *testing.T) *seeded {
 	t.Helper()
@@ -52,6 +53,9 @@ func seed(t *testing.T) *seeded {
 	}
 	must(pub.PublishTrigger(ctx, trig("billing", "nightly", "0 3 * * *", "Europe/Berlin", schedule.MisfireFireOnce, true)))
 	must(pub.PublishTrigger(ctx, trig("billing", "nightly", "30 3 * * *", "Europe/Berlin", schedule.MisfireFireOnce, true)))
+	graced := trig("billing", "nightly", "30 3 * * *", "Europe/Berlin", schedule.MisfireFireOnce, true)
+	graced.MisfireGrace = 15 * time.Minute // a third revision that changes the grace only
+	must(pub.PublishTrigger(ctx, graced))
 	must(pub.PublishTrigger(ctx, trig("billing", "hourly", "0 * * * *", "UTC", schedule.MisfireSkip, true)))
 	must(pub.PublishTrigger(ctx, trig("billing", "off", "*/5 * * * *", "UTC", schedule.MisfireSkip, false)))
 	must(pub.PublishTrigger(ctx, trig("ops", "sweep", "15 * * * *", "America/New_York", schedule.MisfireSkip, true)))

@@ -101,7 +101,7 @@ ORDER BY p.project_id, minute;
 -- name: ConsoleProjectTriggers :many
 -- One page of a project's triggers by id, after @after_trigger ('' for the first page), each with
 -- its head revision, schedule row and newest Run (one backward probe of runs_occurrence_key).
-SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled,
+SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled,
        tr.task_id, tr.task_revision, tr.content_digest, tr.created_at_ms AS revision_created_at_ms,
        p.state AS project_state, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
        s.claim_owner, s.claim_version, s.claim_expires_at_ms, s.updated_at_ms,
@@ -129,8 +129,8 @@ LIMIT @max_rows::integer;
 
 -- name: ConsoleTriggerRevisions :many
 -- A trigger's revisions, newest first, at most @max_rows (its primary key, backwards).
-SELECT tr.revision, tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.enabled, tr.task_id, tr.task_revision,
-       tr.content_digest, tr.created_at_ms
+SELECT tr.revision, tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled, tr.task_id,
+       tr.task_revision, tr.content_digest, tr.created_at_ms
 FROM control_core.trigger_revisions tr
 WHERE tr.project_id = @project_id::text AND tr.trigger_id = @trigger_id::text
 ORDER BY tr.revision DESC
