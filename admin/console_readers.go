@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -306,13 +304,8 @@ func (p RunPage) Validate() error {
 	if err := ValidateID(FieldProject, p.Project); err != nil {
 		return err
 	}
-	if p.Trigger != "" {
-		if err := ValidateID(FieldTrigger, p.Trigger); err != nil {
-			return err
-		}
-	}
-	if p.State != "" && !slices.Contains(RunStates, p.State) {
-		return fieldErrf(FieldState, "%q is not a Run state: want one of %s", p.State, strings.Join(RunStates, ", "))
+	if err := validateRunScope(p.Trigger, p.State); err != nil {
+		return err
 	}
 	if p.Before < 0 || p.SinceMs < 0 {
 		return fieldErrf(FieldSince, "want a time after 1970")

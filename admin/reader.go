@@ -195,21 +195,32 @@ type RunFilter struct {
 
 // Validate refuses a filter that could never match a stored row, and a limit out of bounds.
 func (f RunFilter) Validate() error {
-	for _, id := range []struct{ field, id string }{{FieldProject, f.Project}, {FieldTrigger, f.Trigger}} {
-		if id.id != "" {
-			if err := ValidateID(id.field, id.id); err != nil {
-				return err
-			}
+	if f.Project != "" {
+		if err := ValidateID(FieldProject, f.Project); err != nil {
+			return err
 		}
 	}
-	if f.State != "" && !slices.Contains(RunStates, f.State) {
-		return fieldErrf(FieldState, "%q is not a Run state: want one of %s", f.State, strings.Join(RunStates, ", "))
+	if err := validateRunScope(f.Trigger, f.State); err != nil {
+		return err
 	}
 	if f.SinceMs < 0 || f.Within < 0 || (f.SinceMs != 0 && f.Within != 0) {
 		return fieldErrf(FieldSince, "want one time or one positive duration")
 	}
 	if f.Limit < 1 || f.Limit > MaxRunsLimit {
 		return fieldErrf(FieldLimit, "%d is out of range: want 1 … %d", f.Limit, MaxRunsLimit)
+	}
+	return nil
+}
+
+// validateRunScope checks the optional trigger id and Run state that both Run listings filter by.
+func validateRunScope(trigger, state string) error {
+	if trigger != "" {
+		if err := ValidateID(FieldTrigger, trigger); err != nil {
+			return err
+		}
+	}
+	if state != "" && !slices.Contains(RunStates, state) {
+		return fieldErrf(FieldState, "%q is not a Run state: want one of %s", state, strings.Join(RunStates, ", "))
 	}
 	return nil
 }
