@@ -19,7 +19,10 @@ import (
 )
 
 func (a *app) uiCmd() *cobra.Command {
-	var httpAddr, rolePrefix string
+	var (
+		httpAddr, rolePrefix string
+		names                roles.Names // from --role-prefix, checked before connecting
+	)
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Read-only web console: overview, projects, triggers, Runs, schema health",
@@ -49,19 +52,14 @@ put it behind one. SIGTERM or SIGINT stops it.`,
 			if err := validateHTTPAddr(httpAddr); err != nil {
 				return err
 			}
-			if _, err := roles.NewNames(rolePrefix); err != nil {
+			var err error
+			if names, err = roles.NewNames(rolePrefix); err != nil {
 				return cli.RolePrefixError(err)
 			}
-			_, err := a.connConfig()
+			_, err = a.connConfig()
 			return err
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			names, err := roles.NewNames(rolePrefix)
-			if err != nil {
-				return cli.RolePrefixError(err)
-			}
-			return a.ui(cmd.Context(), httpAddr, names)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.ui(cmd.Context(), httpAddr, names) },
 	}
 	f := cmd.Flags()
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:9465", "listen address of the console (loopback by default; port 0: any free port, logged)")
