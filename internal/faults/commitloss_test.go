@@ -13,7 +13,6 @@ import (
 
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/faultproxy"
-	cronschedule "github.com/qlcontrol/controlcore/schedule"
 )
 
 // Gate 3: raw-wire COMMIT-response loss. The fault proxy sits between pgx and the server and
@@ -50,19 +49,7 @@ func TestGateCommitResponseLoss(t *testing.T) {
 	// 2. Through the store: the caller sees the error itself and retries the same admit.
 	occB := tg.due("b")
 	store := coordinator.NewStore(pool)
-	claim, err := store.Claim(ctx, "replica-1", 30*time.Second)
-	if err != nil || claim == nil || claim.TriggerID != "b" {
-		t.Fatalf("claim b: %+v %v", claim, err)
-	}
-	sched, err := cronschedule.ParseSchedule(claim.CronSpec, claim.TimeZone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cursor := *claim.CursorMs
-	d := cronschedule.Decide(sched, cronschedule.MisfireSkip, claim.MisfireGraceMs, &cursor, claim.ClaimedAtMs)
-	if d.Kind != cronschedule.DecisionFire || d.ScheduledForMs != occB {
-		t.Fatalf("decision %+v; want fire for %d", d, occB)
-	}
+	claim, d := claimToFire(t, store, "replica-1", "b", occB)
 	dropped = proxy.DropNextCommit()
 	_, outcome, err := store.Admit(ctx, claim, d.ScheduledForMs, d.NextFireAtMs, uuid.New(), 3)
 	receive(t, dropped)

@@ -387,3 +387,23 @@ func ready(ctx context.Context, pool *pgxpool.Pool) error {
 	names, _ := roles.NewNames(roles.DefaultPrefix)
 	return verify.Readiness(ctx, pool, names)
 }
+
+// claimToFire claims the due row of trigger as owner through store and decides it (skip, the
+// claim's grace and observation): the decision must be to fire occurrence occ.
+func claimToFire(t *testing.T, store *coordinator.Store, owner, trigger string, occ int64) (*coordinator.Claim, cronschedule.Decision) {
+	t.Helper()
+	claim, err := store.Claim(context.Background(), owner, 30*time.Second)
+	if err != nil || claim == nil || claim.TriggerID != trigger {
+		t.Fatalf("claim %s: %+v %v", trigger, claim, err)
+	}
+	sched, err := cronschedule.ParseSchedule(claim.CronSpec, claim.TimeZone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cursor := *claim.CursorMs
+	d := cronschedule.Decide(sched, cronschedule.MisfireSkip, claim.MisfireGraceMs, &cursor, claim.ClaimedAtMs)
+	if d.Kind != cronschedule.DecisionFire || d.ScheduledForMs != occ {
+		t.Fatalf("decision %+v; want fire for %d", d, occ)
+	}
+	return claim, d
+}

@@ -23,7 +23,6 @@ import (
 	qlreplica "github.com/qlcontrol/controlcore/internal/replica"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/roles"
-	cronschedule "github.com/qlcontrol/controlcore/schedule"
 )
 
 // Gate 7: faults with PgBouncer in the path. Two replicas start as `qlsched run` does (readiness,
@@ -111,19 +110,7 @@ func TestGatePoolerCommitResponseLoss(t *testing.T) {
 	// 2. Through the store: the caller retries the same admit under the same claim.
 	occB := pt.due("b")
 	store := coordinator.NewStore(pool, local...)
-	claim, err := store.Claim(ctx, "pooled-1", 30*time.Second)
-	if err != nil || claim == nil || claim.TriggerID != "b" {
-		t.Fatalf("claim b: %+v %v", claim, err)
-	}
-	sched, err := cronschedule.ParseSchedule(claim.CronSpec, claim.TimeZone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cursor := *claim.CursorMs
-	d := cronschedule.Decide(sched, cronschedule.MisfireSkip, claim.MisfireGraceMs, &cursor, claim.ClaimedAtMs)
-	if d.Kind != cronschedule.DecisionFire || d.ScheduledForMs != occB {
-		t.Fatalf("decision %+v; want fire for %d", d, occB)
-	}
+	claim, d := claimToFire(t, store, "pooled-1", "b", occB)
 	dropped = proxy.DropNextCommit()
 	_, outcome, err := store.Admit(ctx, claim, d.ScheduledForMs, d.NextFireAtMs, uuid.New(), 3)
 	receive(t, dropped)
