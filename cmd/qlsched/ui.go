@@ -83,8 +83,8 @@ func (a *app) ui(ctx context.Context, httpAddr string, names roles.Names) error 
 	// client's transaction on a server session others share, so there the readers' READ ONLY
 	// transactions are the guard.
 	a.conn.Pool.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		if a.conn.Pooled() {
-			return nil
+		if err := dbconn.RegisterTypes(ctx, conn); err != nil || a.conn.Pooled() {
+			return err
 		}
 		_, err := conn.Exec(ctx, "SET default_transaction_read_only = on")
 		return err

@@ -68,6 +68,7 @@ func Resolve(flagURL string) (*Config, error) {
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("%s: %s", src, parseFailure(raw, err))}
 	}
+	cfg.AfterConnect = RegisterTypes
 	c := &Config{Pool: cfg, Source: src, secrets: secretsOf(cfg)}
 	if c.pooled, c.session, err = poolerFrom(cfg.ConnConfig.RuntimeParams); err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("%s: %w", src, err)}
@@ -190,7 +191,11 @@ func (c *Config) Connect(ctx context.Context) (*pgx.Conn, error) {
 func (c *Config) connect(ctx context.Context) (*pgx.Conn, error) {
 	connectCtx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
-	return pgx.ConnectConfig(connectCtx, c.Pool.ConnConfig)
+	conn, err := pgx.ConnectConfig(connectCtx, c.Pool.ConnConfig)
+	if err != nil {
+		return nil, err
+	}
+	return conn, RegisterTypes(ctx, conn)
 }
 
 func (c *Config) open(ctx context.Context) (*pgxpool.Pool, error) {
