@@ -507,6 +507,7 @@ func admitParams(items []AdmitItem) db.AdmitParams {
 		p.ProjectRevisions, p.ProjectDigests = append(p.ProjectRevisions, c.ProjectRevision), append(p.ProjectDigests, c.ProjectDigest)
 		p.TriggerDigests, p.TaskDigests = append(p.TriggerDigests, c.TriggerDigest), append(p.TaskDigests, c.TaskDigest)
 		p.ExecutionRevisionIds, p.ExecutionDigests = append(p.ExecutionRevisionIds, c.ExecutionRevisionID), append(p.ExecutionDigests, c.ExecutionDigest)
+		p.TaskIds, p.TaskRevisions = append(p.TaskIds, c.TaskID), append(p.TaskRevisions, c.TaskRevision)
 		p.RunIds = append(p.RunIds, it.RunID)
 	}
 	return p

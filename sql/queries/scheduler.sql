@@ -92,11 +92,37 @@ item AS (
                     unnest(@task_digests::text[]),
                     unnest(@execution_revision_ids::uuid[]),
                     unnest(@execution_digests::text[]),
+                    unnest(@task_ids::text[]),
+                    unnest(@task_revisions::bigint[]),
                     unnest(@run_ids::uuid[]))
          WITH ORDINALITY AS i (row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version,
                                trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms,
                                claimed_at_ms, project_revision, project_digest, trigger_digest, task_digest,
-                               execution_revision_id, execution_digest, run_id, ord)
+                               execution_revision_id, execution_digest, task_id, task_revision, run_id, ord)
+),
+-- The project, task and execution revisions the items name are few (a batch of 128 triggers
+-- usually names one of each): their rows are read, and their digests recomputed, once per
+-- statement here, and every item is checked against them in verified. Read and recomputed once
+-- per item, they were an eighth of a burst's admit (docs/performance.md, Bursts). A row whose
+-- digest does not recompute is not in these sets, so no item that names it passes.
+project AS MATERIALIZED (
+    SELECT p.project_id, p.state, p.revision, p.content_digest
+    FROM control_core.projects p
+    WHERE p.project_id IN (SELECT project_id FROM item)
+      AND p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
+),
+execution AS MATERIALIZED (
+    SELECT er.execution_revision_id, er.executor_kind, er.digest
+    FROM control_core.execution_revisions er
+    WHERE er.execution_revision_id IN (SELECT execution_revision_id FROM item)
+      AND er.digest = control_core.execution_digest(er.spec)
+),
+task AS MATERIALIZED (
+    SELECT kr.project_id, kr.task_id, kr.revision, kr.execution_revision_id, kr.content_digest
+    FROM control_core.task_revisions kr
+    JOIN execution er ON er.execution_revision_id = kr.execution_revision_id
+    WHERE (kr.project_id, kr.task_id, kr.revision) IN (SELECT project_id, task_id, task_revision FROM item)
+      AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
 ),
 verified AS (
     SELECT i.ord, i.row_ctid, i.run_id, gen_random_uuid() AS attempt_id, i.scheduled_for_ms, i.next_fire_at_ms,
@@ -108,13 +134,12 @@ verified AS (
     -- primary key instead, which it prefers once the key equalities below are joins.
     CROSS JOIN LATERAL (SELECT * FROM control_core.trigger_schedules x
                         WHERE x.ctid = CAST(i.row_ctid AS tid) OFFSET 0) s
-    JOIN control_core.projects p ON p.project_id = s.project_id
+    JOIN project p ON p.project_id = s.project_id
     JOIN control_core.triggers t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
     JOIN control_core.trigger_revisions tr
       ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-    JOIN control_core.task_revisions kr
-      ON kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
-    JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
+    JOIN task kr ON kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
+    JOIN execution er ON er.execution_revision_id = kr.execution_revision_id
     WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id
       -- the fence
       AND control_core.claim_fence_holds(s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
@@ -132,16 +157,13 @@ verified AS (
       AND i.next_fire_at_ms > i.scheduled_for_ms AND i.scheduled_for_ms <= obs.now_ms
       -- revisions and digests
       AND p.state = 'active' AND p.revision = i.project_revision AND p.content_digest = i.project_digest
-      AND p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
       AND t.head_revision = s.trigger_revision
       AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = i.trigger_digest
       AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
                                                           tr.misfire_grace_ms, tr.enabled, tr.task_id, tr.task_revision)
       AND kr.content_digest = i.task_digest
-      AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
       AND er.execution_revision_id = i.execution_revision_id
       AND er.executor_kind = 'remote_worker' AND er.digest = i.execution_digest
-      AND er.digest = control_core.execution_digest(er.spec)
     FOR UPDATE OF s
 ),
 run AS (
