@@ -167,21 +167,21 @@ func (q *Queries) BenchSetDue(ctx context.Context, arg BenchSetDueParams) (int64
 const ceilingAdmit = `-- name: CeilingAdmit :execrows
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (
-    SELECT i.project_id, i.trigger_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_revision, i.scheduled_for_ms, i.next_fire_at_ms, gen_random_uuid() AS run_id
+    SELECT i.project_id, i.trigger_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_revision, i.scheduled_for_ms, i.next_fire_at_ms, i.run_id
     FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::text[]),
                     unnest($4::bigint[]), unnest($5::uuid[]),
                     unnest($6::bigint[]), unnest($7::bigint[]),
-                    unnest($8::bigint[]))
+                    unnest($8::bigint[]), unnest($9::uuid[]))
          AS i (project_id, trigger_id, task_id, task_revision, execution_revision_id, trigger_revision,
-               scheduled_for_ms, next_fire_at_ms)
+               scheduled_for_ms, next_fire_at_ms, run_id)
 ),
 run AS (
     INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
                                    trigger_revision, scheduled_for_ms, idempotency_key, state, owner,
                                    queued_at_ms, created_at_ms, updated_at_ms)
     SELECT i.run_id, i.project_id, i.task_id, i.task_revision, i.execution_revision_id, i.trigger_id,
-           i.trigger_revision, i.scheduled_for_ms + $9::bigint,
-           control_core.cron_idempotency_key(i.trigger_id, i.trigger_revision, i.scheduled_for_ms + $9::bigint),
+           i.trigger_revision, i.scheduled_for_ms + $10::bigint,
+           control_core.cron_idempotency_key(i.trigger_id, i.trigger_revision, i.scheduled_for_ms + $10::bigint),
            'queued', 'runtime', obs.now_ms, obs.now_ms, obs.now_ms
     FROM item i CROSS JOIN obs
 ),
@@ -212,6 +212,7 @@ type CeilingAdmitParams struct {
 	TriggerRevisions     []int64     `json:"trigger_revisions"`
 	ScheduledForMs       []int64     `json:"scheduled_for_ms"`
 	NextFireAtMs         []int64     `json:"next_fire_at_ms"`
+	RunIds               []uuid.UUID `json:"run_ids"`
 	OccurrenceOffsetMs   int64       `json:"occurrence_offset_ms"`
 }
 
@@ -221,7 +222,9 @@ type CeilingAdmitParams struct {
 // admission writes, under the key format the runs table checks. The table holds one Run per
 // occurrence, and the phases write occurrences the replicas (and the other phases) write too, so
 // each phase shifts its Runs' scheduled time by occurrence_offset_ms, into a range no schedule
-// reaches (see bench.go): the same rows, constraints and index entries, never a collision.
+// reaches (see bench.go): the same rows, constraints and index entries, never a collision. Run
+// identities come from the caller, made by the replicas' generator (coordinator.NewRunID), so the
+// runs primary key grows in the same order as under the replicas.
 func (q *Queries) CeilingAdmit(ctx context.Context, arg CeilingAdmitParams) (int64, error) {
 	result, err := q.db.Exec(ctx, ceilingAdmit,
 		arg.ProjectIds,
@@ -232,6 +235,7 @@ func (q *Queries) CeilingAdmit(ctx context.Context, arg CeilingAdmitParams) (int
 		arg.TriggerRevisions,
 		arg.ScheduledForMs,
 		arg.NextFireAtMs,
+		arg.RunIds,
 		arg.OccurrenceOffsetMs,
 	)
 	if err != nil {

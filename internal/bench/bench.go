@@ -116,6 +116,9 @@ type Report struct {
 	// batch mode only: the ceiling's write set claimed and written in batches of Batch rows
 	BatchCeilingPerSecond float64 `json:"batch_ceiling_per_second,omitempty"`
 	BatchRatio            float64 `json:"batch_ratio,omitempty"`
+	// burst only: the batch ceiling's phases; batch_ceiling_per_second is then their mean
+	BatchCeilingBeforePerSecond float64 `json:"batch_ceiling_before_per_second,omitempty"`
+	BatchCeilingAfterPerSecond  float64 `json:"batch_ceiling_after_per_second,omitempty"`
 	// burst only: the batch ceiling's rows per batch (--admit-batch, or 128 in single mode) and
 	// each minute's burst; admits_per_second is then the bursts' admissions over their drain times
 	CeilingBatch int            `json:"ceiling_batch,omitempty"`
@@ -501,6 +504,7 @@ func ceilingRound(ctx context.Context, store *coordinator.Store, q *db.Queries, 
 		p.ExecutionRevisionIds = append(p.ExecutionRevisionIds, c.ExecutionRevisionID)
 		p.ScheduledForMs = append(p.ScheduledForMs, *c.CursorMs)
 		p.NextFireAtMs = append(p.NextFireAtMs, *c.CursorMs+period.Milliseconds())
+		p.RunIds = append(p.RunIds, coordinator.NewRunID()) // the replicas' identities: the same index order
 	}
 	return q.CeilingAdmit(ctx, p)
 }
@@ -642,7 +646,11 @@ func (r Report) Text() string {
 	case r.CeilingPerSecond > 0:
 		fmt.Fprintf(&b, "  ceiling       %.0f/s   ratio %.2f\n", r.CeilingPerSecond, r.Ratio)
 	}
-	if r.BatchCeilingPerSecond > 0 {
+	switch {
+	case r.BatchCeilingAfterPerSecond > 0:
+		fmt.Fprintf(&b, "  batch ceiling %.0f/s   ratio %.2f  (the same write set in batches of %d, no fence; mean of %.0f/s before the bursts and %.0f/s after)\n",
+			r.BatchCeilingPerSecond, r.BatchRatio, max(r.CeilingBatch, r.Batch), r.BatchCeilingBeforePerSecond, r.BatchCeilingAfterPerSecond)
+	case r.BatchCeilingPerSecond > 0:
 		fmt.Fprintf(&b, "  batch ceiling %.0f/s   ratio %.2f  (the same write set in batches of %d, no fence)\n", r.BatchCeilingPerSecond, r.BatchRatio, max(r.CeilingBatch, r.Batch))
 	}
 	r.burstText(&b)

@@ -18,16 +18,18 @@ WHERE project_id = @project_id::text;
 -- admission writes, under the key format the runs table checks. The table holds one Run per
 -- occurrence, and the phases write occurrences the replicas (and the other phases) write too, so
 -- each phase shifts its Runs' scheduled time by occurrence_offset_ms, into a range no schedule
--- reaches (see bench.go): the same rows, constraints and index entries, never a collision.
+-- reaches (see bench.go): the same rows, constraints and index entries, never a collision. Run
+-- identities come from the caller, made by the replicas' generator (coordinator.NewRunID), so the
+-- runs primary key grows in the same order as under the replicas.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (
-    SELECT i.*, gen_random_uuid() AS run_id
+    SELECT i.*
     FROM ROWS FROM (unnest(@project_ids::text[]), unnest(@trigger_ids::text[]), unnest(@task_ids::text[]),
                     unnest(@task_revisions::bigint[]), unnest(@execution_revision_ids::uuid[]),
                     unnest(@trigger_revisions::bigint[]), unnest(@scheduled_for_ms::bigint[]),
-                    unnest(@next_fire_at_ms::bigint[]))
+                    unnest(@next_fire_at_ms::bigint[]), unnest(@run_ids::uuid[]))
          AS i (project_id, trigger_id, task_id, task_revision, execution_revision_id, trigger_revision,
-               scheduled_for_ms, next_fire_at_ms)
+               scheduled_for_ms, next_fire_at_ms, run_id)
 ),
 run AS (
     INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
