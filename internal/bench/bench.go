@@ -162,7 +162,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	url := cfg.URL
 	if url == "" {
 		say("starting a throwaway PostgreSQL (fsync on)")
-		cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: map[string]string{"max_connections": "300"}})
+		// PostgreSQL's own max_pred_locks_per_transaction (64), not the test servers' 256: the
+		// setting an operator runs, and the cheaper one for the SERIALIZABLE admit (fewer
+		// predicate lock entries; docs/operations.md, Sizing).
+		cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true,
+			Settings: map[string]string{"max_connections": "300", "max_pred_locks_per_transaction": "64"}})
 		if err != nil {
 			return rep, err
 		}
