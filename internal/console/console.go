@@ -92,7 +92,8 @@ func Handler(opts Options) (http.Handler, error) {
 	mux.HandleFunc("GET /projects/{project}/triggers/{trigger}", s.trigger)
 	mux.HandleFunc("GET /projects/{project}/runs", s.runs)
 	mux.HandleFunc("GET /health", s.health)
-	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	// one segment: a file of the embedded directory, never the directory's listing (GET / answers it)
+	mux.Handle("GET /static/{file}", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "no such page: "+r.URL.Path)
 	})

@@ -143,11 +143,16 @@ func TestRefusesWritesAndHostileInput(t *testing.T) {
 		{"/projects/billing/triggers/nope", 404, "not found"},
 		{"/projects/" + url.PathEscape("<b>x</b>") + "/runs", 400, "&lt;b&gt;x&lt;/b&gt;"},
 		{"/nothing-here", 404, "no such page"},
+		{"/static/", 404, "no such page"},
+		{"/projects/billing/runs?" + strings.Repeat("z", 5000) + "=1", 400, strings.Repeat("z", 64) + "…"},
 	}
 	for _, c := range cases {
 		r := get(t, s.srv.URL, c.path)
 		if r.code != c.code || !strings.Contains(r.body, c.want) {
 			t.Errorf("GET %s: %d %q; want %d and %q", c.path, r.code, errorMessage(r.body), c.code, c.want)
+		}
+		if strings.Contains(r.body, strings.Repeat("z", 65)) {
+			t.Errorf("GET %s: the page repeats a long parameter name whole", c.path)
 		}
 		if strings.Contains(r.body, "<script>alert") || strings.Contains(r.body, "<b>x</b>") {
 			t.Errorf("GET %s: the page echoes markup unescaped", c.path)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -229,7 +230,7 @@ func (s *server) params(w http.ResponseWriter, r *http.Request, allowed ...strin
 		}
 		switch {
 		case !known:
-			s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q: this page takes %s", k, orNone(allowed)))
+			s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q: this page takes %s", clip(k, 64), orNone(allowed)))
 			return nil, false
 		case len(vs) > 1:
 			s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("parameter %q given %d times: want it once", k, len(vs)))
@@ -299,4 +300,13 @@ func (s *server) write(w http.ResponseWriter, _ *http.Request, page string, data
 	if err := s.pages[page].Execute(w, data); err != nil {
 		s.opts.Log.Error("console render failed", "page", page, "err", err)
 	}
+}
+
+// clip shortens what a request named to at most n runes for an error message: the name of an
+// unknown parameter is the client's, and may be as long as the URL.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
 }

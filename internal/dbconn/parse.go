@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // notShown ends every message about a connection string that could not be used: none of its
@@ -50,12 +52,22 @@ func parseFailure(raw string, err error) string {
 		msg += ": it holds a NUL byte"
 	case errors.As(err, &num):
 		msg += ": a number in it (port, connect_timeout, pool_…) is not valid"
+	case tlsSettingsUnusable(err):
+		msg += ": its TLS settings are not usable (sslmode: disable, allow, prefer, require, verify-ca or verify-full; sslrootcert, sslcert and sslkey: readable files)"
 	case strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://"):
 		msg += ": not a valid URL (check the port: a number in 1 … 65535)"
 	case raw != "":
 		msg += ": want keyword=value pairs separated by spaces, values with spaces in single quotes"
 	}
 	return msg + " (" + notShown + ")"
+}
+
+// tlsSettingsUnusable reports pgconn's refusal of the TLS settings (an unknown sslmode, a
+// certificate or key it cannot read), whose cause it words "failed to configure TLS". Only the
+// branch is taken from the message, nothing of it is shown: it quotes the connection string.
+func tlsSettingsUnusable(err error) bool {
+	var pce *pgconn.ParseConfigError
+	return errors.As(err, &pce) && pce.Unwrap() != nil && strings.Contains(pce.Error(), ": failed to configure TLS (")
 }
 
 // badPercentEscape reports a '%' of a URL that does not start a %XX escape.

@@ -260,3 +260,20 @@ func TestRealAuthenticationFailures(t *testing.T) {
 		})
 	}
 }
+
+// A connection string whose TLS settings pgx refuses says so, not that the port may be wrong.
+func TestUnusableTLSSettingsAreNamed(t *testing.T) {
+	clearPGEnv(t)
+	for _, raw := range []string{
+		"postgres://alice:tlsSecret1@127.0.0.1:5432/db?sslmode=bogus",
+		"host=127.0.0.1 password=tlsSecret1 sslmode=verify-full sslrootcert=/nonexistent/ca.pem",
+	} {
+		_, err := Resolve(raw)
+		if err == nil || !strings.Contains(err.Error(), "its TLS settings are not usable") || strings.Contains(err.Error(), "port") {
+			t.Errorf("Resolve(%q) = %v; want the TLS settings named, not the port", raw, err)
+		}
+		if err != nil {
+			assertNoPiece(t, "the configuration error", err.Error(), "tlsSecret1")
+		}
+	}
+}
