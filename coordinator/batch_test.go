@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qlcontrol/controlcore/admin"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -66,6 +68,47 @@ func TestBatchAdmitVerifiesEachRowOnItsOwn(t *testing.T) {
 	}
 	if n := f.audit(); n != 1 {
 		t.Errorf("%d runs, want 1", n)
+	}
+}
+
+// The admit reads the project, task and execution revisions once per batch (Admit's project,
+// execution and task sets); every item is still checked against its own. A batch over two
+// projects and three tasks, one task's execution spec edited behind its digest: that task's row
+// is refused as corrupt, the rows of the other tasks, in both projects, are written.
+func TestBatchAdmitChecksEachItemsOwnRevisionsAcrossProjectsAndTasks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	if _, err := f.admin.CreateProject(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range []struct{ project, task, image string }{{"p", "other", "example/other:1"}, {"q", "task", "example/q:1"}} {
+		if _, err := f.admin.PublishTask(ctx, admin.TaskSpec{Project: tk.project, Task: tk.task,
+			ExecutorSpec: []byte(`{"image":"` + tk.image + `"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tr := range []struct{ project, trigger, task string }{{"p", "a", "task"}, {"p", "b", "other"}, {"q", "c", "task"}} {
+		if _, err := f.admin.PublishTrigger(ctx, admin.TriggerSpec{Project: tr.project, Trigger: tr.trigger, Task: tr.task,
+			Cron: "* * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip, Enabled: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = control_core.db_now_ms() / 60000 * 60000,
+		state_version = state_version + 1`)
+	s := NewStore(f.rt)
+	claims := claimAll(t, s, "batcher", 30*time.Second, 3)
+	f.exec(`UPDATE control_core.execution_revisions SET spec = spec || '{"tampered": true}' WHERE execution_revision_id =
+		(SELECT execution_revision_id FROM control_core.task_revisions WHERE project_id = 'p' AND task_id = 'other')`)
+	got := map[string]Outcome{}
+	for i, r := range s.AdmitBatch(ctx, items(claims, 60_000), 3) {
+		if r.Err != nil {
+			t.Fatalf("%s/%s: %v", claims[i].ProjectID, claims[i].TriggerID, r.Err)
+		}
+		got[claims[i].ProjectID+"/"+claims[i].TriggerID] = r.Outcome
+	}
+	if got["p/a"] != Written || got["p/b"] != Corrupt || got["q/c"] != Written {
+		t.Errorf("outcomes %v, want p/a written, p/b corrupt, q/c written", got)
 	}
 }
 
