@@ -18,7 +18,8 @@ func (a *app) benchCmd() *cobra.Command {
 		Use:   "bench [--scenario backlog|steady|burst] [--triggers N] [--replicas R] [--duration D]",
 		Short: "Measure admission throughput against the database's ceiling, latency and lag",
 		Long: `bench starts a throwaway PostgreSQL with fsync on (or uses --database-url: a migrated database
-and a role that may publish and claim, e.g. a superuser), publishes --triggers cron triggers in a
+and a role that may publish and claim, e.g. a superuser; QL_DATABASE_URL and the PG* variables
+are not read, so a shell set up for production never benchmarks it by accident), publishes --triggers cron triggers in a
 new project and runs --replicas replicas (separate pools, distinct owners): in-process, or with
 --processes as real ` + "`qlsched run`" + ` processes connected as the runtime role (counters from their
 final log line, claim latency from their /metrics histograms, CPU and RSS from /proc).
