@@ -59,7 +59,7 @@ opened), 3 cannot connect or the database failed. --format json documents: docs/
 	cli.FormatVar(pf, &a.format)
 	root.AddCommand(connects(a.upCmd()), connects(a.statusCmd()), connects(a.acceptCmd()), connects(a.probeCmd()), a.rolesCmd(),
 		connects(a.verifyCmd()), connects(a.grantsCmd()), a.hashCmd())
-	explainPooler(root)
+	cli.Explain(root, dbconn.PoolerHint)
 	mapFieldErrors(root)
 	return root
 }
@@ -75,17 +75,6 @@ func connects(cmd *cobra.Command) *cobra.Command {
 	}
 	cmd.Annotations[connectsAnnotation] = "true"
 	return cmd
-}
-
-// explainPooler makes every command's error say ql_pooler=transaction is missing when it is the
-// sign of a transaction pooler that was not detected (dbconn.PoolerHint).
-func explainPooler(cmd *cobra.Command) {
-	if run := cmd.RunE; run != nil {
-		cmd.RunE = func(c *cobra.Command, args []string) error { return dbconn.PoolerHint(run(c, args)) }
-	}
-	for _, sub := range cmd.Commands() {
-		explainPooler(sub)
-	}
 }
 
 // mapFieldErrors makes every command's *migrate.FieldError a usage error naming its flag.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/internal/buildinfo"
 	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/dbconn"
 )
 
 func main() {
@@ -43,5 +44,6 @@ opened), 3 cannot connect or the database failed.`,
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text (terminals) or json (collectors)")
 	pf.StringVar(&a.logLevelStr, "log-level", "info", "log level: debug, info, warn or error")
 	root.AddCommand(a.runCmd(), a.statusCmd(), a.projectCmd(), a.taskCmd(), a.triggerCmd(), a.runsCmd(), a.demoCmd(), a.benchCmd(), a.uiCmd())
+	cli.Explain(root, dbconn.PoolerHint) // a transaction pooler the URL does not name, or names as session pooling
 	return root
 }

@@ -138,6 +138,17 @@ func flagError(err error) string {
 	return err.Error()
 }
 
+// Explain passes the error of every command of the tree, before it is printed, through explain
+// (dbconn.PoolerHint: an undetected transaction pooler's sign turned into what to do about it).
+func Explain(cmd *cobra.Command, explain func(error) error) {
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(c *cobra.Command, args []string) error { return explain(run(c, args)) }
+	}
+	for _, sub := range cmd.Commands() {
+		Explain(sub, explain)
+	}
+}
+
 // wrapArgs makes argument-count errors and unknown sub-commands usage errors; no message quotes
 // an argument unless Word allows it.
 func wrapArgs(c *cobra.Command) {

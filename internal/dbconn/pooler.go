@@ -126,7 +126,7 @@ func applyPooled(cc *pgx.ConnConfig, pooled, session bool) {
 
 // PoolerHint returns err explained when it is the sign of a transaction-pooling pooler that
 // Open did not detect (one that passes or ignores every startup parameter, PgBouncer with
-// ignore_startup_parameters say): a named prepared statement of the driver's cache that the
+// ignore_startup_parameters say) or that ql_pooler=session wrongly names: a named prepared statement of the driver's cache that the
 // server session does not know, or already knows from another client ("prepared statement
 // \"stmtcache_…\" already exists"). Any other error is returned as it is.
 func PoolerHint(err error) error {
@@ -144,7 +144,8 @@ type PoolerHintError struct{ Err error }
 
 func (e *PoolerHintError) Error() string {
 	return e.Err.Error() + " (a transaction-pooling pooler such as PgBouncer stands between this client and the server, " +
-		"and it could not be detected: add " + PoolerParam + "=transaction to the connection URL)"
+		"and the connection does not say so: set " + PoolerParam + "=transaction in the connection URL; " +
+		PoolerParam + "=session is for session pooling only)"
 }
 func (e *PoolerHintError) Unwrap() error { return e.Err }
 
