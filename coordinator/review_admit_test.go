@@ -1,0 +1,241 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/schedule"
+)
+
+// Under the store's settings (generic plan, joins in written order) and with large projects,
+// task_revisions and execution_revisions tables, the admit's project/execution/task sets reach
+// their rows by primary key, not by a scan of the whole table (which would recompute every row's
+// digest on every admit).
+func TestReviewAdmitSetsUseKeysOnLargeTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	for i := range 50 {
+		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", schedule.MisfireSkip)
+	}
+	const n = 50000
+	f.d.Exec(t, fmt.Sprintf(`SET session_replication_role = replica;
+		INSERT INTO control_core.projects (project_id, state, revision, content_digest, created_at_ms, updated_at_ms)
+		    SELECT 'x' || g, 'active', 1, control_core.project_digest('x' || g, 'active', 1), 1, 1 FROM generate_series(1, %[1]d) g;
+		INSERT INTO control_core.execution_revisions (execution_revision_id, project_id, executor_kind, spec, digest, created_at_ms)
+		    SELECT gen_random_uuid(), 'x' || g, 'remote_worker', jsonb_build_object('g', g), control_core.execution_digest(jsonb_build_object('g', g)), 1
+		    FROM generate_series(1, %[1]d) g;
+		INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest, created_at_ms)
+		    SELECT er.project_id, 'k', 1, er.execution_revision_id, repeat('a', 64), 1 FROM control_core.execution_revisions er WHERE er.project_id LIKE 'x%%';
+		ANALYZE;`, n))
+	conn := must(f.rt.Acquire(ctx)).of(t)
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "PREPARE admit AS "+namedQuery(t, "Admit")); err != nil {
+		t.Fatal(err)
+	}
+	args := func(n int) string {
+		var args []string
+		for _, typ := range []string{"text", "text", "text", "text", "uuid", "bigint", "bigint", "bigint", "bigint",
+			"bigint", "bigint", "bigint", "bigint", "text", "text", "text", "uuid", "text", "text", "bigint", "uuid"} {
+			args = append(args, fmt.Sprintf("array_fill(NULL::%s, ARRAY[%d])", typ, n))
+		}
+		return "EXECUTE admit(" + strings.Join(args, ", ") + ")"
+	}
+	if _, err := conn.Exec(ctx, "BEGIN; "+admitSettings); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, "ROLLBACK") }()
+	for _, size := range []int{1, 128, 256} {
+		plan := explain(t, conn, "EXPLAIN "+args(size))
+		for _, table := range []string{"projects", "task_revisions", "execution_revisions"} {
+			if strings.Contains(plan, "Seq Scan on "+table) {
+				t.Errorf("batch of %d: a sequential scan of %s (%d rows):\n%s", size, table, n, plan)
+			}
+		}
+		t.Logf("batch of %d:\n%s", size, plan)
+	}
+}
+
+// The same claim twice in one batch (a second project with its own task "task" revision 1 on
+// another execution revision alongside): one Run, the duplicate a race, as before the sets.
+func TestReviewAdmitDuplicateItemInBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	if _, err := f.admin.CreateProject(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.PublishTask(ctx, admin.TaskSpec{Project: "q", Task: "task",
+		ExecutorSpec: []byte(`{"image":"example/job:2"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	f.trigger("a", "* * * * *", schedule.MisfireSkip)
+	f.setCursor("a", -2*time.Second)
+	s := NewStore(f.rt)
+	claims := claimAll(t, s, "replica", 30*time.Second, 1)
+	its := items(claims, 60_000)
+	dup := its[0]
+	dup.RunID = NewRunID()
+	res := s.AdmitBatch(ctx, append(its, dup), 3)
+	t.Logf("duplicate: %+v", res)
+	if n := f.audit(); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+}
+
+// Many task revisions share one execution revision (execution_revisions are unique per
+// (project, digest), so every task of a project with the same executor spec shares one). The
+// task set is built as (task_revisions JOIN execution) first (join_collapse_limit=1 keeps that
+// order) and only then semi-joined to the items: every task revision of the items' execution
+// revisions is read and its digest recomputed, on every admit.
+func TestReviewAdmitTaskSetOnSharedExecutionRevision(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	for i := range 300 {
+		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", schedule.MisfireSkip)
+	}
+	const n = 100000
+	f.d.Exec(t, fmt.Sprintf(`SET session_replication_role = replica;
+		INSERT INTO control_core.tasks (project_id, task_id, head_revision, created_at_ms, updated_at_ms)
+		    SELECT 'p', 'k' || g, 1, 1, 1 FROM generate_series(1, %[1]d) g;
+		INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest, created_at_ms)
+		    SELECT 'p', 'k' || g, 1, er.execution_revision_id, control_core.task_digest('k' || g, 1, er.execution_revision_id, er.digest), 1
+		    FROM generate_series(1, %[1]d) g, control_core.execution_revisions er;
+		ANALYZE;`, n))
+	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = control_core.db_now_ms() - 2000, state_version = state_version + 1`)
+	s := NewStore(f.rt)
+	claims := claimAll(t, s, "replica", 60*time.Second, 128)
+	its := items(claims, 60_000)
+	conn := must(f.rt.Acquire(ctx)).of(t)
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "PREPARE admit AS "+namedQuery(t, "Admit")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE; "+admitSettings); err != nil {
+		t.Fatal(err)
+	}
+	exec := admitExplainStatement(admitParams(its))
+	rows, err := conn.Query(ctx, exec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for rows.Next() {
+		var l string
+		if err := rows.Scan(&l); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = conn.Exec(ctx, "ROLLBACK")
+	plan := strings.Join(lines, "\n")
+	start := time.Now()
+	res := s.AdmitBatch(ctx, its, 3)
+	el := time.Since(start)
+	w := 0
+	for _, r := range res {
+		if r.Outcome == Written {
+			w++
+		}
+	}
+	t.Logf("store admit of 128: %d written in %v", w, el)
+	if read := taskSetRead(t, plan); read != 1 {
+		t.Errorf("one admit of 128 items, all naming 1 task revision, read %d task revisions and recomputed their digests (%v for the batch):\n%s",
+			read, el, plan[strings.Index(plan, "CTE task"):strings.Index(plan, "CTE verified")])
+	}
+}
+
+// The same, reached through the publisher: tasks published with the same executor spec share one
+// execution revision (UpsertExecutionRevision reuses the row), so one admit's task set reads, and
+// recomputes the digest of, every task revision of the project on that spec, not only the items'.
+func TestReviewAdmitTaskSetReadsEveryTaskOnTheSameSpec(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	const tasks = 2000
+	for i := range tasks {
+		if _, err := f.admin.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: fmt.Sprintf("k%d", i),
+			ExecutorSpec: []byte(`{"image":"example/job:1","args":["--once"]}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 300 {
+		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", schedule.MisfireSkip)
+	}
+	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = control_core.db_now_ms() - 2000, state_version = state_version + 1`)
+	f.exec("ANALYZE")
+	s := NewStore(f.rt)
+	claims := claimAll(t, s, "replica", 60*time.Second, 128)
+	conn := must(f.rt.Acquire(ctx)).of(t)
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "PREPARE admit AS "+namedQuery(t, "Admit")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE; "+admitSettings); err != nil {
+		t.Fatal(err)
+	}
+	plan := explain(t, conn, admitExplainStatement(admitParams(items(claims, 60_000))))
+	_, _ = conn.Exec(ctx, "ROLLBACK")
+	if read := taskSetRead(t, plan); read != 1 {
+		t.Errorf("one admit of 128 items, all naming 1 task revision, read %d task revisions and recomputed their digests (the project has %d tasks on the same spec):\n%s",
+			read, tasks+1, plan[strings.Index(plan, "CTE task"):strings.Index(plan, "CTE verified")])
+	}
+}
+
+// admitExplainStatement is EXPLAIN ANALYZE of the prepared statement admit with p's arrays
+// written out as literals (EXPLAIN EXECUTE takes no bind parameters), so the plan is the one the
+// store's settings give the prepared statement.
+func admitExplainStatement(p db.AdmitParams) string {
+	lit := func(typ string, vs any) string {
+		var el []string
+		switch v := vs.(type) {
+		case []string:
+			for _, x := range v {
+				el = append(el, "'"+strings.ReplaceAll(x, "'", "''")+"'")
+			}
+		case []int64:
+			for _, x := range v {
+				el = append(el, fmt.Sprint(x))
+			}
+		case []uuid.UUID:
+			for _, x := range v {
+				el = append(el, "'"+x.String()+"'")
+			}
+		}
+		return "ARRAY[" + strings.Join(el, ",") + "]::" + typ + "[]"
+	}
+	exec := "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) EXECUTE admit(" + strings.Join([]string{
+		lit("text", p.RowCtids), lit("text", p.ProjectIds), lit("text", p.TriggerIds), lit("text", p.ClaimOwners), lit("uuid", p.ClaimTokens),
+		lit("bigint", p.ClaimVersions), lit("bigint", p.TriggerRevisions), lit("bigint", p.StateVersions), lit("bigint", p.CursorsMs),
+		lit("bigint", p.ScheduledForMs), lit("bigint", p.NextFireAtMs), lit("bigint", p.ClaimedAtMs), lit("bigint", p.ProjectRevisions),
+		lit("text", p.ProjectDigests), lit("text", p.TriggerDigests), lit("text", p.TaskDigests), lit("uuid", p.ExecutionRevisionIds),
+		lit("text", p.ExecutionDigests), lit("text", p.TaskIds), lit("bigint", p.TaskRevisions), lit("uuid", p.RunIds)}, ", ") + ")"
+	return exec
+}
+
+// taskSetRead is how many task_revisions rows the admit's task set read (EXPLAIN ANALYZE).
+func taskSetRead(t *testing.T, plan string) int {
+	t.Helper()
+	from, to := strings.Index(plan, "CTE task"), strings.Index(plan, "CTE verified")
+	if from < 0 || to < from {
+		t.Fatalf("no task set in the plan:\n%s", plan)
+	}
+	m := regexp.MustCompile(`(?:Seq Scan on|Index Scan using \S+ on|Bitmap Heap Scan on) task_revisions kr \(actual rows=(\d+)`).FindStringSubmatch(plan[from:to])
+	if m == nil {
+		t.Fatalf("no read of task_revisions in the task set:\n%s", plan[from:to])
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
