@@ -520,7 +520,7 @@ func diagnosisParams(c *Claim) db.AdmitDiagnosisParams {
 		ClaimOwner: c.Fence.Owner, ClaimToken: c.Fence.Token, ClaimVersion: c.Fence.Version,
 		TriggerRevision: c.TriggerRevision, StateVersion: c.StateVersion, CursorMs: int8Of(c.CursorMs),
 		ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
-		TaskDigest: c.TaskDigest, ExecutionDigest: c.ExecutionDigest,
+		TaskID: c.TaskID, TaskRevision: c.TaskRevision, TaskDigest: c.TaskDigest, ExecutionDigest: c.ExecutionDigest,
 	}
 }
 

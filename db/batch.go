@@ -62,10 +62,11 @@ execution AS MATERIALIZED (
 ),
 task AS MATERIALIZED (
     SELECT kr.project_id, kr.task_id, kr.revision, kr.execution_revision_id, kr.content_digest
-    FROM control_core.task_revisions kr
+    FROM (SELECT DISTINCT project_id, task_id, task_revision FROM item) k
+    JOIN control_core.task_revisions kr
+      ON kr.project_id = k.project_id AND kr.task_id = k.task_id AND kr.revision = k.task_revision
     JOIN execution er ON er.execution_revision_id = kr.execution_revision_id
-    WHERE (kr.project_id, kr.task_id, kr.revision) IN (SELECT project_id, task_id, task_revision FROM item)
-      AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
+    WHERE kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
 ),
 verified AS (
     SELECT i.ord, i.row_ctid, i.run_id, gen_random_uuid() AS attempt_id, i.scheduled_for_ms, i.next_fire_at_ms,
@@ -104,6 +105,7 @@ verified AS (
       AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = i.trigger_digest
       AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
                                                           tr.misfire_grace_ms, tr.enabled, tr.task_id, tr.task_revision)
+      AND tr.task_id = i.task_id AND tr.task_revision = i.task_revision
       AND kr.content_digest = i.task_digest
       AND er.execution_revision_id = i.execution_revision_id
       AND er.executor_kind = 'remote_worker' AND er.digest = i.execution_digest

@@ -22,7 +22,8 @@ SELECT
         AND s.next_fire_at_ms IS NOT DISTINCT FROM $6::bigint)::boolean AS schedule_unchanged,
     coalesce(p.state = 'active' AND p.revision = $7::bigint AND p.content_digest = $8::text
         AND t.head_revision = s.trigger_revision AND tr.enabled AND tr.content_digest = $9::text
-        AND kr.content_digest = $10::text AND er.digest = $11::text, false)::boolean AS revisions_unchanged,
+        AND tr.task_id = $10::text AND tr.task_revision = $11::bigint
+        AND kr.content_digest = $12::text AND er.digest = $13::text, false)::boolean AS revisions_unchanged,
     coalesce(p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
         AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
                                                             tr.misfire_grace_ms, tr.enabled, tr.task_id, tr.task_revision)
@@ -39,7 +40,7 @@ LEFT JOIN control_core.trigger_revisions tr
 LEFT JOIN control_core.task_revisions kr
   ON kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
 LEFT JOIN control_core.execution_revisions er ON er.execution_revision_id = kr.execution_revision_id
-WHERE s.project_id = $12::text AND s.trigger_id = $13::text
+WHERE s.project_id = $14::text AND s.trigger_id = $15::text
 `
 
 type AdmitDiagnosisParams struct {
@@ -52,6 +53,8 @@ type AdmitDiagnosisParams struct {
 	ProjectRevision int64       `json:"project_revision"`
 	ProjectDigest   string      `json:"project_digest"`
 	TriggerDigest   string      `json:"trigger_digest"`
+	TaskID          string      `json:"task_id"`
+	TaskRevision    int64       `json:"task_revision"`
 	TaskDigest      string      `json:"task_digest"`
 	ExecutionDigest string      `json:"execution_digest"`
 	ProjectID       string      `json:"project_id"`
@@ -79,6 +82,8 @@ func (q *Queries) AdmitDiagnosis(ctx context.Context, arg AdmitDiagnosisParams) 
 		arg.ProjectRevision,
 		arg.ProjectDigest,
 		arg.TriggerDigest,
+		arg.TaskID,
+		arg.TaskRevision,
 		arg.TaskDigest,
 		arg.ExecutionDigest,
 		arg.ProjectID,

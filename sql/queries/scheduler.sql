@@ -119,10 +119,11 @@ execution AS MATERIALIZED (
 ),
 task AS MATERIALIZED (
     SELECT kr.project_id, kr.task_id, kr.revision, kr.execution_revision_id, kr.content_digest
-    FROM control_core.task_revisions kr
+    FROM (SELECT DISTINCT project_id, task_id, task_revision FROM item) k
+    JOIN control_core.task_revisions kr
+      ON kr.project_id = k.project_id AND kr.task_id = k.task_id AND kr.revision = k.task_revision
     JOIN execution er ON er.execution_revision_id = kr.execution_revision_id
-    WHERE (kr.project_id, kr.task_id, kr.revision) IN (SELECT project_id, task_id, task_revision FROM item)
-      AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
+    WHERE kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
 ),
 verified AS (
     SELECT i.ord, i.row_ctid, i.run_id, gen_random_uuid() AS attempt_id, i.scheduled_for_ms, i.next_fire_at_ms,
@@ -161,6 +162,7 @@ verified AS (
       AND tr.kind = 'cron' AND tr.enabled AND tr.content_digest = i.trigger_digest
       AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
                                                           tr.misfire_grace_ms, tr.enabled, tr.task_id, tr.task_revision)
+      AND tr.task_id = i.task_id AND tr.task_revision = i.task_revision
       AND kr.content_digest = i.task_digest
       AND er.execution_revision_id = i.execution_revision_id
       AND er.executor_kind = 'remote_worker' AND er.digest = i.execution_digest
@@ -212,6 +214,7 @@ SELECT
         AND s.next_fire_at_ms IS NOT DISTINCT FROM sqlc.narg(cursor_ms)::bigint)::boolean AS schedule_unchanged,
     coalesce(p.state = 'active' AND p.revision = @project_revision::bigint AND p.content_digest = @project_digest::text
         AND t.head_revision = s.trigger_revision AND tr.enabled AND tr.content_digest = @trigger_digest::text
+        AND tr.task_id = @task_id::text AND tr.task_revision = @task_revision::bigint
         AND kr.content_digest = @task_digest::text AND er.digest = @execution_digest::text, false)::boolean AS revisions_unchanged,
     coalesce(p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
         AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,

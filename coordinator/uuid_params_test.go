@@ -14,7 +14,7 @@ import (
 // Every value shape a uuid.UUID can take, bound to every parameter type it can meet, in every
 // query exec mode, reads back the same through a connection with dbconn.RegisterTypes as through
 // one without (pgx's driver.Valuer path).
-func TestReviewUUIDWrapperEncodesAsPgxDid(t *testing.T) {
+func TestUUIDWrapperEncodesAsPgxDid(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)

@@ -19,7 +19,7 @@ import (
 // task_revisions and execution_revisions tables, the admit's project/execution/task sets reach
 // their rows by primary key, not by a scan of the whole table (which would recompute every row's
 // digest on every admit).
-func TestReviewAdmitSetsUseKeysOnLargeTables(t *testing.T) {
+func TestAdmitSetsUseKeysOnLargeTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
@@ -66,7 +66,7 @@ func TestReviewAdmitSetsUseKeysOnLargeTables(t *testing.T) {
 
 // The same claim twice in one batch (a second project with its own task "task" revision 1 on
 // another execution revision alongside): one Run, the duplicate a race, as before the sets.
-func TestReviewAdmitDuplicateItemInBatch(t *testing.T) {
+func TestBatchAdmitOfTheSameClaimTwiceWritesOneRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
@@ -85,7 +85,9 @@ func TestReviewAdmitDuplicateItemInBatch(t *testing.T) {
 	dup := its[0]
 	dup.RunID = NewRunID()
 	res := s.AdmitBatch(ctx, append(its, dup), 3)
-	t.Logf("duplicate: %+v", res)
+	if res[0].Outcome != Written || res[1].Outcome != Race || res[0].Err != nil || res[1].Err != nil {
+		t.Errorf("the claim and its duplicate: %+v; want written, then race", res)
+	}
 	if n := f.audit(); n != 1 {
 		t.Errorf("%d runs, want 1", n)
 	}
@@ -93,17 +95,18 @@ func TestReviewAdmitDuplicateItemInBatch(t *testing.T) {
 
 // Many task revisions share one execution revision (execution_revisions are unique per
 // (project, digest), so every task of a project with the same executor spec shares one). The
-// task set is built as (task_revisions JOIN execution) first (join_collapse_limit=1 keeps that
-// order) and only then semi-joined to the items: every task revision of the items' execution
-// revisions is read and its digest recomputed, on every admit.
-func TestReviewAdmitTaskSetOnSharedExecutionRevision(t *testing.T) {
+// admit's task set starts from the items' task keys, so it reads, and recomputes the digest of,
+// the items' task revisions only: built from task_revisions JOIN execution instead (the written
+// order join_collapse_limit=1 keeps), it read every task revision on the items' execution
+// revision, on every admit (found by a hostile review: 20× slower at 100,000 task revisions).
+func TestAdmitTaskSetReadsOnlyTheItemsTaskRevisions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
 	for i := range 300 {
 		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", schedule.MisfireSkip)
 	}
-	const n = 100000
+	const n = 20000
 	f.d.Exec(t, fmt.Sprintf(`SET session_replication_role = replica;
 		INSERT INTO control_core.tasks (project_id, task_id, head_revision, created_at_ms, updated_at_ms)
 		    SELECT 'p', 'k' || g, 1, 1, 1 FROM generate_series(1, %[1]d) g;
@@ -154,43 +157,6 @@ func TestReviewAdmitTaskSetOnSharedExecutionRevision(t *testing.T) {
 	if read := taskSetRead(t, plan); read != 1 {
 		t.Errorf("one admit of 128 items, all naming 1 task revision, read %d task revisions and recomputed their digests (%v for the batch):\n%s",
 			read, el, plan[strings.Index(plan, "CTE task"):strings.Index(plan, "CTE verified")])
-	}
-}
-
-// The same, reached through the publisher: tasks published with the same executor spec share one
-// execution revision (UpsertExecutionRevision reuses the row), so one admit's task set reads, and
-// recomputes the digest of, every task revision of the project on that spec, not only the items'.
-func TestReviewAdmitTaskSetReadsEveryTaskOnTheSameSpec(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	f := newFixture(t)
-	const tasks = 2000
-	for i := range tasks {
-		if _, err := f.admin.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: fmt.Sprintf("k%d", i),
-			ExecutorSpec: []byte(`{"image":"example/job:1","args":["--once"]}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 300 {
-		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", schedule.MisfireSkip)
-	}
-	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = control_core.db_now_ms() - 2000, state_version = state_version + 1`)
-	f.exec("ANALYZE")
-	s := NewStore(f.rt)
-	claims := claimAll(t, s, "replica", 60*time.Second, 128)
-	conn := must(f.rt.Acquire(ctx)).of(t)
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "PREPARE admit AS "+namedQuery(t, "Admit")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE; "+admitSettings); err != nil {
-		t.Fatal(err)
-	}
-	plan := explain(t, conn, admitExplainStatement(admitParams(items(claims, 60_000))))
-	_, _ = conn.Exec(ctx, "ROLLBACK")
-	if read := taskSetRead(t, plan); read != 1 {
-		t.Errorf("one admit of 128 items, all naming 1 task revision, read %d task revisions and recomputed their digests (the project has %d tasks on the same spec):\n%s",
-			read, tasks+1, plan[strings.Index(plan, "CTE task"):strings.Index(plan, "CTE verified")])
 	}
 }
 

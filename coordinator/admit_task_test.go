@@ -9,11 +9,10 @@ import (
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
-// The claimed task_id/task_revision are only keys of the task set: never compared with the
-// trigger revision's. An item whose claimed task disagrees with its trigger revision's is then
-// refused alone (with no diagnosis: ErrAdmitInvalid) but admitted in a batch whose other item
-// names the right task. The old admit ignored the claimed task (and admitted it either way).
-func TestReviewAdmitClaimedTaskMismatch(t *testing.T) {
+// An item's claimed task (the key of the admit's task set) must be its trigger revision's: one
+// that is not is refused, alone and in a batch whose other item names the right task (where the
+// set holds that task), and diagnosed as a revision that changed since the claim.
+func TestAdmitRefusesAClaimedTaskOtherThanTheTriggerRevisions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, batch := range []bool{false, true} {
@@ -34,12 +33,11 @@ func TestReviewAdmitClaimedTaskMismatch(t *testing.T) {
 				its = its[:1]
 			}
 			res := s.AdmitBatch(ctx, its, 3)
-			t.Logf("batch=%v: forged task id: outcome %q, err %v", batch, res[0].Outcome, res[0].Err)
-			if batch && res[1].Outcome != Written {
-				t.Errorf("intact neighbour: %s %v", res[1].Outcome, res[1].Err)
+			if res[0].Outcome != Stale || res[0].Err != nil {
+				t.Errorf("a claimed task other than the trigger revision's: %q, %v; want stale", res[0].Outcome, res[0].Err)
 			}
-			if res[0].Err != nil {
-				t.Errorf("a refused item with no diagnosis: %v", res[0].Err)
+			if batch && (res[1].Outcome != Written || res[1].Err != nil) {
+				t.Errorf("intact neighbour: %q, %v; want written", res[1].Outcome, res[1].Err)
 			}
 		})
 	}
