@@ -208,16 +208,7 @@ func TestAdmitAddressesRowsByTID(t *testing.T) {
 	if _, err := conn.Exec(ctx, "PREPARE admit AS "+namedQuery(t, "Admit")); err != nil {
 		t.Fatal(err)
 	}
-	// placeholder items: the plan's shape depends on the batch size, not on the values
-	args := func(n int) string {
-		var args []string
-		for _, typ := range []string{"text", "text", "text", "text", "uuid", "bigint", "bigint", "bigint", "bigint",
-			"bigint", "bigint", "bigint", "bigint", "text", "text", "text", "uuid", "text", "text", "bigint", "uuid"} {
-			args = append(args, fmt.Sprintf("array_fill(NULL::%s, ARRAY[%d])", typ, n))
-		}
-		return "EXECUTE admit(" + strings.Join(args, ", ") + ")"
-	}
-	statements := map[string]string{"batch of 256": args(256), "single row": args(1)}
+	statements := map[string]string{"batch of 256": executeAdmitOfNulls(256), "single row": executeAdmitOfNulls(1)}
 	tidOnly := func(plan string) bool {
 		return strings.Count(plan, "Tid Scan on trigger_schedules") == 2 && !strings.Contains(plan, "Index Scan using trigger_schedules") &&
 			!strings.Contains(plan, "Seq Scan on trigger_schedules")
@@ -278,6 +269,17 @@ func namedQuery(t *testing.T, name string) string {
 	}
 	t.Fatalf("no query %s in sql/queries", name)
 	return ""
+}
+
+// executeAdmitOfNulls executes the prepared statement admit with n placeholder items (every
+// array n NULLs of its type): a plan's shape depends on the batch size, not on the values.
+func executeAdmitOfNulls(n int) string {
+	var args []string
+	for _, typ := range []string{"text", "text", "text", "text", "uuid", "bigint", "bigint", "bigint", "bigint",
+		"bigint", "bigint", "bigint", "bigint", "text", "text", "text", "uuid", "text", "text", "bigint", "uuid"} {
+		args = append(args, fmt.Sprintf("array_fill(NULL::%s, ARRAY[%d])", typ, n))
+	}
+	return "EXECUTE admit(" + strings.Join(args, ", ") + ")"
 }
 
 func explain(t *testing.T, conn *pgxpool.Conn, sql string) string {
