@@ -431,17 +431,27 @@ func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config
 	return period, nil
 }
 
-// setDue puts every row at the current period's occurrence: all due, none missed. It then
-// vacuums the schedule table, so the ceiling and the replicas each start on a table without the
-// previous phase's dead row versions (best effort: the role may not own the table).
+// setDue puts every row at the current period's occurrence: all due, none missed, then settles.
 func setDue(ctx context.Context, pool *pgxpool.Pool, project string, period time.Duration) error {
 	now := dbNow(ctx, pool)
 	p := period.Milliseconds()
 	if _, err := db.New(pool).BenchSetDue(ctx, db.BenchSetDueParams{ProjectID: project, DueMs: now / p * p}); err != nil {
 		return err
 	}
-	_, _ = pool.Exec(ctx, "VACUUM (ANALYZE) control_core.trigger_schedules")
+	settle(ctx, pool)
 	return nil
+}
+
+// settle vacuums and analyses the tables a measured phase reads and writes, so that each phase
+// (a ceiling, a burst) starts without the dead row versions, unset hint bits and vacuum debt of
+// the phases and the publish before it. Otherwise autovacuum pays that debt inside whichever
+// phase its launcher's next wake-up falls in: once a minute at a fixed second, so with bursts at
+// minute boundaries it landed in every burst of one run and in none of the next, a systematic
+// error of up to a tenth either way (server log, autovacuum of runs, attempts, run_events and
+// trigger_schedules at :03 of each burst minute). Best effort: the role may not own the tables.
+func settle(ctx context.Context, pool *pgxpool.Pool) {
+	_, _ = pool.Exec(ctx, `VACUUM (ANALYZE) control_core.triggers, control_core.trigger_revisions,
+		control_core.trigger_schedules, control_core.runs, control_core.attempts, control_core.run_events`)
 }
 
 func dbNow(ctx context.Context, pool *pgxpool.Pool) int64 {

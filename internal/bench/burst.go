@@ -22,6 +22,10 @@ const DefaultBurstCeilingBatch = 128
 // and wake at the instant (NextDueIn), never mid-way through setting up.
 const burstLead = 5 * time.Second
 
+// settleLead is the least time before a burst's instant for the tables to be settled (vacuumed
+// and analysed, see settle) after the burst before it: a few seconds at 50,000 triggers a burst.
+const settleLead = 15 * time.Second
+
 // BurstFigures is one minute's burst: every trigger due at the same instant.
 type BurstFigures struct {
 	ScheduledAt  time.Time `json:"scheduled_at"`
@@ -41,6 +45,7 @@ type BurstFigures struct {
 // batch ceiling once more. The bursts write into tables that grow by a burst each, and the
 // server checkpoints and vacuums as they go; the ceiling is the mean of a phase before them, on
 // the tables they start from, and one after, on the tables they leave, as single mode's is.
+// Each phase, ceiling or burst, starts on settled tables (settle).
 func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *pgxpool.Pool, pools []*pgxpool.Pool, project string,
 	measure func(name string, phase int64, batch int) (float64, error), say func(string, ...any)) error {
 	var err error
@@ -62,7 +67,7 @@ func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *pgxpool.P
 	if _, err := q.BenchSetDue(ctx, db.BenchSetDueParams{ProjectID: project, DueMs: first}); err != nil {
 		return err
 	}
-	_, _ = adminPool.Exec(ctx, "VACUUM (ANALYZE) control_core.trigger_schedules")
+	settle(ctx, adminPool)
 	last := first + int64(cfg.Bursts-1)*minute
 
 	say("scheduler: %d in-process replicas, budget %d, cadence %s, admit batch %d: %d bursts of %d from %s, then up to %s to drain the last",
@@ -74,7 +79,19 @@ func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *pgxpool.P
 	var polled time.Time
 	var drained bool
 	admitsAtLast := int64(-1)
+	settled := 1 // bursts that start settled: the first; the others once the one before drains
 	res, err := runReplicas(ctx, pools, run, func(s coordinator.Snapshot) bool {
+		// Between bursts the replicas idle; the tables are settled there, while the replicas
+		// run on, unless the next instant is too close for a vacuum to end before it.
+		if settled < cfg.Bursts && s.Admits >= int64(settled*cfg.Triggers) {
+			next := first + int64(settled)*minute
+			if time.Until(time.UnixMilli(next)) > settleLead {
+				settle(ctx, adminPool)
+			} else {
+				say("burst %d starts unsettled: the burst before drained too close to it", settled+1)
+			}
+			settled++
+		}
 		// The count of the last burst's Runs reads the project's whole runs table (12 ms at
 		// 100,000 Runs), so it is asked only once the replicas have admitted a burst's worth
 		// since a second before the last instant (none of that burst is admitted before it),
