@@ -110,6 +110,11 @@ func capacity(cfg Config) float64 { return float64(cfg.Budget) / cfg.Cadence.Sec
 // transaction. It returns how many rows it claimed. Claiming stops early when no row is
 // claimable or when stop is closed (the claims in hand are still finished). Errors are counted
 // and logged, never returned to the caller's loop.
+//
+// While one batch is handled, the next is already being claimed, on a second connection: a
+// replica otherwise leaves the database idle for the claim's round trip and run after every
+// admit, a fifth of one replica's burst. Batches are still handled one after the other, so a
+// replica has at most one claim and one admission in flight.
 func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed int) {
 	c.Stats.Rounds.Add(1)
 	defer func() {
@@ -121,33 +126,60 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed 
 		start := time.Now()
 		defer func() { c.Observe.Round(time.Since(start), claimed) }()
 	}
-	for claimed < c.cfg.Budget {
+	// claim sends the next claim unless the budget is spent or the round is stopped; nil: none.
+	// overlapped: it runs while the batch before it is handled.
+	claim := func(n int, overlapped bool) <-chan claimBatch {
 		select {
 		case <-stop:
-			return claimed
+			return nil
 		default:
 		}
-		if ctx.Err() != nil {
-			return claimed
+		if n <= 0 || ctx.Err() != nil {
+			return nil
 		}
-		n := min(c.cfg.batch(), c.cfg.Budget-claimed)
-		start := time.Now()
-		claims, err := c.store.ClaimBatch(ctx, c.cfg.Owner, c.cfg.Lease, n)
-		if err != nil {
-			c.fail("claim", err)
+		out := make(chan claimBatch, 1) // never blocks: a handle that panics leaves it unread
+		go func() {
+			start := time.Now()
+			claims, err := c.store.ClaimBatch(ctx, c.cfg.Owner, c.cfg.Lease, n)
+			out <- claimBatch{claims, n, overlapped, time.Since(start), err}
+		}()
+		return out
+	}
+	for next := claim(min(c.cfg.batch(), c.cfg.Budget), false); next != nil; {
+		got := <-next
+		if got.err != nil {
+			c.fail("claim", got.err)
 			return claimed
 		}
 		if c.Observe.Claim != nil {
-			c.Observe.Claim(time.Since(start))
+			c.Observe.Claim(got.took)
 		}
-		claimed += len(claims)
-		c.Stats.Claims.Add(int64(len(claims)))
-		c.handle(ctx, claims)
-		if len(claims) < n {
-			return claimed // nothing more is claimable now
+		claimed += len(got.claims)
+		c.Stats.Claims.Add(int64(len(got.claims)))
+		rest := min(c.cfg.batch(), c.cfg.Budget-claimed)
+		next = nil
+		if len(got.claims) == got.asked {
+			next = claim(rest, true)
+		}
+		c.handle(ctx, got.claims)
+		// A short claim means nothing more is claimable now, unless it ran while the batch
+		// before it was handled: that batch's rows were held then, and may be due again now (a
+		// late trigger's next occurrence), so one more claim asks after it.
+		if next == nil && got.overlapped {
+			next = claim(rest, false)
 		}
 	}
 	return claimed
+}
+
+// claimBatch is one claim statement's outcome: the claims, how many were asked for, whether it
+// ran while the batch before it was handled, its duration.
+type claimBatch struct {
+	claims     []*Claim
+	asked      int
+	overlapped bool
+	took       time.Duration
+	err        error
 }
 
 // handle decides every claim, ends the ones without a Run on their own, and admits the fired

@@ -81,6 +81,46 @@ func TestRoundHonoursTheBudgetAndTheHardCap(t *testing.T) {
 	}
 }
 
+// A round claims its next batch while the batch before it is being admitted: with the first
+// batch's admit held on a locked table, the second batch is claimed all the same, and nothing
+// more (the budget). Released, both batches are admitted, each occurrence once.
+func TestRoundClaimsTheNextBatchWhileAdmitting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	for i := range 6 {
+		id := fmt.Sprintf("t%d", i)
+		f.trigger(id, "@yearly", schedule.MisfireFireOnce) // no later occurrence due during the test
+		f.setCursor(id, -time.Second)
+	}
+	blocker := must(f.su.Begin(ctx)).of(t)
+	defer blocker.Rollback(ctx)
+	if _, err := blocker.Exec(ctx, "LOCK TABLE control_core.run_events IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget, c.AdmitBatch = 4, 2 })
+	done := make(chan int)
+	go func() { done <- co.Round(ctx, nil) }()
+	eventually.True(t, 30*time.Second, "the second batch claimed while the first admit waits", func() bool {
+		return f.count(`SELECT count(*) FROM control_core.trigger_schedules WHERE claim_owner = 'r1'`) == 4
+	})
+	if n := f.count("SELECT count(*) FROM control_core.runs"); n != 0 {
+		t.Fatalf("%d runs while the admit waits on the lock", n)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-done; n != 4 {
+		t.Errorf("round claimed %d, want its budget 4", n)
+	}
+	if st := co.Stats.Snapshot(); st.Claims != 4 || st.Admits != 4 {
+		t.Errorf("%+v; want 4 claims and 4 admits", st)
+	}
+	if n := f.audit(); n != 4 {
+		t.Errorf("%d runs, want 4", n)
+	}
+}
+
 // Run identities are allocated only for an admit, i.e. when the decision fires: init, not-due and
 // skip allocate none. (An admit that then loses its fence discards its identity unwritten.)
 func TestRunIdentityOnlyForAnAdmit(t *testing.T) {
