@@ -236,7 +236,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		if batch > 1 {
 			rows = fmt.Sprintf("up to %d rows", batch)
 		}
-		say("%s: the same write set, %s per claim, READ COMMITTED, no fence, one worker per replica", name, rows)
+		say("%s: the same write set, %s per claim, READ COMMITTED, no fence, one worker per replica claiming ahead as a replica does", name, rows)
 		var upTo int64 // once-a-minute triggers: each phase writes each occurrence once, like the replicas
 		if cfg.Every == "minute" || cfg.Scenario == Burst {
 			upTo = int64(cfg.Triggers)
@@ -467,8 +467,9 @@ const ceilingEpochMs int64 = 10_000_000_000_000
 
 // ceiling drives the write set with no fence, one worker per pool, until nothing is claimable,
 // limit passes or it has written upTo occurrences (0: no bound), and returns how many it wrote in
-// how many seconds. Each round claims up to batch rows (the ADR's claim when batch is 1) and
-// writes them in one READ COMMITTED statement (CeilingAdmit), their occurrences shifted by offset.
+// how many seconds. Each worker claims up to batch rows (the ADR's claim when batch is 1) and
+// writes them in one READ COMMITTED statement (CeilingAdmit), their occurrences shifted by offset;
+// like a replica's round, it claims the next rows while it writes the ones before.
 func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int, offset, upTo int64) (int64, float64, error) {
 	var n atomic.Int64
 	var firstErr error
@@ -483,18 +484,47 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 			defer wg.Done()
 			store, q := coordinator.NewStore(pool), db.New(pool)
 			owner := fmt.Sprintf("ceiling-%d", i)
-			for ctx.Err() == nil && (upTo == 0 || n.Load() < upTo) {
-				written, err := ceilingRound(ctx, store, q, owner, period, batch, offset)
-				if err == nil && written == 0 {
+			type claimed struct {
+				claims []*coordinator.Claim
+				err    error
+			}
+			claim := func() <-chan claimed {
+				out := make(chan claimed, 1)
+				go func() {
+					claims, err := store.ClaimBatch(ctx, owner, 30*time.Second, batch)
+					out <- claimed{claims, err}
+				}()
+				return out
+			}
+			next := claim()
+			for {
+				got := <-next
+				if got.err == nil && len(got.claims) == 0 {
 					return
+				}
+				err := got.err
+				if err == nil {
+					if ctx.Err() == nil && (upTo == 0 || n.Load()+int64(len(got.claims)) < upTo) {
+						next = claim()
+					} else {
+						next = nil
+					}
+					var written int64
+					written, err = ceilingWrite(ctx, q, got.claims, period, offset)
+					n.Add(written)
 				}
 				if err != nil {
 					if ctx.Err() == nil {
 						once.Do(func() { firstErr = err })
 					}
+					if next != nil {
+						<-next // no claim of this phase may land in the next one
+					}
 					return
 				}
-				n.Add(written)
+				if next == nil {
+					return
+				}
 			}
 		}()
 	}
@@ -502,12 +532,8 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 	return n.Load(), time.Since(start).Seconds(), firstErr
 }
 
-// ceilingRound claims up to batch rows and writes them without a fence; it returns how many.
-func ceilingRound(ctx context.Context, store *coordinator.Store, q *db.Queries, owner string, period time.Duration, batch int, offset int64) (int64, error) {
-	claims, err := store.ClaimBatch(ctx, owner, 30*time.Second, batch)
-	if err != nil || len(claims) == 0 {
-		return 0, err
-	}
+// ceilingWrite writes claimed rows without a fence; it returns how many.
+func ceilingWrite(ctx context.Context, q *db.Queries, claims []*coordinator.Claim, period time.Duration, offset int64) (int64, error) {
 	p := db.CeilingAdmitParams{OccurrenceOffsetMs: offset}
 	for _, c := range claims {
 		if c.CursorMs == nil { // a row the bench did not set due: another project's, never initialised
