@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -147,4 +148,60 @@ func fieldOf(err error) string {
 		return fe.Field
 	}
 	return ""
+}
+
+// A trigger named more than once in one PublishTriggers call is published in list order, each
+// time compared with the head the time before left in the same transaction: the same content
+// again is Unchanged, other content the next revision (its schedule row reset again).
+func TestPublishTriggersNamingATriggerTwice(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.pub.PublishTrigger(ctx, spec("p", "old", "task", "@hourly")); err != nil {
+		t.Fatal(err)
+	}
+	all := []string{"task", "task_revision", "cron_spec", "timezone", "misfire_policy", "misfire_grace_ms", "enabled"}
+	type result struct {
+		revision, stateVersion int64
+		unchanged              bool
+		changed                []string
+	}
+	for _, tc := range []struct {
+		name, trigger string
+		crons         []string
+		want          []result
+	}{
+		{"new, then the same", "a", []string{"@hourly", "@hourly"},
+			[]result{{1, 1, false, all}, {1, 1, true, []string{}}}},
+		{"new, changed, changed back", "b", []string{"@hourly", "@daily", "@hourly"},
+			[]result{{1, 1, false, all}, {2, 2, false, []string{"cron_spec"}}, {3, 3, false, []string{"cron_spec"}}}},
+		{"existing unchanged, then changed", "old", []string{"@hourly", "@daily"},
+			[]result{{1, 1, true, []string{}}, {2, 2, false, []string{"cron_spec"}}}},
+	} {
+		var specs []admin.TriggerSpec
+		for _, cron := range tc.crons {
+			specs = append(specs, spec("p", tc.trigger, "task", cron))
+		}
+		out, err := f.pub.PublishTriggers(ctx, specs)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		for i, w := range tc.want {
+			got := result{out[i].Revision, out[i].StateVersion, out[i].Unchanged, out[i].Changed}
+			if got.revision != w.revision || got.stateVersion != w.stateVersion || got.unchanged != w.unchanged ||
+				!slices.Equal(got.changed, w.changed) || out[i].Cron != tc.crons[i] {
+				t.Errorf("%s, #%d (%s): %+v; want %+v", tc.name, i, tc.crons[i], got, w)
+			}
+		}
+		last := tc.want[len(tc.want)-1]
+		stored := f.count(`SELECT count(*) FROM control_core.triggers t JOIN control_core.trigger_schedules s USING (project_id, trigger_id)
+			JOIN control_core.trigger_revisions r ON r.project_id = t.project_id AND r.trigger_id = t.trigger_id AND r.revision = t.head_revision
+			WHERE t.trigger_id = $1 AND t.head_revision = $2 AND s.trigger_revision = $2 AND s.state_version = $3 AND r.cron_spec = $4`,
+			tc.trigger, last.revision, last.stateVersion, tc.crons[len(tc.crons)-1])
+		if stored != 1 {
+			t.Errorf("%s: no head at revision %d (%s) with its schedule row at state version %d", tc.name, last.revision,
+				tc.crons[len(tc.crons)-1], last.stateVersion)
+		}
+	}
 }
