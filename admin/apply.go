@@ -307,7 +307,7 @@ func readState(ctx context.Context, q *db.Queries, s *Schedules) (*state, error)
 		for _, h := range tasks {
 			st.tasks[key{ps.ID, h.task}] = h
 		}
-		triggers, err := readTriggerHeads(ctx, q, ps.ID, "")
+		triggers, err := readTriggerHeads(ctx, q, ps.ID, nil)
 		if err != nil {
 			return nil, err
 		}

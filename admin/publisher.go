@@ -320,21 +320,33 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 	out := make([]TriggerPublished, 0, len(ts))
 	err := p.inProject(ctx, ts[0].Project, "trigger.publish", func(q *db.Queries) (bool, error) {
 		out = out[:0]
-		heads := taskHeads{}
+		// every head in one read: under the lock only this loop moves them
+		ids := make([]string, len(ts))
+		for i, t := range ts {
+			ids[i] = t.Trigger
+		}
+		read, err := readTriggerHeads(ctx, q, ts[0].Project, ids)
+		if err != nil {
+			return false, err
+		}
+		heads := make(map[string]*triggerRevision, len(read))
+		for _, h := range read {
+			heads[h.trigger] = h
+		}
+		tasks := taskHeads{}
 		wrote := false
 		for _, t := range ts {
-			taskRev, err := heads.get(ctx, q, t.Project, t.Task)
+			taskRev, err := tasks.get(ctx, q, t.Project, t.Task)
 			if err != nil {
 				return false, err
 			}
-			head, err := triggerHead(ctx, q, t.Project, t.Trigger)
+			pub, err := publishTrigger(ctx, q, t, taskRev, heads[t.Trigger], "publish")
 			if err != nil {
 				return false, err
 			}
-			pub, err := publishTrigger(ctx, q, t, taskRev, head, "publish")
-			if err != nil {
-				return false, err
-			}
+			// a trigger named again later in ts compares with what this one wrote, as it
+			// would with a head read after it
+			heads[t.Trigger] = pub.head()
 			wrote = wrote || !pub.Unchanged
 			out = append(out, pub)
 		}
@@ -507,6 +519,13 @@ type triggerRevision struct {
 	stateVersion, claimVersion int64
 }
 
+// head is the head revision a publish leaves: its content and schedule row's versions as stored.
+func (p TriggerPublished) head() *triggerRevision {
+	return &triggerRevision{trigger: p.TriggerID, revision: p.Revision, taskRevision: p.TaskRevision, task: p.TaskID,
+		cron: p.Cron, timeZone: p.TimeZone, misfire: p.Misfire, misfireGraceMs: p.MisfireGraceMs, enabled: p.Enabled,
+		digest: p.ContentDigest, stateVersion: p.StateVersion, claimVersion: p.ClaimVersion}
+}
+
 // spec is the head's content as a TriggerSpec of project.
 func (h *triggerRevision) spec(project string) TriggerSpec {
 	return TriggerSpec{Project: project, Trigger: h.trigger, Task: h.task, Cron: h.cron, TimeZone: h.timeZone,
@@ -514,9 +533,10 @@ func (h *triggerRevision) spec(project string) TriggerSpec {
 }
 
 // readTriggerHeads reads the head revisions of a project's triggers with their schedule rows'
-// versions, in id order; of one trigger when trigger is not "".
-func readTriggerHeads(ctx context.Context, q *db.Queries, project, trigger string) ([]*triggerRevision, error) {
-	rows, err := q.GetTriggerHeads(ctx, db.GetTriggerHeadsParams{ProjectID: project, TriggerID: pgtype.Text{String: trigger, Valid: trigger != ""}})
+// versions, in id order: of the triggers named (each once, however often named; one that does
+// not exist is left out), or of every trigger of the project when triggers is nil.
+func readTriggerHeads(ctx context.Context, q *db.Queries, project string, triggers []string) ([]*triggerRevision, error) {
+	rows, err := q.GetTriggerHeads(ctx, db.GetTriggerHeadsParams{ProjectID: project, TriggerIds: triggers})
 	if err != nil {
 		return nil, fmt.Errorf("trigger heads of %s: %w", project, err)
 	}
@@ -531,7 +551,7 @@ func readTriggerHeads(ctx context.Context, q *db.Queries, project, trigger strin
 
 // triggerHead reads a trigger's head revision; nil when the trigger does not exist.
 func triggerHead(ctx context.Context, q *db.Queries, project, trigger string) (*triggerRevision, error) {
-	heads, err := readTriggerHeads(ctx, q, project, trigger)
+	heads, err := readTriggerHeads(ctx, q, project, []string{trigger})
 	if err != nil || len(heads) == 0 {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
@@ -39,7 +40,7 @@ func TestAdmitSetsUseKeysOnLargeTables(t *testing.T) {
 		ANALYZE;`, n))
 	conn := must(f.rt.Acquire(ctx)).of(t)
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "PREPARE admit AS "+namedQuery(t, "Admit")); err != nil {
+	if _, err := conn.Exec(ctx, "PREPARE admit AS "+testpg.Query(t, "Admit")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, "BEGIN; "+admitSettings); err != nil {
@@ -113,7 +114,7 @@ func TestAdmitTaskSetReadsOnlyTheItemsTaskRevisions(t *testing.T) {
 	its := items(claims, 60_000)
 	conn := must(f.rt.Acquire(ctx)).of(t)
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "PREPARE admit AS "+namedQuery(t, "Admit")); err != nil {
+	if _, err := conn.Exec(ctx, "PREPARE admit AS "+testpg.Query(t, "Admit")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE; "+admitSettings); err != nil {

@@ -3,9 +3,6 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
@@ -205,7 +203,7 @@ func TestAdmitAddressesRowsByTID(t *testing.T) {
 	f.exec(`ANALYZE`)
 	conn := must(f.rt.Acquire(ctx)).of(t)
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "PREPARE admit AS "+namedQuery(t, "Admit")); err != nil {
+	if _, err := conn.Exec(ctx, "PREPARE admit AS "+testpg.Query(t, "Admit")); err != nil {
 		t.Fatal(err)
 	}
 	statements := map[string]string{"batch of 256": executeAdmitOfNulls(256), "single row": executeAdmitOfNulls(1)}
@@ -233,42 +231,6 @@ func TestAdmitAddressesRowsByTID(t *testing.T) {
 			t.Errorf("store's settings: the admit of a %s does not reach trigger_schedules by TID scans only:\n%s", name, plan)
 		}
 	}
-}
-
-// namedQuery reads the sqlc query name from sql/queries with its arguments (@name, sqlc.arg(name),
-// sqlc.narg(name)) numbered $1, $2 … in order of first appearance.
-func namedQuery(t *testing.T, name string) string {
-	t.Helper()
-	files, err := filepath.Glob("../sql/queries/*.sql")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("the query files ../sql/queries/*.sql: %d found (%v)", len(files), err)
-	}
-	for _, file := range files {
-		body, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := string(body)
-		at := strings.Index(q, "-- name: "+name+" ")
-		if at < 0 {
-			continue
-		}
-		q = q[at:]
-		if end := strings.Index(q[1:], "-- name:"); end >= 0 {
-			q = q[:end+1]
-		}
-		q = strings.TrimSuffix(strings.TrimSpace(q), ";")
-		seen := map[string]string{}
-		return regexp.MustCompile(`@[a-z_]+|sqlc\.n?arg\([a-z_]+\)`).ReplaceAllStringFunc(q, func(arg string) string {
-			name := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(arg, "@"), "sqlc.narg("), "sqlc.arg("), ")")
-			if _, ok := seen[name]; !ok {
-				seen[name] = fmt.Sprintf("$%d", len(seen)+1)
-			}
-			return seen[name]
-		})
-	}
-	t.Fatalf("no query %s in sql/queries", name)
-	return ""
 }
 
 // executeAdmitOfNulls executes the prepared statement admit with n placeholder items (every

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
@@ -148,7 +149,7 @@ func TestClaimUsesTheIndexAtOneMillionSchedules(t *testing.T) {
 		{"ClaimDue", "claim_due", "(1, 'explain', 30000)"}, // max_rows, owner, lease_ms
 		{"NextDueIn", "next_due_in", ""},
 	} {
-		if _, err := conn.Exec(ctx, "PREPARE "+q.stmt+" AS "+namedQuery(t, q.name)); err != nil {
+		if _, err := conn.Exec(ctx, "PREPARE "+q.stmt+" AS "+testpg.Query(t, q.name)); err != nil {
 			t.Fatal(err)
 		}
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
@@ -205,7 +206,7 @@ func TestClaimWalksItsIndexWhenEveryRowIsDueAndTheIndexIsChurned(t *testing.T) {
 	f.exec(`ANALYZE control_core.trigger_schedules`)
 	conn := must(f.rt.Acquire(ctx)).of(t)
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "PREPARE claim_due AS "+namedQuery(t, "ClaimDue")); err != nil {
+	if _, err := conn.Exec(ctx, "PREPARE claim_due AS "+testpg.Query(t, "ClaimDue")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, "BEGIN; "+hotSettings); err != nil { // the store's generic plan

@@ -196,21 +196,24 @@ func (q *Queries) GetTaskHeads(ctx context.Context, arg GetTaskHeadsParams) ([]G
 }
 
 const getTriggerHeads = `-- name: GetTriggerHeads :many
-SELECT t.trigger_id, tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled, tr.task_id,
-       tr.task_revision,
-       tr.content_digest, s.state_version, s.claim_version
-FROM control_core.triggers t
-JOIN control_core.trigger_revisions tr
-  ON tr.project_id = t.project_id AND tr.trigger_id = t.trigger_id AND tr.revision = t.head_revision
-JOIN control_core.trigger_schedules s ON s.project_id = t.project_id AND s.trigger_id = t.trigger_id
-WHERE t.project_id = $1::text
-  AND ($2::text IS NULL OR t.trigger_id = $2::text)
-ORDER BY t.trigger_id
+WITH heads AS NOT MATERIALIZED (
+    SELECT t.trigger_id, tr.revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled,
+           tr.task_id, tr.task_revision, tr.content_digest, s.state_version, s.claim_version
+    FROM control_core.triggers t
+    JOIN control_core.trigger_revisions tr
+      ON tr.project_id = t.project_id AND tr.trigger_id = t.trigger_id AND tr.revision = t.head_revision
+    JOIN control_core.trigger_schedules s ON s.project_id = t.project_id AND s.trigger_id = t.trigger_id
+    WHERE t.project_id = $1::text
+)
+SELECT trigger_id, revision, cron_spec, timezone, misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest, state_version, claim_version FROM heads WHERE trigger_id = ANY($2::text[])
+UNION ALL
+SELECT trigger_id, revision, cron_spec, timezone, misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest, state_version, claim_version FROM heads WHERE $2::text[] IS NULL
+ORDER BY trigger_id
 `
 
 type GetTriggerHeadsParams struct {
-	ProjectID string      `json:"project_id"`
-	TriggerID pgtype.Text `json:"trigger_id"`
+	ProjectID  string   `json:"project_id"`
+	TriggerIds []string `json:"trigger_ids"`
 }
 
 type GetTriggerHeadsRow struct {
@@ -228,12 +231,17 @@ type GetTriggerHeadsRow struct {
 	ClaimVersion   int64  `json:"claim_version"`
 }
 
-// The head revisions of a project's triggers (of one when trigger_id is given), with their schedule
-// rows' versions: what a publish compares new content with (it keeps what the caller did not give
-// and writes nothing when the content is unchanged) and what `qlsched apply` plans against. Run by
-// a publish under the project lock, so no publish of the project can move a head meanwhile.
+// The head revisions of a project's triggers (of those trigger_ids names when it is not NULL),
+// with their schedule rows' versions: what a publish compares new content with (it keeps what the
+// caller did not give and writes nothing when the content is unchanged) and what `qlsched apply`
+// plans against. Run by a publish under the project lock, so no publish of the project can move a
+// head meanwhile. Two branches, not "trigger_ids IS NULL OR trigger_id = ANY(trigger_ids)": the
+// generic plan a prepared statement may settle on cannot fold that OR, and read the whole project
+// to find one trigger (sequential scans: 18 ms at 20,000 triggers, where a key lookup takes
+// 0.1 ms). Here the named branch reaches each trigger by its key and the NULL test gates the other
+// once; NOT MATERIALIZED, so each branch's filter reaches the tables.
 func (q *Queries) GetTriggerHeads(ctx context.Context, arg GetTriggerHeadsParams) ([]GetTriggerHeadsRow, error) {
-	rows, err := q.db.Query(ctx, getTriggerHeads, arg.ProjectID, arg.TriggerID)
+	rows, err := q.db.Query(ctx, getTriggerHeads, arg.ProjectID, arg.TriggerIds)
 	if err != nil {
 		return nil, err
 	}
