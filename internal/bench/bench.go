@@ -449,9 +449,19 @@ func setDue(ctx context.Context, pool *pgxpool.Pool, project string, period time
 // minute boundaries it landed in every burst of one run and in none of the next, a systematic
 // error of up to a tenth either way (server log, autovacuum of runs, attempts, run_events and
 // trigger_schedules at :03 of each burst minute). Best effort: the role may not own the tables.
+//
+// The Run tables are left alone while they are empty: analysed empty, they are known to be
+// empty, and the plans made on them then (the foreign-key checks', cached per connection) read
+// them sequentially for as long as the connection lives or no ANALYZE invalidates them. The
+// first ceiling phase, whose connections were new, ran at 1,282/s that way, against 9,259/s
+// for the same connections once the tables held Runs.
 func settle(ctx context.Context, pool *pgxpool.Pool) {
-	_, _ = pool.Exec(ctx, `VACUUM (ANALYZE) control_core.triggers, control_core.trigger_revisions,
-		control_core.trigger_schedules, control_core.runs, control_core.attempts, control_core.run_events`)
+	tables := "control_core.triggers, control_core.trigger_revisions, control_core.trigger_schedules"
+	var runs bool
+	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM control_core.runs)").Scan(&runs); err == nil && runs {
+		tables += ", control_core.runs, control_core.attempts, control_core.run_events"
+	}
+	_, _ = pool.Exec(ctx, "VACUUM (ANALYZE) "+tables)
 }
 
 func dbNow(ctx context.Context, pool *pgxpool.Pool) int64 {
