@@ -112,9 +112,9 @@ func capacity(cfg Config) float64 { return float64(cfg.Budget) / cfg.Cadence.Sec
 // and logged, never returned to the caller's loop.
 //
 // While one batch is handled, the next is already being claimed, on a second connection: a
-// replica otherwise leaves the database idle for the claim's round trip and run after every
-// admit, a fifth of one replica's burst. Batches are still handled one after the other, so a
-// replica has at most one claim and one admission in flight.
+// replica otherwise leaves the database waiting for the claim's round trip and run after every
+// admit. Batches are still handled one after the other, so a replica has at most one claim and
+// one admission in flight, and the first claim of a round overlaps nothing (rounds never do).
 func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed int) {
 	c.Stats.Rounds.Add(1)
 	defer func() {
