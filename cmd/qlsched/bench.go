@@ -46,6 +46,11 @@ final log line, claim latency from their /metrics histograms, CPU and RSS from /
            missing, the time to drain (last admission minus the instant), admitted ÷ drain time
            and its ratio to the batch ceiling, lag p50/p99/max. In-process replicas only.
 
+Each measured phase (a ceiling, a burst) starts on vacuumed and analysed tables (the Run tables
+once they hold Runs), so no phase pays autovacuum for the one before; best effort, the role may
+not own them. The ceiling's workers claim their next rows while they write, as a replica's round
+does.
+
 Reported: admits/s, rounds and the rounds that claimed their whole budget (saturated), claim and admit latency p50/p99, admission lag p50/p99 (admit database time
 minus scheduled time), serialization retries, races, releases, duplicates (must be 0), process
 CPU and RSS. --format json prints one qlsched.bench/v1 document (docs/json.md); the progress
