@@ -77,7 +77,7 @@ func TestBatchAdmitOfTheSameClaimTwiceWritesOneRun(t *testing.T) {
 	claims := claimAll(t, s, "replica", 30*time.Second, 1)
 	its := items(claims, 60_000)
 	dup := its[0]
-	dup.RunID = NewRunID()
+	dup.RunID = RunIDs()()
 	res := s.AdmitBatch(ctx, append(its, dup), 3)
 	if res[0].Outcome != Written || res[1].Outcome != Race || res[0].Err != nil || res[1].Err != nil {
 		t.Errorf("the claim and its duplicate: %+v; want written, then race", res)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/schedule"
 )
@@ -428,5 +431,91 @@ func TestLifecycleStopIsBounded(t *testing.T) {
 	}
 	if n := f.count("SELECT count(*) FROM control_core.runs"); n != 0 {
 		t.Errorf("%d runs after a cancelled admit", n)
+	}
+}
+
+// One admission's Run identities share a prefix and count up (side by side in the runs key);
+// two admissions' do not share it (far apart); all are version 8 with the RFC 9562 variant and
+// unique.
+func TestRunIDsOfOneAdmissionAreAdjacentAndOfTwoApart(t *testing.T) {
+	t.Parallel()
+	seen := map[uuid.UUID]bool{}
+	var prefixes []string
+	for range 64 {
+		next := RunIDs()
+		var prev uuid.UUID
+		for i := range MaxBudget {
+			id := next()
+			if id.Version() != 8 || id.Variant() != uuid.RFC4122 {
+				t.Fatalf("%s: version %d, variant %s; want 8, RFC 4122/9562", id, id.Version(), id.Variant())
+			}
+			if seen[id] {
+				t.Fatalf("%s allocated twice", id)
+			}
+			seen[id] = true
+			if i > 0 && (string(id[:6]) != string(prev[:6]) || strings.Compare(string(id[:]), string(prev[:])) <= 0) {
+				t.Fatalf("identity %d of one admission %s after %s: want the same 6-byte prefix, in increasing order", i, id, prev)
+			}
+			prev = id
+		}
+		prefixes = append(prefixes, string(prev[:6]))
+	}
+	slices.Sort(prefixes)
+	if len(slices.Compact(prefixes)) != 64 {
+		t.Error("two admissions' identities share a prefix")
+	}
+}
+
+// Three single admits in flight at once, on a runs key of many leaves, all commit, the last one
+// to run committing first: their Runs land apart (RunIDs), so no admit's foreign-key checks,
+// reads under SERIALIZABLE, lock a leaf another writes. With time-ordered identities (UUIDv7,
+// every Run on the right-edge leaf) each admit read the leaf the next one wrote, and the middle
+// one, between a reader and a writer that committed first, failed with a serialization error.
+func TestConcurrentSingleAdmitsDoNotAbortEachOther(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	for _, id := range []string{"a", "b", "c"} {
+		f.trigger(id, "@yearly", schedule.MisfireFireOnce)
+		f.setCursor(id, -time.Second)
+	}
+	// 100,000 Runs of a manual task: a runs key of hundreds of leaves
+	f.d.Exec(t, `SET session_replication_role = replica;
+		INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, idempotency_key,
+		                               state, owner, queued_at_ms)
+		SELECT gen_random_uuid(), k.project_id, k.task_id, k.revision, k.execution_revision_id, 'bulk:' || g, 'queued',
+		       'runtime', 0
+		FROM control_core.task_revisions k CROSS JOIN generate_series(1, 100000) g WHERE k.project_id = 'p';
+		SET session_replication_role = DEFAULT;
+		ANALYZE control_core.runs`)
+	claims := must(NewStore(f.rt).ClaimBatch(ctx, "r1", 30*time.Second, 3)).of(t)
+	if len(claims) != 3 {
+		t.Fatalf("claimed %d rows, want 3", len(claims))
+	}
+	admit := func(c *Claim) pgx.Tx {
+		tx := must(f.rt.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})).of(t)
+		it := AdmitItem{Claim: c, ScheduledFor: *c.CursorMs, Next: *c.CursorMs + 1000, RunID: RunIDs()()}
+		br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams([]AdmitItem{it})})
+		written := 0
+		br.Query(func(_ int, rows []db.AdmitRow, err error) {
+			if err != nil {
+				t.Fatalf("admit %s: %v", c.TriggerID, err)
+			}
+			written = len(rows)
+		})
+		_ = br.Close()
+		if written != 1 {
+			t.Fatalf("admit %s wrote %d rows, want 1", c.TriggerID, written)
+		}
+		return tx
+	}
+	txs := []pgx.Tx{admit(claims[0]), admit(claims[1]), admit(claims[2])}
+	for i := 2; i >= 0; i-- {
+		if err := txs[i].Commit(ctx); err != nil {
+			t.Errorf("admit %d of 3 (%s), committing after those run after it: %v", i+1, claims[i].TriggerID, err)
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.runs WHERE trigger_id IN ('a', 'b', 'c')`); n != 3 {
+		t.Errorf("%d runs of a, b and c, want 3", n)
 	}
 }

@@ -545,6 +545,7 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 // ceilingWrite writes claimed rows without a fence; it returns how many.
 func ceilingWrite(ctx context.Context, q *db.Queries, claims []*coordinator.Claim, period time.Duration, offset int64) (int64, error) {
 	p := db.CeilingAdmitParams{OccurrenceOffsetMs: offset}
+	runID := coordinator.RunIDs() // the replicas' identities, one source per batch as theirs
 	for _, c := range claims {
 		if c.CursorMs == nil { // a row the bench did not set due: another project's, never initialised
 			return 0, fmt.Errorf("ceiling: claimed %s/%s, which the bench did not set up: run the bench on a database of its own", c.ProjectID, c.TriggerID)
@@ -554,7 +555,7 @@ func ceilingWrite(ctx context.Context, q *db.Queries, claims []*coordinator.Clai
 		p.ExecutionRevisionIds = append(p.ExecutionRevisionIds, c.ExecutionRevisionID)
 		p.ScheduledForMs = append(p.ScheduledForMs, *c.CursorMs)
 		p.NextFireAtMs = append(p.NextFireAtMs, *c.CursorMs+period.Milliseconds())
-		p.RunIds = append(p.RunIds, coordinator.NewRunID()) // the replicas' identities: the same index order
+		p.RunIds = append(p.RunIds, runID())
 	}
 	return q.CeilingAdmit(ctx, p)
 }
