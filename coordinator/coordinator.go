@@ -90,14 +90,14 @@ type Coordinator struct {
 // the runs key, and concurrent admissions far apart. Both matter under SERIALIZABLE, where the
 // foreign-key checks of the Attempt and the events read the runs key and lock its leaf pages:
 //   - random identities (version 4) spread a batch of 128 over 128 leaves: four replicas
-//     drained a 50,000 burst at 0.69–0.73 × the batch ceiling, against 0.85–0.86;
+//     drained a 50,000 burst at 0.69–0.73 × the batch ceiling, against 0.85–0.86 with v7;
 //   - time-ordered ones (version 7) put every admission on the right-edge leaf, where concurrent
 //     admits read and write the same page and abort each other: four single-mode replicas
 //     retried a quarter of their admits in a burst and dropped claims, against 0.01 %
 //     (docs/performance.md, third sitting).
 //
-// A source serves one admission: its counter wraps after 4,096 identities (a batch holds at
-// most MaxBudget), which would cost locality, never uniqueness.
+// A source serves one admission, from one goroutine: its counter wraps after 4,096 identities
+// (a batch holds at most MaxBudget), which would cost locality, never uniqueness.
 func RunIDs() func() uuid.UUID {
 	var prefix [6]byte
 	_, _ = rand.Read(prefix[:]) // crypto/rand.Read never fails (it crashes the program instead)
@@ -136,10 +136,12 @@ func capacity(cfg Config) float64 { return float64(cfg.Budget) / cfg.Cadence.Sec
 // claimable or when stop is closed (the claims in hand are still finished). Errors are counted
 // and logged, never returned to the caller's loop.
 //
-// While one batch is handled, the next is already being claimed, on a second connection: a
-// replica otherwise leaves the database waiting for the claim's round trip and run after every
-// admit. Batches are still handled one after the other, so a replica has at most one claim and
-// one admission in flight, and the first claim of a round overlaps nothing (rounds never do).
+// While one batch is handled, the next is already being claimed, on a second connection (if the
+// pool has one; otherwise they take turns): a replica otherwise leaves the database waiting for
+// the claim's round trip and run after every admit. Batches are still handled one after the
+// other, so a replica has at most one claim and one admission in flight, and the first claim of
+// a round overlaps nothing (rounds never do). When stop closes during a handle, the batch
+// already claimed ahead is handled too: up to two batches finish after a Stop.
 func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed int) {
 	c.Stats.Rounds.Add(1)
 	defer func() {
@@ -162,15 +164,30 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed 
 		if n <= 0 || ctx.Err() != nil {
 			return nil
 		}
-		out := make(chan claimBatch, 1) // never blocks: a handle that panics leaves it unread
+		out := make(chan claimBatch, 1)
 		go func() {
 			start := time.Now()
+			defer func() { // off the round's goroutine, a panic would escape the Lifecycle's recover
+				if r := recover(); r != nil {
+					out <- claimBatch{asked: n, err: fmt.Errorf("claim panicked: %v", r)}
+				}
+			}()
 			claims, err := c.store.ClaimBatch(ctx, c.cfg.Owner, c.cfg.Lease, n)
 			out <- claimBatch{claims, n, overlapped, time.Since(start), err}
 		}()
 		return out
 	}
-	for next := claim(min(c.cfg.batch(), c.cfg.Budget), false); next != nil; {
+	var next <-chan claimBatch
+	defer func() {
+		// A handle that panicked (the Lifecycle recovers it) leaves the claim sent ahead: the
+		// round waits for it, so rounds still never overlap, and leaves its rows to expire.
+		if next != nil {
+			if got := <-next; got.err == nil {
+				c.Stats.Claims.Add(int64(len(got.claims)))
+			}
+		}
+	}()
+	for next = claim(min(c.cfg.batch(), c.cfg.Budget), false); next != nil; {
 		got := <-next
 		if got.err != nil {
 			c.fail("claim", got.err)
@@ -216,7 +233,13 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 	)
 	newRunID := c.NewRunID
 	if newRunID == nil {
-		newRunID = RunIDs() // one source per admission
+		var ids func() uuid.UUID
+		newRunID = func() uuid.UUID { // one source per admission, made at its first Run
+			if ids == nil {
+				ids = RunIDs()
+			}
+			return ids()
+		}
 	}
 	for _, claim := range claims {
 		if claim.Takeover {

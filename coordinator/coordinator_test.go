@@ -124,6 +124,35 @@ func TestRoundClaimsTheNextBatchWhileAdmitting(t *testing.T) {
 	}
 }
 
+// A handle that panics (the Lifecycle recovers it) does not leave the claim sent ahead in flight:
+// the round waits for it and counts its rows, which are left to expire; nothing is admitted.
+func TestAPanickingHandleLeavesNoClaimInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	for i := range 4 {
+		id := fmt.Sprintf("t%d", i)
+		f.trigger(id, "@yearly", schedule.MisfireFireOnce)
+		f.setCursor(id, -time.Second)
+	}
+	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget, c.AdmitBatch = 4, 2 })
+	co.NewRunID = func() uuid.UUID { panic("no run identity") }
+	func() {
+		defer func() { _ = recover() }()
+		co.Round(ctx, nil)
+		t.Error("the round returned; want its handle's panic")
+	}()
+	if n := co.Stats.Claims.Load(); n != 4 {
+		t.Errorf("%d claims counted when the round ended, want 4 (the batch handled and the one claimed ahead)", n)
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.trigger_schedules WHERE claim_owner = 'r1'`); n != 4 {
+		t.Errorf("%d rows held by r1, want 4", n)
+	}
+	if n := f.count("SELECT count(*) FROM control_core.runs"); n != 0 {
+		t.Errorf("%d runs", n)
+	}
+}
+
 // Run identities are allocated only for an admit, i.e. when the decision fires: init, not-due and
 // skip allocate none. (An admit that then loses its fence discards its identity unwritten.)
 func TestRunIdentityOnlyForAnAdmit(t *testing.T) {

@@ -25,7 +25,7 @@ type Lifecycle struct {
 
 	mu      sync.Mutex
 	started bool
-	stop    chan struct{} // closed by Stop: finish the claim in hand, claim nothing more
+	stop    chan struct{} // closed by Stop: finish the claims in hand, claim nothing more
 	done    chan struct{} // closed when the loop has exited
 	cancel  context.CancelFunc
 	// OnRound, when set, is called after every round with the number of rows it claimed.

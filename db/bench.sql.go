@@ -223,8 +223,8 @@ type CeilingAdmitParams struct {
 // occurrence, and the phases write occurrences the replicas (and the other phases) write too, so
 // each phase shifts its Runs' scheduled time by occurrence_offset_ms, into a range no schedule
 // reaches (see bench.go): the same rows, constraints and index entries, never a collision. Run
-// identities come from the caller, made by the replicas' generator (coordinator.NewRunID), so the
-// runs primary key grows in the same order as under the replicas.
+// identities come from the caller, made as the replicas make theirs (coordinator.RunIDs, one
+// source per batch), so they land in the runs primary key as the replicas' do.
 func (q *Queries) CeilingAdmit(ctx context.Context, arg CeilingAdmitParams) (int64, error) {
 	result, err := q.db.Exec(ctx, ceilingAdmit,
 		arg.ProjectIds,

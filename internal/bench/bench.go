@@ -229,7 +229,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 
 	// measure runs one ceiling phase on a fresh backlog and returns its rate.
 	measure := func(name string, phase int64, batch int) (float64, error) {
-		if err := setDue(ctx, admin, project, period); err != nil {
+		if err := setDue(ctx, admin, project, period, say); err != nil {
 			return 0, err
 		}
 		rows := "one row"
@@ -262,7 +262,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 				return rep, err
 			}
 		}
-		if err := setDue(ctx, admin, project, period); err != nil {
+		if err := setDue(ctx, admin, project, period, say); err != nil {
 			return rep, err
 		}
 	} else {
@@ -432,13 +432,15 @@ func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config
 }
 
 // setDue puts every row at the current period's occurrence: all due, none missed, then settles.
-func setDue(ctx context.Context, pool *pgxpool.Pool, project string, period time.Duration) error {
+func setDue(ctx context.Context, pool *pgxpool.Pool, project string, period time.Duration, say func(string, ...any)) error {
 	now := dbNow(ctx, pool)
 	p := period.Milliseconds()
 	if _, err := db.New(pool).BenchSetDue(ctx, db.BenchSetDueParams{ProjectID: project, DueMs: now / p * p}); err != nil {
 		return err
 	}
-	settle(ctx, pool)
+	if err := settle(ctx, pool); err != nil {
+		say("the phase starts unsettled: %v", err)
+	}
 	return nil
 }
 
@@ -448,20 +450,27 @@ func setDue(ctx context.Context, pool *pgxpool.Pool, project string, period time
 // phase its launcher's next wake-up falls in: once a minute at a fixed second, so with bursts at
 // minute boundaries it landed in every burst of one run and in none of the next, a systematic
 // error of up to a tenth either way (server log, autovacuum of runs, attempts, run_events and
-// trigger_schedules at :03 of each burst minute). Best effort: the role may not own the tables.
+// trigger_schedules at :03 of each burst minute). Best effort: the role may not own the tables,
+// and its callers say why a phase starts unsettled and go on.
 //
 // The Run tables are left alone while they are empty: analysed empty, they are known to be
 // empty, and the plans made on them then (the foreign-key checks', cached per connection) read
 // them sequentially for as long as the connection lives or no ANALYZE invalidates them. The
 // first ceiling phase, whose connections were new, ran at 1,282/s that way, against 9,259/s
 // for the same connections once the tables held Runs.
-func settle(ctx context.Context, pool *pgxpool.Pool) {
+func settle(ctx context.Context, pool *pgxpool.Pool) error {
 	tables := "control_core.triggers, control_core.trigger_revisions, control_core.trigger_schedules"
 	var runs bool
-	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM control_core.runs)").Scan(&runs); err == nil && runs {
+	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM control_core.runs)").Scan(&runs); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	if runs {
 		tables += ", control_core.runs, control_core.attempts, control_core.run_events"
 	}
-	_, _ = pool.Exec(ctx, "VACUUM (ANALYZE) "+tables)
+	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+tables); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	return nil
 }
 
 func dbNow(ctx context.Context, pool *pgxpool.Pool) int64 {
@@ -506,9 +515,9 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 				}()
 				return out
 			}
-			next := claim()
-			for {
+			for next := claim(); next != nil; {
 				got := <-next
+				next = nil
 				if got.err == nil && len(got.claims) == 0 {
 					return
 				}
@@ -516,8 +525,6 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 				if err == nil {
 					if ctx.Err() == nil && (upTo == 0 || n.Load()+int64(len(got.claims)) < upTo) {
 						next = claim()
-					} else {
-						next = nil
 					}
 					var written int64
 					written, err = ceilingWrite(ctx, q, got.claims, period, offset)
@@ -528,11 +535,8 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 						once.Do(func() { firstErr = err })
 					}
 					if next != nil {
-						<-next // no claim of this phase may land in the next one
+						<-next // the claim sent ahead: none of this phase may land in the next one
 					}
-					return
-				}
-				if next == nil {
 					return
 				}
 			}

@@ -67,7 +67,9 @@ func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *pgxpool.P
 	if _, err := q.BenchSetDue(ctx, db.BenchSetDueParams{ProjectID: project, DueMs: first}); err != nil {
 		return err
 	}
-	settle(ctx, adminPool)
+	if err := settle(ctx, adminPool); err != nil {
+		say("the first burst starts unsettled: %v", err)
+	}
 	last := first + int64(cfg.Bursts-1)*minute
 
 	say("scheduler: %d in-process replicas, budget %d, cadence %s, admit batch %d: %d bursts of %d from %s, then up to %s to drain the last",
@@ -84,11 +86,16 @@ func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *pgxpool.P
 		// Between bursts the replicas idle; the tables are settled there, while the replicas
 		// run on, unless the next instant is too close for a vacuum to end before it.
 		if settled < cfg.Bursts && s.Admits >= int64(settled*cfg.Triggers) {
-			next := first + int64(settled)*minute
-			if time.Until(time.UnixMilli(next)) > settleLead {
-				settle(ctx, adminPool)
+			// the next instant by the server's clock, less a margin: the vacuum must end before it
+			next := time.Now().Add(time.Duration(first+int64(settled)*minute-dbNow(ctx, adminPool))*time.Millisecond - time.Second)
+			if time.Until(next) < settleLead {
+				say("burst %d starts unsettled: the burst before drained less than %s before its instant", settled+1, settleLead)
 			} else {
-				say("burst %d starts unsettled: the burst before drained too close to it", settled+1)
+				sctx, cancel := context.WithDeadline(ctx, next)
+				if err := settle(sctx, adminPool); err != nil {
+					say("burst %d starts unsettled: %v", settled+1, err)
+				}
+				cancel()
 			}
 			settled++
 		}

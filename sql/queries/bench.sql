@@ -19,8 +19,8 @@ WHERE project_id = @project_id::text;
 -- occurrence, and the phases write occurrences the replicas (and the other phases) write too, so
 -- each phase shifts its Runs' scheduled time by occurrence_offset_ms, into a range no schedule
 -- reaches (see bench.go): the same rows, constraints and index entries, never a collision. Run
--- identities come from the caller, made by the replicas' generator (coordinator.NewRunID), so the
--- runs primary key grows in the same order as under the replicas.
+-- identities come from the caller, made as the replicas make theirs (coordinator.RunIDs, one
+-- source per batch), so they land in the runs primary key as the replicas' do.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (
     SELECT i.*
