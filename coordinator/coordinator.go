@@ -189,6 +189,7 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed 
 	}()
 	for next = claim(min(c.cfg.batch(), c.cfg.Budget), false); next != nil; {
 		got := <-next
+		next = nil // received: nothing in flight until the next claim is sent
 		if got.err != nil {
 			c.fail("claim", got.err)
 			return claimed
@@ -199,7 +200,6 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed 
 		claimed += len(got.claims)
 		c.Stats.Claims.Add(int64(len(got.claims)))
 		rest := min(c.cfg.batch(), c.cfg.Budget-claimed)
-		next = nil
 		if len(got.claims) == got.asked {
 			next = claim(rest, true)
 		}

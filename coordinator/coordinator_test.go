@@ -124,6 +124,26 @@ func TestRoundClaimsTheNextBatchWhileAdmitting(t *testing.T) {
 	}
 }
 
+// A claim that fails ends the round, counted: the round does not wait for a claim it has already
+// received (it did, forever, when its pool was gone).
+func TestAFailedClaimEndsTheRound(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	pool := f.d.Pool(t, "ql_runtime")
+	pool.Close()
+	co := f.coordinator("r1", pool)
+	done := make(chan int)
+	go func() { done <- co.Round(context.Background(), nil) }()
+	select {
+	case n := <-done:
+		if st := co.Stats.Snapshot(); n != 0 || st.Errors != 1 {
+			t.Errorf("claimed %d, %+v; want 0 claimed and 1 error", n, st)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the round did not end 30 s after its claim failed")
+	}
+}
+
 // A handle that panics (the Lifecycle recovers it) does not leave the claim sent ahead in flight:
 // the round waits for it and counts its rows, which are left to expire; nothing is admitted.
 func TestAPanickingHandleLeavesNoClaimInFlight(t *testing.T) {
