@@ -136,12 +136,15 @@ func capacity(cfg Config) float64 { return float64(cfg.Budget) / cfg.Cadence.Sec
 // claimable or when stop is closed (the claims in hand are still finished). Errors are counted
 // and logged, never returned to the caller's loop.
 //
-// While one batch is handled, the next is already being claimed, on a second connection (if the
-// pool has one; otherwise they take turns): a replica otherwise leaves the database waiting for
-// the claim's round trip and run after every admit. Batches are still handled one after the
-// other, so a replica has at most one claim and one admission in flight, and the first claim of
-// a round overlaps nothing (rounds never do). When stop closes during a handle, the batch
-// already claimed ahead is handled too: up to two batches finish after a Stop.
+// In batch mode, while one batch is handled, the next is already being claimed, on a second
+// connection (if the pool has one; otherwise they take turns): a replica otherwise leaves the
+// database waiting for the claim's round trip and run after every admit. Batches are still
+// handled one after the other, so a replica has at most one claim and one admission in flight,
+// and the first claim of a round overlaps nothing (rounds never do). When stop closes during a
+// handle, the batch already claimed ahead is handled too: up to two batches finish after a Stop.
+// Single mode (the ADR's one-row claim) stays one statement at a time: its admit is one short
+// transaction, and a row claimed ahead would be one more claim held by an admit that hangs (a
+// partition, a lost pooler), to expire uncounted by the round that ran into it.
 func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed int) {
 	c.Stats.Rounds.Add(1)
 	defer func() {
@@ -200,14 +203,16 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed 
 		claimed += len(got.claims)
 		c.Stats.Claims.Add(int64(len(got.claims)))
 		rest := min(c.cfg.batch(), c.cfg.Budget-claimed)
-		if len(got.claims) == got.asked {
+		full := len(got.claims) == got.asked
+		if full && c.cfg.batch() > 1 {
 			next = claim(rest, true)
 		}
 		c.handle(ctx, got.claims)
 		// A short claim means nothing more is claimable now, unless it ran while the batch
 		// before it was handled: that batch's rows were held then, and may be due again now (a
-		// late trigger's next occurrence), so one more claim asks after it.
-		if next == nil && got.overlapped {
+		// late trigger's next occurrence), so one more claim asks after it. In single mode a
+		// full claim is followed here, after its admit.
+		if next == nil && (full || got.overlapped) {
 			next = claim(rest, false)
 		}
 	}
