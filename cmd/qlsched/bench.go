@@ -49,8 +49,8 @@ final log line, claim latency from their /metrics histograms, CPU and RSS from /
 Each measured phase (a ceiling, a burst) starts on vacuumed and analysed tables (the Run tables
 once they hold Runs), so no phase pays autovacuum for the one before; best effort (the role may
 not own them, and a burst that drains less than 15 s before the next instant leaves no time):
-the progress says when a phase starts unsettled. The ceiling's workers claim their next rows while they write, as a replica's round
-does.
+the progress says when a phase starts unsettled. With batches the ceiling's workers claim
+their next rows while they write, as a batch-mode round does.
 
 Reported: admits/s, rounds and the rounds that claimed their whole budget (saturated), claim and admit latency p50/p99, admission lag p50/p99 (admit database time
 minus scheduled time), serialization retries, races, releases, duplicates (must be 0), process

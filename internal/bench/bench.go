@@ -236,7 +236,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		if batch > 1 {
 			rows = fmt.Sprintf("up to %d rows", batch)
 		}
-		say("%s: the same write set, %s per claim, READ COMMITTED, no fence, one worker per replica claiming ahead as a replica does", name, rows)
+		say("%s: the same write set, %s per claim, READ COMMITTED, no fence, one worker per replica, claiming as a replica does", name, rows)
 		var upTo int64 // once-a-minute triggers: each phase writes each occurrence once, like the replicas
 		if cfg.Every == "minute" || cfg.Scenario == Burst {
 			upTo = int64(cfg.Triggers)
@@ -488,7 +488,7 @@ const ceilingEpochMs int64 = 10_000_000_000_000
 // limit passes or it has written upTo occurrences (0: no bound), and returns how many it wrote in
 // how many seconds. Each worker claims up to batch rows (the ADR's claim when batch is 1) and
 // writes them in one READ COMMITTED statement (CeilingAdmit), their occurrences shifted by offset;
-// like a replica's round, it claims the next rows while it writes the ones before.
+// like a replica's round, with batches it claims the next rows while it writes the ones before.
 func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int, offset, upTo int64) (int64, float64, error) {
 	var n atomic.Int64
 	var firstErr error
@@ -523,12 +523,16 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 				}
 				err := got.err
 				if err == nil {
-					if ctx.Err() == nil && (upTo == 0 || n.Load()+int64(len(got.claims)) < upTo) {
-						next = claim()
+					more := ctx.Err() == nil && (upTo == 0 || n.Load()+int64(len(got.claims)) < upTo)
+					if more && batch > 1 {
+						next = claim() // ahead, as a batch-mode round does
 					}
 					var written int64
 					written, err = ceilingWrite(ctx, q, got.claims, period, offset)
 					n.Add(written)
+					if err == nil && more && next == nil {
+						next = claim()
+					}
 				}
 				if err != nil {
 					if ctx.Err() == nil {
