@@ -124,6 +124,30 @@ func TestRoundClaimsTheNextBatchWhileAdmitting(t *testing.T) {
 	}
 }
 
+// In batch mode a claim sent ahead that comes back short asks once more after the batch before
+// it: that batch's rows were held while it ran, and are due again once admitted (every-second
+// triggers 5 s late, within their grace, catch up one occurrence per claim).
+func TestABatchRoundAsksAgainAfterAShortClaimAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	for _, id := range []string{"s0", "s1", "s2"} {
+		if _, err := f.admin.PublishTrigger(ctx, admin.TriggerSpec{Project: "p", Trigger: id, Task: "task", Cron: "* * * * * *",
+			TimeZone: "UTC", Misfire: schedule.MisfireSkip, MisfireGrace: 10 * time.Second, Enabled: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = control_core.db_now_ms() / 1000 * 1000 - 5000,
+		state_version = state_version + 1 WHERE project_id = 'p'`)
+	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget, c.AdmitBatch = 64, 2 })
+	// two rows, then the third alone (the two held), then the two again: without the second
+	// ask the round ended after 3 claims
+	if n := co.Round(ctx, nil); n < 6 {
+		t.Errorf("the round claimed %d rows; want the late triggers' later occurrences too (at least 6)", n)
+	}
+	f.audit()
+}
+
 // A claim that fails ends the round, counted: the round does not wait for a claim it has already
 // received (it did, forever, when its pool was gone).
 func TestAFailedClaimEndsTheRound(t *testing.T) {
