@@ -91,11 +91,7 @@ func TestRoundClaimsTheNextBatchWhileAdmitting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	for i := range 6 {
-		id := fmt.Sprintf("t%d", i)
-		f.trigger(id, "@yearly", schedule.MisfireFireOnce) // no later occurrence due during the test
-		f.setCursor(id, -time.Second)
-	}
+	f.dueOnce("t0", "t1", "t2", "t3", "t4", "t5")
 	blocker := must(f.su.Begin(ctx)).of(t)
 	defer blocker.Rollback(ctx)
 	if _, err := blocker.Exec(ctx, "LOCK TABLE control_core.run_events IN ACCESS EXCLUSIVE MODE"); err != nil {
@@ -174,11 +170,7 @@ func TestAPanickingHandleLeavesNoClaimInFlight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	for i := range 4 {
-		id := fmt.Sprintf("t%d", i)
-		f.trigger(id, "@yearly", schedule.MisfireFireOnce)
-		f.setCursor(id, -time.Second)
-	}
+	f.dueOnce("t0", "t1", "t2", "t3")
 	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget, c.AdmitBatch = 4, 2 })
 	co.NewRunID = func() uuid.UUID { panic("no run identity") }
 	func() {
@@ -548,10 +540,7 @@ func TestConcurrentSingleAdmitsDoNotAbortEachOther(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	for _, id := range []string{"a", "b", "c"} {
-		f.trigger(id, "@yearly", schedule.MisfireFireOnce)
-		f.setCursor(id, -time.Second)
-	}
+	f.dueOnce("a", "b", "c")
 	// 100,000 Runs of a manual task: a runs key of hundreds of leaves
 	f.d.Exec(t, `SET session_replication_role = replica;
 		INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, idempotency_key,

@@ -54,6 +54,16 @@ func (f *fixture) trigger(id, cron string, misfire schedule.MisfirePolicy) admin
 	return pub
 }
 
+// dueOnce publishes @yearly fire_once triggers with their cursors a second back: each due once,
+// its next occurrence never due while a test runs, so a round's claims can be counted exactly.
+func (f *fixture) dueOnce(ids ...string) {
+	f.t.Helper()
+	for _, id := range ids {
+		f.trigger(id, "@yearly", schedule.MisfireFireOnce)
+		f.setCursor(id, -time.Second)
+	}
+}
+
 // setCursor puts a trigger's cursor at db-now + offset (arranging time, as a test may).
 func (f *fixture) setCursor(trigger string, offset time.Duration) int64 {
 	f.t.Helper()
