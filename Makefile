@@ -99,7 +99,7 @@ chaos:
 # in about 5 minutes, then the bursts (bench-burst, below): the 4-replica backlog against its ceiling, the below-capacity lag, batch
 # admission at 20,000 every-second triggers, one real replica process at budget 256 (RSS), and
 # the claim's p99 at 1,000,000 schedule rows against 10,000.
-.PHONY: bench bench-river bench-burst bench-replicas
+.PHONY: bench bench-river bench-burst bench-replicas bench-pooler
 # The peer: River's periodic jobs, 20,000 every second, on a throwaway server from the same
 # binaries (bench/river, a module of its own so River stays out of go.mod). Run it next to
 # `make bench` for the batch comparison of docs/performance.md.
@@ -135,11 +135,12 @@ bench:
 	bin/qlsched bench --scenario backlog --triggers 5000 --replicas 1 --budget 256 --cadence 10ms --duration 20s --processes
 	go test -count=1 -run '^$$' -bench BenchmarkClaim -benchtime 3000x ./coordinator/
 	@$(MAKE) --no-print-directory bench-burst
+	@$(MAKE) --no-print-directory bench-pooler
 
 # Issue 20's bursts: N triggers sharing one minute-aligned spec, two minute boundaries each, N =
 # 10,000 and 50,000, one and four in-process replicas, single and batch admission, each burst's
 # drain time and lag against the batch ceiling of the same write set in the same run. Each run
-# waits for a minute boundary: 43 minutes in all on the loaded 2-core machine (2026-12-05). --duration bounds the drain of the last
+# waits for a minute boundary: 25 minutes in all on the quiet 2-core machine (2026-12-05). --duration bounds the drain of the last
 # burst (single mode at 50,000 takes longer than the minute between bursts here).
 BURST_FLAGS ?= --bursts 2 --budget 256 --cadence 10ms
 bench-burst:
@@ -159,3 +160,10 @@ bench-replicas:
 	go build -o bin/qlsched ./cmd/qlsched
 	for r in 1 2 4 8; do bin/qlsched bench --scenario backlog --triggers 10000 --replicas $$r --budget 256 --cadence 10ms --duration 20s || exit 1; done
 	for r in 1 2 4 8; do bin/qlsched bench --scenario backlog --every second --triggers 20000 --replicas $$r --budget 256 --cadence 10ms --admit-batch 128 --duration 15s || exit 1; done
+
+# The bench through PgBouncer against direct, in one sitting (docs/performance.md, Through
+# PgBouncer): a throwaway server, PgBouncer in transaction and in session pooling in front of it,
+# and the same 10,000-trigger backlog three times with real replica processes, each run on a
+# database of its own. About 3 minutes; needs pgbouncer.
+bench-pooler: build
+	scripts/bench-pooler.sh
