@@ -95,10 +95,12 @@ chaos:
 	QL_CHAOS_DURATION=$(CHAOS_DURATION) QL_CHAOS_REPLICAS=$(CHAOS_REPLICAS) QL_CHAOS_TRIGGERS=$(CHAOS_TRIGGERS) QL_CHAOS_BATCHES=$(CHAOS_BATCHES) \
 	  nice go test -tags faults -count=1 -timeout 120m -v -run '^TestChaosSoak$$' ./internal/faults/
 
-# The performance figures of docs/performance.md, each on its own throwaway PostgreSQL (fsync on),
-# in about 5 minutes, then the bursts (bench-burst, below): the 4-replica backlog against its ceiling, the below-capacity lag, batch
-# admission at 20,000 every-second triggers, one real replica process at budget 256 (RSS), and
-# the claim's p99 at 1,000,000 schedule rows against 10,000.
+# The performance figures of docs/performance.md, each run on a throwaway PostgreSQL (fsync on).
+# First, in about 5 minutes: the 4-replica backlog against its ceiling, the below-capacity lag,
+# batch admission at 20,000 every-second triggers, one real replica process at budget 256 (RSS),
+# and the claim's p99 at 1,000,000 schedule rows against 10,000. Then the bursts (bench-burst,
+# about 25 minutes) and the replicas through PgBouncer against direct (bench-pooler, about 3
+# minutes; it needs pgbouncer and psql, and checks for them before it starts a server).
 .PHONY: bench bench-river bench-burst bench-replicas bench-pooler
 # The peer: River's periodic jobs, 20,000 every second, on a throwaway server from the same
 # binaries (bench/river, a module of its own so River stays out of go.mod). Run it next to
@@ -128,6 +130,8 @@ peer-chaos-short:
 	@$(MAKE) --no-print-directory peer-chaos PEER_JOBS=50 PEER_DURATION=45s PEER_SEED=22
 
 bench:
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
+	  { echo "make bench: its last part (bench-pooler) needs pgbouncer: apt-get install pgbouncer"; exit 1; }
 	go build -o bin/qlsched ./cmd/qlsched
 	bin/qlsched bench --scenario backlog --triggers 10000 --replicas 4 --budget 256 --cadence 10ms --duration 30s
 	bin/qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 65s
@@ -164,6 +168,7 @@ bench-replicas:
 # The bench through PgBouncer against direct, in one sitting (docs/performance.md, Through
 # PgBouncer): a throwaway server, PgBouncer in transaction and in session pooling in front of it,
 # and the same 10,000-trigger backlog three times with real replica processes, each run on a
-# database of its own. About 3 minutes; needs pgbouncer.
+# database of its own. About 3 minutes; needs pgbouncer and psql (scripts/bench-pooler.sh says
+# what else it reads: BENCH_FLAGS, ORDER, TX_POOL, SESSION_POOL, QL_PG_BIN).
 bench-pooler: build
 	scripts/bench-pooler.sh

@@ -15,34 +15,56 @@
 # of each run's admissions to the direct run's is what the pooler costs the replicas.
 #
 #   BENCH_FLAGS   the bench's flags (default: the 10,000-trigger backlog, 4 replicas, 30 s)
-#   ORDER         the runs, in order (default "direct transaction session")
-#   QL_PG_BIN     the PostgreSQL server binaries (default Debian's 15: /usr/lib/postgresql/15/bin)
+#   ORDER         the runs, in order, each at most once (default "direct transaction session")
+#   TX_POOL       transaction pooling's default_pool_size (default 4)
+#   SESSION_POOL  session pooling's default_pool_size (default 20)
+#   QL_PG_BIN     the PostgreSQL server binaries (default as the bench finds them: pg_config
+#                 --bindir, then the newest /usr/lib/postgresql/*/bin)
 #
-# Needs bin/qlsched and bin/qlmigrate (make bench-pooler builds them) and pgbouncer (Debian's
-# package). As root, PostgreSQL and PgBouncer run as the postgres user; both are stopped and their
-# files removed on exit.
+# Needs bin/qlsched and bin/qlmigrate (make bench-pooler builds them), pgbouncer and psql
+# (Debian's pgbouncer and postgresql-client). As root, PostgreSQL and PgBouncer run as the postgres
+# user. Both are stopped on every exit, and their files removed, except after a failure: then the
+# folder (server and PgBouncer logs, the bench's stderr) is kept and named.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 die() { echo "bench-pooler.sh: $*" >&2; exit 1; }
 
 flags=${BENCH_FLAGS:---scenario backlog --triggers 10000 --replicas 4 --budget 256 --cadence 10ms --duration 30s}
+read -r -a flag_words <<< "$flags"
 order=${ORDER:-direct transaction session}
-pgbin=${QL_PG_BIN:-/usr/lib/postgresql/15/bin}
+tx_pool=${TX_POOL:-4}
+session_pool=${SESSION_POOL:-20}
+seen=" "
 for r in $order; do
   case "$r" in direct|transaction|session) ;; *) die "ORDER: unknown run \"$r\" (want direct, transaction or session)" ;; esac
+  [[ $seen != *" $r "* ]] || die "ORDER: \"$r\" twice (each run has a database of its own)"
+  seen+="$r "
 done
-for b in bin/qlsched bin/qlmigrate "$pgbin/initdb" "$pgbin/pg_ctl"; do
-  [[ -x $b ]] || die "$b is missing (run it as make bench-pooler; set QL_PG_BIN for other server binaries)"
+for n in "$tx_pool" "$session_pool"; do
+  [[ $n =~ ^[1-9][0-9]{0,3}$ ]] || die "TX_POOL, SESSION_POOL: \"$n\" is not a pool size (1 … 9999)"
+done
+pgbin=${QL_PG_BIN:-}
+if [[ -z $pgbin ]]; then
+  pgbin=$(pg_config --bindir 2>/dev/null || true)
+  [[ -x $pgbin/initdb ]] || pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+fi
+for b in bin/qlsched bin/qlmigrate "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbin/postgres"; do
+  [[ -x $b ]] || die "$b is missing (run it as make bench-pooler; set QL_PG_BIN to the server binaries)"
 done
 psql=$(command -v psql || echo "$pgbin/psql")
-[[ -x $psql ]] || die "psql is missing (Debian: postgresql-client)"
+[[ -x $psql ]] || die "psql is missing: apt-get install postgresql-client"
 bouncer=$(command -v pgbouncer || true)
 [[ -n $bouncer ]] || for p in /usr/sbin/pgbouncer /usr/bin/pgbouncer; do [[ -x $p ]] && bouncer=$p; done
 [[ -n $bouncer ]] || die "pgbouncer is missing: apt-get install pgbouncer"
+if [[ $(id -u) -eq 0 ]] && ! id postgres >/dev/null 2>&1; then
+  die "as root, a postgres user runs the server and PgBouncer (both refuse root): there is none"
+fi
 
 as_server() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
-# free_port prints a port nothing listens on at 127.0.0.1, from a random start.
+# free_port prints a port nothing listens on at 127.0.0.1, from a random start. If something
+# takes it before the server binds it, the server fails to start, and so does the script.
 free_port() {
   local p=$((20000 + RANDOM % 30000))
   while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do p=$((p + 1)); done
@@ -50,55 +72,58 @@ free_port() {
 }
 
 dir=$(mktemp -d /tmp/ql-bench-pooler-XXXXXX)
-[[ $(id -u) -eq 0 ]] && chown postgres: "$dir"
+bouncer_pids=()
+keep=
 cleanup() {
+  for pid in "${bouncer_pids[@]}"; do kill "$pid" 2>/dev/null || true; done # runuser passes it on
   for pidfile in "$dir"/*.pid; do [[ -f $pidfile ]] && { kill "$(cat "$pidfile")" 2>/dev/null || true; }; done
   as_server "$pgbin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
-  rm -rf "$dir"
+  if [[ -n $keep ]]; then echo "bench-pooler.sh: logs kept in $dir" >&2; else rm -rf "$dir"; fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
+if [[ $(id -u) -eq 0 ]]; then chown postgres: "$dir"; fi
 
 pg_port=$(free_port)
-as_server "$pgbin/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
+as_server "$pgbin/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C >/dev/null
 as_server "$pgbin/pg_ctl" -D "$dir/data" -w -l "$dir/server.log" -o "-p $pg_port -k $dir -c listen_addresses=127.0.0.1 \
-  -c max_connections=300 -c shared_buffers=128MB -c max_pred_locks_per_transaction=64 -c timezone=UTC" start >/dev/null
+  -c max_connections=300 -c shared_buffers=128MB -c max_pred_locks_per_transaction=64 -c timezone=UTC" start >/dev/null \
+  || { keep=1; die "PostgreSQL did not start: $(tail -5 "$dir/server.log" 2>/dev/null)"; }
 
-# start_bouncer MODE POOL_SIZE starts a PgBouncer with pool_mode MODE and sets bouncer_port (not
-# in a command substitution: cleanup finds it by its pidfile).
+# start_bouncer MODE POOL_SIZE starts a PgBouncer with pool_mode MODE and sets bouncer_port. It
+# runs in this shell, not in a command substitution, so that cleanup knows its process.
 start_bouncer() {
-  local mode=$1 size=$2 port
+  local mode=$1 size=$2 port pid
   port=$(free_port)
   printf '"postgres" ""\n"ql_runtime" ""\n' > "$dir/users.txt"
-  cat > "$dir/$mode.ini" <<EOF
-[databases]
-* = host=127.0.0.1 port=$pg_port
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $port
-unix_socket_dir =
-auth_type = trust
-auth_file = $dir/users.txt
-pool_mode = $mode
-default_pool_size = $size
-max_client_conn = 200
-logfile = $dir/$mode.log
-pidfile = $dir/$mode.pid
-EOF
-  [[ $(id -u) -eq 0 ]] && chown postgres: "$dir/users.txt" "$dir/$mode.ini"
-  as_server "$bouncer" "$dir/$mode.ini" >/dev/null 2>&1 &
+  printf '%s\n' "[databases]" "* = host=127.0.0.1 port=$pg_port" "[pgbouncer]" \
+    "listen_addr = 127.0.0.1" "listen_port = $port" "unix_socket_dir =" "auth_type = trust" \
+    "auth_file = $dir/users.txt" "pool_mode = $mode" "default_pool_size = $size" "max_client_conn = 200" \
+    "logfile = $dir/$mode.log" "pidfile = $dir/$mode.pid" > "$dir/$mode.ini"
+  if [[ $(id -u) -eq 0 ]]; then chown postgres: "$dir/users.txt" "$dir/$mode.ini"; fi
+  as_server "$bouncer" "$dir/$mode.ini" >>"$dir/$mode.out" 2>&1 &
+  pid=$!
+  bouncer_pids+=("$pid")
+  # Ready: its pidfile written and the port answering while it still runs. A PgBouncer that
+  # cannot bind the port exits, and another program answering there must not pass for it.
   for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { bouncer_port=$port; return; }
+    kill -0 "$pid" 2>/dev/null || break
+    if [[ -s $dir/$mode.pid ]] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      bouncer_port=$port
+      return
+    fi
     sleep 0.1
   done
-  die "pgbouncer ($mode) does not listen on $port: $(cat "$dir/$mode.log" 2>/dev/null)"
+  keep=1
+  die "pgbouncer ($mode) did not start on port $port: $(tail -3 "$dir/$mode.out" "$dir/$mode.log" 2>/dev/null)"
 }
-start_bouncer transaction 4
+start_bouncer transaction "$tx_pool"
 tx_port=$bouncer_port
-start_bouncer session 20
+start_bouncer session "$session_pool"
 session_port=$bouncer_port
 
 server=postgres://postgres@127.0.0.1:$pg_port
-echo "PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on :$pg_port, $("$bouncer" --version | head -1) in transaction pooling on :$tx_port (pool 4) and session pooling on :$session_port (pool 20)"
+echo "PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on :$pg_port, $("$bouncer" --version | head -1) in transaction pooling on :$tx_port (pool $tx_pool) and session pooling on :$session_port (pool $session_pool)"
 echo "bench flags: $flags"
 for run in $order; do
   db=bench_$run
@@ -107,12 +132,11 @@ for run in $order; do
     transaction) runtime=postgres://ql_runtime@127.0.0.1:$tx_port/$db ;;
     session) runtime="postgres://ql_runtime@127.0.0.1:$session_port/$db?ql_pooler=session" ;;
   esac
-  "$psql" -q "$server/postgres" -c "CREATE DATABASE $db" >/dev/null
+  "$psql" -X -q "$server/postgres" -c "CREATE DATABASE $db" >/dev/null
   bin/qlmigrate roles create --database-url "$server/$db" >/dev/null
   bin/qlmigrate up --database-url "$server/$db" >/dev/null
   echo
-  echo "== $run: replicas connect to ${runtime%%\?*}$([[ $run == session ]] && echo '?ql_pooler=session')"
-  # shellcheck disable=SC2086 # the flags are words
-  bin/qlsched bench $flags --processes --database-url "$server/$db" --runtime-url "$runtime" 2>>"$dir/bench.log" \
-    || { tail -20 "$dir/bench.log" >&2; die "the $run run failed"; }
+  echo "== $run: replicas connect to $runtime"
+  bin/qlsched bench "${flag_words[@]}" --processes --database-url "$server/$db" --runtime-url "$runtime" 2>>"$dir/bench.log" \
+    || { keep=1; tail -20 "$dir/bench.log" >&2; die "the $run run failed"; }
 done
