@@ -100,7 +100,7 @@ chaos:
 # batch admission at 20,000 every-second triggers, one real replica process at budget 256 (RSS),
 # and the claim's p99 at 1,000,000 schedule rows against 10,000. Then the bursts (bench-burst,
 # about 25 minutes) and the replicas through PgBouncer against direct (bench-pooler, about 3
-# minutes; it needs pgbouncer and psql, and checks for them before it starts a server).
+# minutes; it needs pgbouncer and psql, and `make bench` checks for them before its first run).
 .PHONY: bench bench-river bench-burst bench-replicas bench-pooler
 # The peer: River's periodic jobs, 20,000 every second, on a throwaway server from the same
 # binaries (bench/river, a module of its own so River stays out of go.mod). Run it next to
@@ -130,8 +130,7 @@ peer-chaos-short:
 	@$(MAKE) --no-print-directory peer-chaos PEER_JOBS=50 PEER_DURATION=45s PEER_SEED=22
 
 bench:
-	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
-	  { echo "make bench: its last part (bench-pooler) needs pgbouncer: apt-get install pgbouncer"; exit 1; }
+	scripts/bench-pooler.sh --check # its last part, before the long runs
 	go build -o bin/qlsched ./cmd/qlsched
 	bin/qlsched bench --scenario backlog --triggers 10000 --replicas 4 --budget 256 --cadence 10ms --duration 30s
 	bin/qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 65s

@@ -25,6 +25,9 @@
 # (Debian's pgbouncer and postgresql-client). As root, PostgreSQL and PgBouncer run as the postgres
 # user. Both are stopped on every exit, and their files removed, except after a failure: then the
 # folder (server and PgBouncer logs, the bench's stderr) is kept and named.
+#
+# With --check it only checks what it needs from the machine (server binaries, psql, pgbouncer,
+# the postgres user as root) and exits: `make bench` runs that first, before its long runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,8 +52,8 @@ if [[ -z $pgbin ]]; then
   pgbin=$(pg_config --bindir 2>/dev/null || true)
   [[ -x $pgbin/initdb ]] || pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 fi
-for b in bin/qlsched bin/qlmigrate "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbin/postgres"; do
-  [[ -x $b ]] || die "$b is missing (run it as make bench-pooler; set QL_PG_BIN to the server binaries)"
+for b in "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbin/postgres"; do
+  [[ -x $b ]] || die "$b is missing (set QL_PG_BIN to the server binaries)"
 done
 psql=$(command -v psql || echo "$pgbin/psql")
 [[ -x $psql ]] || die "psql is missing: apt-get install postgresql-client"
@@ -60,6 +63,14 @@ bouncer=$(command -v pgbouncer || true)
 if [[ $(id -u) -eq 0 ]] && ! id postgres >/dev/null 2>&1; then
   die "as root, a postgres user runs the server and PgBouncer (both refuse root): there is none"
 fi
+case "${1:-}" in
+  "") ;;
+  --check) exit 0 ;;
+  *) die "unknown argument \"$1\" (the only one is --check; the settings are environment variables)" ;;
+esac
+for b in bin/qlsched bin/qlmigrate; do
+  [[ -x $b ]] || die "$b is missing (run it as make bench-pooler)"
+done
 
 as_server() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
