@@ -489,6 +489,7 @@ const ceilingEpochMs int64 = 10_000_000_000_000
 // how many seconds. Each worker claims up to batch rows (the ADR's claim when batch is 1) and
 // writes them in one READ COMMITTED statement (CeilingAdmit), their occurrences shifted by offset;
 // like a replica's round, with batches it claims the next rows while it writes the ones before.
+// The loop mirrors coordinator.Round's claiming on purpose: change them together.
 func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int, offset, upTo int64) (int64, float64, error) {
 	var n atomic.Int64
 	var firstErr error
