@@ -406,3 +406,18 @@ func TestVerifyAsRuntimeSaysWhomToConnectAs(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want exit 3 naming ql_owner", r.code, r.stderr)
 	}
 }
+
+// status as a role that may not read goose's table says so plainly: which role, what it could not
+// read, whom to connect as; not a failure of "validate before applying".
+func TestStatusAsAnotherRoleSaysWhatItMayNotRead(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	for _, role := range []string{"ql_admin", "ql_runtime"} {
+		r := run(t, nil, "status", "--database-url", d.URL(role))
+		want := role + " may not read the applied migrations"
+		if r.code != 3 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "connect as ql_owner") ||
+			strings.Contains(r.stderr, "validate before applying") || strings.Contains(r.stderr, "verify reads") {
+			t.Errorf("status as %s: exit %d, stderr %q; want exit 3 saying %q and naming ql_owner", role, r.code, r.stderr, want)
+		}
+	}
+}

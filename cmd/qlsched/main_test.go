@@ -986,6 +986,8 @@ func TestDatabaseRefusedInputsExit2WithZeroConnections(t *testing.T) {
 		{"spec not JSON, secret inside", task("p", "k", `{"token":"`+payload+`" oops}`), "invalid at byte 31: unexpected character"},
 		{"spec cut short", task("p", "k", `{"token":"`+payload), "unexpected end"},
 		{"spec not an object", task("p", "k", `["`+payload+`"]`), "not a JSON object"},
+		{"spec with a duplicate key", task("p", "k", `{"token":"`+payload+`", "token":"`+payload+`"}`), "--executor-spec: invalid at byte 32: a duplicate key"},
+		{"spec with a duplicate nested key", task("p", "k", `{"env":{"token":"`+payload+`","token":"x"}}`), "a duplicate key"},
 		{"lease over 10 minutes", []string{"run", "--lease", "11m"}, "--lease 11m0s: want 1s … 10m0s"},
 		{"lease of a year", []string{"run", "--lease", "8760h"}, "--lease 8760h0m0s"},
 		{"owner over 128 characters", []string{"run", "--owner", long(limits.MaxOwner + 1)}, "--owner"},

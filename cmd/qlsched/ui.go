@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +22,7 @@ import (
 func (a *app) uiCmd() *cobra.Command {
 	var (
 		httpAddr, rolePrefix string
+		allowHosts           []string
 		names                roles.Names // from --role-prefix, checked before connecting
 	)
 	cmd := &cobra.Command{
@@ -42,7 +44,9 @@ Connect as the admin role (ql_admin) or any role with SELECT on control_core. Ev
 READ ONLY transaction on sessions opened with default_transaction_read_only=on; the console has
 no write path (GET and HEAD only). Executor specs are never shown. It binds loopback by default;
 another --http-addr is allowed, with a warning: the console has no authentication of its own, so
-put it behind one. SIGTERM or SIGINT stops it.`,
+put it behind one. A request must name the console by an IP address, localhost or a name of
+--allow-host in its Host header (a page of another site that points its own name at this address,
+DNS rebinding, is refused). SIGTERM or SIGINT stops it.`,
 		Example: `  QL_DATABASE_URL=postgres://ql_admin@db/control qlsched ui
   ssh -L 9465:127.0.0.1:9465 ops-host   # then open http://127.0.0.1:9465/`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,6 +56,11 @@ put it behind one. SIGTERM or SIGINT stops it.`,
 			if err := validateHTTPAddr(httpAddr); err != nil {
 				return err
 			}
+			for _, h := range allowHosts {
+				if !hostName.MatchString(h) {
+					return cli.Usagef("--allow-host %.64q: want a host name as a proxy forwards it, without scheme or port (e.g. console.example.com)", h)
+				}
+			}
 			var err error
 			if names, err = roles.NewNames(rolePrefix); err != nil {
 				return cli.RolePrefixError(err)
@@ -59,15 +68,19 @@ put it behind one. SIGTERM or SIGINT stops it.`,
 			_, err = a.connConfig()
 			return err
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.ui(cmd.Context(), httpAddr, names) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.ui(cmd.Context(), httpAddr, allowHosts, names) },
 	}
 	f := cmd.Flags()
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:9465", "listen address of the console (loopback by default; port 0: any free port, logged)")
+	f.StringSliceVar(&allowHosts, "allow-host", nil, "a further host name requests may carry in Host, e.g. the name a reverse proxy forwards (repeatable)")
 	f.StringVar(&rolePrefix, "role-prefix", roles.DefaultPrefix, "prefix of the four roles, for the schema health page")
 	return cmd
 }
 
-func (a *app) ui(ctx context.Context, httpAddr string, names roles.Names) error {
+// hostName is a DNS name (letters, digits, hyphens, dots), the form --allow-host takes.
+var hostName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)
+
+func (a *app) ui(ctx context.Context, httpAddr string, allowHosts []string, names roles.Names) error {
 	log := a.logger()
 	// Bind first: a busy or forbidden address is bad configuration (exit 2), before any
 	// connection is opened.
@@ -95,7 +108,9 @@ func (a *app) ui(ctx context.Context, httpAddr string, names roles.Names) error 
 		return err
 	}
 	defer pool.Close()
-	h, err := console.Handler(console.Options{Reader: admin.NewReader(pool, a.conn.LocalSettings()...), Log: log, Health: healthReader(dbconn.Local(pool, a.conn.LocalSettings()), names)})
+	h, err := console.Handler(console.Options{Reader: admin.NewReader(pool, a.conn.LocalSettings()...), Log: log,
+		Health: healthReader(dbconn.Local(pool, a.conn.LocalSettings()), names),
+		Addr:   ln.Addr().(*net.TCPAddr), AllowHosts: allowHosts})
 	if err != nil {
 		return err
 	}

@@ -111,6 +111,8 @@ func TestUIUsageProblemsExit2BeforeConnecting(t *testing.T) {
 		{"port already bound", []string{"--http-addr", busy.Addr().String()}, "address already in use"},
 		{"json", []string{"--format", "json"}, "--format json"},
 		{"role prefix", []string{"--role-prefix", "Bad Prefix"}, "role-prefix"},
+		{"allowed host with a scheme", []string{"--allow-host", "https://console.example.com"}, "--allow-host"},
+		{"allowed host with a port", []string{"--allow-host", "console.example.com:443"}, "without scheme or port"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +43,12 @@ type Options struct {
 	Refresh time.Duration
 	// RequestTimeout bounds each page's reads (0: 10 s).
 	RequestTimeout time.Duration
+	// Addr is the address the console is bound to (nil: loopback). Requests must name it, a
+	// loopback address or "localhost" in their Host, or one of AllowHosts: a page of another
+	// site that resolves its own name to this address (DNS rebinding) is refused.
+	Addr *net.TCPAddr
+	// AllowHosts are further names requests may carry in Host: the name a reverse proxy forwards.
+	AllowHosts []string
 }
 
 // Validate refuses options the console cannot serve with.
@@ -97,7 +106,42 @@ func Handler(opts Options) (http.Handler, error) {
 	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "no such page: "+r.URL.Path)
 	})
-	return secure(mux), nil
+	return secure(s.hostCheck(mux)), nil
+}
+
+// hostCheck refuses a request whose Host is none of the console's own names (Options.Addr). A
+// rebinding attack reaches the console under the attacker's name, never under an IP literal
+// or localhost, so those are allowed: any IP literal when the console listens on every address.
+func (s *server) hostCheck(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.hostAllowed(r.Host) {
+			http.Error(w, fmt.Sprintf("Host %.64q is not this console's address: open it by its IP address or localhost, "+
+				"or start qlsched ui with --allow-host for the name a proxy forwards", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		bound := s.opts.Addr
+		return ip.IsLoopback() || bound != nil && (bound.IP.IsUnspecified() || bound.IP.Equal(ip))
+	}
+	for _, name := range s.opts.AllowHosts {
+		if strings.EqualFold(strings.TrimSuffix(name, "."), host) {
+			return true
+		}
+	}
+	return false
 }
 
 // secure sets the security headers on every response and refuses every method but GET and HEAD:

@@ -2,12 +2,15 @@ package console_test
 
 import (
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/console"
 )
 
@@ -245,5 +248,59 @@ func TestOverviewCapsTheDueRangeWalks(t *testing.T) {
 	}
 	if strings.Contains(r.body, "replica-b") {
 		t.Errorf("overview counts replica-b's claim on the oldest due row, beyond the walk's 1,000 newest rows:\n%s", r.body)
+	}
+}
+
+// A page of another site that resolves its own name to the console's address (DNS rebinding)
+// reaches it with that name in Host: refused, before any read. IP literals, localhost and the
+// names of --allow-host are the console's own.
+func TestRefusesAHostThatIsNotTheConsoles(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		bound string
+		allow []string
+		host  string
+		ok    bool
+	}{
+		{"", nil, "127.0.0.1:9465", true},
+		{"", nil, "[::1]:9465", true},
+		{"", nil, "localhost:9465", true},
+		{"", nil, "LocalHost.", true},
+		{"", nil, "attacker.example:9465", false},
+		{"", nil, "localhost.attacker.example", false},
+		{"", nil, "127.0.0.1.nip.io:9465", false},
+		{"", nil, "192.0.2.7:9465", false},
+		{"", nil, "", false},
+		{"192.0.2.7:9465", nil, "192.0.2.7:9465", true},
+		{"192.0.2.7:9465", nil, "192.0.2.8:9465", false},
+		{"0.0.0.0:9465", nil, "192.0.2.8:9465", true},
+		{"0.0.0.0:9465", nil, "console.example.com", false},
+		{"0.0.0.0:9465", []string{"console.example.com"}, "Console.Example.com:443", true},
+		{"0.0.0.0:9465", []string{"console.example.com"}, "other.example.com", false},
+	}
+	for _, c := range cases {
+		opts := console.Options{Reader: admin.NewReader(nil), AllowHosts: c.allow}
+		if c.bound != "" {
+			addr, err := net.ResolveTCPAddr("tcp", c.bound)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.Addr = addr
+		}
+		h, err := console.Handler(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodGet, "/no-such-page", nil)
+		req.Host = c.host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		refused := rec.Code == http.StatusMisdirectedRequest
+		if refused == c.ok || refused && !strings.Contains(rec.Body.String(), "--allow-host") {
+			t.Errorf("bound %q, allow %q, Host %q: %d %q; want allowed=%v", c.bound, c.allow, c.host, rec.Code, rec.Body.String(), c.ok)
+		}
+		if rec.Header().Get("Content-Security-Policy") == "" {
+			t.Errorf("Host %q: no CSP", c.host)
+		}
 	}
 }

@@ -140,7 +140,58 @@ func CheckExecutorSpec(spec []byte) error {
 	if _, ok := v.(map[string]any); !ok {
 		return &SpecError{Kind: "not a JSON object; want {…}"}
 	}
-	return nil
+	return duplicateKey(spec)
+}
+
+// duplicateKey refuses an object that names a key twice, as apply's YAML reader does: jsonb keeps
+// the last value silently, so the other one would be lost unseen. spec is valid JSON here.
+func duplicateKey(spec []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(spec))
+	dec.UseNumber()
+	// one entry per open container: the keys seen so far (nil for an array), and whether the
+	// next token of an object is a key
+	type frame struct {
+		keys  map[string]bool
+		atKey bool
+	}
+	var stack []frame
+	for {
+		start := dec.InputOffset()
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return &SpecError{Kind: "not valid JSON"}
+		}
+		top := len(stack) - 1
+		if top >= 0 && stack[top].keys != nil && stack[top].atKey {
+			if key, ok := tok.(string); ok {
+				if stack[top].keys[key] {
+					// the key's opening quote: skip the separator the offset may still point at
+					at := int(start) + bytes.IndexByte(spec[start:], '"') + 1
+					return &SpecError{Offset: at, Kind: "a duplicate key in an object (jsonb would keep only the last)"}
+				}
+				stack[top].keys[key] = true
+				stack[top].atKey = false
+				continue
+			}
+		}
+		if top >= 0 && stack[top].keys != nil {
+			stack[top].atKey = true // a value ends here unless it opens a container (then its end does)
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{keys: map[string]bool{}, atKey: true})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			if top := len(stack) - 1; top >= 0 && stack[top].keys != nil {
+				stack[top].atKey = true
+			}
+		}
+	}
 }
 
 // scanJSONB walks the spec's tokens for what encoding/json accepts but jsonb refuses, and for

@@ -158,6 +158,9 @@ func TestBoundsAgreeWithTheDatabase(t *testing.T) {
 			{value: `{"a":"` + strings.Repeat("x", limits.MaxExecutorSpec-8) + `"}`},
 			{value: `{"a":"` + strings.Repeat("x", limits.MaxExecutorSpec-7) + `"}`, goStrict: true}, // 64 KiB + 1
 			{value: "{\"a\":\"\xff\"}"}, {value: "\ufeff{}"}, {value: "{\"a\":\"\x01\"}"},
+			// jsonb keeps a duplicate key's last value; Go refuses what would be lost unseen
+			{value: `{"a":1,"a":2}`, goStrict: true}, {value: `{"x":[{"a":1, "a" :2}]}`, goStrict: true},
+			{value: `{"a":{"a":1},"b":{"a":1}}`}, {value: `{"a":[{"b":1},{"b":1}],"b":[]}`}, {value: `{"a":"a","b":"a"}`},
 		}
 		agree(t, "execution_revisions", "spec", func(v string) bool { return ok(limits.CheckExecutorSpec([]byte(v))) }, cases)
 	})

@@ -249,6 +249,10 @@ func (r *Runner) Validate(ctx context.Context) (*verify.Report, error) {
 // validate is the one validation of up and status, in a transaction conn begins.
 func (r *Runner) validate(ctx context.Context, conn verify.Beginner) (*verify.Report, error) {
 	report, err := verify.Run(ctx, conn, verify.Options{Names: r.opts.Names, Scope: verify.ScopeUp, FS: r.fsys})
+	var denied *verify.PermissionError
+	if errors.As(err, &denied) {
+		return nil, err // says itself what was read and whom to connect as
+	}
 	if err != nil {
 		return nil, fmt.Errorf("validate before applying: %w", err)
 	}

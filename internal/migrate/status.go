@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -107,7 +108,15 @@ func (r *Runner) Status(ctx context.Context) (*StatusReport, error) {
 		return nil, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	var role string
+	if err := tx.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
+		return nil, fmt.Errorf("read the connected role: %w", err)
+	}
 	validation, err := r.validate(ctx, savepoint{tx})
+	var denied *verify.PermissionError
+	if errors.As(err, &denied) {
+		return nil, fmt.Errorf("%s may not read the applied migrations: %w", role, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -158,8 +158,8 @@ type PermissionError struct {
 }
 
 func (e *PermissionError) Error() string {
-	return fmt.Sprintf("%v; verify reads goose's version table and the checksum ledger, which only %s may read: connect as %s (or a member of it, or a superuser)",
-		e.Err, e.Owner, e.Owner)
+	return fmt.Sprintf("%v; goose's version table and the checksum ledger may be read only by %s: connect as %s (or a member of it, or a superuser); "+
+		"any role may read the capability with `qlmigrate probe`", e.Err, e.Owner, e.Owner)
 }
 func (e *PermissionError) Unwrap() error { return e.Err }
 
