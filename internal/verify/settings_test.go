@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/internal/pgcluster"
+	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/internal/verify"
 	"github.com/qlcontrol/controlcore/roles"
 )
@@ -77,4 +80,49 @@ func TestSettingsFromAlterSystemNameTheirSource(t *testing.T) {
 		_, drift = check()
 		return len(drift) == 0
 	})
+}
+
+// A direct connection pins the transaction defaults at start, over the database's settings; behind
+// a pooler (where startup parameters do not reach the server) the session keeps the database's,
+// and the settings check refuses them, naming the database as their source.
+func TestTransactionDefaultsPinnedDirectAndRefusedBehindAPooler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := testpg.New(t)
+	d.Exec(t, "ALTER DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" SET default_transaction_isolation = 'serializable'")
+	d.Exec(t, "ALTER DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" SET default_transaction_read_only = on")
+	for _, pooled := range []bool{false, true} {
+		cfg := d.Config(t, d.Names.Runtime)
+		if pooled {
+			cfg.SetPooled()
+		}
+		conn, err := cfg.Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(ctx) })
+		var readOnly, isolation string
+		if err := conn.QueryRow(ctx, "SELECT current_setting('default_transaction_read_only'), current_setting('default_transaction_isolation')").Scan(&readOnly, &isolation); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := verify.Run(ctx, conn, verify.Options{Names: d.Names, Scope: verify.ScopeRuntime})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found []string
+		for _, c := range rep.Checks {
+			for _, f := range c.Findings {
+				if c.Name == verify.CheckSettings && f.Severity == verify.SeverityDrift {
+					found = append(found, f.Message)
+				}
+			}
+		}
+		switch {
+		case !pooled && (readOnly != "off" || isolation != "read committed" || len(found) != 0):
+			t.Errorf("direct: read only %s, isolation %s, settings drift %q; want pinned and none", readOnly, isolation, found)
+		case pooled && (readOnly != "on" || len(found) != 2 ||
+			!strings.Contains(strings.Join(found, "\n"), "default_transaction_read_only = on from the database (ALTER DATABASE … SET)")):
+			t.Errorf("pooled: read only %s, settings drift %q; want the database's values refused with their source", readOnly, found)
+		}
+	}
 }
