@@ -16,6 +16,9 @@ import (
 // does not match) are listed at the end as comments, with what to do instead. Nothing is written
 // when there is no drift.
 //
+// ALTER SYSTEM statements (a server-wide setting) cannot run in a transaction block: they come
+// first, before the transaction, each on its own.
+//
 // Order: the database's and roles' settings first (a database-level
 // default_transaction_read_only makes the fixing session read-only, and its fix must come
 // before any write), then the schema, then the rest of the privileges in roles.DriftKinds order.

@@ -45,7 +45,7 @@ var Settings = []Setting{
 	{Name: "default_transaction_read_only", Want: "off", Safe: func(v string) bool { return v == "off" },
 		Why: "every transaction begins read-only: admission, claims and migrations fail"},
 	{Name: "default_transaction_isolation", Want: "read committed", Safe: func(v string) bool { return v == "read committed" },
-		Why: "the claim's FOR UPDATE SKIP LOCKED and the admit's ON CONFLICT are written for read committed: under repeatable read or serializable they fail with serialization errors instead of moving on"},
+		Why: "the transactions that do not choose their isolation (the claim's FOR UPDATE SKIP LOCKED, the fenced advance, the store's reads) are written for read committed: under repeatable read or serializable they fail with serialization errors where they would move on"},
 	{Name: "default_transaction_deferrable", Want: "off", Safe: func(v string) bool { return v == "off" },
 		Why: "a serializable read-only transaction waits for a safe snapshot"},
 	{Name: "synchronous_commit", Want: "on", Safe: func(v string) bool { return v != "off" },
