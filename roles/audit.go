@@ -24,6 +24,16 @@ type Audit struct {
 	Notes            []Drift `json:"notes"`
 	// AllowedMembers are the LOGIN roles the operator allowed as members (Options).
 	AllowedMembers []string `json:"allowed_members"`
+	bootstrap      string   // the bootstrap superuser: the database's owner when DatabaseOwnerAllowed fails
+}
+
+// DatabaseOwnerAllowed is the rule for the control-core database's owner: the role that created
+// it (the README's setup: a superuser's CREATE DATABASE; a managed service's administrator, which
+// is often no superuser) or the owner role, but never the admin, runtime or worker ingress role.
+// The owner of a database may drop it with everything in it, grant CREATE and TEMPORARY on it,
+// and change its settings, which is more than any of those three may do.
+func DatabaseOwnerAllowed(names Names, owner string) bool {
+	return owner != names.Admin && owner != names.Runtime && owner != names.WorkerIngress
 }
 
 // Options are what the operator adds to the model for one audit.
@@ -224,8 +234,12 @@ func ReadWith(ctx context.Context, q *db.Queries, names Names, opts Options) (*A
 	if err != nil {
 		return nil, fmt.Errorf("read SECURITY DEFINER functions: %w", err)
 	}
+	ownership, err := q.DatabaseOwnership(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the database's owner: %w", err)
+	}
 	a := &Audit{Database: info.Database, ServerVersion: info.ServerVersion, ServerVersionNum: int(info.ServerVersionNum),
-		Rows: []Row{}, Drift: []Drift{}, Notes: []Drift{}, AllowedMembers: allowed}
+		Rows: []Row{}, Drift: []Drift{}, Notes: []Drift{}, AllowedMembers: allowed, bootstrap: ownership.BootstrapSuperuser}
 	ownerPrivs := map[string][]string{}
 	for _, d := range defaults {
 		ownerPrivs[d.Kind] = append(ownerPrivs[d.Kind], d.Privilege)
@@ -472,15 +486,22 @@ func (a *Audit) compareObjects(names Names, ownerPrivs map[string][]string, obje
 			continue
 		}
 		wantOwner := names.Owner
+		message := fmt.Sprintf("%s %s is owned by %s; the model says %s", o.kind, o.name, o.owner, wantOwner)
 		if o.kind == "database" {
-			wantOwner = o.owner // whoever created it; the model fixes its ACL, not its owner
+			wantOwner = o.owner // whoever created it (DatabaseOwnerAllowed)
+			if !DatabaseOwnerAllowed(names, o.owner) && a.bootstrap != "" {
+				wantOwner = a.bootstrap
+				message = fmt.Sprintf("database %s is owned by %s, which may therefore drop it with everything in it, grant CREATE and TEMPORARY on it and change its settings; "+
+					"the model lets only the role that created it (a superuser, the DBA's role) or %s own it: it goes back to the bootstrap superuser %s",
+					o.name, o.owner, names.Owner, wantOwner)
+			}
 		}
 		actual := o.actual
 		var diffOwner []string
 		if o.owner != wantOwner {
 			diffOwner = []string{"owner " + o.owner + " → " + wantOwner}
 			a.add(Drift{Kind: "owner", Object: o.name, Role: modelRole(names, o.owner),
-				Message: fmt.Sprintf("%s %s is owned by %s; the model says %s", o.kind, o.name, o.owner, wantOwner),
+				Message: message,
 				SQL:     []string{fmt.Sprintf("ALTER %s %s OWNER TO %s;", alterKind(o.kind), o.name, ident(wantOwner))}}, phaseOwner)
 			// ALTER … OWNER TO rewrites the ACL the same way: the old owner's entries become the
 			// new owner's. Compare what the ACL will be once the owner is right.

@@ -13,8 +13,9 @@ package roles
 // What the model says beyond the grants listed below:
 //   - Ownership: the owner role owns schema control_core and every object in it (tables, goose's
 //     control_core.goose_db_version and its sequence, functions, types). The database itself is
-//     owned by whoever created it (usually the DBA's role); its owner keeps its own implicit
-//     privileges.
+//     owned by whoever created it (usually the DBA's role) or by the owner role, never by the
+//     admin, runtime or worker ingress role (DatabaseOwnerAllowed); its owner keeps its own
+//     implicit privileges.
 //   - Owners' own privileges: an owner holds every privilege its object kind has, as the server
 //     defines them (read with acldefault at verify time: PostgreSQL 17 added MAINTAIN to tables,
 //     so a v17 server expects it and a v15 server does not; neither breaks).

@@ -161,7 +161,8 @@ func TestUndetectedPoolerKeepsNoRoleOnItsServerConnections(t *testing.T) {
 	ctx := context.Background()
 	d := testpg.NewEmpty(t)
 	bouncer := d.PgBouncer(t, "ignore_startup_parameters = statement_timeout, idle_in_transaction_session_timeout, "+
-		"tcp_keepalives_idle, tcp_keepalives_interval, tcp_keepalives_count, tcp_user_timeout, search_path")
+		"tcp_keepalives_idle, tcp_keepalives_interval, tcp_keepalives_count, tcp_user_timeout, search_path, "+
+		"default_transaction_isolation, default_transaction_read_only, default_transaction_deferrable")
 	for _, args := range [][]string{{"up", "--to", "3"}, {"status"}, {"probe"}, {"up", "--dry-run"}, {"accept", "--version", "2", "--reason", "pooler test"}, {"up", "--to", "3"}} {
 		r, _ := runWithin(t, 120*time.Second, nil, append(args, "--database-url", bouncer)...)
 		t.Logf("%v through PgBouncer, not detected: exit %d\n%s", args, r.code, r.stderr)

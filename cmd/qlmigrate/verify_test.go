@@ -39,7 +39,7 @@ func TestVerifyCleanV17DatabaseExits0(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, "OK: no drift") {
 			t.Fatalf("verify as %q: exit %d\n%s%s", role, r.code, r.stdout, r.stderr)
 		}
-		for _, check := range []string{"integrity", "ledger", "unknown_versions", "pending", "capability", "readiness", "privileges"} {
+		for _, check := range []string{"integrity", "ledger", "unknown_versions", "pending", "capability", "readiness", "privileges", "settings"} {
 			if !strings.Contains(r.stdout, check) {
 				t.Errorf("the report has no %s check:\n%s", check, r.stdout)
 			}
@@ -84,7 +84,7 @@ func TestVerifyJSONReport(t *testing.T) {
 		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
 	}
 	if rep.Schema != "qlmigrate.verify/v1" || rep.OK || rep.Expected.Capability != 17 || rep.Expected.Name != "plugin_packages" ||
-		rep.Summary.Drift != 1 || len(rep.Checks) != 7 || strings.Contains(rep.Target, testpg.Password) {
+		rep.Summary.Drift != 1 || len(rep.Checks) != 8 || strings.Contains(rep.Target, testpg.Password) {
 		t.Fatalf("unexpected report: %+v", rep)
 	}
 	priv := rep.Checks[6]

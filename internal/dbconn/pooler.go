@@ -122,6 +122,9 @@ func applyPooled(cc *pgx.ConnConfig, pooled, session bool) {
 	for _, p := range []string{paramStatement, paramIdleInTx, paramKAIdle, paramKAInterval, paramKACount, paramUserTimeout, paramSearchPath} {
 		delete(cc.RuntimeParams, p)
 	}
+	for p := range TransactionDefaults {
+		delete(cc.RuntimeParams, p)
+	}
 }
 
 // PoolerHint returns err explained when it is the sign of a transaction-pooling pooler that

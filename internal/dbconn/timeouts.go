@@ -84,6 +84,20 @@ const (
 	paramSCS         = "standard_conforming_strings"
 )
 
+// TransactionDefaults are the transaction characteristics every session this package opens
+// starts with on a direct connection, whatever the server's configuration, the database's or the
+// role's settings say (a startup parameter outranks them all): read committed, read-write, not
+// deferrable, which is what the claim (FOR UPDATE SKIP LOCKED), the admit (ON CONFLICT) and the
+// migrations are written for. Behind a pooler startup parameters do not reach the server and a
+// transaction's characteristics are fixed at its BEGIN, before any transaction-local setting
+// could run, so there readiness reads the server session's values and refuses
+// (internal/verify, check "settings").
+var TransactionDefaults = map[string]string{
+	"default_transaction_isolation":  "read committed",
+	"default_transaction_read_only":  "off",
+	"default_transaction_deferrable": "off",
+}
+
 // StandardConformingStrings is the standard_conforming_strings of every session this package
 // opens, whatever PGOPTIONS, the connection string, the role's or the database's settings say:
 // on. The SQL lexer of qlmigrate (internal/sqlfile) and pgx's own quoting read a backslash in
@@ -163,6 +177,9 @@ func (c *Config) SetTimeouts(t Timeouts) {
 	}
 	cc.RuntimeParams[paramSearchPath] = SearchPath
 	cc.RuntimeParams[paramSCS] = StandardConformingStrings
+	for name, value := range TransactionDefaults {
+		cc.RuntimeParams[name] = value
+	}
 	applyPooled(cc, c.pooled, c.session)
 	dialer := &net.Dialer{
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: t.KeepAliveIdle, Interval: t.KeepAliveInterval, Count: t.KeepAliveCount},

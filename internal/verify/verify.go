@@ -40,6 +40,7 @@ const (
 	CheckCapability = "capability"
 	CheckReadiness  = "readiness"
 	CheckPrivileges = "privileges"
+	// CheckSettings (settings.go) comes last.
 )
 
 // Scope says whose needs one verification serves.
@@ -203,6 +204,21 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("read catalogs: %w", err)
 	}
 	r.Database, r.ServerVersion = info.Database, info.ServerVersion
+	// The session's effective settings: read first, reported last (CheckSettings), in every
+	// scope but the probe's.
+	var settings []Finding
+	if opts.Scope != ScopeProbe {
+		if settings, err = settingsFindings(ctx, q); err != nil {
+			return nil, err
+		}
+	}
+	finish := func() {
+		if opts.Scope == ScopeProbe {
+			r.skip(CheckSettings, "not part of the probe (`qlmigrate verify` checks it)")
+			return
+		}
+		r.add(CheckSettings, "", settings)
+	}
 
 	var stream checksums.Stream
 	var pending []checksums.Drift
@@ -241,6 +257,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		for _, c := range []string{CheckCapability, CheckReadiness, CheckPrivileges} {
 			r.skip(c, why)
 		}
+		finish()
 		return r, nil
 	}
 	r.add(CheckCapability, "", capability(ctx, q, info.CapabilitiesExists, want))
@@ -248,6 +265,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		why := "not part of the probe (`qlmigrate verify` checks it)"
 		r.skip(CheckReadiness, why)
 		r.skip(CheckPrivileges, why)
+		finish()
 		return r, nil
 	}
 
@@ -292,6 +310,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		}
 		r.add(CheckPrivileges, privileges, findings)
 	}
+	finish()
 	return r, nil
 }
 
