@@ -136,9 +136,9 @@ func TestFailingRoundsBackOffToTheCapAndRecover(t *testing.T) {
 	f.audit()
 }
 
-// While rounds keep failing, the log repeats the count and the latest error at most every
-// failingReminder (10 minutes of the lifecycle's clock), never per round; with NotReadyAfter 1
-// the first failure is the readiness change, logged once.
+// While rounds keep failing, the wait stays at the cap (30 s by default), and the log repeats the
+// count and the latest error at most every failingReminder (10 minutes of the lifecycle's clock),
+// never per round; with NotReadyAfter 1 the first failure is the readiness change, logged once.
 func TestFailingRoundsRemindAtMostEveryTenMinutes(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -148,8 +148,15 @@ func TestFailingRoundsRemindAtMostEveryTenMinutes(t *testing.T) {
 	s := newStepped(t, f, cfg)
 	// rounds begin at 0, 1, 3, 7, 15, 31 s, then every 30 s: round 25 at 601 s is the first
 	// 10 minutes after the first line, round 45 at 1201 s would be the next
-	for range 44 {
-		s.round()
+	for i := range 44 {
+		// the cap holds however long the failures last (doubling the cadence 34 times overflows)
+		want := 30 * time.Second
+		if i < 5 {
+			want = time.Second << i
+		}
+		if d := s.round(); d != want {
+			t.Errorf("after %d failed rounds: wait %s, want %s", i+1, d, want)
+		}
 		if h := s.lc.Health(); h.Ready {
 			t.Fatalf("ready after a failed round with NotReadyAfter 1: %+v", h)
 		}
