@@ -27,6 +27,17 @@ const (
 	MaxDrainTimeout     = 10 * time.Minute
 	DefaultAdmitRetries = 5 // serialization failures retried per admit
 	MaxAdmitRetries     = 20
+	// DefaultBackoffCap bounds the wait after rounds that failed in a row (cadence, doubling
+	// per failure). A failed round holds no claim, so waiting delays no other replica; the cap
+	// is how late a replica resumes after the fault is repaired, and a fleet against a read-only
+	// or locked-out database sends one claim per replica per cap. The default lease: 30 s.
+	DefaultBackoffCap = 30 * time.Second
+	MaxBackoffCap     = 10 * time.Minute
+	// DefaultNotReadyAfter failed rounds in a row turn the replica not ready: one failure (a
+	// terminated backend, a failover) is routine and the next round succeeds; three in a row,
+	// about 3 s at the default cadence, are a fault that outlasts a round.
+	DefaultNotReadyAfter = 3
+	MaxNotReadyAfter     = 100
 )
 
 // Config bounds one replica's coordinator. Validate runs before any connection is opened.
@@ -41,6 +52,12 @@ type Config struct {
 	// admits (each row fenced and verified on its own); 1, the default, is the ADR's one-row
 	// claim. 1 … Budget.
 	AdmitBatch int
+	// BackoffCap is the most the lifecycle waits after a failed round: the wait starts at
+	// Cadence and doubles with each failure in a row. Cadence … 10 min.
+	BackoffCap time.Duration
+	// NotReadyAfter is how many rounds must fail in a row before the lifecycle reports the
+	// replica not ready (ready again after the first round that succeeds). 1 … 100.
+	NotReadyAfter int
 }
 
 func (c Config) batch() int { return max(c.AdmitBatch, 1) }
@@ -48,7 +65,8 @@ func (c Config) batch() int { return max(c.AdmitBatch, 1) }
 // DefaultConfig returns the ADR's defaults for owner.
 func DefaultConfig(owner string) Config {
 	return Config{Owner: owner, Budget: DefaultBudget, Lease: DefaultLease, Cadence: DefaultCadence,
-		DrainTimeout: DefaultDrainTimeout, AdmitRetries: DefaultAdmitRetries, AdmitBatch: 1}
+		DrainTimeout: DefaultDrainTimeout, AdmitRetries: DefaultAdmitRetries, AdmitBatch: 1,
+		BackoffCap: DefaultBackoffCap, NotReadyAfter: DefaultNotReadyAfter}
 }
 
 // ownerPattern: trigger_schedules.claim_owner holds at most limits.MaxOwner characters.
@@ -85,6 +103,10 @@ func (c Config) Validate() error {
 		return &ConfigError{"AdmitBatch", fmt.Sprint(c.AdmitBatch), fmt.Sprintf("1 … budget (%d)", c.Budget)}
 	case c.AdmitRetries < 0 || c.AdmitRetries > MaxAdmitRetries:
 		return &ConfigError{"AdmitRetries", fmt.Sprint(c.AdmitRetries), fmt.Sprintf("0 … %d", MaxAdmitRetries)}
+	case c.BackoffCap < c.Cadence || c.BackoffCap > MaxBackoffCap:
+		return &ConfigError{"BackoffCap", c.BackoffCap.String(), fmt.Sprintf("cadence (%s) … %s", c.Cadence, MaxBackoffCap)}
+	case c.NotReadyAfter < 1 || c.NotReadyAfter > MaxNotReadyAfter:
+		return &ConfigError{"NotReadyAfter", fmt.Sprint(c.NotReadyAfter), fmt.Sprintf("1 … %d failed rounds in a row", MaxNotReadyAfter)}
 	}
 	return nil
 }

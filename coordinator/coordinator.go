@@ -33,11 +33,19 @@ type Stats struct {
 	Errors    atomic.Int64 // anything else that went wrong (logged)
 	// Takeovers counts claims that replaced an expired claim of some replica (this one included).
 	Takeovers atomic.Int64
+	// FailedRounds counts the Lifecycle's rounds that failed: their claim statement failed (a
+	// read-only server, a lost privilege, a dead connection) or they panicked. A round cut by
+	// Stop's drain bound is not one.
+	FailedRounds atomic.Int64
+	// FailingRounds is a gauge, not a counter: the Lifecycle's rounds that failed in a row up to
+	// the last one (0 once a round succeeds). The Lifecycle backs off and turns not ready on it.
+	FailingRounds atomic.Int64
 }
 
 // Snapshot is a plain copy of Stats.
 type Snapshot struct {
 	Rounds, Saturated, Claims, Admits, Skips, Releases, Races, Stale, Corrupt, Retries, Errors, Takeovers int64
+	FailedRounds, FailingRounds                                                                           int64
 }
 
 // Snapshot copies the counters. Outcomes are read before Claims and Claims before Rounds: a
@@ -51,6 +59,7 @@ func (s *Stats) Snapshot() Snapshot {
 	out.Retries, out.Errors, out.Takeovers = s.Retries.Load(), s.Errors.Load(), s.Takeovers.Load()
 	out.Claims = s.Claims.Load()
 	out.Saturated = s.Saturated.Load() // counted after its round: read before Rounds
+	out.FailedRounds, out.FailingRounds = s.FailedRounds.Load(), s.FailingRounds.Load()
 	out.Rounds = s.Rounds.Load()
 	return out
 }
@@ -146,6 +155,17 @@ func capacity(cfg Config) float64 { return float64(cfg.Budget) / cfg.Cadence.Sec
 // transaction, and a row claimed ahead would be one more claim held by an admit that hangs (a
 // partition, a lost pooler), to expire uncounted by the round that ran into it.
 func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed int) {
+	claimed, err := c.round(ctx, stop)
+	if err != nil {
+		c.log.Error("claim failed", "err", err)
+	}
+	return claimed
+}
+
+// round is Round, except that a claim statement's failure is returned instead of logged (it is
+// counted either way): the Lifecycle logs when its rounds start and stop failing, not each one.
+// A claim cancelled by ctx (Stop's drain bound) is no failure.
+func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed int, err error) {
 	c.Stats.Rounds.Add(1)
 	defer func() {
 		if claimed >= c.cfg.Budget {
@@ -194,8 +214,7 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed 
 		got := <-next
 		next = nil // received: nothing in flight until the next claim is sent
 		if got.err != nil {
-			c.fail("claim", got.err)
-			return claimed
+			return claimed, c.claimFailed(got.err)
 		}
 		if c.Observe.Claim != nil {
 			c.Observe.Claim(got.took)
@@ -216,7 +235,7 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed 
 			next = claim(rest, false)
 		}
 	}
-	return claimed
+	return claimed, nil
 }
 
 // claimBatch is one claim statement's outcome: the claims, how many were asked for, whether it
@@ -368,6 +387,18 @@ func (c *Coordinator) fail(what string, err error, attrs ...any) {
 		c.Observe.Error(what)
 	}
 	c.log.Error(what+" failed", append(attrs, "err", err)...)
+}
+
+// claimFailed counts a claim statement's error, unless it is a cancellation (stopping): nil then.
+func (c *Coordinator) claimFailed(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	c.Stats.Errors.Add(1)
+	if c.Observe.Error != nil {
+		c.Observe.Error("claim")
+	}
+	return err
 }
 
 func (c *Coordinator) corrupt() {

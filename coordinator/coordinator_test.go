@@ -39,6 +39,13 @@ func TestConfigBounds(t *testing.T) {
 		{"drain 11m", func(c *Config) { c.DrainTimeout = 11 * time.Minute }, "DrainTimeout"},
 		{"owner with a space", func(c *Config) { c.Owner = "a b" }, "Owner"},
 		{"owner empty", func(c *Config) { c.Owner = "" }, "Owner"},
+		{"backoff cap under the cadence", func(c *Config) { c.Cadence, c.BackoffCap = 2*time.Second, time.Second }, "BackoffCap"},
+		{"backoff cap equal to the cadence", func(c *Config) { c.BackoffCap = c.Cadence }, ""},
+		{"backoff cap 11m", func(c *Config) { c.BackoffCap = 11 * time.Minute }, "BackoffCap"},
+		{"backoff cap 10m", func(c *Config) { c.BackoffCap = 10 * time.Minute }, ""},
+		{"not ready after 0", func(c *Config) { c.NotReadyAfter = 0 }, "NotReadyAfter"},
+		{"not ready after 101", func(c *Config) { c.NotReadyAfter = 101 }, "NotReadyAfter"},
+		{"not ready after 1", func(c *Config) { c.NotReadyAfter = 1 }, ""},
 	}
 	for _, tc := range cases {
 		cfg := DefaultConfig("replica-1")

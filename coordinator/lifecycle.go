@@ -15,13 +15,18 @@ import (
 var ErrDrainTimeout = errors.New("round did not drain in time; cancelled")
 
 // Lifecycle runs a Coordinator's rounds at a fixed cadence, one at a time. Rounds never overlap:
-// a round that overruns the cadence delays the next one. The loop is owned by Start/Stop; it does
-// not keep the process alive on its own (the composition root decides when to exit).
+// a round that overruns the cadence delays the next one. A round that fails (its claim statement
+// fails, or it panics) is followed by a backoff instead: the cadence, doubled with each failure
+// in a row, up to BackoffCap; after NotReadyAfter failures in a row Health reports the replica
+// not ready, until a round succeeds. The loop is owned by Start/Stop; it does not keep the process
+// alive on its own (the composition root decides when to exit).
 type Lifecycle struct {
-	c       *Coordinator
-	cadence time.Duration
-	drain   time.Duration
-	log     *slog.Logger
+	c             *Coordinator
+	cadence       time.Duration
+	drain         time.Duration
+	backoffCap    time.Duration
+	notReadyAfter int
+	log           *slog.Logger
 
 	mu      sync.Mutex
 	started bool
@@ -32,11 +37,58 @@ type Lifecycle struct {
 	OnRound func(claimed int)
 	// onRoundStart is a test seam called as each round begins.
 	onRoundStart func()
+	// wait and now are the loop's clock: wait returns after d, or false as soon as stop closes.
+	// Tests replace both to step the loop round by round and read the delays it chose.
+	wait func(d time.Duration, stop <-chan struct{}) bool
+	now  func() time.Time
+
+	healthMu sync.Mutex
+	health   Health
+	reminded time.Time // when the failing state was last logged
 }
 
-// NewLifecycle wraps c with the cadence and drain bound of cfg.
+// Health is the state of a Lifecycle's rounds.
+type Health struct {
+	// FailedRounds is how many rounds failed in a row up to the last one; 0 after a success.
+	FailedRounds int64
+	Since        time.Time // start of the first of those rounds
+	Err          error     // the last one's error
+	// Ready is false from NotReadyAfter failed rounds in a row until a round succeeds.
+	Ready bool
+}
+
+// failingReminder spaces the lines that repeat, while rounds keep failing, how many failed and
+// the latest error: the state changes are logged once each, and a reader of the last minutes of
+// a long outage's log would otherwise find nothing, nor learn that the error changed.
+const failingReminder = 10 * time.Minute
+
+// NewLifecycle wraps c with the cadence, drain, backoff and readiness bounds of cfg.
 func NewLifecycle(c *Coordinator, cfg Config) *Lifecycle {
-	return &Lifecycle{c: c, cadence: cfg.Cadence, drain: cfg.DrainTimeout, log: c.log}
+	return &Lifecycle{c: c, cadence: cfg.Cadence, drain: cfg.DrainTimeout, backoffCap: cfg.BackoffCap,
+		notReadyAfter: max(cfg.NotReadyAfter, 1), log: c.log, wait: sleepUnlessStopped, now: time.Now, health: Health{Ready: true}}
+}
+
+func sleepUnlessStopped(d time.Duration, stop <-chan struct{}) bool {
+	select { // a zero delay must not win against a stop that is already due
+	case <-stop:
+		return false
+	default:
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-stop:
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// Health reports the state of the rounds; safe to call while they run.
+func (l *Lifecycle) Health() Health {
+	l.healthMu.Lock()
+	defer l.healthMu.Unlock()
+	return l.health
 }
 
 // Start begins the rounds. It returns an error if the lifecycle was already started.
@@ -58,23 +110,79 @@ func (l *Lifecycle) Start(ctx context.Context) error {
 
 func (l *Lifecycle) loop(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
 	var sat saturation
-	for {
-		select {
-		case <-stop:
-			return
-		case <-timer.C:
-		}
-		started := time.Now()
-		claimed := l.round(ctx, stop)
+	for delay := time.Duration(0); l.wait(delay, stop); {
+		started := l.now()
+		claimed, err := l.round(ctx, stop)
 		if l.OnRound != nil {
 			l.OnRound(claimed)
 		}
 		sat.observe(l.log, l.c.cfg, started, claimed)
-		timer.Reset(l.nextDelay(ctx, started, claimed))
+		if failed := l.record(started, err); failed > 0 {
+			delay = l.backoff(failed)
+			l.logFailing(failed, delay)
+		} else {
+			delay = l.nextDelay(ctx, started, claimed)
+		}
 	}
+}
+
+// record keeps the outcome of the round that began at started; it returns the rounds failed in
+// a row (0: it succeeded).
+func (l *Lifecycle) record(started time.Time, err error) int64 {
+	l.healthMu.Lock()
+	defer l.healthMu.Unlock()
+	h := &l.health
+	if err == nil {
+		if h.FailedRounds > 0 {
+			l.log.Warn("rounds recovered: a round succeeded", "failed_rounds", h.FailedRounds,
+				"failed_for", started.Sub(h.Since).Round(time.Millisecond).String())
+		}
+		*h = Health{Ready: true}
+		l.c.Stats.FailingRounds.Store(0)
+		return 0
+	}
+	if h.FailedRounds == 0 {
+		h.Since, l.reminded = started, started
+	}
+	h.FailedRounds++
+	h.Err = err
+	h.Ready = h.FailedRounds < int64(l.notReadyAfter)
+	l.c.Stats.FailedRounds.Add(1)
+	l.c.Stats.FailingRounds.Store(h.FailedRounds)
+	return h.FailedRounds
+}
+
+// logFailing logs the failing state's changes once each (the first failure, the readiness lost),
+// and then at most every failingReminder, never each round.
+func (l *Lifecycle) logFailing(failed int64, next time.Duration) {
+	l.healthMu.Lock()
+	defer l.healthMu.Unlock()
+	h, now := l.health, l.now()
+	attrs := []any{"err", h.Err, "failed_rounds", failed, "ready", h.Ready, "next_round_in", next.String()}
+	switch {
+	case failed == 1:
+		l.log.Error("round failed; backing off until a round succeeds (next rounds wait --cadence doubled per failure, up to --backoff-cap)",
+			append(attrs, "not_ready_after", l.notReadyAfter)...)
+	case failed == int64(l.notReadyAfter):
+		l.log.Error("not ready: rounds failed in a row", append(attrs, "failing_for", now.Sub(h.Since).Round(time.Millisecond).String())...)
+	case now.Sub(l.reminded) >= failingReminder:
+		l.log.Error("rounds still failing", append(attrs, "failing_for", now.Sub(h.Since).Round(time.Millisecond).String())...)
+	default:
+		return
+	}
+	l.reminded = now
+}
+
+// backoff is the wait after the failed-th failed round in a row: the cadence, doubled with each
+// further failure, at most the cap; never less than the cadence (a zero cap from a Config that
+// skipped Validate must not make the loop spin).
+func (l *Lifecycle) backoff(failed int64) time.Duration {
+	d := l.cadence
+	for i := int64(1); i < failed && d < l.backoffCap; i++ {
+		d *= 2
+	}
+	return max(l.cadence, min(d, l.backoffCap))
 }
 
 // saturation logs a run of rounds that each claimed their whole budget: once when it starts and
@@ -119,7 +227,7 @@ func (s *saturation) observe(log *slog.Logger, cfg Config, started time.Time, cl
 // delay never drops below MinCadence, so rows that are due but held by other replicas do not
 // make it spin. Rounds still never overlap and each still claims at most the budget.
 func (l *Lifecycle) nextDelay(ctx context.Context, started time.Time, claimed int) time.Duration {
-	delay := max(0, l.cadence-time.Since(started))
+	delay := max(0, l.cadence-l.now().Sub(started))
 	if claimed >= l.c.cfg.Budget || ctx.Err() != nil {
 		return delay
 	}
@@ -130,18 +238,20 @@ func (l *Lifecycle) nextDelay(ctx context.Context, started time.Time, claimed in
 	return min(delay, max(dueIn, MinCadence))
 }
 
-// round runs one round, turning a panic into a counted, logged error: the timer never dies.
-func (l *Lifecycle) round(ctx context.Context, stop <-chan struct{}) (claimed int) {
+// round runs one round, turning a panic into a counted, logged error (a failed round): the loop
+// never dies. It returns the failure of the round's claim statement, or the panic.
+func (l *Lifecycle) round(ctx context.Context, stop <-chan struct{}) (claimed int, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			l.c.Stats.Errors.Add(1)
 			l.log.Error("round panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("round panicked: %v", r)
 		}
 	}()
 	if l.onRoundStart != nil {
 		l.onRoundStart()
 	}
-	return l.c.Round(ctx, stop)
+	return l.c.round(ctx, stop)
 }
 
 // Stop withdraws the lifecycle: no new round starts, the current round finishes the claim in

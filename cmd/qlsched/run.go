@@ -36,6 +36,7 @@ func defaultOwner() string {
 var configFlags = map[string]string{
 	"Owner": "--owner", "Budget": "--budget", "Lease": "--lease", "Cadence": "--cadence",
 	"DrainTimeout": "--drain-timeout", "AdmitRetries": "--admit-retries", "AdmitBatch": "--admit-batch",
+	"BackoffCap": "--backoff-cap", "NotReadyAfter": "--not-ready-after",
 }
 
 // configUsageError is a usage error (exit 2) for a coordinator configuration that Validate
@@ -92,6 +93,14 @@ func (a *app) runCmd() *cobra.Command {
   5. HTTP admission on --http-addr: /healthz (alive), /readyz (ready, running, admitting) and
      /metrics (Prometheus; see the README for names and example alerts).
 
+A round that fails (its claim statement fails: a read-only server, a revoked privilege, a lost
+connection) is followed by a backoff instead of the cadence: --cadence, doubled with each failure
+in a row, up to --backoff-cap. After --not-ready-after failures in a row /readyz answers 503 with
+the count and the last error (qlsched_ready 0; qlsched_consecutive_failed_rounds counts them); the
+first round that succeeds makes it ready again. /healthz stays 200: restarting would not repair the
+database. The log has one line when rounds start failing, one when readiness is lost, one on
+recovery (with how many rounds failed and for how long), and a reminder at most every 10 minutes.
+
 SIGTERM or SIGINT withdraws admission first (/readyz fails), waits --withdraw-grace so load
 balancers and probes notice, then stops the lifecycle (the round in progress finishes its claim
 in hand; at most --drain-timeout), closes the pool and exits 0.
@@ -143,6 +152,8 @@ that claim less) show it. To carry more, raise
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long stop waits for the round in progress, 1s … 10m")
 	f.IntVar(&cfg.AdmitRetries, "admit-retries", cfg.AdmitRetries, "serialization-failure retries per admit, 0 … 20")
 	f.IntVar(&cfg.AdmitBatch, "admit-batch", cfg.AdmitBatch, "batch admission: rows per claim statement and per SERIALIZABLE admit transaction, 1 … budget (1: the ADR's one-row claim)")
+	f.DurationVar(&cfg.BackoffCap, "backoff-cap", cfg.BackoffCap, "after a failed round the next waits --cadence, doubled per failure in a row, up to this; cadence … 10m")
+	f.IntVar(&cfg.NotReadyAfter, "not-ready-after", cfg.NotReadyAfter, fmt.Sprintf("failed rounds in a row after which /readyz fails until a round succeeds, 1 … %d", coordinator.MaxNotReadyAfter))
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:9464", "listen address of /healthz, /readyz and /metrics (port 0: any free port, logged)")
 	f.DurationVar(&withdrawGrace, "withdraw-grace", 0, "on stop, how long /readyz fails before the lifecycle stops, 0s … 1m")
 	f.DurationVar(&backlogInterval, "backlog-interval", 5*time.Second, "how often the backlog gauge may query the database, 1s … 10m")
@@ -172,11 +183,11 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 		return err
 	}
 	defer pool.Close()
-	var admitting atomic.Bool
+	var ready readiness
 	var m *metrics.Metrics
 	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: a.logger(), Local: a.conn.LocalSettings(),
 		Wire: func(co *coordinator.Coordinator) {
-			m = metrics.New(co, cfg.Owner, admitting.Load, metrics.DatabaseBacklog(pool), opts.backlogInterval)
+			m = metrics.New(co, cfg.Owner, ready.ready, metrics.DatabaseBacklog(pool), opts.backlogInterval)
 		}})
 	if err != nil {
 		var notReady *verify.NotReadyError
@@ -186,15 +197,16 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 		return err
 	}
 	co, lc := r.Coordinator, r.Lifecycle
-	srv := &http.Server{Handler: httpHandler(&admitting, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
+	ready.lc.Store(lc)
+	srv := &http.Server{Handler: httpHandler(ready.check, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	admitting.Store(true)
+	ready.admitting.Store(true)
 	log.Info("replica running", "http_addr", ln.Addr().String(), "budget", cfg.Budget, "cadence", cfg.Cadence.String(),
 		"lease", cfg.Lease.String(), "database", a.conn.Describe())
 
 	<-ctx.Done()
 	// Stop in reverse: withdraw admission, stop and drain the scheduler, then the rest.
-	admitting.Store(false)
+	ready.admitting.Store(false)
 	log.Info("stopping: admission withdrawn", "withdraw_grace", opts.withdrawGrace.String())
 	time.Sleep(opts.withdrawGrace) // let probes and load balancers see /readyz fail
 	log.Info("draining", "drain_timeout", cfg.DrainTimeout.String())
@@ -208,15 +220,39 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	return nil
 }
 
-func httpHandler(admitting *atomic.Bool, metrics http.Handler) http.Handler {
+// readiness is what /readyz and qlsched_ready report: the replica admits (from the lifecycle's
+// start until SIGTERM) and its rounds have not failed --not-ready-after times in a row.
+type readiness struct {
+	admitting atomic.Bool
+	lc        atomic.Pointer[coordinator.Lifecycle] // set before admitting
+}
+
+// check says whether the replica is ready and, if not, why: the line /readyz answers.
+func (r *readiness) check() (bool, string) {
+	if !r.admitting.Load() {
+		return false, "not admitting"
+	}
+	if h := r.lc.Load().Health(); !h.Ready {
+		return false, fmt.Sprintf("not ready: %d rounds failed in a row since %s: %v",
+			h.FailedRounds, h.Since.UTC().Format(time.RFC3339), h.Err)
+	}
+	return true, ""
+}
+
+func (r *readiness) ready() bool {
+	ok, _ := r.check()
+	return ok
+}
+
+func httpHandler(ready func() (bool, string), metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !admitting.Load() {
-			http.Error(w, "not admitting", http.StatusServiceUnavailable)
+		if ok, why := ready(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")

@@ -73,6 +73,10 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() < 1 || pdb.Spec.MinAvailable.IntValue() >= 3 {
 		t.Errorf("PodDisruptionBudget minAvailable %v, want 1 … 2 of 3", pdb.Spec.MinAvailable)
 	}
+	// replicas whose rounds fail are not ready: a drain must not wait for them to become ready
+	if p := pdb.Spec.UnhealthyPodEvictionPolicy; p == nil || *p != policyv1.AlwaysAllow {
+		t.Errorf("PodDisruptionBudget unhealthyPodEvictionPolicy %v, want AlwaysAllow", p)
+	}
 	for k, v := range dep.Spec.Selector.MatchLabels {
 		if dep.Spec.Template.Labels[k] != v || pdb.Spec.Selector.MatchLabels[k] != v {
 			t.Errorf("selector %s=%s does not match the pod template and the PDB", k, v)

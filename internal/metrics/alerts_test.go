@@ -57,8 +57,9 @@ var (
 )
 
 // The example alert rules in docs/operations.md parse, name only metrics a replica exports, and
-// keep the properties the text promises: no-admits fires when no replica is up at all, and the
-// backlog's age is alerted on (its count stops growing at the cap).
+// keep the properties the text promises: no-admits fires when no replica is up at all, the
+// backlog's age is alerted on (its count stops growing at the cap), and a replica whose rounds
+// keep failing is alerted on.
 func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile("../../docs/operations.md")
@@ -112,6 +113,7 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 		{"QlschedNoAdmitsWhileDue", "or vector(0)"},
 		{"QlschedNotReady", "or vector(0)"},
 		{"QlschedBacklogOldestOverdue", "qlsched_backlog_oldest_age_seconds"},
+		{"QlschedRoundsFailing", "qlsched_consecutive_failed_rounds"}, // per replica: one that fails rounds while others admit
 	} {
 		expr, ok := alerts[c.alert]
 		if !ok {

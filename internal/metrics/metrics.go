@@ -59,7 +59,7 @@ func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog B
 		Help: "Age of the oldest due occurrence among those rows, by database time (0 when none)."},
 		func() float64 { _, age := b.get(); return age.Seconds() }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_ready", ConstLabels: constLabels,
-		Help: "1 while the replica is ready and admitting, else 0."},
+		Help: "1 while the replica is ready and admitting (/readyz answers 200), else 0."},
 		func() float64 {
 			if ready() {
 				return 1
@@ -74,22 +74,24 @@ func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog B
 	return &Metrics{reg: reg}
 }
 
-// statsCollector exports the coordinator's counters from one Snapshot per scrape, so that the
-// relations between them (claims >= admits + skips + releases) hold within every scrape.
+// statsCollector exports the coordinator's counters, and its gauge of rounds failing in a row,
+// from one Snapshot per scrape, so that the relations between them (claims >= admits + skips +
+// releases) hold within every scrape.
 type statsCollector struct {
-	co       *coordinator.Coordinator
-	counters []statsCounter
+	co      *coordinator.Coordinator
+	metrics []statsMetric
 }
 
-type statsCounter struct {
+type statsMetric struct {
 	desc *prometheus.Desc
+	kind prometheus.ValueType
 	read func(coordinator.Snapshot) int64
 }
 
 func newStatsCollector(co *coordinator.Coordinator, labels prometheus.Labels) *statsCollector {
 	c := &statsCollector{co: co}
 	add := func(name, help string, read func(coordinator.Snapshot) int64) {
-		c.counters = append(c.counters, statsCounter{prometheus.NewDesc(name, help, nil, labels), read})
+		c.metrics = append(c.metrics, statsMetric{prometheus.NewDesc(name, help, nil, labels), prometheus.CounterValue, read})
 	}
 	add("qlsched_rounds_total", "Coordinator rounds run.", func(s coordinator.Snapshot) int64 { return s.Rounds })
 	add("qlsched_saturated_rounds_total", "Rounds that claimed their whole budget: the replica was at its capacity (budget ÷ cadence) and due rows waited.", func(s coordinator.Snapshot) int64 { return s.Saturated })
@@ -101,19 +103,23 @@ func newStatsCollector(co *coordinator.Coordinator, labels prometheus.Labels) *s
 	add("qlsched_stale_total", "Admits refused because a revision changed since the claim.", func(s coordinator.Snapshot) int64 { return s.Stale })
 	add("qlsched_serialization_retries_total", "SERIALIZABLE admit attempts retried after a serialization failure.", func(s coordinator.Snapshot) int64 { return s.Retries })
 	add("qlsched_lease_takeovers_total", "Claims that replaced an expired claim.", func(s coordinator.Snapshot) int64 { return s.Takeovers })
+	add("qlsched_failed_rounds_total", "Rounds that failed (the claim statement failed, or the round panicked); each is followed by a backoff.", func(s coordinator.Snapshot) int64 { return s.FailedRounds })
+	c.metrics = append(c.metrics, statsMetric{prometheus.NewDesc("qlsched_consecutive_failed_rounds",
+		"Rounds failed in a row up to the last one, 0 after a round that succeeded: the next round waits --cadence doubled per failure, up to --backoff-cap; from --not-ready-after on, /readyz fails.",
+		nil, labels), prometheus.GaugeValue, func(s coordinator.Snapshot) int64 { return s.FailingRounds }})
 	return c
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, k := range c.counters {
+	for _, k := range c.metrics {
 		ch <- k.desc
 	}
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.co.Stats.Snapshot()
-	for _, k := range c.counters {
-		ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.read(s)))
+	for _, k := range c.metrics {
+		ch <- prometheus.MustNewConstMetric(k.desc, k.kind, float64(k.read(s)))
 	}
 }
 
