@@ -370,6 +370,9 @@ func (s *Server) create(t testing.TB, template string) *DB {
 		t.Fatalf("create database %s from %s: %v", name, template, err)
 	}
 	t.Cleanup(func() {
+		if err := dropSubscriptions(ctx, s.URL("", name)); err != nil {
+			t.Errorf("clean-up: %s: %v", name, err)
+		}
 		conn, err := pgx.Connect(ctx, s.URL("", "postgres"))
 		if err != nil {
 			t.Errorf("clean-up: connect to drop database %s: %v", name, err)

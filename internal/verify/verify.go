@@ -299,6 +299,11 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
 			drift = append(drift, casts...)
+			outside, err := checksums.OutsideDrift(ctx, q)
+			if err != nil {
+				return nil, fmt.Errorf("readiness: %w", err)
+			}
+			drift = append(drift, outside...)
 			r.add(CheckReadiness, "", fromChecksums(drift))
 		}
 		findings := fromRoles(audit)
