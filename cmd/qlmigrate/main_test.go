@@ -190,7 +190,7 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 	}
 
 	r = run(t, nil, append([]string{"--database-url", owner, "up"}, prefix...)...)
-	if r.code != 0 || !strings.Contains(r.stdout, "18 applied; control-core is at v17") || strings.Count(r.stdout, "applied pg-") != 18 {
+	if r.code != 0 || !strings.Contains(r.stdout, "19 applied; control-core is at v18") || strings.Count(r.stdout, "applied pg-") != 19 {
 		t.Fatalf("up as %s: exit %d\n%s%s", names.Owner, r.code, r.stdout, r.stderr)
 	}
 
@@ -199,8 +199,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 		t.Fatalf("status: exit %d\n%s", r.code, r.stderr)
 	}
 	stream, err := checksums.Load(migrations.FS)
-	if err != nil || len(stream) != 18 {
-		t.Fatalf("embedded stream: %d migrations, %v; want 18", len(stream), err)
+	if err != nil || len(stream) != 19 {
+		t.Fatalf("embedded stream: %d migrations, %v; want 19", len(stream), err)
 	}
 	for _, m := range stream {
 		// VERSION NAME APPLIED-AT APPLIED-BY DURATION CHECKSUM, the time in RFC 3339.
@@ -209,8 +209,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 			t.Errorf("status has no line for %s with an applied time and checksum ok:\n%s", m.Name, r.stdout)
 		}
 	}
-	if !strings.Contains(r.stdout, "capability v17") || !strings.Contains(r.stdout, "18 of 18 applied") || strings.Contains(r.stdout, "pending") {
-		t.Errorf("status does not show all 18 applied at v17:\n%s", r.stdout)
+	if !strings.Contains(r.stdout, "capability v18") || !strings.Contains(r.stdout, "19 of 19 applied") || strings.Contains(r.stdout, "pending") {
+		t.Errorf("status does not show all 19 applied at v18:\n%s", r.stdout)
 	}
 
 	if r = run(t, nil, append([]string{"--database-url", owner, "verify"}, prefix...)...); r.code != 0 || !strings.Contains(r.stdout, "OK: no drift") {
