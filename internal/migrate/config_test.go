@@ -35,7 +35,7 @@ func TestFieldErrorsNameTheFieldNotAFlag(t *testing.T) {
 			}
 		})
 	}
-	for _, ok := range []error{migrate.CheckTarget(nil, 0), migrate.CheckTarget(nil, 18), migrate.CheckVersion(nil, 1),
+	for _, ok := range []error{migrate.CheckTarget(nil, 0), migrate.CheckTarget(nil, 19), migrate.CheckVersion(nil, 1),
 		migrate.Options{}.Validate(), migrate.Options{LockTimeout: time.Minute}.Validate()} {
 		if ok != nil {
 			t.Errorf("refused a valid value: %v", ok)
