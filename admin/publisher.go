@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -66,11 +65,15 @@ func (p *Publisher) CreateProject(ctx context.Context, project string) (ProjectC
 	return out, err
 }
 
-// createProject creates an active project at revision 1 and writes its audit row (detail "by":
-// the command), inside the caller's transaction; for a project that exists it writes nothing and
-// reports it, Created false. CreateProject and Apply both create projects with it.
+// createProject creates an active project at revision 1, inside the caller's transaction; the
+// database writes its project.create audit row, with detail "by": the command, given as the
+// transaction's audit reason. For a project that exists it writes nothing and reports it, Created
+// false. CreateProject and Apply both create projects with it.
 func createProject(ctx context.Context, q *db.Queries, project, by string) (ProjectCreated, error) {
 	out := ProjectCreated{ProjectID: project}
+	if err := q.SetAuditReason(ctx, by); err != nil {
+		return out, fmt.Errorf("create project %s: audit reason: %w", project, err)
+	}
 	row, err := q.CreateProject(ctx, project)
 	if errors.Is(err, pgx.ErrNoRows) { // ON CONFLICT DO NOTHING: it exists
 		proj, err := q.GetProject(ctx, project)
@@ -83,10 +86,6 @@ func createProject(ctx context.Context, q *db.Queries, project, by string) (Proj
 		return out, fmt.Errorf("create project %s: %w", project, err)
 	}
 	out.Created, out.State, out.Revision = true, "active", row.Revision
-	detail, _ := json.Marshal(map[string]any{"by": by})
-	if err := q.AuditAdmin(ctx, db.AuditAdminParams{Action: "project.create", ProjectID: project, Subject: project, Detail: detail}); err != nil {
-		return out, fmt.Errorf("audit project %s: %w", project, err)
-	}
 	return out, nil
 }
 
@@ -136,8 +135,8 @@ func (p *Publisher) PublishTask(ctx context.Context, t TaskSpec) (TaskPublished,
 	return out, err
 }
 
-// publishTask writes a task revision pinning the execution revision of t's spec, and its audit
-// row, inside the caller's transaction, which holds the project's lock; unless the head already
+// publishTask writes a task revision pinning the execution revision of t's spec (the database
+// writes its task.publish audit row) inside the caller's transaction, which holds the project's lock; unless the head already
 // pins that spec (taskUnchanged): then it writes nothing and reports the head, Unchanged.
 // PublishTask and Apply both publish tasks with it.
 func publishTask(ctx context.Context, q *db.Queries, t TaskSpec) (TaskPublished, error) {
@@ -168,8 +167,7 @@ func publishTask(ctx context.Context, q *db.Queries, t TaskSpec) (TaskPublished,
 		return out, fmt.Errorf("task %s/%s: revision: %w", t.Project, t.Task, err)
 	}
 	out.Revision, out.ExecutionRevisionID, out.ExecutionDigest, out.ContentDigest = kr.Revision, exec.ExecutionRevisionID, exec.Digest, kr.ContentDigest
-	detail, _ := json.Marshal(map[string]any{"revision": rev, "execution_digest": exec.Digest})
-	return out, q.AuditAdmin(ctx, db.AuditAdminParams{Action: "task.publish", ProjectID: t.Project, Subject: t.Task, Detail: detail})
+	return out, nil
 }
 
 // taskRevision is a task's head revision as publishTask and a plan compare it.
@@ -611,8 +609,9 @@ func triggerChanges(head *triggerRevision, t TriggerSpec, taskRev int64) []field
 	return changes
 }
 
-// publishTrigger writes one trigger's revision pinned to taskRev, its schedule row and its audit
-// entry (detail "change": what asked for it), inside the caller's transaction, which holds the
+// publishTrigger writes one trigger's revision pinned to taskRev and its schedule row inside the
+// caller's transaction; the database writes the trigger.publish audit row (detail "change": what
+// asked for it, given as the transaction's audit reason), which holds the
 // project's lock, unless the content equals head's (triggerChanges finds none): then it writes
 // nothing and reports the head, Unchanged. Every trigger publish, Apply's included, goes through it.
 func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev int64, head *triggerRevision, change string) (TriggerPublished, error) {
@@ -626,6 +625,9 @@ func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev i
 			head.revision, head.stateVersion, head.claimVersion, head.digest, true
 		return out, nil
 	}
+	if err := q.SetAuditReason(ctx, change); err != nil {
+		return out, fmt.Errorf("trigger %s/%s: audit reason: %w", t.Project, t.Trigger, err)
+	}
 	rev, err := q.BumpTriggerHead(ctx, db.BumpTriggerHeadParams{ProjectID: t.Project, TriggerID: t.Trigger})
 	if err != nil {
 		return out, fmt.Errorf("trigger head: %w", err)
@@ -637,14 +639,12 @@ func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev i
 	if err != nil {
 		return out, fmt.Errorf("trigger revision: %w", err)
 	}
-	sched, err := q.UpsertSchedule(ctx, db.UpsertScheduleParams{ProjectID: t.Project, TriggerID: t.Trigger, TriggerRevision: rev})
+	sched, err := q.ResetSchedule(ctx, db.ResetScheduleParams{ProjectID: t.Project, TriggerID: t.Trigger})
 	if err != nil {
 		return out, fmt.Errorf("schedule row: %w", err)
 	}
 	out.Revision, out.StateVersion, out.ClaimVersion, out.ContentDigest = rev, sched.StateVersion, sched.ClaimVersion, tr.ContentDigest
-	detail, _ := json.Marshal(map[string]any{"revision": rev, "change": change, "changed": out.Changed, "cron": t.Cron,
-		"timezone": t.TimeZone, "misfire": t.Misfire, "misfire_grace_ms": t.misfireGraceMs(), "enabled": t.Enabled, "task": t.Task, "task_revision": taskRev})
-	return out, q.AuditAdmin(ctx, db.AuditAdminParams{Action: "trigger.publish", ProjectID: t.Project, Subject: t.Trigger, Detail: detail})
+	return out, nil
 }
 
 // errNothingWritten rolls back a publish that found nothing to change.
@@ -766,8 +766,7 @@ func (p *Publisher) setProjectState(ctx context.Context, project, action, from, 
 			return fmt.Errorf("%s project %s: %w", action, project, err)
 		}
 		out.State, out.Revision, out.ContentDigest = row.State, row.Revision, row.ContentDigest
-		detail, _ := json.Marshal(map[string]any{"from": from, "to": to, "revision": row.Revision})
-		return q.AuditAdmin(ctx, db.AuditAdminParams{Action: "project." + action, ProjectID: project, Subject: project, Detail: detail})
+		return nil // the database writes the project.pause or project.resume audit row
 	})
 	if errors.Is(err, errNothingWritten) {
 		return out, nil

@@ -74,7 +74,8 @@ func TestIdentQuotesWhatNeedsIt(t *testing.T) {
 
 // Every function of the contract is recreated from the statement of the migration that defines
 // it, found by the SQL scanner (a StatementBegin block or not), with OR REPLACE added; a later
-// statement that alters the function, or a second definition that differs, leaves it without one.
+// CREATE OR REPLACE with the same arguments redefines it; a later statement that alters the
+// function, or a second definition of other arguments (an overload), leaves it without one.
 func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 	contract, err := Contract()
 	if err != nil {
@@ -83,10 +84,12 @@ func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 	fsys := fstest.MapFS{
 		"0001_a.sql": {Data: []byte("-- +goose Up\n-- a comment\nCREATE FUNCTION control_core.f(a int) RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;\n" +
 			"-- +goose StatementBegin\nSELECT 1; create or replace function control_core.\"G\"() returns int language sql as 'select 2';\n-- +goose StatementEnd\n" +
-			"CREATE FUNCTION control_core.h() RETURNS int LANGUAGE sql AS $$ SELECT 3 $$;\n")},
+			"CREATE FUNCTION control_core.h() RETURNS int LANGUAGE sql AS $$ SELECT 3 $$;\n" +
+			"CREATE FUNCTION control_core.k(a int) RETURNS int LANGUAGE sql AS $$ SELECT 4 $$;\n")},
 		"0002_b.sql": {Data: []byte("-- +goose Up\nALTER FUNCTION control_core.h() STABLE;\n" +
 			"DROP FUNCTION IF EXISTS control_core.f(int);\nCREATE FUNCTION control_core.f(a int) RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;\n" +
-			"CREATE OR REPLACE FUNCTION control_core.\"G\"() RETURNS int LANGUAGE sql AS 'select 3';\n")},
+			"CREATE OR REPLACE FUNCTION control_core.\"G\"() RETURNS int LANGUAGE sql AS 'select 3';\n" +
+			"CREATE OR REPLACE FUNCTION control_core.k(a text) RETURNS int LANGUAGE sql AS $$ SELECT 5 $$;\n")},
 	}
 	stream, err := Load(fsys)
 	if err != nil {
@@ -95,7 +98,8 @@ func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 	loc := NewLocator(fsys, stream)
 	for object, want := range map[string]string{
 		"function control_core.f(integer)": "CREATE OR REPLACE FUNCTION control_core.f(a int) RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;",
-		`function control_core."G"()`:      "",
+		`function control_core."G"()`:      `CREATE OR REPLACE FUNCTION control_core."G"() RETURNS int LANGUAGE sql AS 'select 3';`,
+		"function control_core.k(integer)": "",
 		"function control_core.h()":        "",
 		"function control_core.nope()":     "",
 	} {

@@ -64,7 +64,7 @@ func TestReadinessContractMatchesAFreshMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	if drift := checksums.CompareReadiness(contract, readFacts(t, testpg.New(t)), checksums.Locator{}); len(drift) != 0 {
-		t.Fatalf("a fresh v17 database drifts from the contract: %+v", drift)
+		t.Fatalf("a fresh v18 database drifts from the contract: %+v", drift)
 	}
 }
 
@@ -99,7 +99,7 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 		}
 	}
 	if tables != 20 {
-		t.Errorf("the contract lists %d tables, want the 20 of control-core v17", tables)
+		t.Errorf("the contract lists %d tables, want the 20 of control-core v18", tables)
 	}
 }
 

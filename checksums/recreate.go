@@ -16,16 +16,18 @@ import (
 // recreate returns the CREATE OR REPLACE FUNCTION statement of the migration that defines the
 // function of object ("function control_core.lock_project(text, text)"): the last statement of
 // the stream that creates a function of that name in control_core, exactly as written there (its
-// leading comments left out). ok is false where no migration creates it, where its name is
-// created more than once with different text (an overload, or a redefinition this would not
-// tell apart), or where a statement after it alters, renames or drops it: then running the one
-// statement again would not give the function the migrations leave.
+// leading comments left out). A later CREATE OR REPLACE FUNCTION with the same argument list
+// redefines it (pg-0019 makes lock_project SECURITY DEFINER so) and is the statement from then on.
+// ok is false where no migration creates it, where its name is created more than once with
+// different text otherwise (an overload, or a plain CREATE this would not tell apart), or where a
+// statement after it alters, renames or drops it: then running the one statement again would not
+// give the function the migrations leave.
 func (l Locator) recreate(object string) (stmt string, ok bool) {
 	name, ok := functionName(object)
 	if !ok {
 		return "", false
 	}
-	altered := false
+	altered, args := false, ""
 	for _, m := range l.migrations {
 		body, found := l.bodies[m.File]
 		if !found {
@@ -39,11 +41,11 @@ func (l Locator) recreate(object string) (stmt string, ok bool) {
 			for _, toks := range statements(st.Tokens) {
 				switch {
 				case createsFunction(toks, name):
-					text := createOrReplace(body, toks)
-					if stmt != "" && text != stmt {
+					text, a := createOrReplace(body, toks), argumentList(toks)
+					if stmt != "" && text != stmt && (!replaces(toks) || a != args) {
 						return "", false
 					}
-					stmt, altered = text, false
+					stmt, args, altered = text, a, false
 				case altersFunction(toks, name):
 					altered = true
 				}
@@ -154,6 +156,36 @@ func createsFunction(toks []sqlfile.Token, name string) bool {
 	}
 	rest, ok = leading(rest, "function")
 	return ok && namesFunction(rest, name)
+}
+
+// replaces says whether toks, a CREATE FUNCTION statement, say OR REPLACE.
+func replaces(toks []sqlfile.Token) bool {
+	_, ok := leading(toks[1:], "or", "replace")
+	return ok
+}
+
+// argumentList is the text of the tokens of a CREATE FUNCTION statement's argument list, one
+// space between tokens: two statements with the same one define the same function, not overloads.
+func argumentList(toks []sqlfile.Token) string {
+	var (
+		b     strings.Builder
+		depth int
+	)
+	for _, t := range toks {
+		if t.Kind == sqlfile.Punct && t.Text == "(" {
+			depth++
+		}
+		if depth > 0 {
+			b.WriteString(strings.ToLower(t.Text))
+			b.WriteByte(' ')
+		}
+		if t.Kind == sqlfile.Punct && t.Text == ")" {
+			if depth--; depth == 0 {
+				break
+			}
+		}
+	}
+	return b.String()
 }
 
 // altersFunction says whether toks are ALTER or DROP FUNCTION/ROUTINE of control_core.NAME, or

@@ -95,19 +95,25 @@ func TestRunsTableRefusesForgedRuns(t *testing.T) {
 	}
 }
 
-// The admin audit log's actor and time are the database's: whatever an INSERT says is replaced.
+// The admin audit log's actor and time are the database's: the admin role cannot insert a row
+// at all (pg-0019: the database writes them), and whatever an INSERT by the owner says is replaced.
 func TestAdminAuditLogIsStampedByTheDatabase(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	admin := f.d.Pool(t, "ql_admin")
 	ctx := context.Background()
+	var pgErr *pgconn.PgError
 	if _, err := admin.Exec(ctx, `INSERT INTO control_core.admin_audit_log (audit_id, at_ms, actor, action, project_id, subject)
+	    VALUES (gen_random_uuid(), 1, 'somebody-else', 'project.lock', 'p', 'forged')`); !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		t.Fatalf("an INSERT into the audit log as ql_admin: %v, want permission denied", err)
+	}
+	if _, err := f.su.Exec(ctx, `INSERT INTO control_core.admin_audit_log (audit_id, at_ms, actor, action, project_id, subject)
 	    VALUES (gen_random_uuid(), 1, 'somebody-else', 'project.lock', 'p', 'forged')`); err != nil {
 		t.Fatal(err)
 	}
 	var actor, sessionUser string
 	var lagMs int64
-	if err := admin.QueryRow(ctx, `SELECT actor, session_user, control_core.db_now_ms() - at_ms
+	if err := f.su.QueryRow(ctx, `SELECT actor, session_user, control_core.db_now_ms() - at_ms
 	    FROM control_core.admin_audit_log WHERE subject = 'forged'`).Scan(&actor, &sessionUser, &lagMs); err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +123,11 @@ func TestAdminAuditLogIsStampedByTheDatabase(t *testing.T) {
 	if lagMs < 0 || lagMs > 60_000 {
 		t.Errorf("at_ms is %d ms before the database's now, want the insert's own time", lagMs)
 	}
-	// Every row the publisher wrote carries the same stamp.
-	if n := f.count(`SELECT count(*) FROM control_core.admin_audit_log WHERE actor <> $1 OR at_ms < 1e12`, actor); n != 0 {
+	// Every row the publisher's commands left carries the admin role's stamp.
+	if n := f.count(`SELECT count(*) FROM control_core.admin_audit_log WHERE subject <> 'forged' AND (actor <> 'ql_admin' OR at_ms < 1e12)`); n != 0 {
 		t.Errorf("%d audit rows not stamped by the database", n)
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.admin_audit_log WHERE subject <> 'forged'`); n == 0 {
+		t.Error("the fixture's publishes left no audit rows")
 	}
 }

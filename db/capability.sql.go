@@ -15,7 +15,7 @@ FROM control_core.capabilities
 WHERE component = $1
 `
 
-// The capability a component has reached (control-core: 17 after pg-0018).
+// The capability a component has reached (control-core: 18 after pg-0019).
 func (q *Queries) Capability(ctx context.Context, component string) (ControlCoreCapability, error) {
 	row := q.db.QueryRow(ctx, capability, component)
 	var i ControlCoreCapability

@@ -10,13 +10,13 @@ import (
 )
 
 type ControlCoreAdminAuditLog struct {
-	AuditID   uuid.UUID `json:"audit_id"`
-	AtMs      int64     `json:"at_ms"`
-	Actor     string    `json:"actor"`
-	Action    string    `json:"action"`
-	ProjectID string    `json:"project_id"`
-	Subject   string    `json:"subject"`
-	Detail    []byte    `json:"detail"`
+	AuditID   uuid.UUID   `json:"audit_id"`
+	AtMs      int64       `json:"at_ms"`
+	Actor     string      `json:"actor"`
+	Action    string      `json:"action"`
+	ProjectID pgtype.Text `json:"project_id"`
+	Subject   string      `json:"subject"`
+	Detail    []byte      `json:"detail"`
 }
 
 type ControlCoreAttempt struct {

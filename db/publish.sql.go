@@ -12,28 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const auditAdmin = `-- name: AuditAdmin :exec
-INSERT INTO control_core.admin_audit_log (audit_id, action, project_id, subject, detail)
-VALUES (gen_random_uuid(), $1::text, $2::text, $3::text, $4::jsonb)
-`
-
-type AuditAdminParams struct {
-	Action    string `json:"action"`
-	ProjectID string `json:"project_id"`
-	Subject   string `json:"subject"`
-	Detail    []byte `json:"detail"`
-}
-
-func (q *Queries) AuditAdmin(ctx context.Context, arg AuditAdminParams) error {
-	_, err := q.db.Exec(ctx, auditAdmin,
-		arg.Action,
-		arg.ProjectID,
-		arg.Subject,
-		arg.Detail,
-	)
-	return err
-}
-
 const bumpTaskHead = `-- name: BumpTaskHead :one
 INSERT INTO control_core.tasks (project_id, task_id, head_revision)
 VALUES ($1::text, $2::text, 1)
@@ -546,6 +524,43 @@ func (q *Queries) LockProject(ctx context.Context, arg LockProjectParams) (int64
 	return revision, err
 }
 
+const resetSchedule = `-- name: ResetSchedule :one
+SELECT s.state_version::bigint AS state_version, s.claim_version::bigint AS claim_version
+FROM control_core.reset_schedule($1::text, $2::text) s
+`
+
+type ResetScheduleParams struct {
+	ProjectID string `json:"project_id"`
+	TriggerID string `json:"trigger_id"`
+}
+
+type ResetScheduleRow struct {
+	StateVersion int64 `json:"state_version"`
+	ClaimVersion int64 `json:"claim_version"`
+}
+
+// One schedule row per trigger head: after a new revision, reset_schedule (pg-0019; the admin role
+// holds no INSERT or UPDATE on the table) moves the row to the head, clears the cursor and the
+// claim and increments state_version and claim_version, so every claim taken under an older
+// revision fails its fence.
+func (q *Queries) ResetSchedule(ctx context.Context, arg ResetScheduleParams) (ResetScheduleRow, error) {
+	row := q.db.QueryRow(ctx, resetSchedule, arg.ProjectID, arg.TriggerID)
+	var i ResetScheduleRow
+	err := row.Scan(&i.StateVersion, &i.ClaimVersion)
+	return i, err
+}
+
+const setAuditReason = `-- name: SetAuditReason :exec
+SELECT set_config('control_core.audit_reason', $1::text, true)
+`
+
+// The reason the audit rows written by the rest of this transaction carry (pg-0019: the database
+// writes them, by triggers; detail "by" of project.create, "change" of trigger.publish).
+func (q *Queries) SetAuditReason(ctx context.Context, reason string) error {
+	_, err := q.db.Exec(ctx, setAuditReason, reason)
+	return err
+}
+
 const setProjectState = `-- name: SetProjectState :one
 UPDATE control_core.projects
 SET state          = $1::text,
@@ -627,41 +642,5 @@ func (q *Queries) UpsertExecutionRevision(ctx context.Context, arg UpsertExecuti
 	row := q.db.QueryRow(ctx, upsertExecutionRevision, arg.ProjectID, arg.Spec)
 	var i UpsertExecutionRevisionRow
 	err := row.Scan(&i.ExecutionRevisionID, &i.Digest)
-	return i, err
-}
-
-const upsertSchedule = `-- name: UpsertSchedule :one
-INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
-                                            last_scheduled_at_ms, state_version, claim_version, updated_at_ms)
-VALUES ($1::text, $2::text, $3::bigint, NULL, NULL, 1, 0, control_core.db_now_ms())
-ON CONFLICT (project_id, trigger_id) DO UPDATE
-    SET trigger_revision    = EXCLUDED.trigger_revision,
-        next_fire_at_ms     = NULL,
-        claim_owner         = NULL,
-        claim_token         = NULL,
-        claim_expires_at_ms = NULL,
-        claim_version       = control_core.trigger_schedules.claim_version + 1,
-        state_version       = control_core.trigger_schedules.state_version + 1,
-        updated_at_ms       = greatest(control_core.trigger_schedules.updated_at_ms, control_core.db_now_ms())
-RETURNING state_version, claim_version
-`
-
-type UpsertScheduleParams struct {
-	ProjectID       string `json:"project_id"`
-	TriggerID       string `json:"trigger_id"`
-	TriggerRevision int64  `json:"trigger_revision"`
-}
-
-type UpsertScheduleRow struct {
-	StateVersion int64 `json:"state_version"`
-	ClaimVersion int64 `json:"claim_version"`
-}
-
-// One schedule row per trigger head. A new revision clears the cursor and the claim and increments
-// state_version and claim_version, so every claim taken under an older revision fails its fence.
-func (q *Queries) UpsertSchedule(ctx context.Context, arg UpsertScheduleParams) (UpsertScheduleRow, error) {
-	row := q.db.QueryRow(ctx, upsertSchedule, arg.ProjectID, arg.TriggerID, arg.TriggerRevision)
-	var i UpsertScheduleRow
-	err := row.Scan(&i.StateVersion, &i.ClaimVersion)
 	return i, err
 }

@@ -70,14 +70,14 @@ func TestFreshV17DatabaseMatchesTheModelExactly(t *testing.T) {
 	d := testpg.New(t)
 	a := audit(t, d.URL(""), d.Names)
 	if notes := notesExcept(a, "other_database"); !a.OK() || len(notes) != 0 {
-		t.Fatalf("a fresh v17 database drifts from the model: %+v\nnotes: %+v", a.Drift, notes)
+		t.Fatalf("a fresh v18 database drifts from the model: %+v\nnotes: %+v", a.Drift, notes)
 	}
 	if len(a.SQL()) != 0 {
 		t.Errorf("SQL() on no drift = %v", a.SQL())
 	}
 	want := map[string]string{ // object/grantee → expected and actual privileges
 		"control_core.trigger_schedules/ql_runtime":        "SELECT,UPDATE",
-		"control_core.trigger_schedules/ql_admin":          "SELECT,INSERT,UPDATE",
+		"control_core.trigger_schedules/ql_admin":          "SELECT",
 		"control_core.trigger_schedules/ql_worker_ingress": "",
 		"control_core.trigger_schedules/PUBLIC":            "",
 		"control_core.trigger_schedules/ql_owner":          "ALL",

@@ -1,7 +1,8 @@
 package roles
 
-// The expected privilege model of control-core v17, as data a DBA can read against
-// sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql and
+// The expected privilege model of control-core v18, as data a DBA can read against
+// sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql,
+// 0019_audit_by_database.sql and
 // `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
 // `qlmigrate grants` compare the catalogs with it exactly: a privilege the model does not list is
 // drift as much as one it lists and the database lacks.
@@ -18,7 +19,7 @@ package roles
 //     implicit privileges.
 //   - Owners' own privileges: an owner holds every privilege its object kind has, as the server
 //     defines them (read with acldefault at verify time: PostgreSQL 17 added MAINTAIN to tables,
-//     so a v17 server expects it and a v15 server does not; neither breaks).
+//     so a PostgreSQL 17 server expects it and a 15 server does not; neither breaks).
 //   - Objects the model does not name (a table someone added to control_core): owner only.
 //   - Column privileges: none, on any control_core table.
 //   - Privileges of the four roles on anything outside control_core (another schema, a table in
@@ -90,7 +91,7 @@ var (
 	si  = []string{"SELECT", "INSERT"}
 )
 
-// Tables is every table of control_core (v17, 21 with goose's version table).
+// Tables is every table of control_core (v18, 21 with goose's version table).
 var Tables = []TableGrant{
 	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
 	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},
@@ -105,9 +106,10 @@ var Tables = []TableGrant{
 	{Table: "task_revisions", Admin: si, Runtime: sel, Source: "pg-0017"},
 	{Table: "triggers", Admin: siu, Runtime: sel, Source: "pg-0017"},
 	{Table: "trigger_revisions", Admin: si, Runtime: sel, Source: "pg-0017"},
-	// ADR-0105: the admin role creates and resets schedule rows; the runtime role only reads and
-	// updates them (claim, advance, release): no INSERT, no DELETE.
-	{Table: "trigger_schedules", Admin: siu, Runtime: []string{"SELECT", "UPDATE"}, Source: "pg-0017"},
+	// ADR-0105: the runtime role only reads and updates schedule rows (claim, advance, release):
+	// no INSERT, no DELETE. The admin role creates and resets them only through reset_schedule,
+	// which follows a trigger head that moved (pg-0019): no INSERT or UPDATE of its own.
+	{Table: "trigger_schedules", Admin: sel, Runtime: []string{"SELECT", "UPDATE"}, Source: "pg-0017, pg-0019"},
 	// admission and recovery: the runtime role inserts Runs, Attempts and events
 	{Table: "runs", Admin: sel, Runtime: siu, Source: "pg-0017"},
 	{Table: "attempts", Admin: sel, Runtime: siu, Source: "pg-0017"},
@@ -116,8 +118,9 @@ var Tables = []TableGrant{
 	{Table: "worker_sessions", Admin: sel, Runtime: siu, Source: "pg-0017"},
 	{Table: "run_leases", Admin: sel, Runtime: siu, Source: "pg-0017"},
 	{Table: "dispatch_offers", Admin: sel, Runtime: siu, Source: "pg-0017"},
-	// every admin action leaves an audit row
-	{Table: "admin_audit_log", Admin: si, Source: "pg-0017"},
+	// every admin change leaves an audit row, written by the database (pg-0019): the admin role
+	// reads the log and cannot write a row of its own
+	{Table: "admin_audit_log", Admin: sel, Source: "pg-0017, pg-0019"},
 	// pg-0018: admin-only Plugin Package tables
 	{Table: "plugin_packages", Admin: []string{"SELECT", "INSERT", "UPDATE", "DELETE"}, Source: "pg-0018"},
 	{Table: "plugin_package_versions", Admin: []string{"SELECT", "INSERT", "UPDATE", "DELETE"}, Source: "pg-0018"},
@@ -145,7 +148,18 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.claim_fence_holds(text, uuid, bigint, bigint, text, uuid, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
 	{Function: "control_core.trigger_fires(text, boolean)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
 	{Function: "control_core.schedule_claimable(text, boolean, uuid, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
-	{Function: "control_core.lock_project(text, text)", Execute: []Part{Admin}, Source: "pg-0018: the audited Project lock is admin-only"},
+	{Function: "control_core.lock_project(text, text)", Execute: []Part{Admin}, Source: "pg-0018: the audited Project lock is admin-only; SECURITY DEFINER since pg-0019, to write its audit row"},
+	// pg-0019: the database writes the admin audit log
+	{Function: "control_core.audit_write(text, text, text, jsonb)", Source: "pg-0019: the audit triggers' one writer; owner only"},
+	{Function: "control_core.audit_reason()", Source: "pg-0019: read by the audit triggers; owner only"},
+	{Function: "control_core.audit_written_here(xid)", Source: "pg-0019: read by the audit triggers; owner only"},
+	{Function: "control_core.audit_projects()", Source: "pg-0019: fires as the projects table's AFTER trigger, which needs no EXECUTE"},
+	{Function: "control_core.audit_task_revisions()", Source: "pg-0019: fires as the task revisions' AFTER INSERT trigger, which needs no EXECUTE"},
+	{Function: "control_core.audit_trigger_revisions()", Source: "pg-0019: fires as the trigger revisions' AFTER INSERT trigger, which needs no EXECUTE"},
+	{Function: "control_core.audit_heads()", Source: "pg-0019: fires as the tasks and triggers tables' deferred trigger, which needs no EXECUTE"},
+	{Function: "control_core.audit_execution_revisions()", Source: "pg-0019: fires as the execution revisions' deferred trigger, which needs no EXECUTE"},
+	{Function: "control_core.audit_plugins()", Source: "pg-0019: fires as the Plugin Package tables' AFTER trigger, which needs no EXECUTE"},
+	{Function: "control_core.reset_schedule(text, text)", Execute: []Part{Admin}, Source: "pg-0019: the admin role's one way to write a schedule row"},
 	{Function: "control_core.runs_identity_guard()", Source: "pg-0006: fires as the runs table's BEFORE UPDATE trigger, which needs no EXECUTE"},
 }
 

@@ -88,11 +88,11 @@ func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
 		{"unknown flag", []string{"up", "--frobnicate"}, "unknown flag: --frobnicate"},
 		{"bad format", []string{"status", "--format", "yaml"}, `invalid argument "yaml" for "--format" flag: want text or json`},
 		{"negative --to", []string{"up", "--to", "-3"}, "--to -3"},
-		{"--to beyond the last migration", []string{"up", "--to", "19"}, "--to 19: the stream has versions 1 … 18"},
-		{"--to beyond the last migration, dry run", []string{"up", "--dry-run", "--to", "19"}, "--to 19: the stream has versions 1 … 18"},
+		{"--to beyond the last migration", []string{"up", "--to", "20"}, "--to 20: the stream has versions 1 … 19"},
+		{"--to beyond the last migration, dry run", []string{"up", "--dry-run", "--to", "20"}, "--to 20: the stream has versions 1 … 19"},
 		{"--lock-timeout too short", []string{"up", "--lock-timeout", "10ms"}, "--lock-timeout 10ms: want 100ms … 24h0m0s"},
 		{"accept --version 0", []string{"accept", "--version", "0", "--reason", "x"}, "--version 0: want a migration version, 1 or more"},
-		{"accept --version beyond the last migration", []string{"accept", "--version", "19", "--reason", "x"}, "--version 19: the stream has versions 1 … 18"},
+		{"accept --version beyond the last migration", []string{"accept", "--version", "20", "--reason", "x"}, "--version 20: the stream has versions 1 … 19"},
 		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, `--role-prefix "Robert'); DROP": want a lower-case identifier prefix`},
 		{"extra argument", []string{"status", "now"}, "unknown command"},
 		{"unparseable URL", []string{"status", "--database-url", "postgres://u:hunter2@127.0.0.1:1/x%zz"}, "cannot parse"},
@@ -190,7 +190,7 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 	}
 
 	r = run(t, nil, append([]string{"--database-url", owner, "up"}, prefix...)...)
-	if r.code != 0 || !strings.Contains(r.stdout, "18 applied; control-core is at v17") || strings.Count(r.stdout, "applied pg-") != 18 {
+	if r.code != 0 || !strings.Contains(r.stdout, "19 applied; control-core is at v18") || strings.Count(r.stdout, "applied pg-") != 19 {
 		t.Fatalf("up as %s: exit %d\n%s%s", names.Owner, r.code, r.stdout, r.stderr)
 	}
 
@@ -199,8 +199,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 		t.Fatalf("status: exit %d\n%s", r.code, r.stderr)
 	}
 	stream, err := checksums.Load(migrations.FS)
-	if err != nil || len(stream) != 18 {
-		t.Fatalf("embedded stream: %d migrations, %v; want 18", len(stream), err)
+	if err != nil || len(stream) != 19 {
+		t.Fatalf("embedded stream: %d migrations, %v; want 19", len(stream), err)
 	}
 	for _, m := range stream {
 		// VERSION NAME APPLIED-AT APPLIED-BY DURATION CHECKSUM, the time in RFC 3339.
@@ -209,8 +209,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 			t.Errorf("status has no line for %s with an applied time and checksum ok:\n%s", m.Name, r.stdout)
 		}
 	}
-	if !strings.Contains(r.stdout, "capability v17") || !strings.Contains(r.stdout, "18 of 18 applied") || strings.Contains(r.stdout, "pending") {
-		t.Errorf("status does not show all 18 applied at v17:\n%s", r.stdout)
+	if !strings.Contains(r.stdout, "capability v18") || !strings.Contains(r.stdout, "19 of 19 applied") || strings.Contains(r.stdout, "pending") {
+		t.Errorf("status does not show all 19 applied at v18:\n%s", r.stdout)
 	}
 
 	if r = run(t, nil, append([]string{"--database-url", owner, "verify"}, prefix...)...); r.code != 0 || !strings.Contains(r.stdout, "OK: no drift") {
@@ -366,8 +366,8 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 		}
 		applied += strings.Count(p.res.stdout, "applied pg-")
 	}
-	if applied != 18 {
-		t.Errorf("the two runs applied %d migrations between them, want 18", applied)
+	if applied != 19 {
+		t.Errorf("the two runs applied %d migrations between them, want 19", applied)
 	}
 	var versions, rows, ledger int
 	err = holder.QueryRow(ctx, `SELECT count(DISTINCT version_id), count(*),
@@ -375,8 +375,8 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if versions != 18 || rows != 18 || ledger != 18 {
-		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 18 each", versions, rows, ledger)
+	if versions != 19 || rows != 19 || ledger != 19 {
+		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 19 each", versions, rows, ledger)
 	}
 }
 

@@ -547,11 +547,12 @@ func TestRunRefusesAHalfMigratedDatabase(t *testing.T) {
 		to      int64
 		missing []string
 	}{
-		// the report shows the first findings only; pg-0014's and pg-0015's functions sort first
+		// the report shows the first findings only; pg-0015's and pg-0019's functions sort first
 		{13, []string{"control-core is v12", "table control_core.trigger_schedules is missing",
-			"function control_core.claim_fence_holds(text, uuid, bigint, bigint, text, uuid, bigint, bigint) is missing",
-			"function control_core.admin_audit_log_stamp() is missing"}},
-		{14, []string{"control-core is v13", "function control_core.db_now_ms() is missing"}},
+			"function control_core.admin_audit_log_stamp() is missing",
+			"function control_core.audit_execution_revisions() is missing"}},
+		{14, []string{"control-core is v13", "function control_core.admin_audit_log_stamp() is missing",
+			"function control_core.audit_heads() is missing"}},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("up --to %d", c.to), func(t *testing.T) {
@@ -593,7 +594,7 @@ func TestRunRefusesAHalfMigratedDatabase(t *testing.T) {
 	}
 }
 
-// A v17 database whose schema drifted from the readiness contract under what the hot queries rely
+// A v18 database whose schema drifted from the readiness contract under what the hot queries rely
 // on: the replica refuses to start (exit 1), names the object, and claims nothing.
 func TestRunRefusesADriftedSchema(t *testing.T) {
 	t.Parallel()

@@ -1,5 +1,5 @@
 -- name: Capability :one
--- The capability a component has reached (control-core: 17 after pg-0018).
+-- The capability a component has reached (control-core: 18 after pg-0019).
 SELECT component, version, name, migration, updated_at_ms
 FROM control_core.capabilities
 WHERE component = $1;

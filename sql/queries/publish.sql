@@ -29,9 +29,10 @@ SET state          = @state::text,
 WHERE project_id = @project_id::text
 RETURNING project_id, state, revision, content_digest;
 
--- name: AuditAdmin :exec
-INSERT INTO control_core.admin_audit_log (audit_id, action, project_id, subject, detail)
-VALUES (gen_random_uuid(), @action::text, @project_id::text, @subject::text, @detail::jsonb);
+-- name: SetAuditReason :exec
+-- The reason the audit rows written by the rest of this transaction carry (pg-0019: the database
+-- writes them, by triggers; detail "by" of project.create, "change" of trigger.publish).
+SELECT set_config('control_core.audit_reason', @reason::text, true);
 
 -- name: UpsertExecutionRevision :one
 -- Execution revisions are immutable and content-addressed per project: publishing the same spec
@@ -86,22 +87,13 @@ VALUES (@project_id::text, @trigger_id::text, @revision::bigint, 'cron', @cron_s
                                     @misfire_grace_ms::bigint, @enabled::boolean, @task_id::text, @task_revision::bigint))
 RETURNING revision, content_digest;
 
--- name: UpsertSchedule :one
--- One schedule row per trigger head. A new revision clears the cursor and the claim and increments
--- state_version and claim_version, so every claim taken under an older revision fails its fence.
-INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
-                                            last_scheduled_at_ms, state_version, claim_version, updated_at_ms)
-VALUES (@project_id::text, @trigger_id::text, @trigger_revision::bigint, NULL, NULL, 1, 0, control_core.db_now_ms())
-ON CONFLICT (project_id, trigger_id) DO UPDATE
-    SET trigger_revision    = EXCLUDED.trigger_revision,
-        next_fire_at_ms     = NULL,
-        claim_owner         = NULL,
-        claim_token         = NULL,
-        claim_expires_at_ms = NULL,
-        claim_version       = control_core.trigger_schedules.claim_version + 1,
-        state_version       = control_core.trigger_schedules.state_version + 1,
-        updated_at_ms       = greatest(control_core.trigger_schedules.updated_at_ms, control_core.db_now_ms())
-RETURNING state_version, claim_version;
+-- name: ResetSchedule :one
+-- One schedule row per trigger head: after a new revision, reset_schedule (pg-0019; the admin role
+-- holds no INSERT or UPDATE on the table) moves the row to the head, clears the cursor and the
+-- claim and increments state_version and claim_version, so every claim taken under an older
+-- revision fails its fence.
+SELECT s.state_version::bigint AS state_version, s.claim_version::bigint AS claim_version
+FROM control_core.reset_schedule(@project_id::text, @trigger_id::text) s;
 
 -- name: GetTriggerHeads :many
 -- The head revisions of a project's triggers (of those trigger_ids names when it is not NULL),
