@@ -67,7 +67,7 @@ const databaseObject = "database"
 var named = map[string]bool{
 	"column": true, "constraint": true, "index": true, "trigger": true, "trigger_enabled": true,
 	"internal_triggers": true, "policy": true, "rule": true, "inherits": true, "inherited_by": true,
-	"event_trigger": true, "publication": true,
+	"event_trigger": true, "publication": true, "index_flags": true, "constraint_flags": true,
 }
 
 // Contract returns the committed readiness contract of control-core v17.
@@ -90,8 +90,8 @@ func ParseContract(b []byte) ([]Fact, error) {
 		}
 		if !strings.HasPrefix(text, "  ") {
 			kind, rest, ok := strings.Cut(text, " ")
-			if !ok || (kind != "table" && kind != "function") {
-				return nil, fmt.Errorf("readiness contract line %d: want \"table NAME\" or \"function SIGNATURE\", got %q", line, text)
+			if !ok || (kind != "table" && kind != "function" && kind != "schema") {
+				return nil, fmt.Errorf("readiness contract line %d: want \"table NAME\", \"function SIGNATURE\" or \"schema NAME\", got %q", line, text)
 			}
 			object = text
 			facts = append(facts, Fact{Object: object, Kind: kind, Def: rest})
@@ -102,7 +102,7 @@ func ParseContract(b []byte) ([]Fact, error) {
 		}
 		kind, rest, _ := strings.Cut(strings.TrimSpace(text), " ")
 		f := Fact{Object: object, Kind: kind, Def: rest}
-		if named[kind] {
+		if named[kind] || object == schemaObject {
 			f.Name, f.Def, _ = strings.Cut(rest, " ")
 		}
 		facts = append(facts, f)
@@ -132,7 +132,7 @@ func RenderContract(facts []Fact) []byte {
 			b.WriteString("\n" + f.Object + "\n")
 			last = f.Object
 		}
-		if f.Kind == "table" || f.Kind == "function" {
+		if f.Kind == "table" || f.Kind == "function" || f.Kind == "schema" {
 			continue
 		}
 		b.WriteString("  " + f.Kind)
@@ -281,6 +281,10 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 	for _, p := range publications {
 		add(p.TableName, publicationFact(p))
 	}
+	schema, err := readEnforcement(ctx, q, add)
+	if err != nil {
+		return nil, err
+	}
 
 	var facts []Fact
 	for _, t := range tables {
@@ -312,6 +316,7 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 		}
 		facts = append(facts, Fact{Object: object, Kind: "owner", Def: f.Owner, ref: f.SchemaOwner})
 	}
+	facts = append(facts, schema...)
 	for _, e := range eventTriggers {
 		def := "ON " + e.Event
 		if e.Tags != "" {
@@ -377,9 +382,11 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 		got, ok := have[f.key()]
 		switch {
 		case ok && got.Def == f.Def:
-		case f.Kind == "table" || f.Kind == "function":
+		case f.Kind == "table" || f.Kind == "function" || f.Kind == "schema":
 			missingObject[f.Object] = true
 			out = append(out, missingDrift(f, loc))
+		case !ok && flagKinds[f.Kind]:
+			// its table, index or constraint is missing (or renamed), and that finding says it
 		case !ok && f.Kind == "trigger_enabled" && !hasKey(have, Fact{Object: f.Object, Kind: "trigger", Name: f.Name}):
 			// the missing trigger says it
 		case !ok:
@@ -398,10 +405,12 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 	}
 	seen := map[string]bool{}
 	for _, f := range actual {
-		isHeader := f.Kind == "table" || f.Kind == "function"
+		isHeader := f.Kind == "table" || f.Kind == "function" || f.Kind == "schema"
 		switch {
 		case want[f.key()]:
 			continue // known
+		case flagKinds[f.Kind]:
+			continue // the switches of an index or constraint beyond the contract: the index or constraint says it
 		case !isHeader && !listed[f.Object] && f.Object != databaseObject:
 			continue // a property of an extra table or function: its header says it
 		case f.Kind == "trigger_enabled" && !want[Fact{Object: f.Object, Kind: "trigger", Name: f.Name}.key()]:
@@ -440,9 +449,11 @@ func describe(f Fact) string {
 		return table + "." + f.Name
 	case "constraint", "trigger", "trigger_enabled", "internal_triggers", "policy", "rule":
 		return f.Name + " on " + table
-	case "index":
+	case "index", "index_flags":
 		return "control_core." + f.Name
-	case "table", "relkind", "persistence", "row_security", "force_row_security", "replica_identity":
+	case "constraint_flags":
+		return f.Name + " on " + table
+	case "flags", "table", "relkind", "persistence", "row_security", "force_row_security", "replica_identity":
 		return table
 	case "inherits":
 		return table + " inherits " + f.Name
@@ -452,6 +463,11 @@ func describe(f Fact) string {
 		return f.Name
 	case "publication":
 		return f.Name + " of " + table
+	}
+	if f.Object == schemaObject {
+		return "control_core." + f.Name
+	}
+	switch f.Kind {
 	default: // function and its properties
 		return strings.TrimPrefix(f.Object, "function ")
 	}
@@ -465,12 +481,21 @@ func describeKind(f Fact) string {
 		return "trigger " + describe(f)
 	case "internal_triggers":
 		return "the internal triggers of constraint " + describe(f)
-	case "relkind", "persistence", "row_security", "force_row_security", "replica_identity", "inherits", "inherited_by":
+	case "relkind", "persistence", "row_security", "force_row_security", "replica_identity", "inherits", "inherited_by", "flags":
 		return "table " + describe(f)
+	case "index_flags":
+		return "index " + describe(f)
+	case "constraint_flags":
+		return "constraint " + describe(f)
 	case "event_trigger":
 		return "event trigger " + describe(f)
 	case "publication":
 		return "publication " + describe(f)
+	}
+	if f.Object == schemaObject {
+		return strings.ReplaceAll(f.Kind, "_", " ") + " " + describe(f)
+	}
+	switch {
 	default:
 		return "function " + describe(f)
 	}
@@ -559,6 +584,12 @@ func changedDrift(want, got Fact, loc Locator, reshaped bool) Drift {
 	switch want.Kind {
 	case "column":
 		return columnDrift(d, want, got, origin)
+	case "flags", "index_flags", "constraint_flags":
+		return flagsDrift(d, want, got)
+	case "sequence":
+		if want.Object == schemaObject {
+			return sequenceDrift(d, want, got)
+		}
 	case "constraint":
 		if got.Def == want.Def+" (index INVALID)" {
 			d.Message = fmt.Sprintf("constraint %s: its index is not valid, so the constraint enforces nothing", describe(want))
@@ -703,12 +734,17 @@ func NewLocator(fsys fs.FS, migrations []Migration) Locator {
 func (l Locator) Origin(f Fact) string {
 	var pattern string
 	table := strings.TrimPrefix(strings.TrimPrefix(f.Object, "table "), "control_core.")
+	if strings.HasPrefix(table, "goose_db_version") || strings.HasPrefix(f.Name, "goose_db_version") {
+		return "goose's version table (the first `qlmigrate up` creates it)"
+	}
 	switch f.Kind {
-	case "constraint", "index", "trigger", "trigger_enabled", "policy", "rule":
+	case "constraint", "index", "trigger", "trigger_enabled", "policy", "rule", "index_flags", "constraint_flags":
 		pattern = `\b` + regexp.QuoteMeta(f.Name) + `\b`
-	case "table", "column", "relkind", "persistence", "row_security", "force_row_security", "replica_identity",
+	case "table", "column", "relkind", "flags", "persistence", "row_security", "force_row_security", "replica_identity",
 		"internal_triggers", "inherits", "inherited_by":
 		pattern = `(?i)CREATE TABLE control_core\.` + regexp.QuoteMeta(table) + `\b`
+	case "schema", "sequence", "view", "materialized_view", "foreign_table", "composite_type", "type", "operator", "collation":
+		pattern = `\b` + regexp.QuoteMeta(f.Name) + `\b`
 	default:
 		fn := strings.TrimPrefix(f.Object, "function control_core.")
 		fn, _, _ = strings.Cut(fn, "(")
