@@ -21,7 +21,7 @@ var enforcement = []Case{
 		SQL:    `UPDATE pg_catalog.pg_index SET indisunique = false WHERE indexrelid = 'control_core.runs_occurrence_key'::regclass`,
 		Object: "runs_occurrence_key", Runtime: true},
 	{Name: "a CHECK constraint taken for an inherited one (coninhcount)",
-		SQL: `UPDATE pg_catalog.pg_constraint SET coninhcount = 1, conislocal = false
+		SQL: `UPDATE pg_catalog.pg_constraint SET coninhcount = 1
 		      WHERE conrelid = 'control_core.runs'::regclass AND conname = 'runs_state_check'`,
 		Object: "runs_state_check", Runtime: true},
 
