@@ -22,8 +22,10 @@ import (
 // recovery's runs_recovery_idx); every user trigger and the enabled state of every trigger, the
 // foreign keys' internal ones by their constraint; policies, rules and inheritance (none); and
 // every function (db_now_ms, advance_capability, lock_project, …) with its signature,
-// attributes, owner and a sha256 of its body. Event triggers of the database are read too: the
-// contract has none, and an enabled one is drift.
+// attributes, owner and a sha256 of its body; the switches beside those definitions that decide
+// what they enforce (enforcement.go); and every other object of the schema. Goose's version
+// table is one of the tables: nothing in control_core is skipped. Event triggers of the
+// database are read too: the contract has none, and an enabled one is drift.
 //
 // It lives in one file, readiness_contract.txt beside this one, written the way the server
 // renders each object (pg_get_constraintdef, pg_get_indexdef, pg_get_triggerdef, format_type),
@@ -122,6 +124,10 @@ func RenderContract(facts []Fact) []byte {
 # trigger, policy, rule, constraint, unique or expression index, a column with a default or NOT
 # NULL, an enabled event trigger), else notes. Definitions are the server's own renderings
 # (format_type, pg_get_expr, pg_get_constraintdef, pg_get_indexdef, pg_get_triggerdef).
+# flags, index_flags and constraint_flags are the catalog switches those renderings do not show
+# (pg_class, pg_index, pg_constraint); a gate (relhasindex, relhastriggers, …) reads ok unless it
+# is off while what it gates exists. Goose's version table is listed like any other, and
+# "schema control_core" lists every object of the schema that is neither a table nor a function.
 `)
 	last := ""
 	for _, f := range facts {
