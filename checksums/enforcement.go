@@ -21,7 +21,7 @@ const schemaObject = "schema control_core"
 
 // flagKinds are the facts of switches: their object (table, index, constraint) reports itself
 // when it is missing or extra, so a flags fact never does.
-var flagKinds = map[string]bool{"flags": true, "index_flags": true, "constraint_flags": true}
+var flagKinds = map[string]bool{"flags": true, "index_flags": true, "constraint_flags": true, "internal_trigger_definitions": true}
 
 func onOff(b bool) string {
 	if b {
@@ -219,6 +219,35 @@ func flagsDrift(d Drift, want, got Fact) Drift {
 			d.Fix += " (REINDEX rebuilds the index from the rows and fails if rows written meanwhile break a key: remove those first)"
 		}
 	}
+	return d
+}
+
+// internalDefinitionsDrift reports the internal triggers of a constraint (a foreign key's) that
+// fire otherwise than the contract says (other events, function or deferrability): the
+// constraint dropped and added again, as the contract defines it, gets its triggers back.
+func internalDefinitionsDrift(want, got Fact, contract []Fact) Drift {
+	d := Drift{Kind: "changed_internal_trigger_definitions", Object: describe(want),
+		Message: fmt.Sprintf("the internal triggers of constraint %s do not fire as the contract says, so the key is checked otherwise than its definition reads: want %q, have %q",
+			describe(want), want.Def, got.Def)}
+	// The Name is the constraint, "table.constraint" when it is another table's, or
+	// "schema.table.constraint" outside control_core (no fix from here).
+	object, name := want.Object, want.Name
+	if table, c, ok := strings.Cut(want.Name, "."); ok {
+		if strings.Contains(c, ".") {
+			d.Fix = "drop and add the constraint " + want.Name + " again, as its own schema defines it"
+			return d
+		}
+		object, name = tableObject(table), c
+	}
+	for _, f := range contract {
+		if f.Object == object && f.Kind == "constraint" && f.Name == name {
+			table := qualified(strings.TrimPrefix(object, "table control_core."))
+			d.SQL = []string{fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s, ADD CONSTRAINT %s %s;", table, ident(name), ident(name), f.Def)}
+			d.Fix = d.SQL[0] + " (as a superuser; it checks every row again)"
+			return d
+		}
+	}
+	d.Fix = "drop and add the constraint " + want.Name + " again, as the migrations define it"
 	return d
 }
 

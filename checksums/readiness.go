@@ -70,6 +70,7 @@ var named = map[string]bool{
 	"column": true, "constraint": true, "index": true, "trigger": true, "trigger_enabled": true,
 	"internal_triggers": true, "policy": true, "rule": true, "inherits": true, "inherited_by": true,
 	"event_trigger": true, "publication": true, "index_flags": true, "constraint_flags": true,
+	"internal_trigger_definitions": true,
 }
 
 // Contract returns the committed readiness contract of control-core v17.
@@ -258,6 +259,7 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 				ident(t.ConstraintSchema)+"."+ident(t.ConstraintTable), ident(t.ConstraintName))}
 		}
 		add(t.TableName, f)
+		add(t.TableName, Fact{Kind: "internal_trigger_definitions", Name: f.Name, Def: t.InternalDefinitions})
 	}
 	for _, p := range policies {
 		add(p.TableName, Fact{Kind: "policy", Name: p.PolicyName, Def: p.Definition,
@@ -397,6 +399,8 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 			// the missing trigger says it
 		case !ok:
 			out = append(out, missingDrift(f, loc))
+		case f.Kind == "internal_trigger_definitions":
+			out = append(out, internalDefinitionsDrift(f, got, contract))
 		case f.Kind == "internal_triggers":
 			if internal[f.Object] == nil {
 				tablesOrder = append(tablesOrder, f.Object)
@@ -453,7 +457,7 @@ func describe(f Fact) string {
 	switch f.Kind {
 	case "column":
 		return table + "." + f.Name
-	case "constraint", "trigger", "trigger_enabled", "internal_triggers", "policy", "rule":
+	case "constraint", "trigger", "trigger_enabled", "internal_triggers", "internal_trigger_definitions", "policy", "rule":
 		return f.Name + " on " + table
 	case "index", "index_flags":
 		return "control_core." + f.Name
@@ -485,7 +489,7 @@ func describeKind(f Fact) string {
 		return f.Kind + " " + describe(f)
 	case "trigger_enabled":
 		return "trigger " + describe(f)
-	case "internal_triggers":
+	case "internal_triggers", "internal_trigger_definitions":
 		return "the internal triggers of constraint " + describe(f)
 	case "relkind", "persistence", "row_security", "force_row_security", "replica_identity", "inherits", "inherited_by", "flags":
 		return "table " + describe(f)

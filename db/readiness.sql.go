@@ -900,7 +900,8 @@ SELECT x.table_name::text AS table_name,
        x.constraint_schema::text AS constraint_schema,
        x.constraint_table::text AS constraint_table,
        x.constraint_name::text AS constraint_name,
-       pg_catalog.string_agg(x.state, ', ' ORDER BY x.state)::text AS enabled
+       pg_catalog.string_agg(x.state, ', ' ORDER BY x.state)::text AS enabled,
+       coalesce(pg_catalog.string_agg(x.internal_definition, '; ' ORDER BY x.internal_definition), '')::text AS internal_definitions
 FROM (
     SELECT c.relname AS table_name,
            t.tgisinternal AS internal,
@@ -910,7 +911,9 @@ FROM (
            coalesce(kc.relname::text, '') AS constraint_table,
            coalesce(k.conname::text, '') AS constraint_name,
            (CASE t.tgenabled WHEN 'O' THEN 'origin' WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'replica'
-                             WHEN 'A' THEN 'always' ELSE t.tgenabled::text END) AS state
+                             WHEN 'A' THEN 'always' ELSE t.tgenabled::text END) AS state,
+           (CASE WHEN t.tgisinternal
+                 THEN pg_catalog.regexp_replace(pg_catalog.pg_get_triggerdef(t.oid), '^CREATE CONSTRAINT TRIGGER \S+ ', '') END) AS internal_definition
     FROM pg_catalog.pg_trigger t
     JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -924,20 +927,25 @@ ORDER BY 1, 2, 3, 5, 6, 7
 `
 
 type ReadinessTriggersRow struct {
-	TableName        string `json:"table_name"`
-	Internal         bool   `json:"internal"`
-	TriggerName      string `json:"trigger_name"`
-	Definition       string `json:"definition"`
-	ConstraintSchema string `json:"constraint_schema"`
-	ConstraintTable  string `json:"constraint_table"`
-	ConstraintName   string `json:"constraint_name"`
-	Enabled          string `json:"enabled"`
+	TableName           string `json:"table_name"`
+	Internal            bool   `json:"internal"`
+	TriggerName         string `json:"trigger_name"`
+	Definition          string `json:"definition"`
+	ConstraintSchema    string `json:"constraint_schema"`
+	ConstraintTable     string `json:"constraint_table"`
+	ConstraintName      string `json:"constraint_name"`
+	Enabled             string `json:"enabled"`
+	InternalDefinitions string `json:"internal_definitions"`
 }
 
 // Every trigger on those tables with its enabled state (tgenabled: O origin, R replica, A
 // always, D disabled). User triggers one by one; the internal triggers behind a constraint (a
 // foreign key's, on both of its tables) grouped per constraint, because their names hold OIDs:
 // the constraint names them, and its own table may be another one, even outside control_core.
+// internal_definitions renders the internal ones without their names (pg_get_triggerdef): the
+// events, function and deferrability they fire with are pg_trigger's own (tgtype, tgfoid,
+// tgdeferrable, tginitdeferred), not the constraint's, so a catalog UPDATE of one changes what
+// the foreign key checks while pg_get_constraintdef reads the same.
 func (q *Queries) ReadinessTriggers(ctx context.Context) ([]ReadinessTriggersRow, error) {
 	rows, err := q.db.Query(ctx, readinessTriggers)
 	if err != nil {
@@ -956,6 +964,7 @@ func (q *Queries) ReadinessTriggers(ctx context.Context) ([]ReadinessTriggersRow
 			&i.ConstraintTable,
 			&i.ConstraintName,
 			&i.Enabled,
+			&i.InternalDefinitions,
 		); err != nil {
 			return nil, err
 		}

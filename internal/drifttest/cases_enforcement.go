@@ -20,6 +20,11 @@ var enforcement = []Case{
 	{Name: "the occurrence key no longer unique (indisunique off)",
 		SQL:    `UPDATE pg_catalog.pg_index SET indisunique = false WHERE indexrelid = 'control_core.runs_occurrence_key'::regclass`,
 		Object: "runs_occurrence_key", Runtime: true},
+	{Name: "a foreign key's check trigger deferred to commit (tginitdeferred)",
+		SQL: `UPDATE pg_catalog.pg_trigger SET tgdeferrable = true, tginitdeferred = true
+		      WHERE tgrelid = 'control_core.attempts'::regclass AND tgconstraint =
+		            (SELECT oid FROM pg_catalog.pg_constraint WHERE conname = 'attempts_run_id_fkey')`,
+		Object: "attempts_run_id_fkey", Runtime: true},
 	{Name: "a CHECK constraint taken for an inherited one (coninhcount)",
 		SQL: `UPDATE pg_catalog.pg_constraint SET coninhcount = 1
 		      WHERE conrelid = 'control_core.runs'::regclass AND conname = 'runs_state_check'`,

@@ -103,6 +103,10 @@ ORDER BY 1, 2;
 -- always, D disabled). User triggers one by one; the internal triggers behind a constraint (a
 -- foreign key's, on both of its tables) grouped per constraint, because their names hold OIDs:
 -- the constraint names them, and its own table may be another one, even outside control_core.
+-- internal_definitions renders the internal ones without their names (pg_get_triggerdef): the
+-- events, function and deferrability they fire with are pg_trigger's own (tgtype, tgfoid,
+-- tgdeferrable, tginitdeferred), not the constraint's, so a catalog UPDATE of one changes what
+-- the foreign key checks while pg_get_constraintdef reads the same.
 SELECT x.table_name::text AS table_name,
        x.internal::boolean AS internal,
        x.trigger_name::text AS trigger_name,
@@ -110,7 +114,8 @@ SELECT x.table_name::text AS table_name,
        x.constraint_schema::text AS constraint_schema,
        x.constraint_table::text AS constraint_table,
        x.constraint_name::text AS constraint_name,
-       pg_catalog.string_agg(x.state, ', ' ORDER BY x.state)::text AS enabled
+       pg_catalog.string_agg(x.state, ', ' ORDER BY x.state)::text AS enabled,
+       coalesce(pg_catalog.string_agg(x.internal_definition, '; ' ORDER BY x.internal_definition), '')::text AS internal_definitions
 FROM (
     SELECT c.relname AS table_name,
            t.tgisinternal AS internal,
@@ -120,7 +125,9 @@ FROM (
            coalesce(kc.relname::text, '') AS constraint_table,
            coalesce(k.conname::text, '') AS constraint_name,
            (CASE t.tgenabled WHEN 'O' THEN 'origin' WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'replica'
-                             WHEN 'A' THEN 'always' ELSE t.tgenabled::text END) AS state
+                             WHEN 'A' THEN 'always' ELSE t.tgenabled::text END) AS state,
+           (CASE WHEN t.tgisinternal
+                 THEN pg_catalog.regexp_replace(pg_catalog.pg_get_triggerdef(t.oid), '^CREATE CONSTRAINT TRIGGER \S+ ', '') END) AS internal_definition
     FROM pg_catalog.pg_trigger t
     JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
