@@ -453,6 +453,9 @@ func allSeen(seen map[string]bool, stmts []string) bool {
 
 // describe names an object the way a DBA looks it up.
 func describe(f Fact) string {
+	if f.Object == schemaObject { // the schema's other objects, by their qualified name
+		return strings.TrimSuffix("control_core."+f.Name, ".")
+	}
 	table := strings.TrimPrefix(f.Object, "table ")
 	switch f.Kind {
 	case "column":
@@ -473,17 +476,15 @@ func describe(f Fact) string {
 		return f.Name
 	case "publication":
 		return f.Name + " of " + table
-	}
-	if f.Object == schemaObject {
-		return "control_core." + f.Name
-	}
-	switch f.Kind {
 	default: // function and its properties
 		return strings.TrimPrefix(f.Object, "function ")
 	}
 }
 
 func describeKind(f Fact) string {
+	if f.Object == schemaObject {
+		return strings.ReplaceAll(f.Kind, "_", " ") + " " + describe(f)
+	}
 	switch f.Kind {
 	case "table", "column", "constraint", "index", "function", "trigger", "policy", "rule":
 		return f.Kind + " " + describe(f)
@@ -501,11 +502,6 @@ func describeKind(f Fact) string {
 		return "event trigger " + describe(f)
 	case "publication":
 		return "publication " + describe(f)
-	}
-	if f.Object == schemaObject {
-		return strings.ReplaceAll(f.Kind, "_", " ") + " " + describe(f)
-	}
-	switch {
 	default:
 		return "function " + describe(f)
 	}
