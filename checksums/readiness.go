@@ -379,7 +379,7 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 			reshaped[f.Object] = true
 		}
 	}
-	var out []Drift
+	var out, switches []Drift
 	missingObject := map[string]bool{}
 	internal := map[string][]internalChange{} // changed internal triggers, one finding per table
 	var tablesOrder []string
@@ -401,6 +401,10 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 			out = append(out, missingDrift(f, loc))
 		case f.Kind == "internal_trigger_definitions":
 			out = append(out, internalDefinitionsDrift(f, got, contract))
+		case flagKinds[f.Kind]:
+			// first in the fix: a constraint added again by another finding's fix reads the
+			// table, which fails while one of its switches is off (relispopulated, …)
+			switches = append(switches, changedDrift(f, got, loc, false))
 		case f.Kind == "internal_triggers":
 			if internal[f.Object] == nil {
 				tablesOrder = append(tablesOrder, f.Object)
@@ -410,6 +414,7 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 			out = append(out, changedDrift(f, got, loc, reshaped[f.Object]))
 		}
 	}
+	out = append(switches, out...)
 	for _, object := range tablesOrder {
 		out = append(out, internalDrift(object, internal[object]))
 	}
