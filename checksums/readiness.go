@@ -22,8 +22,10 @@ import (
 // recovery's runs_recovery_idx); every user trigger and the enabled state of every trigger, the
 // foreign keys' internal ones by their constraint; policies, rules and inheritance (none); and
 // every function (db_now_ms, advance_capability, lock_project, …) with its signature,
-// attributes, owner and a sha256 of its body. Event triggers of the database are read too: the
-// contract has none, and an enabled one is drift.
+// attributes, owner and a sha256 of its body; the switches beside those definitions that decide
+// what they enforce (enforcement.go); and every other object of the schema. Goose's version
+// table is one of the tables: nothing in control_core is skipped. Event triggers of the
+// database are read too: the contract has none, and an enabled one is drift.
 //
 // It lives in one file, readiness_contract.txt beside this one, written the way the server
 // renders each object (pg_get_constraintdef, pg_get_indexdef, pg_get_triggerdef, format_type),
@@ -67,7 +69,8 @@ const databaseObject = "database"
 var named = map[string]bool{
 	"column": true, "constraint": true, "index": true, "trigger": true, "trigger_enabled": true,
 	"internal_triggers": true, "policy": true, "rule": true, "inherits": true, "inherited_by": true,
-	"event_trigger": true, "publication": true,
+	"event_trigger": true, "publication": true, "index_flags": true, "constraint_flags": true,
+	"internal_trigger_definitions": true,
 }
 
 // Contract returns the committed readiness contract of control-core v18.
@@ -90,8 +93,8 @@ func ParseContract(b []byte) ([]Fact, error) {
 		}
 		if !strings.HasPrefix(text, "  ") {
 			kind, rest, ok := strings.Cut(text, " ")
-			if !ok || (kind != "table" && kind != "function") {
-				return nil, fmt.Errorf("readiness contract line %d: want \"table NAME\" or \"function SIGNATURE\", got %q", line, text)
+			if !ok || (kind != "table" && kind != "function" && kind != "schema") {
+				return nil, fmt.Errorf("readiness contract line %d: want \"table NAME\", \"function SIGNATURE\" or \"schema NAME\", got %q", line, text)
 			}
 			object = text
 			facts = append(facts, Fact{Object: object, Kind: kind, Def: rest})
@@ -102,7 +105,7 @@ func ParseContract(b []byte) ([]Fact, error) {
 		}
 		kind, rest, _ := strings.Cut(strings.TrimSpace(text), " ")
 		f := Fact{Object: object, Kind: kind, Def: rest}
-		if named[kind] {
+		if named[kind] || object == schemaObject {
 			f.Name, f.Def, _ = strings.Cut(rest, " ")
 		}
 		facts = append(facts, f)
@@ -122,6 +125,10 @@ func RenderContract(facts []Fact) []byte {
 # trigger, policy, rule, constraint, unique or expression index, a column with a default or NOT
 # NULL, an enabled event trigger), else notes. Definitions are the server's own renderings
 # (format_type, pg_get_expr, pg_get_constraintdef, pg_get_indexdef, pg_get_triggerdef).
+# flags, index_flags and constraint_flags are the catalog switches those renderings do not show
+# (pg_class, pg_index, pg_constraint); a gate (relhasindex, relhastriggers, …) reads ok unless it
+# is off while what it gates exists. Goose's version table is listed like any other, and
+# "schema control_core" lists every object of the schema that is neither a table nor a function.
 `)
 	last := ""
 	for _, f := range facts {
@@ -132,7 +139,7 @@ func RenderContract(facts []Fact) []byte {
 			b.WriteString("\n" + f.Object + "\n")
 			last = f.Object
 		}
-		if f.Kind == "table" || f.Kind == "function" {
+		if f.Kind == "table" || f.Kind == "function" || f.Kind == "schema" {
 			continue
 		}
 		b.WriteString("  " + f.Kind)
@@ -252,6 +259,7 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 				ident(t.ConstraintSchema)+"."+ident(t.ConstraintTable), ident(t.ConstraintName))}
 		}
 		add(t.TableName, f)
+		add(t.TableName, Fact{Kind: "internal_trigger_definitions", Name: f.Name, Def: t.InternalDefinitions})
 	}
 	for _, p := range policies {
 		add(p.TableName, Fact{Kind: "policy", Name: p.PolicyName, Def: p.Definition,
@@ -280,6 +288,10 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 	}
 	for _, p := range publications {
 		add(p.TableName, publicationFact(p))
+	}
+	schema, err := readEnforcement(ctx, q, add)
+	if err != nil {
+		return nil, err
 	}
 
 	var facts []Fact
@@ -312,6 +324,7 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 		}
 		facts = append(facts, Fact{Object: object, Kind: "owner", Def: f.Owner, ref: f.SchemaOwner})
 	}
+	facts = append(facts, schema...)
 	for _, e := range eventTriggers {
 		def := "ON " + e.Event
 		if e.Tags != "" {
@@ -366,7 +379,7 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 			reshaped[f.Object] = true
 		}
 	}
-	var out []Drift
+	var out, switches []Drift
 	missingObject := map[string]bool{}
 	internal := map[string][]internalChange{} // changed internal triggers, one finding per table
 	var tablesOrder []string
@@ -377,13 +390,21 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 		got, ok := have[f.key()]
 		switch {
 		case ok && got.Def == f.Def:
-		case f.Kind == "table" || f.Kind == "function":
+		case f.Kind == "table" || f.Kind == "function" || f.Kind == "schema":
 			missingObject[f.Object] = true
 			out = append(out, missingDrift(f, loc))
+		case !ok && flagKinds[f.Kind]:
+			// its table, index or constraint is missing (or renamed), and that finding says it
 		case !ok && f.Kind == "trigger_enabled" && !hasKey(have, Fact{Object: f.Object, Kind: "trigger", Name: f.Name}):
 			// the missing trigger says it
 		case !ok:
 			out = append(out, missingDrift(f, loc))
+		case f.Kind == "internal_trigger_definitions":
+			out = append(out, internalDefinitionsDrift(f, got, contract))
+		case flagKinds[f.Kind]:
+			// first in the fix: a constraint added again by another finding's fix reads the
+			// table, which fails while one of its switches is off (relispopulated, …)
+			switches = append(switches, changedDrift(f, got, loc, false))
 		case f.Kind == "internal_triggers":
 			if internal[f.Object] == nil {
 				tablesOrder = append(tablesOrder, f.Object)
@@ -393,15 +414,18 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 			out = append(out, changedDrift(f, got, loc, reshaped[f.Object]))
 		}
 	}
+	out = append(switches, out...)
 	for _, object := range tablesOrder {
 		out = append(out, internalDrift(object, internal[object]))
 	}
 	seen := map[string]bool{}
 	for _, f := range actual {
-		isHeader := f.Kind == "table" || f.Kind == "function"
+		isHeader := f.Kind == "table" || f.Kind == "function" || f.Kind == "schema"
 		switch {
 		case want[f.key()]:
 			continue // known
+		case flagKinds[f.Kind]:
+			continue // the switches of an index or constraint beyond the contract: the index or constraint says it
 		case !isHeader && !listed[f.Object] && f.Object != databaseObject:
 			continue // a property of an extra table or function: its header says it
 		case f.Kind == "trigger_enabled" && !want[Fact{Object: f.Object, Kind: "trigger", Name: f.Name}.key()]:
@@ -434,15 +458,20 @@ func allSeen(seen map[string]bool, stmts []string) bool {
 
 // describe names an object the way a DBA looks it up.
 func describe(f Fact) string {
+	if f.Object == schemaObject { // the schema's other objects, by their qualified name
+		return strings.TrimSuffix("control_core."+f.Name, ".")
+	}
 	table := strings.TrimPrefix(f.Object, "table ")
 	switch f.Kind {
 	case "column":
 		return table + "." + f.Name
-	case "constraint", "trigger", "trigger_enabled", "internal_triggers", "policy", "rule":
+	case "constraint", "trigger", "trigger_enabled", "internal_triggers", "internal_trigger_definitions", "policy", "rule":
 		return f.Name + " on " + table
-	case "index":
+	case "index", "index_flags":
 		return "control_core." + f.Name
-	case "table", "relkind", "persistence", "row_security", "force_row_security", "replica_identity":
+	case "constraint_flags":
+		return f.Name + " on " + table
+	case "flags", "table", "relkind", "persistence", "row_security", "force_row_security", "replica_identity":
 		return table
 	case "inherits":
 		return table + " inherits " + f.Name
@@ -458,15 +487,22 @@ func describe(f Fact) string {
 }
 
 func describeKind(f Fact) string {
+	if f.Object == schemaObject {
+		return strings.ReplaceAll(f.Kind, "_", " ") + " " + describe(f)
+	}
 	switch f.Kind {
 	case "table", "column", "constraint", "index", "function", "trigger", "policy", "rule":
 		return f.Kind + " " + describe(f)
 	case "trigger_enabled":
 		return "trigger " + describe(f)
-	case "internal_triggers":
+	case "internal_triggers", "internal_trigger_definitions":
 		return "the internal triggers of constraint " + describe(f)
-	case "relkind", "persistence", "row_security", "force_row_security", "replica_identity", "inherits", "inherited_by":
+	case "relkind", "persistence", "row_security", "force_row_security", "replica_identity", "inherits", "inherited_by", "flags":
 		return "table " + describe(f)
+	case "index_flags":
+		return "index " + describe(f)
+	case "constraint_flags":
+		return "constraint " + describe(f)
 	case "event_trigger":
 		return "event trigger " + describe(f)
 	case "publication":
@@ -559,6 +595,12 @@ func changedDrift(want, got Fact, loc Locator, reshaped bool) Drift {
 	switch want.Kind {
 	case "column":
 		return columnDrift(d, want, got, origin)
+	case "flags", "index_flags", "constraint_flags":
+		return flagsDrift(d, want, got)
+	case "sequence":
+		if want.Object == schemaObject {
+			return sequenceDrift(d, want, got)
+		}
 	case "constraint":
 		if got.Def == want.Def+" (index INVALID)" {
 			d.Message = fmt.Sprintf("constraint %s: its index is not valid, so the constraint enforces nothing", describe(want))
@@ -703,12 +745,17 @@ func NewLocator(fsys fs.FS, migrations []Migration) Locator {
 func (l Locator) Origin(f Fact) string {
 	var pattern string
 	table := strings.TrimPrefix(strings.TrimPrefix(f.Object, "table "), "control_core.")
+	if strings.HasPrefix(table, "goose_db_version") || strings.HasPrefix(f.Name, "goose_db_version") {
+		return "goose's version table (the first `qlmigrate up` creates it)"
+	}
 	switch f.Kind {
-	case "constraint", "index", "trigger", "trigger_enabled", "policy", "rule":
+	case "constraint", "index", "trigger", "trigger_enabled", "policy", "rule", "index_flags", "constraint_flags":
 		pattern = `\b` + regexp.QuoteMeta(f.Name) + `\b`
-	case "table", "column", "relkind", "persistence", "row_security", "force_row_security", "replica_identity",
+	case "table", "column", "relkind", "flags", "persistence", "row_security", "force_row_security", "replica_identity",
 		"internal_triggers", "inherits", "inherited_by":
 		pattern = `(?i)CREATE TABLE control_core\.` + regexp.QuoteMeta(table) + `\b`
+	case "schema", "sequence", "view", "materialized_view", "foreign_table", "composite_type", "type", "operator", "collation":
+		pattern = `\b` + regexp.QuoteMeta(f.Name) + `\b`
 	default:
 		fn := strings.TrimPrefix(f.Object, "function control_core.")
 		fn, _, _ = strings.Cut(fn, "(")

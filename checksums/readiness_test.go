@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,6 +85,11 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 		"function control_core.db_now_ms()",
 		"function control_core.advance_capability(text, integer, text, text)",
 		"function control_core.lock_project(text, text)",
+		// what the keys enforce beside their definitions, and goose's table (issue 30)
+		"index_flags runs_occurrence_key indisunique=on indnullsnotdistinct=off indisprimary=off indisexclusion=off indimmediate=on",
+		"flags relhasindex=ok relchecks=ok relhastriggers=ok relhasrules=ok",
+		"table control_core.goose_db_version",
+		"sequence goose_db_version_id_seq",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("readiness_contract.txt lacks %q", want)
@@ -98,8 +105,8 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 			tables++
 		}
 	}
-	if tables != 20 {
-		t.Errorf("the contract lists %d tables, want the 20 of control-core v18", tables)
+	if tables != 21 {
+		t.Errorf("the contract lists %d tables, want the 20 of control-core v18 and goose's version table", tables)
 	}
 }
 
@@ -135,6 +142,14 @@ func TestReadinessDriftNamesTheObject(t *testing.T) {
 			"missing_function", "control_core.lock_project(text, text)", "pg-0018-plugin-packages"},
 		{"function made security definer", "ALTER FUNCTION control_core.db_now_ms() SECURITY DEFINER",
 			"changed_security", "control_core.db_now_ms()", "ALTER FUNCTION control_core.db_now_ms() SECURITY INVOKER;"},
+		{"indexes no longer maintained", "UPDATE pg_catalog.pg_class SET relhasindex = false WHERE oid = 'control_core.runs'::regclass",
+			"changed_flags", "control_core.runs", "REINDEX TABLE control_core.runs;"},
+		{"CHECKs no longer counted", "UPDATE pg_catalog.pg_class SET relchecks = 2 WHERE oid = 'control_core.runs'::regclass",
+			"changed_flags", "control_core.runs", "SET relchecks = (SELECT count(*) FROM pg_catalog.pg_constraint"},
+		{"primary key no longer primary", "UPDATE pg_catalog.pg_index SET indisprimary = false WHERE indexrelid = 'control_core.runs_pkey'::regclass",
+			"changed_index_flags", "control_core.runs_pkey", "UPDATE pg_catalog.pg_index SET indisprimary = true WHERE indexrelid = 'control_core.runs_pkey'::pg_catalog.regclass;"},
+		{"goose's table made unlogged", "ALTER TABLE control_core.goose_db_version SET UNLOGGED",
+			"changed_persistence", "control_core.goose_db_version", "ALTER TABLE control_core.goose_db_version SET LOGGED;"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -155,6 +170,18 @@ func TestReadinessDriftNamesTheObject(t *testing.T) {
 			t.Errorf("want drift %s %s, got %v", c.kind, c.object, found)
 		})
 	}
+	t.Run("an extra view and type in the schema are notes", func(t *testing.T) {
+		t.Parallel()
+		d := testpg.New(t)
+		d.Exec(t, "CREATE VIEW control_core.v AS SELECT 1 AS x; CREATE TYPE control_core.mood AS ENUM ('ok')")
+		var got []string
+		for _, f := range checksums.CompareReadiness(contract, readFacts(t, d), loc) {
+			got = append(got, fmt.Sprintf("%s %s note=%v", f.Kind, f.Object, f.Note))
+		}
+		if want := []string{"extra_type control_core.mood note=true", "extra_view control_core.v note=true"}; !slices.Equal(got, want) {
+			t.Errorf("want %v, got %v", want, got)
+		}
+	})
 	t.Run("extra index is a note", func(t *testing.T) {
 		t.Parallel()
 		d := testpg.New(t)

@@ -41,7 +41,7 @@ LEFT JOIN pg_catalog.pg_type et ON et.oid = t.typelem AND t.typsubscript = 'pg_c
 LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 LEFT JOIN dom ON dom.oid = (CASE WHEN t.typtype = 'd' THEN t.oid WHEN et.typtype = 'd' THEN et.oid END)
              AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type b WHERE b.oid = dom.base AND b.typtype = 'd')
-WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
   AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY 1, 2
 `
@@ -93,6 +93,58 @@ func (q *Queries) ReadinessColumns(ctx context.Context) ([]ReadinessColumnsRow, 
 	return items, nil
 }
 
+const readinessConstraintFlags = `-- name: ReadinessConstraintFlags :many
+SELECT c.relname::text AS table_name,
+       k.conname::text AS constraint_name,
+       k.conislocal AS is_local,
+       k.coninhcount::integer AS inherited_count
+FROM pg_catalog.pg_constraint k
+JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
+  AND k.contype IN ('p', 'u', 'f', 'c', 'x')
+ORDER BY 1, 2
+`
+
+type ReadinessConstraintFlagsRow struct {
+	TableName      string `json:"table_name"`
+	ConstraintName string `json:"constraint_name"`
+	IsLocal        bool   `json:"is_local"`
+	InheritedCount int32  `json:"inherited_count"`
+}
+
+// The pg_constraint switches that pg_get_constraintdef does not render (it renders contype,
+// keys, actions, MATCH, DEFERRABLE and INITIALLY DEFERRED from condeferrable and condeferred,
+// NOT VALID from convalidated, NO INHERIT from connoinherit and, from PostgreSQL 18, NOT
+// ENFORCED from conenforced): whether the constraint is the table's own and how many parents
+// it is inherited from (an inherited constraint cannot be dropped, so the next migration that
+// drops it fails). Left out: conindid, conparentid, conkey and the operator arrays (identities
+// and definitions).
+func (q *Queries) ReadinessConstraintFlags(ctx context.Context) ([]ReadinessConstraintFlagsRow, error) {
+	rows, err := q.db.Query(ctx, readinessConstraintFlags)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessConstraintFlagsRow{}
+	for rows.Next() {
+		var i ReadinessConstraintFlagsRow
+		if err := rows.Scan(
+			&i.TableName,
+			&i.ConstraintName,
+			&i.IsLocal,
+			&i.InheritedCount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const readinessConstraints = `-- name: ReadinessConstraints :many
 SELECT c.relname::text AS table_name,
        k.conname::text AS constraint_name,
@@ -102,7 +154,7 @@ FROM pg_catalog.pg_constraint k
 LEFT JOIN pg_catalog.pg_index x ON x.indexrelid = k.conindid AND k.contype IN ('p', 'u', 'x')
 JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
   AND k.contype IN ('p', 'u', 'f', 'c', 'x')
 ORDER BY 1, 2
 `
@@ -258,6 +310,72 @@ func (q *Queries) ReadinessFunctions(ctx context.Context) ([]ReadinessFunctionsR
 	return items, nil
 }
 
+const readinessIndexFlags = `-- name: ReadinessIndexFlags :many
+SELECT c.relname::text AS table_name,
+       i.relname::text AS index_name,
+       x.indisunique AS is_unique,
+       x.indnullsnotdistinct AS nulls_not_distinct,
+       x.indisprimary AS is_primary,
+       x.indisexclusion AS is_exclusion,
+       x.indimmediate AS is_immediate,
+       x.indisreplident AS is_replident
+FROM pg_catalog.pg_index x
+JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+JOIN pg_catalog.pg_class c ON c.oid = x.indrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
+ORDER BY 1, 2
+`
+
+type ReadinessIndexFlagsRow struct {
+	TableName        string `json:"table_name"`
+	IndexName        string `json:"index_name"`
+	IsUnique         bool   `json:"is_unique"`
+	NullsNotDistinct bool   `json:"nulls_not_distinct"`
+	IsPrimary        bool   `json:"is_primary"`
+	IsExclusion      bool   `json:"is_exclusion"`
+	IsImmediate      bool   `json:"is_immediate"`
+	IsReplident      bool   `json:"is_replident"`
+}
+
+// The pg_index switches of every index on those tables, a constraint's own among them, that
+// decide what a write checks: pg_get_constraintdef renders a key from pg_constraint (DEFERRABLE
+// from condeferrable), while inserts read the index's own flags: with indisunique off a second
+// row with the same key is admitted, with indimmediate off the check waits for a recheck
+// trigger that a NOT DEFERRABLE key does not have (so it never comes). indisvalid, indisready
+// and indislive are read with the definitions (ReadinessConstraints, ReadinessIndexes); left
+// out on purpose: indisclustered (only a bare CLUSTER reads it), indcheckxmin (hides a new index
+// from plans until its row's xmin is old, which passes by itself), and indkey, indclass,
+// indcollation, indoption, indexprs, indpred (the definitions).
+func (q *Queries) ReadinessIndexFlags(ctx context.Context) ([]ReadinessIndexFlagsRow, error) {
+	rows, err := q.db.Query(ctx, readinessIndexFlags)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessIndexFlagsRow{}
+	for rows.Next() {
+		var i ReadinessIndexFlagsRow
+		if err := rows.Scan(
+			&i.TableName,
+			&i.IndexName,
+			&i.IsUnique,
+			&i.NullsNotDistinct,
+			&i.IsPrimary,
+			&i.IsExclusion,
+			&i.IsImmediate,
+			&i.IsReplident,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const readinessIndexes = `-- name: ReadinessIndexes :many
 SELECT c.relname::text AS table_name,
        i.relname::text AS index_name,
@@ -269,7 +387,7 @@ FROM pg_catalog.pg_index x
 JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
 JOIN pg_catalog.pg_class c ON c.oid = x.indrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conindid = x.indexrelid AND k.conrelid = x.indrelid)
 ORDER BY 1, 2
 `
@@ -319,8 +437,8 @@ JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
 JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
-WHERE (n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version')
-   OR (pn.nspname = 'control_core' AND p.relkind IN ('r', 'p') AND p.relname <> 'goose_db_version')
+WHERE (n.nspname = 'control_core' AND c.relkind IN ('r', 'p'))
+   OR (pn.nspname = 'control_core' AND p.relkind IN ('r', 'p'))
 ORDER BY 1, 2, 3, 4
 `
 
@@ -373,7 +491,7 @@ SELECT c.relname::text AS table_name,
 FROM pg_catalog.pg_policy p
 JOIN pg_catalog.pg_class c ON c.oid = p.polrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
 ORDER BY 1, 2
 `
 
@@ -423,21 +541,21 @@ FROM (
     JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid
     JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+    WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
     UNION ALL
     SELECT c.relname, p.pubname, 'schema', '', '', p.oid
     FROM pg_catalog.pg_publication_namespace pn
     JOIN pg_catalog.pg_publication p ON p.oid = pn.pnpubid
     JOIN pg_catalog.pg_class c ON c.relnamespace = pn.pnnspid
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+    WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
     UNION ALL
     SELECT c.relname, p.pubname, 'all tables', '', '', p.oid
     FROM pg_catalog.pg_publication p
     JOIN pg_catalog.pg_class c ON true
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
     WHERE p.puballtables
-      AND n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+      AND n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
 ) x
 JOIN pg_catalog.pg_publication p ON p.oid = x.pub
 ORDER BY 1, 2, 3
@@ -484,6 +602,95 @@ func (q *Queries) ReadinessPublications(ctx context.Context) ([]ReadinessPublica
 	return items, nil
 }
 
+const readinessRelationFlags = `-- name: ReadinessRelationFlags :many
+SELECT c.relname::text AS table_name,
+       (CASE WHEN c.relhasindex OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index x WHERE x.indrelid = c.oid)
+             THEN 'ok' ELSE 'off' END)::text AS relhasindex,
+       (SELECT CASE WHEN c.relchecks = count(*) THEN 'ok' ELSE c.relchecks || '/' || count(*) END
+        FROM pg_catalog.pg_constraint k WHERE k.conrelid = c.oid AND k.contype = 'c')::text AS relchecks,
+       (CASE WHEN c.relhastriggers OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid)
+             THEN 'ok' ELSE 'off' END)::text AS relhastriggers,
+       (CASE WHEN c.relhasrules OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite r WHERE r.ev_class = c.oid)
+             THEN 'ok' ELSE 'off' END)::text AS relhasrules,
+       (CASE WHEN c.relhassubclass OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhparent = c.oid)
+             THEN 'ok' ELSE 'off' END)::text AS relhassubclass,
+       (SELECT CASE WHEN c.relnatts = coalesce(max(a.attnum), 0) THEN 'ok' ELSE c.relnatts || '/' || coalesce(max(a.attnum), 0) END
+        FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0)::text AS relnatts,
+       c.relisshared AS relisshared,
+       c.relispopulated AS relispopulated,
+       c.relispartition AS relispartition,
+       coalesce((SELECT am.amname::text FROM pg_catalog.pg_am am WHERE am.oid = c.relam), '-')::text AS access_method,
+       (CASE WHEN c.reloftype = 0 THEN '-' ELSE pg_catalog.format_type(c.reloftype, NULL) END)::text AS of_type
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
+ORDER BY 1
+`
+
+type ReadinessRelationFlagsRow struct {
+	TableName      string `json:"table_name"`
+	Relhasindex    string `json:"relhasindex"`
+	Relchecks      string `json:"relchecks"`
+	Relhastriggers string `json:"relhastriggers"`
+	Relhasrules    string `json:"relhasrules"`
+	Relhassubclass string `json:"relhassubclass"`
+	Relnatts       string `json:"relnatts"`
+	Relisshared    bool   `json:"relisshared"`
+	Relispopulated bool   `json:"relispopulated"`
+	Relispartition bool   `json:"relispartition"`
+	AccessMethod   string `json:"access_method"`
+	OfType         string `json:"of_type"`
+}
+
+// The pg_class switches of every table beside what the other queries render: whether its
+// indexes are maintained (relhasindex: with it off, no write inserts into an index, so no
+// unique key is checked), how many CHECK constraints are evaluated (relchecks), whether its
+// triggers fire and its rules rewrite at all (relhastriggers, relhasrules), whether statements
+// on it reach its children (relhassubclass), and the switches the relcache and executor read
+// (relisshared, relispopulated, relispartition, relnatts, the access method, a row type it is
+// typed by). A gate flag (relhasindex, relhastriggers, relhasrules, relhassubclass) stays on
+// after its last object goes, until VACUUM clears it, so it reads 'ok' unless it is off while
+// objects it gates exist; relchecks and relnatts read 'ok' while they match pg_constraint and
+// pg_attribute. Left out on purpose: relkind, relpersistence, relrowsecurity,
+// relforcerowsecurity, relreplident (ReadinessTables), relowner and relacl (the privileges
+// check), reltablespace and reloptions (storage placement and tuning, an operator's choice that
+// changes no statement's result), relpages, reltuples, relallvisible, relallfrozen,
+// relfrozenxid, relminmxid (statistics and vacuum state), relfilenode, reltoastrelid, reltype,
+// relrewrite and relpartbound (identities, transient state, or the partition bound that
+// ReadinessInheritance reads).
+func (q *Queries) ReadinessRelationFlags(ctx context.Context) ([]ReadinessRelationFlagsRow, error) {
+	rows, err := q.db.Query(ctx, readinessRelationFlags)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessRelationFlagsRow{}
+	for rows.Next() {
+		var i ReadinessRelationFlagsRow
+		if err := rows.Scan(
+			&i.TableName,
+			&i.Relhasindex,
+			&i.Relchecks,
+			&i.Relhastriggers,
+			&i.Relhasrules,
+			&i.Relhassubclass,
+			&i.Relnatts,
+			&i.Relisshared,
+			&i.Relispopulated,
+			&i.Relispartition,
+			&i.AccessMethod,
+			&i.OfType,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const readinessRules = `-- name: ReadinessRules :many
 SELECT c.relname::text AS table_name,
        r.rulename::text AS rule_name,
@@ -493,7 +700,7 @@ SELECT c.relname::text AS table_name,
 FROM pg_catalog.pg_rewrite r
 JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
   AND r.rulename <> '_RETURN'
 ORDER BY 1, 2
 `
@@ -531,6 +738,100 @@ func (q *Queries) ReadinessRules(ctx context.Context) ([]ReadinessRulesRow, erro
 	return items, nil
 }
 
+const readinessSchemaObjects = `-- name: ReadinessSchemaObjects :many
+SELECT x.kind::text AS kind, x.name::text AS name, x.definition::text AS definition
+FROM (
+    SELECT (CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized_view'
+                           WHEN 'f' THEN 'foreign_table' WHEN 'c' THEN 'composite_type' ELSE 'relation_' || c.relkind::text END) AS kind,
+           c.relname::text AS name,
+           (CASE WHEN c.relkind = 'S' THEN
+                (SELECT pg_catalog.format('AS %s START %s INCREMENT %s MINVALUE %s MAXVALUE %s CACHE %s %s',
+                                          pg_catalog.format_type(s.seqtypid, NULL), s.seqstart, s.seqincrement, s.seqmin,
+                                          s.seqmax, s.seqcache, CASE WHEN s.seqcycle THEN 'CYCLE' ELSE 'NO CYCLE' END)
+                 FROM pg_catalog.pg_sequence s WHERE s.seqrelid = c.oid)
+                || coalesce((SELECT pg_catalog.format(' OWNED BY %I.%I.%I%s', dn.nspname, dc.relname, da.attname,
+                                                      CASE d.deptype WHEN 'i' THEN ' (identity)' ELSE '' END)
+                             FROM pg_catalog.pg_depend d
+                             JOIN pg_catalog.pg_class dc ON dc.oid = d.refobjid
+                             JOIN pg_catalog.pg_namespace dn ON dn.oid = dc.relnamespace
+                             JOIN pg_catalog.pg_attribute da ON da.attrelid = d.refobjid AND da.attnum = d.refobjsubid
+                             WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = c.oid
+                               AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.deptype IN ('a', 'i')
+                             LIMIT 1), '')
+                 WHEN c.relkind IN ('v', 'm') THEN pg_catalog.pg_get_viewdef(c.oid)
+                 ELSE '' END) AS definition
+    FROM pg_catalog.pg_class c
+    WHERE c.relnamespace = 'control_core'::pg_catalog.regnamespace AND c.relkind NOT IN ('r', 'p', 'i', 'I')
+    UNION ALL
+    SELECT 'type', t.typname::text, (CASE t.typtype WHEN 'd' THEN 'domain over ' || pg_catalog.format_type(t.typbasetype, t.typtypmod)
+                                                    WHEN 'e' THEN 'enum' WHEN 'r' THEN 'range' WHEN 'm' THEN 'multirange'
+                                                    WHEN 'b' THEN 'base' WHEN 'p' THEN 'pseudo' ELSE 'composite' END)
+    FROM pg_catalog.pg_type t
+    WHERE t.typnamespace = 'control_core'::pg_catalog.regnamespace
+      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid AND c.relkind <> 'c') -- a table's row type is the table
+      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type e WHERE e.typarray = t.oid)                      -- an array type comes with its element
+      AND NOT (t.typtype = 'c' AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid)) -- a composite type is its relation
+      AND NOT (t.typtype = 'm' AND EXISTS (SELECT 1 FROM pg_catalog.pg_range r WHERE r.rngmultitypid = t.oid))
+    UNION ALL
+    SELECT 'operator', pg_catalog.format('%s(%s, %s)', o.oprname, pg_catalog.format_type(o.oprleft, NULL), pg_catalog.format_type(o.oprright, NULL)),
+           o.oprcode::text
+    FROM pg_catalog.pg_operator o WHERE o.oprnamespace = 'control_core'::pg_catalog.regnamespace
+    UNION ALL
+    SELECT 'collation', co.collname::text, co.collprovider::text FROM pg_catalog.pg_collation co
+    WHERE co.collnamespace = 'control_core'::pg_catalog.regnamespace
+    UNION ALL
+    SELECT 'operator_class', oc.opcname::text, '' FROM pg_catalog.pg_opclass oc WHERE oc.opcnamespace = 'control_core'::pg_catalog.regnamespace
+    UNION ALL
+    SELECT 'operator_family', of.opfname::text, '' FROM pg_catalog.pg_opfamily of WHERE of.opfnamespace = 'control_core'::pg_catalog.regnamespace
+    UNION ALL
+    SELECT 'conversion', cv.conname::text, '' FROM pg_catalog.pg_conversion cv WHERE cv.connamespace = 'control_core'::pg_catalog.regnamespace
+    UNION ALL
+    SELECT 'statistics', st.stxname::text, '' FROM pg_catalog.pg_statistic_ext st WHERE st.stxnamespace = 'control_core'::pg_catalog.regnamespace
+    UNION ALL
+    SELECT 'text_search_configuration', ts.cfgname::text, '' FROM pg_catalog.pg_ts_config ts WHERE ts.cfgnamespace = 'control_core'::pg_catalog.regnamespace
+    UNION ALL
+    SELECT 'text_search_dictionary', td.dictname::text, '' FROM pg_catalog.pg_ts_dict td WHERE td.dictnamespace = 'control_core'::pg_catalog.regnamespace
+    UNION ALL
+    SELECT 'text_search_parser', tp.prsname::text, '' FROM pg_catalog.pg_ts_parser tp WHERE tp.prsnamespace = 'control_core'::pg_catalog.regnamespace
+    UNION ALL
+    SELECT 'text_search_template', tt.tmplname::text, '' FROM pg_catalog.pg_ts_template tt WHERE tt.tmplnamespace = 'control_core'::pg_catalog.regnamespace
+    UNION ALL
+    SELECT 'extension', e.extname::text, e.extversion::text FROM pg_catalog.pg_extension e WHERE e.extnamespace = 'control_core'::pg_catalog.regnamespace
+) x
+ORDER BY 1, 2
+`
+
+type ReadinessSchemaObjectsRow struct {
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	Definition string `json:"definition"`
+}
+
+// Everything else in schema control_core: relations that are not tables (sequences with their
+// parameters and the column that owns them, views, materialized views, foreign tables,
+// composite types) and the objects of the other catalogs that live in a schema (types,
+// operators, collations, operator classes and families, conversions, extended statistics, text
+// search objects, extensions). Nothing is skipped: what the contract does not list is reported.
+func (q *Queries) ReadinessSchemaObjects(ctx context.Context) ([]ReadinessSchemaObjectsRow, error) {
+	rows, err := q.db.Query(ctx, readinessSchemaObjects)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessSchemaObjectsRow{}
+	for rows.Next() {
+		var i ReadinessSchemaObjectsRow
+		if err := rows.Scan(&i.Kind, &i.Name, &i.Definition); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const readinessTables = `-- name: ReadinessTables :many
 
 SELECT c.relname::text AS table_name,
@@ -541,7 +842,7 @@ SELECT c.relname::text AS table_name,
        (CASE c.relreplident WHEN 'd' THEN 'default' WHEN 'n' THEN 'nothing' WHEN 'f' THEN 'full' ELSE 'index' END)::text AS replica_identity
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
 ORDER BY 1
 `
 
@@ -560,8 +861,8 @@ type ReadinessTablesRow struct {
 // after SET LOCAL search_path = pg_catalog, so every name the server deparses comes out
 // schema-qualified and independent of the connected role's search_path. Valid on PostgreSQL 15
 // to 18.
-// The tables of control_core (goose's version table is goose's, not part of the contract) with
-// the properties that change what a statement on them does: kind, persistence (an UNLOGGED
+// The tables of control_core, goose's version table among them (a trigger, rule or policy on it
+// fires inside the next `qlmigrate up`, as the owner), with the properties that change what a statement on them does: kind, persistence (an UNLOGGED
 // table loses its rows in a crash), row-level security (enabled with no policy, every row is
 // invisible to the runtime), and replica identity (with a publication, UPDATE fails without one).
 func (q *Queries) ReadinessTables(ctx context.Context) ([]ReadinessTablesRow, error) {
@@ -599,7 +900,8 @@ SELECT x.table_name::text AS table_name,
        x.constraint_schema::text AS constraint_schema,
        x.constraint_table::text AS constraint_table,
        x.constraint_name::text AS constraint_name,
-       pg_catalog.string_agg(x.state, ', ' ORDER BY x.state)::text AS enabled
+       pg_catalog.string_agg(x.state, ', ' ORDER BY x.state)::text AS enabled,
+       coalesce(pg_catalog.string_agg(x.internal_definition, '; ' ORDER BY x.internal_definition), '')::text AS internal_definitions
 FROM (
     SELECT c.relname AS table_name,
            t.tgisinternal AS internal,
@@ -609,34 +911,41 @@ FROM (
            coalesce(kc.relname::text, '') AS constraint_table,
            coalesce(k.conname::text, '') AS constraint_name,
            (CASE t.tgenabled WHEN 'O' THEN 'origin' WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'replica'
-                             WHEN 'A' THEN 'always' ELSE t.tgenabled::text END) AS state
+                             WHEN 'A' THEN 'always' ELSE t.tgenabled::text END) AS state,
+           (CASE WHEN t.tgisinternal
+                 THEN pg_catalog.regexp_replace(pg_catalog.pg_get_triggerdef(t.oid), '^CREATE CONSTRAINT TRIGGER \S+ ', '') END) AS internal_definition
     FROM pg_catalog.pg_trigger t
     JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
     LEFT JOIN pg_catalog.pg_constraint k ON k.oid = t.tgconstraint
     LEFT JOIN pg_catalog.pg_class kc ON kc.oid = k.conrelid
     LEFT JOIN pg_catalog.pg_namespace kn ON kn.oid = kc.relnamespace
-    WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+    WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
 ) x
 GROUP BY x.table_name, x.internal, x.trigger_name, x.definition, x.constraint_schema, x.constraint_table, x.constraint_name
 ORDER BY 1, 2, 3, 5, 6, 7
 `
 
 type ReadinessTriggersRow struct {
-	TableName        string `json:"table_name"`
-	Internal         bool   `json:"internal"`
-	TriggerName      string `json:"trigger_name"`
-	Definition       string `json:"definition"`
-	ConstraintSchema string `json:"constraint_schema"`
-	ConstraintTable  string `json:"constraint_table"`
-	ConstraintName   string `json:"constraint_name"`
-	Enabled          string `json:"enabled"`
+	TableName           string `json:"table_name"`
+	Internal            bool   `json:"internal"`
+	TriggerName         string `json:"trigger_name"`
+	Definition          string `json:"definition"`
+	ConstraintSchema    string `json:"constraint_schema"`
+	ConstraintTable     string `json:"constraint_table"`
+	ConstraintName      string `json:"constraint_name"`
+	Enabled             string `json:"enabled"`
+	InternalDefinitions string `json:"internal_definitions"`
 }
 
 // Every trigger on those tables with its enabled state (tgenabled: O origin, R replica, A
 // always, D disabled). User triggers one by one; the internal triggers behind a constraint (a
 // foreign key's, on both of its tables) grouped per constraint, because their names hold OIDs:
 // the constraint names them, and its own table may be another one, even outside control_core.
+// internal_definitions renders the internal ones without their names (pg_get_triggerdef): the
+// events, function and deferrability they fire with are pg_trigger's own (tgtype, tgfoid,
+// tgdeferrable, tginitdeferred), not the constraint's, so a catalog UPDATE of one changes what
+// the foreign key checks while pg_get_constraintdef reads the same.
 func (q *Queries) ReadinessTriggers(ctx context.Context) ([]ReadinessTriggersRow, error) {
 	rows, err := q.db.Query(ctx, readinessTriggers)
 	if err != nil {
@@ -655,6 +964,7 @@ func (q *Queries) ReadinessTriggers(ctx context.Context) ([]ReadinessTriggersRow
 			&i.ConstraintTable,
 			&i.ConstraintName,
 			&i.Enabled,
+			&i.InternalDefinitions,
 		); err != nil {
 			return nil, err
 		}
