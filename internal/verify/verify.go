@@ -203,11 +203,20 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("read catalogs: %w", err)
 	}
 	r.Database, r.ServerVersion = info.Database, info.ServerVersion
+	locked, err := schemaLocked(ctx, q, info, opts.Names)
+	if err != nil {
+		return nil, err
+	}
 
 	var stream checksums.Stream
 	var pending []checksums.Drift
-	switch opts.Scope {
-	case ScopeRuntime, ScopeProbe:
+	switch {
+	case locked != nil && opts.Scope != ScopeRuntime && opts.Scope != ScopeProbe:
+		why := "cannot be read: the connected role may not use schema control_core (see the capability and privileges checks)"
+		r.skip(CheckLedger, why)
+		r.skip(CheckUnknown, why)
+		r.skip(CheckPending, why)
+	case opts.Scope == ScopeRuntime || opts.Scope == ScopeProbe:
 		why := "read by `qlmigrate verify` as the owner role: the runtime role may not read goose's table or the ledger"
 		if opts.Scope == ScopeProbe {
 			why = "not part of the probe (`qlmigrate verify` checks it)"
@@ -238,12 +247,21 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 	}
 	if opts.Scope == ScopeUp {
 		why := "checked by `qlmigrate verify` after up"
-		for _, c := range []string{CheckCapability, CheckReadiness, CheckPrivileges} {
+		if locked != nil {
+			r.add(CheckCapability, "", []Finding{*locked})
+		} else {
+			r.skip(CheckCapability, why)
+		}
+		for _, c := range []string{CheckReadiness, CheckPrivileges} {
 			r.skip(c, why)
 		}
 		return r, nil
 	}
-	r.add(CheckCapability, "", capability(ctx, q, info.CapabilitiesExists, want))
+	if locked != nil {
+		r.add(CheckCapability, "", []Finding{*locked})
+	} else {
+		r.add(CheckCapability, "", capability(ctx, q, info.CapabilitiesExists, want))
+	}
 	if opts.Scope == ScopeProbe {
 		why := "not part of the probe (`qlmigrate verify` checks it)"
 		r.skip(CheckReadiness, why)
@@ -272,7 +290,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 			// migration): their attributes and memberships are checked while migrations are pending.
 			audit, privileges = audit.RolesOnly(), why+"; checked: the roles' attributes and memberships only"
 		} else {
-			drift, err := checksums.ReadinessDrift(ctx, q, checksums.NewLocator(fsys, list))
+			drift, err := checksums.ReadinessDrift(ctx, q, checksums.NewLocator(fsys, list).WithOwner(opts.Names.Owner))
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
@@ -329,6 +347,35 @@ func capability(ctx context.Context, q *db.Queries, exists bool, want Expected) 
 			"UPDATE control_core.capabilities SET version = %d, name = '%s', migration = '%s' WHERE component = '%s' after checking the schema",
 			want.Capability, want.Name, want.Migration, Component)}}
 }
+
+// schemaLocked returns a finding when the connected role may not use schema control_core
+// although the model lets it (the owner role, the admin or the runtime role, or a member of
+// one): its owner was changed (the old owner's own privileges go to the new one) or USAGE was
+// revoked. Nothing inside the schema can be read then, and a query that tried would abort the
+// transaction, so verify reads only the catalogs, and the privileges check names the change and
+// its fix. Any other role gets a PermissionError, as before.
+func schemaLocked(ctx context.Context, q *db.Queries, info db.ControlCoreObjectsRow, names roles.Names) (*Finding, error) {
+	if !info.SchemaExists {
+		return nil, nil
+	}
+	access, err := q.SchemaAccess(ctx, []string{names.Owner, names.Admin, names.Runtime})
+	if err != nil {
+		return nil, fmt.Errorf("read schema access: %w", err)
+	}
+	switch {
+	case access.Usable:
+		return nil, nil
+	case !access.ModelRole:
+		return nil, &PermissionError{Owner: names.Owner, Err: errors.New("the connected role may not use schema control_core")}
+	}
+	return &Finding{Severity: SeverityDrift, Kind: "unusable_schema", Object: "control_core",
+		Message: fmt.Sprintf("the connected role may not use schema control_core (owned by %s; the model says %s), so nothing in it can be read: not the capability, the ledger or goose's versions",
+			access.Owner, names.Owner),
+		Fix: fmt.Sprintf("restore the schema's owner and privileges as the privileges check names them (ALTER SCHEMA control_core OWNER TO %s; `qlmigrate verify --fix-sql` as a superuser prints every statement)",
+			ident(names.Owner))}, nil
+}
+
+func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
 
 func permission(names roles.Names, err error) error {
 	var pgErr *pgconn.PgError
