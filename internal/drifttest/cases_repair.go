@@ -16,7 +16,7 @@ var repair = []Case{
 		      ALTER FUNCTION control_core.db_now_ms() OWNER TO {admin}`,
 		Object: "control_core.db_now_ms()", Runtime: true},
 	{Name: "a function owned by another role than the schema's",
-		SQL: `ALTER SCHEMA control_core OWNER TO {admin}; ALTER FUNCTION control_core.db_now_ms() OWNER TO {worker}`,
+		SQL:    `ALTER SCHEMA control_core OWNER TO {admin}; ALTER FUNCTION control_core.db_now_ms() OWNER TO {worker}`,
 		Object: "control_core.db_now_ms()", Runtime: true},
 	// Inheritance either way, and a partition, each undone by its own statement.
 	{Name: "a table in public inheriting from runs",
