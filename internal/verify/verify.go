@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 	"strings"
 	"time"
 
@@ -107,6 +106,8 @@ type Finding struct {
 	Message string   `json:"message"`
 	Fix     string   `json:"fix,omitempty"`
 	SQL     []string `json:"sql,omitempty"`
+	// runtime: a privilege finding that refuses a replica (roles.Drift.ReachesRuntime).
+	runtime bool
 }
 
 // Check is the outcome of one check.
@@ -301,7 +302,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 			drift = append(drift, casts...)
 			r.add(CheckReadiness, "", fromChecksums(drift))
 		}
-		findings := fromRoles(audit)
+		findings := fromRoles(audit, opts.Names)
 		if opts.Scope == ScopeRuntime {
 			if findings, err = runtimeFindings(ctx, q, opts.Names, findings); err != nil {
 				return nil, err
@@ -397,11 +398,11 @@ func fromChecksums(ds []checksums.Drift) []Finding {
 	return out
 }
 
-func fromRoles(a *roles.Audit) []Finding {
+func fromRoles(a *roles.Audit, names roles.Names) []Finding {
 	out := make([]Finding, 0, len(a.Drift)+len(a.Notes))
 	for _, d := range a.Drift {
 		out = append(out, Finding{Severity: SeverityDrift, Kind: d.Kind, Object: d.Object, Role: d.Role, Message: d.Message,
-			Fix: strings.Join(d.SQL, " "), SQL: d.SQL})
+			Fix: strings.Join(d.SQL, " "), SQL: d.SQL, runtime: d.ReachesRuntime(names)})
 	}
 	for _, d := range a.Notes {
 		out = append(out, Finding{Severity: SeverityNote, Kind: d.Kind, Object: d.Object, Role: d.Role, Message: d.Message,
@@ -471,25 +472,14 @@ func (r *Report) checkStream(ctx context.Context, tx pgx.Tx, q *db.Queries, info
 	return stream, pending, nil
 }
 
-// runtimeFindings keeps the privilege findings that touch what the runtime reads or writes: the
-// runtime role's own, PUBLIC's, the database's (settings) and any role's on a table or function
-// the runtime uses (an admin role that may DELETE Runs undoes what the runtime wrote). It adds
-// one if the connected role is not the runtime role, whose exact privileges are the ones checked.
+// runtimeFindings keeps the privilege findings that refuse a replica (roles.Drift.ReachesRuntime:
+// what changes the runtime's statements, or lets any role read or change what they use beyond
+// the model), and the notes that concern the runtime role, PUBLIC or the database. It adds one if
+// the connected role is not the runtime role, whose exact privileges are the ones checked.
 func runtimeFindings(ctx context.Context, q *db.Queries, names roles.Names, all []Finding) ([]Finding, error) {
-	used := map[string]bool{}
-	for _, t := range roles.Tables {
-		if len(t.Runtime) > 0 {
-			used["control_core."+t.Table] = true
-		}
-	}
-	for _, f := range roles.Functions {
-		if slices.Contains(f.Execute, roles.Runtime) {
-			used[f.Function] = true
-		}
-	}
 	var out []Finding
 	for _, f := range all {
-		if f.Role == "" || f.Role == names.Runtime || f.Role == string(roles.Public) || used[f.Object] {
+		if f.runtime || (f.Severity == SeverityNote && (f.Role == "" || f.Role == names.Runtime || f.Role == string(roles.Public))) {
 			out = append(out, f)
 		}
 	}
