@@ -274,6 +274,10 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 	for _, i := range inheritance {
 		noInherit := []string{fmt.Sprintf("ALTER TABLE %s.%s NO INHERIT %s.%s;",
 			ident(i.ChildSchema), ident(i.ChildTable), ident(i.ParentSchema), ident(i.ParentTable))}
+		if i.IsPartition { // PostgreSQL refuses NO INHERIT on a partition
+			noInherit = []string{fmt.Sprintf("ALTER TABLE %s.%s DETACH PARTITION %s.%s;",
+				ident(i.ParentSchema), ident(i.ParentTable), ident(i.ChildSchema), ident(i.ChildTable))}
+		}
 		why := "every statement on the parent reads, locks and changes the child's rows too"
 		if i.ChildSchema == "control_core" {
 			f := Fact{Kind: "inherits", Name: i.ParentSchema + "." + i.ParentTable, why: why, remove: noInherit}
@@ -399,6 +403,9 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 			// the missing trigger says it
 		case !ok:
 			out = append(out, missingDrift(f, loc))
+		case f.Kind == "owner" && loc.owner != "" && got.Def == loc.owner:
+			// The function belongs to the owner role and the schema to another: the privileges
+			// check names the schema's owner, and restoring it makes this fact hold again.
 		case f.Kind == "internal_trigger_definitions":
 			out = append(out, internalDefinitionsDrift(f, got, contract))
 		case flagKinds[f.Kind]:
@@ -668,7 +675,13 @@ func changedDrift(want, got Fact, loc Locator, reshaped bool) Drift {
 		if want.Def == "schema owner" && got.ref != "" {
 			d.Message = fmt.Sprintf("function %s is owned by %s, not by the owner of schema control_core (%s): it runs as its owner when SECURITY DEFINER, and its owner may change it",
 				describe(want), got.Def, got.ref)
-			d.SQL = []string{fmt.Sprintf("ALTER FUNCTION %s OWNER TO %s;", fn, ident(got.ref))}
+			// To the owner role the model names, never to whoever owns the schema now: a changed
+			// schema owner is drift itself, and following it would hand the function over too.
+			to := loc.owner
+			if to == "" {
+				to = got.ref
+			}
+			d.SQL = []string{fmt.Sprintf("ALTER FUNCTION %s OWNER TO %s;", fn, ident(to))}
 		}
 	}
 	if strings.HasPrefix(want.Object, "function ") && want.Kind != "owner" {
@@ -727,6 +740,14 @@ func internalDrift(object string, changes []internalChange) Drift {
 type Locator struct {
 	migrations []Migration
 	bodies     map[string]string
+	owner      string // the owner role's name (WithOwner); "" means the schema's owner as read
+}
+
+// WithOwner returns l with the name of the owner role the model says owns control_core, which
+// the fixes give a function back to. Without it a fix follows the schema's owner as read.
+func (l Locator) WithOwner(role string) Locator {
+	l.owner = role
+	return l
 }
 
 // NewLocator reads the migrations of fsys (nil-safe: an empty Locator names no file).

@@ -431,7 +431,8 @@ func (q *Queries) ReadinessIndexes(ctx context.Context) ([]ReadinessIndexesRow, 
 
 const readinessInheritance = `-- name: ReadinessInheritance :many
 SELECT n.nspname::text AS child_schema, c.relname::text AS child_table,
-       pn.nspname::text AS parent_schema, p.relname::text AS parent_table
+       pn.nspname::text AS parent_schema, p.relname::text AS parent_table,
+       c.relispartition::boolean AS is_partition
 FROM pg_catalog.pg_inherits i
 JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -447,11 +448,13 @@ type ReadinessInheritanceRow struct {
 	ChildTable   string `json:"child_table"`
 	ParentSchema string `json:"parent_schema"`
 	ParentTable  string `json:"parent_table"`
+	IsPartition  bool   `json:"is_partition"`
 }
 
 // Inheritance and partitioning links of those tables, either way: a child's rows are part of
 // every statement on its parent, so a table that inherits from a control_core table changes
-// what the scheduler reads and locks.
+// what the scheduler reads and locks. is_partition: the child is a partition of its parent (undone
+// by DETACH PARTITION; NO INHERIT refuses a partition).
 func (q *Queries) ReadinessInheritance(ctx context.Context) ([]ReadinessInheritanceRow, error) {
 	rows, err := q.db.Query(ctx, readinessInheritance)
 	if err != nil {
@@ -466,6 +469,7 @@ func (q *Queries) ReadinessInheritance(ctx context.Context) ([]ReadinessInherita
 			&i.ChildTable,
 			&i.ParentSchema,
 			&i.ParentTable,
+			&i.IsPartition,
 		); err != nil {
 			return nil, err
 		}

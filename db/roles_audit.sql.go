@@ -340,6 +340,72 @@ func (q *Queries) OtherDatabasePrivileges(ctx context.Context, roleNames []strin
 	return items, nil
 }
 
+const predefinedRoleMembers = `-- name: PredefinedRoleMembers :many
+SELECT pg_catalog.pg_get_userbyid(m.roleid)::text AS role_name,
+       pg_catalog.pg_get_userbyid(m.member)::text AS member,
+       pg_catalog.pg_get_userbyid(m.grantor)::text AS grantor,
+       pg_catalog.array_agg(DISTINCT a.privilege_type ORDER BY a.privilege_type)::text[] AS privileges
+FROM pg_catalog.pg_auth_members m
+JOIN pg_catalog.pg_roles p ON p.oid = m.roleid
+JOIN pg_catalog.pg_roles r ON r.oid = m.member
+CROSS JOIN (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = 'control_core' AND c.relname = ANY ($1::text[])) t
+CROSS JOIN (SELECT x.privilege_type FROM pg_catalog.aclexplode(pg_catalog.acldefault('r', 10::oid)) AS x(grantor, grantee, privilege_type, is_grantable)
+            WHERE x.grantee = 10::oid) a
+WHERE p.oid < 16384 AND NOT p.rolsuper AND r.oid >= 16384 AND NOT r.rolsuper
+  AND pg_catalog.has_table_privilege(p.oid, t.oid, a.privilege_type)
+  AND (r.rolname = ANY ($2::text[]) OR EXISTS (
+        SELECT 1 FROM pg_catalog.pg_roles x
+        WHERE x.rolcanlogin AND pg_catalog.pg_has_role(x.oid, r.oid, 'USAGE')
+          AND pg_catalog.has_database_privilege(x.oid, pg_catalog.current_database(), 'CONNECT')))
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3
+`
+
+type PredefinedRoleMembersParams struct {
+	Tables    []string `json:"tables"`
+	RoleNames []string `json:"role_names"`
+}
+
+type PredefinedRoleMembersRow struct {
+	RoleName   string   `json:"role_name"`
+	Member     string   `json:"member"`
+	Grantor    string   `json:"grantor"`
+	Privileges []string `json:"privileges"`
+}
+
+// Direct members of a predefined role (below FirstNormalObjectId, 16384; not a superuser) whose
+// own privileges reach one of the tables (control_core, by name) without any grant on them:
+// pg_read_all_data, pg_write_all_data, from PostgreSQL 17 pg_maintain, and whatever a later
+// server adds, found by has_table_privilege of the predefined role itself, not by a list. Members
+// that are superusers or predefined roles are left out; so is a role nobody may use here (no
+// role with its privileges may LOGIN and CONNECT to this database), as the cluster's other
+// databases' roles are theirs. privileges: what membership allows on those tables.
+func (q *Queries) PredefinedRoleMembers(ctx context.Context, arg PredefinedRoleMembersParams) ([]PredefinedRoleMembersRow, error) {
+	rows, err := q.db.Query(ctx, predefinedRoleMembers, arg.Tables, arg.RoleNames)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PredefinedRoleMembersRow{}
+	for rows.Next() {
+		var i PredefinedRoleMembersRow
+		if err := rows.Scan(
+			&i.RoleName,
+			&i.Member,
+			&i.Grantor,
+			&i.Privileges,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const roleSettings = `-- name: RoleSettings :many
 
 SELECT coalesce(r.rolname, '')::text AS role_name,

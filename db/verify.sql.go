@@ -68,9 +68,12 @@ func (q *Queries) ColumnPrivileges(ctx context.Context, roleNames []string) ([]C
 const controlCoreObjects = `-- name: ControlCoreObjects :one
 
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'control_core') AS schema_exists,
-       (pg_catalog.to_regclass('control_core.goose_db_version') IS NOT NULL)::boolean AS goose_table_exists,
-       (pg_catalog.to_regclass('control_core.migration_ledger') IS NOT NULL)::boolean AS ledger_exists,
-       (pg_catalog.to_regclass('control_core.capabilities') IS NOT NULL)::boolean AS capabilities_exists,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = 'control_core' AND c.relname = 'goose_db_version') AS goose_table_exists,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = 'control_core' AND c.relname = 'migration_ledger') AS ledger_exists,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = 'control_core' AND c.relname = 'capabilities') AS capabilities_exists,
        pg_catalog.current_setting('server_version_num')::integer AS server_version_num,
        pg_catalog.current_setting('server_version')::text AS server_version,
        pg_catalog.current_database()::text AS database
@@ -90,7 +93,8 @@ type ControlCoreObjectsRow struct {
 // runs inside verify's one read-only transaction, after SET LOCAL search_path = pg_catalog, so
 // every name the server deparses (defaults, constraints, indexes, types) comes out
 // schema-qualified and independent of the connected role's search_path.
-// Which of the objects verify reads before anything else exist.
+// Which of the objects verify reads before anything else exist. Read from pg_class, not with
+// to_regclass, which fails when the connected role may not use the schema (its owner changed).
 func (q *Queries) ControlCoreObjects(ctx context.Context) (ControlCoreObjectsRow, error) {
 	row := q.db.QueryRow(ctx, controlCoreObjects)
 	var i ControlCoreObjectsRow
@@ -421,4 +425,29 @@ func (q *Queries) RoleMemberships(ctx context.Context, roleNames []string) ([]Ro
 		return nil, err
 	}
 	return items, nil
+}
+
+const schemaAccess = `-- name: SchemaAccess :one
+SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE')::boolean AS usable,
+       pg_catalog.pg_get_userbyid(n.nspowner)::text AS owner,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+               WHERE r.rolname = ANY ($1::text[]) AND pg_catalog.pg_has_role(r.oid, 'USAGE'))::boolean AS model_role
+FROM pg_catalog.pg_namespace n
+WHERE n.nspname = 'control_core'
+`
+
+type SchemaAccessRow struct {
+	Usable    bool   `json:"usable"`
+	Owner     string `json:"owner"`
+	ModelRole bool   `json:"model_role"`
+}
+
+// Whether the connected role may use schema control_core (USAGE: without it nothing inside can
+// be read), who owns the schema, and whether the connected role is, or has the privileges of,
+// one of role_names (the roles the model lets use it).
+func (q *Queries) SchemaAccess(ctx context.Context, roleNames []string) (SchemaAccessRow, error) {
+	row := q.db.QueryRow(ctx, schemaAccess, roleNames)
+	var i SchemaAccessRow
+	err := row.Scan(&i.Usable, &i.Owner, &i.ModelRole)
+	return i, err
 }

@@ -79,6 +79,7 @@ type Drift struct {
 	Message string   `json:"message"`
 	SQL     []string `json:"sql,omitempty"`
 	phase   int
+	reach   reach // see ReachesRuntime
 }
 
 // Concerns reports whether d changes what role may do: it names role, PUBLIC, or nothing in
@@ -90,7 +91,7 @@ func (d Drift) Concerns(role string) bool {
 // DriftKinds lists every Drift.Kind, in the order their fixes must run.
 var DriftKinds = []string{
 	"database_setting", "database_connections", "role_setting", "missing_role", "role_attribute", "membership", "login_member",
-	"owner", "large_object_owner", "extra_privilege", "grant_option", "column_privilege", "large_object_privilege",
+	"predefined_member", "owner", "large_object_owner", "extra_privilege", "grant_option", "column_privilege", "large_object_privilege",
 	"definer_function", "missing_privilege", "default_privilege",
 }
 
@@ -238,6 +239,10 @@ func ReadWith(ctx context.Context, q *db.Queries, names Names, opts Options) (*A
 	if err != nil {
 		return nil, fmt.Errorf("read the database's owner: %w", err)
 	}
+	predefined, err := q.PredefinedRoleMembers(ctx, db.PredefinedRoleMembersParams{Tables: runtimeTables(), RoleNames: names.All()})
+	if err != nil {
+		return nil, fmt.Errorf("read members of predefined roles: %w", err)
+	}
 	a := &Audit{Database: info.Database, ServerVersion: info.ServerVersion, ServerVersionNum: int(info.ServerVersionNum),
 		Rows: []Row{}, Drift: []Drift{}, Notes: []Drift{}, AllowedMembers: allowed, bootstrap: ownership.BootstrapSuperuser}
 	ownerPrivs := map[string][]string{}
@@ -248,6 +253,7 @@ func ReadWith(ctx context.Context, q *db.Queries, names Names, opts Options) (*A
 	a.compareDatabaseConnections(connections)
 	a.compareAttributes(names, attrs)
 	a.compareMemberships(names, members, logins)
+	a.comparePredefinedMembers(names, predefined)
 	a.compareLoginMembers(logins)
 	a.compareObjects(names, ownerPrivs, objects, acl)
 	a.compareLargeObjects(names, largeObjects)
@@ -307,7 +313,7 @@ func (a *Audit) compareAttributes(names Names, attrs []db.RoleAttributesRow) {
 			}
 			row.Drift = true
 			row.Diff = append(row.Diff, attrWord(at.Name, have[at.Name]))
-			a.add(Drift{Kind: "role_attribute", Object: role, Grantee: role, Role: role,
+			a.add(Drift{Kind: "role_attribute", Object: role, Grantee: role, Role: role, reach: reachOf(at.Name == "SUPERUSER" && have[at.Name]),
 				Message: fmt.Sprintf("role %s is %s; the model says %s", role, attrWord(at.Name, have[at.Name]), attrWord(at.Name, at.Want)),
 				SQL:     []string{fmt.Sprintf("ALTER ROLE %s %s;", ident(role), attrWord(at.Name, at.Want))}}, phaseAttribute)
 		}
@@ -628,7 +634,7 @@ func (a *Audit) compareForeign(names Names, o *object) {
 		}
 		a.Rows = append(a.Rows, Row{Section: "object", Kind: o.kind, Object: o.name, Grantee: k.grantee,
 			Expected: []string{}, Actual: []string{label(k, o.actual[k], "")}, Drift: true, Diff: []string{"+" + k.privilege}})
-		a.add(Drift{Kind: "extra_privilege", Object: o.name, Grantee: k.grantee, Role: k.grantee,
+		a.add(Drift{Kind: "extra_privilege", Object: o.name, Grantee: k.grantee, Role: k.grantee, reach: reachNone,
 			Message: fmt.Sprintf("%s holds %s on %s %s (granted by %s); the four roles hold nothing outside control_core",
 				k.grantee, k.privilege, o.kind, o.name, k.grantor),
 			SQL: asRole(k.grantor, o.owner, fmt.Sprintf("REVOKE %s ON %s %s FROM %s;", k.privilege, grantOn(o.kind), o.name, ident(k.grantee)))}, phaseRevoke)
@@ -748,7 +754,7 @@ func (a *Audit) compareColumns(columns []db.ColumnPrivilegesRow) {
 		k := aclKey{c.Grantee, c.Privilege, c.Grantor}
 		a.Rows = append(a.Rows, Row{Section: "column", Kind: "column", Object: object, Owner: c.TableOwner, Grantee: c.Grantee,
 			Expected: []string{}, Actual: []string{label(k, c.Grantable, c.TableOwner)}, Drift: true, Diff: []string{"+" + c.Privilege}})
-		a.add(Drift{Kind: "column_privilege", Object: object, Grantee: c.Grantee, Role: c.Grantee,
+		a.add(Drift{Kind: "column_privilege", Object: object, Grantee: c.Grantee, Role: c.Grantee, reach: reachOf(RuntimeUses(c.TableName)),
 			Message: fmt.Sprintf("%s holds %s on column %s of %s%s; the model has no column privileges",
 				c.Grantee, c.Privilege, c.ColumnName, c.TableName, byNote(k, c.TableOwner)),
 			SQL: asRole(c.Grantor, c.TableOwner, fmt.Sprintf("REVOKE %s (%s) ON TABLE %s FROM %s;", c.Privilege, c.ColumnName, c.TableName, ident(c.Grantee)))}, phaseRevoke)

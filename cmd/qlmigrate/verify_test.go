@@ -421,3 +421,32 @@ func TestStatusAsAnotherRoleSaysWhatItMayNotRead(t *testing.T) {
 		}
 	}
 }
+
+// A new owner of schema control_core takes the owner role's own USAGE with it. verify as the
+// owner role, the documented one, still reads the catalogs and names the change (exit 1, not a
+// permission error, exit 3); its --fix-sql gives the schema back to the owner role (never a
+// function to the new schema owner), after which verify as the owner role passes.
+func TestVerifyAsTheOwnerRoleNamesAChangedSchemaOwner(t *testing.T) {
+	t.Parallel()
+	for _, to := range []string{"ql_admin", "ql_worker_ingress"} {
+		t.Run(to, func(t *testing.T) {
+			t.Parallel()
+			d := testpg.New(t)
+			d.Exec(t, "ALTER SCHEMA control_core OWNER TO "+to+"; ALTER FUNCTION control_core.db_now_ms() OWNER TO "+to)
+			args := []string{"verify", "--database-url", d.URL("ql_owner")}
+			r := run(t, nil, args...)
+			if r.code != 1 || !strings.Contains(r.stdout, "schema control_core is owned by "+to) ||
+				!strings.Contains(r.stdout, `ALTER SCHEMA control_core OWNER TO "ql_owner"`) {
+				t.Fatalf("verify as the owner role: exit %d, want 1 naming the schema's owner and its fix\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			fix := run(t, nil, append(args, "--fix-sql")...)
+			if strings.Contains(fix.stdout, "OWNER TO "+to) || strings.Contains(fix.stdout, `OWNER TO "`+to) {
+				t.Errorf("the fix follows the new schema owner:\n%s", fix.stdout)
+			}
+			d.Exec(t, fix.stdout)
+			if r := run(t, nil, args...); r.code != 0 {
+				t.Fatalf("verify as the owner role after the fix: exit %d, want 0\nfix:\n%s\n%s%s", r.code, fix.stdout, r.stdout, r.stderr)
+			}
+		})
+	}
+}

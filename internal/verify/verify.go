@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 	"strings"
 	"time"
 
@@ -108,6 +107,8 @@ type Finding struct {
 	Message string   `json:"message"`
 	Fix     string   `json:"fix,omitempty"`
 	SQL     []string `json:"sql,omitempty"`
+	// runtime: a privilege finding that refuses a replica (roles.Drift.ReachesRuntime).
+	runtime bool
 }
 
 // Check is the outcome of one check.
@@ -219,11 +220,20 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		}
 		r.add(CheckSettings, "", settings)
 	}
+	locked, err := schemaLocked(ctx, q, info, opts.Names)
+	if err != nil {
+		return nil, err
+	}
 
 	var stream checksums.Stream
 	var pending []checksums.Drift
-	switch opts.Scope {
-	case ScopeRuntime, ScopeProbe:
+	switch {
+	case locked != nil && opts.Scope != ScopeRuntime && opts.Scope != ScopeProbe:
+		why := "cannot be read: the connected role may not use schema control_core (see the capability and privileges checks)"
+		r.skip(CheckLedger, why)
+		r.skip(CheckUnknown, why)
+		r.skip(CheckPending, why)
+	case opts.Scope == ScopeRuntime || opts.Scope == ScopeProbe:
 		why := "read by `qlmigrate verify` as the owner role: the runtime role may not read goose's table or the ledger"
 		if opts.Scope == ScopeProbe {
 			why = "not part of the probe (`qlmigrate verify` checks it)"
@@ -254,13 +264,22 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 	}
 	if opts.Scope == ScopeUp {
 		why := "checked by `qlmigrate verify` after up"
-		for _, c := range []string{CheckCapability, CheckReadiness, CheckPrivileges} {
+		if locked != nil {
+			r.add(CheckCapability, "", []Finding{*locked})
+		} else {
+			r.skip(CheckCapability, why)
+		}
+		for _, c := range []string{CheckReadiness, CheckPrivileges} {
 			r.skip(c, why)
 		}
 		finish()
 		return r, nil
 	}
-	r.add(CheckCapability, "", capability(ctx, q, info.CapabilitiesExists, want))
+	if locked != nil {
+		r.add(CheckCapability, "", []Finding{*locked})
+	} else {
+		r.add(CheckCapability, "", capability(ctx, q, info.CapabilitiesExists, want))
+	}
 	if opts.Scope == ScopeProbe {
 		why := "not part of the probe (`qlmigrate verify` checks it)"
 		r.skip(CheckReadiness, why)
@@ -290,7 +309,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 			// migration): their attributes and memberships are checked while migrations are pending.
 			audit, privileges = audit.RolesOnly(), why+"; checked: the roles' attributes and memberships only"
 		} else {
-			drift, err := checksums.ReadinessDrift(ctx, q, checksums.NewLocator(fsys, list))
+			drift, err := checksums.ReadinessDrift(ctx, q, checksums.NewLocator(fsys, list).WithOwner(opts.Names.Owner))
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
@@ -306,7 +325,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 			drift = append(drift, outside...)
 			r.add(CheckReadiness, "", fromChecksums(drift))
 		}
-		findings := fromRoles(audit)
+		findings := fromRoles(audit, opts.Names)
 		if opts.Scope == ScopeRuntime {
 			if findings, err = runtimeFindings(ctx, q, opts.Names, findings); err != nil {
 				return nil, err
@@ -354,6 +373,35 @@ func capability(ctx context.Context, q *db.Queries, exists bool, want Expected) 
 			want.Capability, want.Name, want.Migration, Component)}}
 }
 
+// schemaLocked returns a finding when the connected role may not use schema control_core
+// although the model lets it (the owner role, the admin or the runtime role, or a member of
+// one): its owner was changed (the old owner's own privileges go to the new one) or USAGE was
+// revoked. Nothing inside the schema can be read then, and a query that tried would abort the
+// transaction, so verify reads only the catalogs, and the privileges check names the change and
+// its fix. Any other role gets a PermissionError, as before.
+func schemaLocked(ctx context.Context, q *db.Queries, info db.ControlCoreObjectsRow, names roles.Names) (*Finding, error) {
+	if !info.SchemaExists {
+		return nil, nil
+	}
+	access, err := q.SchemaAccess(ctx, []string{names.Owner, names.Admin, names.Runtime})
+	if err != nil {
+		return nil, fmt.Errorf("read schema access: %w", err)
+	}
+	switch {
+	case access.Usable:
+		return nil, nil
+	case !access.ModelRole:
+		return nil, &PermissionError{Owner: names.Owner, Err: errors.New("the connected role may not use schema control_core")}
+	}
+	return &Finding{Severity: SeverityDrift, Kind: "unusable_schema", Object: "control_core",
+		Message: fmt.Sprintf("the connected role may not use schema control_core (owned by %s; the model says %s), so nothing in it can be read: not the capability, the ledger or goose's versions",
+			access.Owner, names.Owner),
+		Fix: fmt.Sprintf("restore the schema's owner and privileges as the privileges check names them (ALTER SCHEMA control_core OWNER TO %s; `qlmigrate verify --fix-sql` as a superuser prints every statement)",
+			ident(names.Owner))}, nil
+}
+
+func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
+
 func permission(names roles.Names, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
@@ -374,11 +422,11 @@ func fromChecksums(ds []checksums.Drift) []Finding {
 	return out
 }
 
-func fromRoles(a *roles.Audit) []Finding {
+func fromRoles(a *roles.Audit, names roles.Names) []Finding {
 	out := make([]Finding, 0, len(a.Drift)+len(a.Notes))
 	for _, d := range a.Drift {
 		out = append(out, Finding{Severity: SeverityDrift, Kind: d.Kind, Object: d.Object, Role: d.Role, Message: d.Message,
-			Fix: strings.Join(d.SQL, " "), SQL: d.SQL})
+			Fix: strings.Join(d.SQL, " "), SQL: d.SQL, runtime: d.ReachesRuntime(names)})
 	}
 	for _, d := range a.Notes {
 		out = append(out, Finding{Severity: SeverityNote, Kind: d.Kind, Object: d.Object, Role: d.Role, Message: d.Message,
@@ -448,25 +496,14 @@ func (r *Report) checkStream(ctx context.Context, tx pgx.Tx, q *db.Queries, info
 	return stream, pending, nil
 }
 
-// runtimeFindings keeps the privilege findings that touch what the runtime reads or writes: the
-// runtime role's own, PUBLIC's, the database's (settings) and any role's on a table or function
-// the runtime uses (an admin role that may DELETE Runs undoes what the runtime wrote). It adds
-// one if the connected role is not the runtime role, whose exact privileges are the ones checked.
+// runtimeFindings keeps the privilege findings that refuse a replica (roles.Drift.ReachesRuntime:
+// what changes the runtime's statements, or lets any role read or change what they use beyond
+// the model), and the notes that concern the runtime role, PUBLIC or the database. It adds one if
+// the connected role is not the runtime role, whose exact privileges are the ones checked.
 func runtimeFindings(ctx context.Context, q *db.Queries, names roles.Names, all []Finding) ([]Finding, error) {
-	used := map[string]bool{}
-	for _, t := range roles.Tables {
-		if len(t.Runtime) > 0 {
-			used["control_core."+t.Table] = true
-		}
-	}
-	for _, f := range roles.Functions {
-		if slices.Contains(f.Execute, roles.Runtime) {
-			used[f.Function] = true
-		}
-	}
 	var out []Finding
 	for _, f := range all {
-		if f.Role == "" || f.Role == names.Runtime || f.Role == string(roles.Public) || used[f.Object] {
+		if f.runtime || (f.Severity == SeverityNote && (f.Role == "" || f.Role == names.Runtime || f.Role == string(roles.Public))) {
 			out = append(out, f)
 		}
 	}

@@ -174,9 +174,11 @@ ORDER BY 1, 2;
 -- name: ReadinessInheritance :many
 -- Inheritance and partitioning links of those tables, either way: a child's rows are part of
 -- every statement on its parent, so a table that inherits from a control_core table changes
--- what the scheduler reads and locks.
+-- what the scheduler reads and locks. is_partition: the child is a partition of its parent (undone
+-- by DETACH PARTITION; NO INHERIT refuses a partition).
 SELECT n.nspname::text AS child_schema, c.relname::text AS child_table,
-       pn.nspname::text AS parent_schema, p.relname::text AS parent_table
+       pn.nspname::text AS parent_schema, p.relname::text AS parent_table,
+       c.relispartition::boolean AS is_partition
 FROM pg_catalog.pg_inherits i
 JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
