@@ -356,7 +356,8 @@ WHERE p.oid < 16384 AND NOT p.rolsuper AND r.oid >= 16384 AND NOT r.rolsuper
   AND pg_catalog.has_table_privilege(p.oid, t.oid, a.privilege_type)
   AND (r.rolname = ANY ($2::text[]) OR EXISTS (
         SELECT 1 FROM pg_catalog.pg_roles x
-        WHERE x.rolcanlogin AND pg_catalog.pg_has_role(x.oid, r.oid, 'USAGE')
+        WHERE x.rolcanlogin AND NOT x.rolsuper -- a superuser uses every role anyway, through no membership
+          AND pg_catalog.pg_has_role(x.oid, r.oid, 'USAGE')
           AND pg_catalog.has_database_privilege(x.oid, pg_catalog.current_database(), 'CONNECT')))
 GROUP BY 1, 2, 3
 ORDER BY 1, 2, 3

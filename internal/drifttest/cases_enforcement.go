@@ -43,6 +43,7 @@ var enforcement = []Case{
 		SQL:    `CREATE POLICY hide_versions ON control_core.goose_db_version USING (false)`,
 		Object: "hide_versions", Runtime: true},
 	{Name: "goose's id sequence capped",
-		SQL:    `ALTER SEQUENCE control_core.goose_db_version_id_seq MAXVALUE 19`,
+		SQL: `DO $$ BEGIN EXECUTE pg_catalog.format('ALTER SEQUENCE control_core.goose_db_version_id_seq MAXVALUE %s',
+		      (SELECT last_value FROM control_core.goose_db_version_id_seq)); END $$`, // the next migration cannot record itself
 		Object: "control_core.goose_db_version_id_seq", Runtime: true},
 }
