@@ -3,6 +3,7 @@ package checksums
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/qlcontrol/controlcore/db"
@@ -19,9 +20,11 @@ import (
 // schemaObject is the Object of the schema's other objects (sequences, views, types, …).
 const schemaObject = "schema control_core"
 
-// flagKinds are the facts of switches: their object (table, index, constraint) reports itself
-// when it is missing or extra, so a flags fact never does.
-var flagKinds = map[string]bool{"flags": true, "index_flags": true, "constraint_flags": true, "internal_trigger_definitions": true}
+// flagKinds are the facts of switches and of what a constraint's index and internal triggers
+// enforce: their object (table, index, constraint) reports itself when it is missing or extra,
+// so such a fact never does.
+var flagKinds = map[string]bool{"flags": true, "index_flags": true, "constraint_flags": true,
+	"internal_trigger_definitions": true, "constraint_index": true}
 
 func onOff(b bool) string {
 	if b {
@@ -52,6 +55,10 @@ func readEnforcement(ctx context.Context, q *db.Queries, add func(table string, 
 	if err != nil {
 		return nil, fmt.Errorf("read index flags: %w", err)
 	}
+	keyIndexes, err := q.ReadinessConstraintIndexes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the indexes of constraints: %w", err)
+	}
 	constraints, err := q.ReadinessConstraintFlags(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read constraint flags: %w", err)
@@ -63,9 +70,14 @@ func readEnforcement(ctx context.Context, q *db.Queries, add func(table string, 
 	for _, r := range rels {
 		add(r.TableName, Fact{Kind: "flags", Def: flagsDef(
 			"relhasindex", r.Relhasindex, "relchecks", r.Relchecks, "relhastriggers", r.Relhastriggers,
-			"relhasrules", r.Relhasrules, "relhassubclass", r.Relhassubclass, "relnatts", r.Relnatts,
+			"relhasrules", r.Relhasrules, "relhassubclass", r.Relhassubclass, "relnatts", r.Relnatts, "atthasdef", r.Atthasdef,
 			"relisshared", onOff(r.Relisshared), "relispopulated", onOff(r.Relispopulated),
 			"relispartition", onOff(r.Relispartition), "am", r.AccessMethod, "of", r.OfType)})
+	}
+	// After the table's flags and before the indexes' (their order in the contract is the order
+	// of the fixes): a key added again reads the table, and the index's REINDEX needs its columns.
+	for _, k := range keyIndexes {
+		add(k.TableName, Fact{Kind: "constraint_index", Name: k.ConstraintName, Def: k.Definition, ref: k.ReferencedBy})
 	}
 	for _, i := range indexes {
 		add(i.TableName, Fact{Kind: "index_flags", Name: i.IndexName, Def: flagsDef(
@@ -113,6 +125,7 @@ var flagEffect = map[string]string{
 	"relispartition":      "the table is taken for a partition",
 	"am":                  "its rows are stored by another access method",
 	"of":                  "its columns follow a composite type's",
+	"atthasdef":           "an INSERT that omits these columns writes NULL (or the default) although pg_attrdef holds (or lacks) their default",
 	"indisunique":         "a second row with the same key is admitted",
 	"indnullsnotdistinct": "NULLs compare otherwise in the unique check",
 	"indisprimary":        "the table's primary key (and the default replica identity) is another",
@@ -164,6 +177,9 @@ func flagsDrift(d Drift, want, got Fact) Drift {
 		case "flags relnatts":
 			catalogOnly = true
 			sql = append(sql, fmt.Sprintf("UPDATE pg_catalog.pg_class SET relnatts = (SELECT max(attnum) FROM pg_catalog.pg_attribute WHERE attrelid = %s AND attnum > 0) WHERE oid = %s;", regTable, regTable))
+		case "flags atthasdef":
+			catalogOnly = true
+			sql = append(sql, fmt.Sprintf("UPDATE pg_catalog.pg_attribute a SET atthasdef = EXISTS (SELECT 1 FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum) WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped;", regTable))
 		case "flags relisshared", "flags relispopulated", "flags relispartition":
 			catalogOnly = true
 			sql = append(sql, fmt.Sprintf("UPDATE pg_catalog.pg_class SET %s = %s WHERE oid = %s;", n, boolLit(w), regTable))
@@ -249,6 +265,66 @@ func internalDefinitionsDrift(want, got Fact, contract []Fact) Drift {
 	}
 	d.Fix = "drop and add the constraint " + want.Name + " again, as the migrations define it"
 	return d
+}
+
+// keyColumns matches a plain key's definition, the only kind whose index a catalog UPDATE can
+// turn back from the column names alone.
+var keyColumns = regexp.MustCompile(`^(?:PRIMARY KEY|UNIQUE(?: NULLS NOT DISTINCT)?) \(([^()]+)\)$`)
+
+// indexName reads the index's name from pg_get_indexdef's rendering.
+var indexName = regexp.MustCompile(`^CREATE (?:UNIQUE )?INDEX (\S+) ON `)
+
+// constraintIndexDrift reports a key whose index checks otherwise than the constraint reads
+// (pg_index's indkey, indclass, … changed under it). The constraint's definition in the contract
+// is the truth: the constraint dropped and added again gets its index back. A key that foreign
+// keys reference cannot be dropped, so its index's columns are turned back in pg_index, by the
+// contract's column names, and the index is rebuilt.
+func constraintIndexDrift(want, got Fact, contract []Fact) Drift {
+	table := strings.TrimPrefix(want.Object, "table control_core.")
+	qt := qualified(table)
+	d := Drift{Kind: "changed_constraint_index", Object: describe(want),
+		Message: fmt.Sprintf("the index of constraint %s checks otherwise than the constraint reads, so writes are checked on other terms: want %q, have %q",
+			describe(want), want.Def, got.Def)}
+	def := ""
+	for _, f := range contract {
+		if f.Object == want.Object && f.Kind == "constraint" && f.Name == want.Name {
+			def = f.Def
+		}
+	}
+	switch m := keyColumns.FindStringSubmatch(def); {
+	case def == "":
+		d.Fix = "drop and add the constraint " + want.Name + " again, as the migrations define it"
+	case got.ref == "":
+		d.SQL = []string{fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s, ADD CONSTRAINT %s %s;", qt, ident(want.Name), ident(want.Name), def)}
+		d.Fix = d.SQL[0] + " (as a superuser; it checks every row again)"
+	case m != nil:
+		var names []string
+		for _, c := range strings.Split(m[1], ", ") {
+			names = append(names, lit(unquoteIdent(c)))
+		}
+		idx := qualified(want.Name)
+		if n := indexName.FindStringSubmatch(want.Def); n != nil {
+			idx = "control_core." + n[1]
+		}
+		regTable := lit(qt) + "::pg_catalog.regclass"
+		d.SQL = []string{
+			fmt.Sprintf("UPDATE pg_catalog.pg_index SET indkey = (SELECT pg_catalog.string_agg(a.attnum::text, ' ' ORDER BY k.ord) FROM pg_catalog.unnest(ARRAY[%s]::text[]) WITH ORDINALITY AS k(name, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = %s AND a.attname = k.name)::pg_catalog.int2vector WHERE indexrelid = (SELECT conindid FROM pg_catalog.pg_constraint WHERE conrelid = %s AND conname = %s);",
+				strings.Join(names, ", "), regTable, regTable, lit(want.Name)),
+			fmt.Sprintf("REINDEX INDEX %s;", idx)}
+		d.Fix = "as a superuser (foreign keys depend on the key, " + got.ref + ", so it cannot be dropped and added again; the catalog update turns back the index's columns from the constraint's): " +
+			strings.Join(d.SQL, " ") + " (REINDEX rebuilds the index from the rows and fails if rows written meanwhile break the key: remove those first)"
+	default:
+		d.Fix = "drop the foreign keys that reference it (" + got.ref + "), drop and add the constraint " + want.Name + " again (" + def + "), and add the foreign keys again, as the contract defines them"
+	}
+	return d
+}
+
+// unquoteIdent reads an identifier as the server renders it (quoted when it must be).
+func unquoteIdent(s string) string {
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		return strings.ReplaceAll(s[1:len(s)-1], `""`, `"`)
+	}
+	return s
 }
 
 // sequenceDrift turns a sequence's parameters back (ALTER SEQUENCE keeps its current value).

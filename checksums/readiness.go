@@ -56,7 +56,7 @@ type Fact struct {
 	why    string     // beyond the contract, how it changes what statements do
 	remove []string   // beyond the contract, the statements that remove it (or make it inert)
 	col    *columnDef // a column's parts
-	ref    string     // internal_triggers and inherits: the Object of the other table; owner: the schema owner; publication: the statement that removes it
+	ref    string     // internal_triggers and inherits: the Object of the other table; owner: the schema owner; publication: the statement that removes it; constraint_index: the foreign keys that depend on it
 }
 
 func (f Fact) key() string { return f.Object + "\x00" + f.Kind + "\x00" + f.Name }
@@ -70,7 +70,7 @@ var named = map[string]bool{
 	"column": true, "constraint": true, "index": true, "trigger": true, "trigger_enabled": true,
 	"internal_triggers": true, "policy": true, "rule": true, "inherits": true, "inherited_by": true,
 	"event_trigger": true, "publication": true, "index_flags": true, "constraint_flags": true,
-	"internal_trigger_definitions": true,
+	"internal_trigger_definitions": true, "constraint_index": true,
 }
 
 // Contract returns the committed readiness contract of control-core v18.
@@ -127,7 +127,9 @@ func RenderContract(facts []Fact) []byte {
 # (format_type, pg_get_expr, pg_get_constraintdef, pg_get_indexdef, pg_get_triggerdef).
 # flags, index_flags and constraint_flags are the catalog switches those renderings do not show
 # (pg_class, pg_index, pg_constraint); a gate (relhasindex, relhastriggers, …) reads ok unless it
-# is off while what it gates exists. Goose's version table is listed like any other, and
+# is off while what it gates exists, atthasdef ok while every column's agrees with pg_attrdef.
+# constraint_index is the index a key or exclusion constraint checks writes with (pg_get_indexdef).
+# Goose's version table is listed like any other, and
 # "schema control_core" lists every object of the schema that is neither a table nor a function.
 `)
 	last := ""
@@ -408,6 +410,14 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 			// check names the schema's owner, and restoring it makes this fact hold again.
 		case f.Kind == "internal_trigger_definitions":
 			out = append(out, internalDefinitionsDrift(f, got, contract))
+		case f.Kind == "constraint_index":
+			// A constraint whose own definition differs is dropped and added again by its fix,
+			// which rebuilds the index too.
+			c := Fact{Object: f.Object, Kind: "constraint", Name: f.Name}
+			if cgot, ok := have[c.key()]; ok && !constraintHolds(contract, c, cgot) {
+				continue
+			}
+			switches = append(switches, constraintIndexDrift(f, got, contract))
 		case flagKinds[f.Kind]:
 			// first in the fix: a constraint added again by another finding's fix reads the
 			// table, which fails while one of its switches is off (relispopulated, …)
@@ -452,6 +462,17 @@ func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
 	return out
 }
 
+// constraintHolds says whether the constraint got reads as the contract's, or differs only in an
+// invalid index (whose fix, REINDEX, keeps the index's columns).
+func constraintHolds(contract []Fact, c, got Fact) bool {
+	for _, f := range contract {
+		if f.key() == c.key() {
+			return got.Def == f.Def || got.Def == f.Def+" (index INVALID)"
+		}
+	}
+	return true
+}
+
 func hasKey(have map[string]Fact, f Fact) bool { _, ok := have[f.key()]; return ok }
 
 func allSeen(seen map[string]bool, stmts []string) bool {
@@ -476,7 +497,7 @@ func describe(f Fact) string {
 		return f.Name + " on " + table
 	case "index", "index_flags":
 		return "control_core." + f.Name
-	case "constraint_flags":
+	case "constraint_flags", "constraint_index":
 		return f.Name + " on " + table
 	case "flags", "table", "relkind", "persistence", "row_security", "force_row_security", "replica_identity":
 		return table
@@ -508,7 +529,7 @@ func describeKind(f Fact) string {
 		return "table " + describe(f)
 	case "index_flags":
 		return "index " + describe(f)
-	case "constraint_flags":
+	case "constraint_flags", "constraint_index":
 		return "constraint " + describe(f)
 	case "event_trigger":
 		return "event trigger " + describe(f)
@@ -770,7 +791,7 @@ func (l Locator) Origin(f Fact) string {
 		return "goose's version table (the first `qlmigrate up` creates it)"
 	}
 	switch f.Kind {
-	case "constraint", "index", "trigger", "trigger_enabled", "policy", "rule", "index_flags", "constraint_flags":
+	case "constraint", "index", "trigger", "trigger_enabled", "policy", "rule", "index_flags", "constraint_flags", "constraint_index":
 		pattern = `\b` + regexp.QuoteMeta(f.Name) + `\b`
 	case "table", "column", "relkind", "flags", "persistence", "row_security", "force_row_security", "replica_identity",
 		"internal_triggers", "inherits", "inherited_by":

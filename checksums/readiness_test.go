@@ -87,7 +87,8 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 		"function control_core.lock_project(text, text)",
 		// what the keys enforce beside their definitions, and goose's table (issue 30)
 		"index_flags runs_occurrence_key indisunique=on indnullsnotdistinct=off indisprimary=off indisexclusion=off indimmediate=on",
-		"flags relhasindex=ok relchecks=ok relhastriggers=ok relhasrules=ok",
+		"flags relhasindex=ok relchecks=ok relhastriggers=ok relhasrules=ok relhassubclass=ok relnatts=ok atthasdef=ok",
+		"constraint_index runs_occurrence_key CREATE UNIQUE INDEX runs_occurrence_key ON control_core.runs USING btree (project_id, trigger_id, scheduled_for_ms)",
 		"table control_core.goose_db_version",
 		"sequence goose_db_version_id_seq",
 	} {
@@ -148,6 +149,13 @@ func TestReadinessDriftNamesTheObject(t *testing.T) {
 			"changed_flags", "control_core.runs", "SET relchecks = (SELECT count(*) FROM pg_catalog.pg_constraint"},
 		{"primary key no longer primary", "UPDATE pg_catalog.pg_index SET indisprimary = false WHERE indexrelid = 'control_core.runs_pkey'::regclass",
 			"changed_index_flags", "control_core.runs_pkey", "UPDATE pg_catalog.pg_index SET indisprimary = true WHERE indexrelid = 'control_core.runs_pkey'::pg_catalog.regclass;"},
+		{"a key's index moved to other columns", "UPDATE pg_catalog.pg_index SET indkey = (SELECT pg_catalog.string_agg(attnum::text, ' ' ORDER BY attnum) FROM pg_catalog.pg_attribute WHERE attrelid = 'control_core.runs'::regclass AND attname IN ('project_id', 'task_id', 'task_revision'))::pg_catalog.int2vector WHERE indexrelid = 'control_core.runs_occurrence_key'::regclass",
+			"changed_constraint_index", "runs_occurrence_key on control_core.runs",
+			"ALTER TABLE control_core.runs DROP CONSTRAINT runs_occurrence_key, ADD CONSTRAINT runs_occurrence_key UNIQUE (project_id, trigger_id, scheduled_for_ms);"},
+		{"a referenced key's index moved to another column", "UPDATE pg_catalog.pg_index SET indkey = (SELECT attnum::text FROM pg_catalog.pg_attribute WHERE attrelid = 'control_core.runs'::regclass AND attname = 'execution_revision_id')::pg_catalog.int2vector WHERE indexrelid = 'control_core.runs_pkey'::regclass",
+			"changed_constraint_index", "runs_pkey on control_core.runs", "unnest(ARRAY['run_id']::text[])"},
+		{"a column's default hidden from INSERT", "UPDATE pg_catalog.pg_attribute SET atthasdef = false WHERE attrelid = 'control_core.runs'::regclass AND attname = 'created_at_ms'",
+			"changed_flags", "control_core.runs", "SET atthasdef = EXISTS (SELECT 1 FROM pg_catalog.pg_attrdef d"},
 		{"goose's table made unlogged", "ALTER TABLE control_core.goose_db_version SET UNLOGGED",
 			"changed_persistence", "control_core.goose_db_version", "ALTER TABLE control_core.goose_db_version SET LOGGED;"},
 	}

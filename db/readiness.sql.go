@@ -145,6 +145,63 @@ func (q *Queries) ReadinessConstraintFlags(ctx context.Context) ([]ReadinessCons
 	return items, nil
 }
 
+const readinessConstraintIndexes = `-- name: ReadinessConstraintIndexes :many
+SELECT c.relname::text AS table_name,
+       k.conname::text AS constraint_name,
+       i.relname::text AS index_name,
+       pg_catalog.pg_get_indexdef(i.oid)::text AS definition,
+       coalesce((SELECT pg_catalog.string_agg(pg_catalog.format('%I.%I', fc.relname, f.conname), ', ' ORDER BY fc.relname, f.conname)
+                 FROM pg_catalog.pg_constraint f
+                 JOIN pg_catalog.pg_class fc ON fc.oid = f.conrelid
+                 WHERE f.contype = 'f' AND f.conindid = k.conindid), '')::text AS referenced_by
+FROM pg_catalog.pg_constraint k
+JOIN pg_catalog.pg_class i ON i.oid = k.conindid
+JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'control_core' AND c.relkind IN ('r', 'p')
+  AND k.contype IN ('p', 'u', 'x')
+ORDER BY 1, 2
+`
+
+type ReadinessConstraintIndexesRow struct {
+	TableName      string `json:"table_name"`
+	ConstraintName string `json:"constraint_name"`
+	IndexName      string `json:"index_name"`
+	Definition     string `json:"definition"`
+	ReferencedBy   string `json:"referenced_by"`
+}
+
+// The index of every primary key, unique and exclusion constraint, rendered by pg_get_indexdef:
+// pg_get_constraintdef renders the key from pg_constraint (conkey), while writes check the index
+// (indkey, indexprs, indpred, indclass, indcollation, indoption, indnkeyatts), so a catalog
+// UPDATE of pg_index moves the check to other columns while the constraint reads the same.
+// referenced_by names the foreign keys that depend on the index (DROP CONSTRAINT refuses then).
+func (q *Queries) ReadinessConstraintIndexes(ctx context.Context) ([]ReadinessConstraintIndexesRow, error) {
+	rows, err := q.db.Query(ctx, readinessConstraintIndexes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReadinessConstraintIndexesRow{}
+	for rows.Next() {
+		var i ReadinessConstraintIndexesRow
+		if err := rows.Scan(
+			&i.TableName,
+			&i.ConstraintName,
+			&i.IndexName,
+			&i.Definition,
+			&i.ReferencedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const readinessConstraints = `-- name: ReadinessConstraints :many
 SELECT c.relname::text AS table_name,
        k.conname::text AS constraint_name,
@@ -620,6 +677,11 @@ SELECT c.relname::text AS table_name,
              THEN 'ok' ELSE 'off' END)::text AS relhassubclass,
        (SELECT CASE WHEN c.relnatts = coalesce(max(a.attnum), 0) THEN 'ok' ELSE c.relnatts || '/' || coalesce(max(a.attnum), 0) END
         FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0)::text AS relnatts,
+       coalesce((SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ':' || (CASE WHEN a.atthasdef THEN 'on' ELSE 'off' END), ',' ORDER BY a.attnum)
+                 FROM pg_catalog.pg_attribute a
+                 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                   AND a.atthasdef <> EXISTS (SELECT 1 FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum)),
+                'ok')::text AS atthasdef,
        c.relisshared AS relisshared,
        c.relispopulated AS relispopulated,
        c.relispartition AS relispartition,
@@ -639,6 +701,7 @@ type ReadinessRelationFlagsRow struct {
 	Relhasrules    string `json:"relhasrules"`
 	Relhassubclass string `json:"relhassubclass"`
 	Relnatts       string `json:"relnatts"`
+	Atthasdef      string `json:"atthasdef"`
 	Relisshared    bool   `json:"relisshared"`
 	Relispopulated bool   `json:"relispopulated"`
 	Relispartition bool   `json:"relispartition"`
@@ -655,7 +718,10 @@ type ReadinessRelationFlagsRow struct {
 // typed by). A gate flag (relhasindex, relhastriggers, relhasrules, relhassubclass) stays on
 // after its last object goes, until VACUUM clears it, so it reads 'ok' unless it is off while
 // objects it gates exist; relchecks and relnatts read 'ok' while they match pg_constraint and
-// pg_attribute. Left out on purpose: relkind, relpersistence, relrowsecurity,
+// pg_attribute. atthasdef reads 'ok' while every column's agrees with pg_attrdef, else names the
+// columns that disagree: with it off the planner and INSERT take the column for one without a
+// default (NULL), while pg_attrdef, which the column's rendered default reads, still holds it.
+// Left out on purpose: relkind, relpersistence, relrowsecurity,
 // relforcerowsecurity, relreplident (ReadinessTables), relowner and relacl (the privileges
 // check), reltablespace and reloptions (storage placement and tuning, an operator's choice that
 // changes no statement's result), relpages, reltuples, relallvisible, relallfrozen,
@@ -679,6 +745,7 @@ func (q *Queries) ReadinessRelationFlags(ctx context.Context) ([]ReadinessRelati
 			&i.Relhasrules,
 			&i.Relhassubclass,
 			&i.Relnatts,
+			&i.Atthasdef,
 			&i.Relisshared,
 			&i.Relispopulated,
 			&i.Relispartition,

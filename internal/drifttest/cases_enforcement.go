@@ -29,6 +29,23 @@ var enforcement = []Case{
 		SQL: `UPDATE pg_catalog.pg_constraint SET coninhcount = 1
 		      WHERE conrelid = 'control_core.runs'::regclass AND conname = 'runs_state_check'`,
 		Object: "runs_state_check", Runtime: true},
+	// The index a key checks writes with, moved under its constraint (pg_get_constraintdef reads
+	// conkey, writes read indkey), and a column's default hidden from INSERT (atthasdef).
+	{Name: "the occurrence key's index moved to other columns (indkey)",
+		SQL: `UPDATE pg_catalog.pg_index SET indkey = (SELECT pg_catalog.string_agg(attnum::text, ' ' ORDER BY attnum)
+		      FROM pg_catalog.pg_attribute WHERE attrelid = 'control_core.runs'::regclass
+		        AND attname IN ('project_id', 'task_id', 'task_revision'))::pg_catalog.int2vector
+		      WHERE indexrelid = 'control_core.runs_occurrence_key'::regclass`, // text, text, bigint as the key's own
+		Object: "runs_occurrence_key", Runtime: true},
+	{Name: "a referenced primary key's index moved to another uuid column (indkey)",
+		SQL: `UPDATE pg_catalog.pg_index SET indkey = (SELECT attnum::text FROM pg_catalog.pg_attribute
+		      WHERE attrelid = 'control_core.runs'::regclass AND attname = 'execution_revision_id')::pg_catalog.int2vector
+		      WHERE indexrelid = 'control_core.runs_pkey'::regclass`, // attempts and run_events refer to it
+		Object: "runs_pkey", Runtime: true},
+	{Name: "a column's default hidden from INSERT (atthasdef off)",
+		SQL: `UPDATE pg_catalog.pg_attribute SET atthasdef = false
+		      WHERE attrelid = 'control_core.runs'::regclass AND attname = 'created_at_ms'`,
+		Object: "control_core.runs", Runtime: true},
 
 	// Point 4: goose's version table and the rest of the schema. A trigger, rule or policy on
 	// the version table runs inside the next `qlmigrate up`, as the owner.
