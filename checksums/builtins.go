@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/qlcontrol/controlcore/db"
 )
@@ -236,9 +237,12 @@ func parseBuiltins(text []byte) ([]builtinLine, error) {
 	return out, sc.Err()
 }
 
+// contractLines parses the embedded contract once: verify runs on every `qlsched run` start.
+var contractLines = sync.OnceValues(func() ([]builtinLine, error) { return parseBuiltins(builtinsText) })
+
 // ContractBuiltins returns the built-ins' contract for major (nil when it has none).
 func ContractBuiltins(major int) ([]Builtin, error) {
-	lines, err := parseBuiltins(builtinsText)
+	lines, err := contractLines()
 	if err != nil {
 		return nil, err
 	}
