@@ -11,12 +11,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/qlcontrol/controlcore/db"
 )
 
 // The built-ins' contract: every function and operator initdb creates in pg_catalog, with the
-// facts that decide what a call computes, as a fresh server of each supported major has them.
+// facts that decide what a call computes, as a fresh server of each supported major has them;
+// and the operator families and classes, their operators and support functions (pg_amop,
+// pg_amproc: what an index compares its keys with, so what a unique index lets in) and the
+// built-in casts (pg_cast), keyed by access method, names, types and numbers, never by oid.
 //
 // Why every built-in and not a list of the ones control-core names: a list extracted from
 // sql/migrations and sql/queries misses what those call indirectly (an operator's function, a
@@ -42,7 +46,7 @@ const BuiltinsFile = "checksums/builtins_contract.txt"
 // Builtin is one built-in function or operator: its signature and its facts, as key=value with
 // the defaults left out (see builtinDefaults).
 type Builtin struct {
-	Kind      string // function, operator
+	Kind      string // one of builtinKinds
 	Signature string
 	Facts     map[string]string
 	oid       uint32
@@ -57,12 +61,19 @@ var builtinDefaults = map[string]string{
 	"sql_body": "", "config": "",
 	// operators
 	"commutator": "0", "negator": "0",
+	// operator classes and families' members, casts
+	"keytype": "-", "purpose": "s", "sortfamily": "-", "same_method": "true",
 }
 
 // builtinKeys orders a line's facts.
 var builtinKeys = []string{"owner", "language", "kind", "volatility", "parallel", "strict", "security_definer", "leakproof",
 	"returns_set", "result", "variadic", "support", "all_arg_types", "arg_modes", "arg_names", "nargdefaults", "arg_defaults",
-	"src", "bin", "sql_body", "config", "code", "commutator", "negator"}
+	"src", "bin", "sql_body", "config", "code", "commutator", "negator",
+	"family", "intype", "keytype", "default", "member", "purpose", "sortfamily", "same_method", "function", "context", "method"}
+
+// builtinKinds are the contract's kinds: pg_proc, pg_operator, pg_opfamily, pg_opclass, pg_amop,
+// pg_amproc and pg_cast rows.
+var builtinKinds = []string{"function", "operator", "opfamily", "opclass", "amop", "amproc", "cast"}
 
 func (b Builtin) fact(k string) string {
 	if v, ok := b.Facts[k]; ok {
@@ -139,6 +150,38 @@ func ReadBuiltins(ctx context.Context, q *db.Queries) ([]Builtin, error) {
 			"commutator": o.Commutator, "negator": o.Negator,
 		}})
 	}
+	fams, err := q.BuiltinOpFamilies(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read built-in operator families and classes: %w", err)
+	}
+	for _, f := range fams {
+		b := Builtin{Kind: f.Kind, Signature: f.Signature, oid: f.Oid.Uint32, Facts: map[string]string{"owner": owner(f.BootstrapOwner)}}
+		if f.Kind == "opclass" {
+			b.Facts["family"], b.Facts["intype"], b.Facts["keytype"] = f.Family, f.Intype, f.Keytype
+			b.Facts["default"] = strconv.FormatBool(f.IsDefault)
+		}
+		out = append(out, b)
+	}
+	members, err := q.BuiltinFamilyMembers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read built-in operator families' members: %w", err)
+	}
+	for _, m := range members {
+		b := Builtin{Kind: m.Kind, Signature: m.Signature, oid: m.Oid.Uint32, Facts: map[string]string{"member": m.Member}}
+		if m.Kind == "amop" {
+			b.Facts["purpose"], b.Facts["sortfamily"] = m.Purpose, m.Sortfamily
+			b.Facts["same_method"] = strconv.FormatBool(m.SameMethod)
+		}
+		out = append(out, b)
+	}
+	casts, err := q.BuiltinCasts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read built-in casts: %w", err)
+	}
+	for _, c := range casts {
+		out = append(out, Builtin{Kind: "cast", Signature: c.Signature, oid: c.Oid.Uint32, Facts: map[string]string{
+			"function": c.Function, "context": c.Context, "method": c.Method}})
+	}
 	return out, nil
 }
 
@@ -160,7 +203,7 @@ func parseBuiltins(text []byte) ([]builtinLine, error) {
 			continue
 		}
 		f := strings.Split(t, "\t")
-		if len(f) != 4 || (f[0] != "function" && f[0] != "operator") {
+		if len(f) != 4 || !slices.Contains(builtinKinds, f[0]) {
 			return nil, fmt.Errorf("%s line %d: want KIND<TAB>SIGNATURE<TAB>MAJORS<TAB>FACTS", BuiltinsFile, n)
 		}
 		l := builtinLine{b: Builtin{Kind: f[0], Signature: f[1], Facts: map[string]string{}}}
@@ -194,9 +237,12 @@ func parseBuiltins(text []byte) ([]builtinLine, error) {
 	return out, sc.Err()
 }
 
+// contractLines parses the embedded contract once: verify runs on every `qlsched run` start.
+var contractLines = sync.OnceValues(func() ([]builtinLine, error) { return parseBuiltins(builtinsText) })
+
 // ContractBuiltins returns the built-ins' contract for major (nil when it has none).
 func ContractBuiltins(major int) ([]Builtin, error) {
-	lines, err := parseBuiltins(builtinsText)
+	lines, err := contractLines()
 	if err != nil {
 		return nil, err
 	}
@@ -242,8 +288,8 @@ func UpdateBuiltins(text []byte, major int, fresh []Builtin) ([]byte, error) {
 		return strings.Compare(a.kind+"\t"+a.sig+"\t"+a.facts, b.kind+"\t"+b.sig+"\t"+b.facts)
 	})
 	var buf bytes.Buffer
-	buf.WriteString(`# control-core built-ins contract: every function and operator initdb creates in pg_catalog, with
-# the facts that decide what a call computes, per PostgreSQL major (checksums/builtins.go says why).
+	buf.WriteString(`# control-core built-ins contract: every function, operator, operator family and class (with their
+# members) initdb creates in pg_catalog, and every built-in cast, with the facts that decide what a call or an index computes, per PostgreSQL major (checksums/builtins.go says why).
 # KIND<TAB>SIGNATURE<TAB>MAJORS<TAB>FACTS; facts equal to the defaults in builtins.go are left out.
 # Generated from a fresh server of each major:
 #   QL_PG_BIN=$(scripts/pg-bin.sh N) go test ./checksums -run TestBuiltinContractMatchesAFreshServer -update
@@ -288,6 +334,10 @@ func BuiltinDrift(ctx context.Context, q *db.Queries) ([]Drift, error) {
 		return nil, fmt.Errorf("read objects created in pg_catalog: %w", err)
 	}
 	out := CompareBuiltins(want, have)
+	// Operators first: a fix that drops a function before the operator that calls it fails.
+	slices.SortStableFunc(extra, func(a, b db.UserObjectsInCatalogRow) int {
+		return boolRank(a.Kind == "function") - boolRank(b.Kind == "function")
+	})
 	for _, e := range extra {
 		name := e.Name
 		if !strings.HasPrefix(name, "pg_catalog.") {
@@ -314,7 +364,7 @@ func CompareBuiltins(want, have []Builtin) []Drift {
 		delete(byKey, k)
 		if !ok {
 			out = append(out, Drift{Kind: "missing_builtin", Object: w.Signature,
-				Message: fmt.Sprintf("built-in %s %s is missing (dropped or renamed)", w.Kind, w.Signature),
+				Message: fmt.Sprintf("built-in %s %s is missing (dropped or renamed)", kindName[w.Kind], w.Signature),
 				Fix:     "no statement restores a built-in in general: restore the database from a fresh cluster of this major (pg_dump of control-core's data into it, or pg_upgrade)"})
 			continue
 		}
@@ -333,7 +383,7 @@ func CompareBuiltins(want, have []Builtin) []Drift {
 		}
 		d := Drift{Kind: "changed_builtin", Object: w.Signature,
 			Message: fmt.Sprintf("built-in %s %s is not what a fresh PostgreSQL server has: %s; every statement that calls it computes something else",
-				w.Kind, w.Signature, strings.Join(parts, "; "))}
+				kindName[w.Kind], w.Signature, strings.Join(parts, "; "))}
 		if stmt, ok := restoreBuiltin(w, h, diffs); ok {
 			d.SQL = []string{stmt}
 			d.Fix = "restore its catalog row as a fresh server has it (as a superuser): " + stmt
@@ -350,12 +400,56 @@ func CompareBuiltins(want, have []Builtin) []Drift {
 	slices.Sort(rest)
 	for _, k := range rest {
 		b := byKey[k]
+		if stmt, ok := dropAdded(b); ok {
+			out = append(out, Drift{Kind: "extra_builtin", Object: b.Kind + " " + b.Signature,
+				Message: fmt.Sprintf("%s %s was added to pg_catalog after initdb: the planner and every index on its types use what an operator family holds", kindName[b.Kind], b.Signature),
+				Fix:     "remove it: " + stmt, SQL: []string{stmt}})
+			continue
+		}
 		out = append(out, Drift{Kind: "unknown_builtin", Object: b.Signature,
-			Message: fmt.Sprintf("pg_catalog holds %s %s from initdb (oid %d) that a fresh server of this major does not: a built-in renamed or re-typed", b.Kind, b.Signature, b.oid),
+			Message: fmt.Sprintf("pg_catalog holds %s %s from initdb (oid %d) that a fresh server of this major does not: a built-in renamed or re-typed", kindName[b.Kind], b.Signature, b.oid),
 			Fix:     "no statement restores it in general: restore the database from a fresh cluster of this major"})
 	}
 	return out
 }
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var kindName = map[string]string{"function": "function", "operator": "operator", "opfamily": "operator family",
+	"opclass": "operator class", "amop": "operator family member", "amproc": "operator family support function", "cast": "cast"}
+
+// dropAdded returns the statement that removes an operator family, class or family member
+// created after initdb (oid 16384 on), keyed as ReadBuiltins keys them.
+func dropAdded(b Builtin) (string, bool) {
+	if b.oid < 16384 {
+		return "", false
+	}
+	switch b.Kind {
+	case "opfamily", "opclass": // "pg_catalog.NAME USING AM"
+		name, am, ok := strings.Cut(strings.TrimPrefix(b.Signature, "pg_catalog."), " USING ")
+		if !ok {
+			return "", false
+		}
+		what := map[string]string{"opfamily": "FAMILY", "opclass": "CLASS"}[b.Kind]
+		return fmt.Sprintf("DROP OPERATOR %s pg_catalog.%s USING %s;", what, identQ(name), identQ(am)), true
+	case "amop", "amproc": // "pg_catalog.NAME USING AM: OPERATOR|FUNCTION N (L,R)"
+		fam, member, ok := strings.Cut(strings.TrimPrefix(b.Signature, "pg_catalog."), ": ")
+		name, am, ok2 := strings.Cut(fam, " USING ")
+		if !ok || !ok2 {
+			return "", false
+		}
+		return fmt.Sprintf("ALTER OPERATOR FAMILY pg_catalog.%s USING %s DROP %s;", identQ(name), identQ(am), member), true
+	}
+	return "", false
+}
+
+// identQ quotes a name for a statement.
+func identQ(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 func abbreviate(s string) string {
 	if len(s) > 80 {
@@ -386,7 +480,11 @@ func restoreBuiltin(w, h Builtin, diffs []string) (string, bool) {
 			if v != "bootstrap" {
 				return "", false
 			}
-			set = map[string]string{"function": "proowner", "operator": "oprowner"}[w.Kind] + " = 10"
+			col, ok := map[string]string{"function": "proowner", "operator": "oprowner", "opfamily": "opfowner", "opclass": "opcowner"}[w.Kind]
+			if !ok {
+				return "", false
+			}
+			set = col + " = 10"
 		case "language":
 			set = "prolang = (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname = " + lit(v) + ")"
 		case "kind":
@@ -439,11 +537,46 @@ func restoreBuiltin(w, h Builtin, diffs []string) (string, bool) {
 				"all_arg_types": "proallargtypes", "arg_modes": "proargmodes", "arg_names": "proargnames"}[f] + " = NULL"
 		case "nargdefaults":
 			set = "pronargdefaults = " + v
+		case "intype":
+			set = "opcintype = " + lit(v) + "::pg_catalog.regtype"
+		case "keytype":
+			set = "opckeytype = " + regOr0(v, "regtype")
+		case "default":
+			set = "opcdefault = " + v
+		case "family":
+			name, ok := strings.CutPrefix(v, "pg_catalog.")
+			if !ok {
+				return "", false
+			}
+			set = fmt.Sprintf("opcfamily = (SELECT f.oid FROM pg_catalog.pg_opfamily f WHERE f.opfnamespace = 'pg_catalog'::pg_catalog.regnamespace"+
+				" AND f.opfname = %s AND f.opfmethod = opcmethod)", lit(name))
+		case "member":
+			if w.Kind == "amop" {
+				set = "amopopr = " + regOr0(v, "regoperator")
+			} else {
+				set = "amproc = " + regOr0(v, "regprocedure")
+			}
+		case "purpose":
+			set = "amoppurpose = " + lit(v)
+		case "sortfamily":
+			if v != "-" {
+				return "", false
+			}
+			set = "amopsortfamily = 0"
+		case "same_method":
+			set = "amopmethod = (SELECT f.opfmethod FROM pg_catalog.pg_opfamily f WHERE f.oid = amopfamily)"
+		case "function":
+			set = "castfunc = " + regOr0(v, "regprocedure")
+		case "context":
+			set = "castcontext = " + lit(v)
+		case "method":
+			set = "castmethod = " + lit(v)
 		default:
 			return "", false
 		}
 		sets = append(sets, set)
 	}
-	table := map[string]string{"function": "pg_proc", "operator": "pg_operator"}[w.Kind]
+	table := map[string]string{"function": "pg_proc", "operator": "pg_operator", "opfamily": "pg_opfamily", "opclass": "pg_opclass",
+		"amop": "pg_amop", "amproc": "pg_amproc", "cast": "pg_cast"}[w.Kind]
 	return fmt.Sprintf("UPDATE pg_catalog.%s SET %s WHERE oid = %d;", table, strings.Join(sets, ", "), h.oid), true
 }

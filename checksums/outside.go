@@ -8,21 +8,10 @@ import (
 	"github.com/qlcontrol/controlcore/db"
 )
 
-// OutsideDrift reports what writes into, or computes for, control_core from outside the
-// readiness contract's objects and the four roles: logical-replication subscriptions of this
-// database (below) and a redefined built-in (BuiltinDrift). q must run with search_path
-// pg_catalog (see ReadReadiness).
-func OutsideDrift(ctx context.Context, q *db.Queries) ([]Drift, error) {
-	out, err := SubscriptionDrift(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	builtins, err := BuiltinDrift(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return append(out, builtins...), nil
-}
+// What writes into, or computes for, control_core from outside the readiness contract's objects
+// and the four roles: logical-replication subscriptions of this database (SubscriptionDrift) and
+// a redefined built-in (BuiltinDrift, which verify runs before every other check). q must run
+// with search_path pg_catalog (see ReadReadiness).
 
 // SubscriptionDrift reports every subscription of this database. A subscription's apply worker
 // writes the rows its publisher sends as the subscription's owner with session_replication_role

@@ -159,3 +159,39 @@ DROP SCHEMA control_core CASCADE; --" BEFORE INSERT ON control_core.runs FOR EAC
 		t.Fatalf("after the fix: %v %+v", err, rep)
 	}
 }
+
+// A built-in that the other checks' catalog queries compare with (btree text_ops' equality made
+// <>) is reported alone: those checks are skipped, not run into 78 findings that are not there
+// and fixes that rebuild every foreign key.
+func TestRunReportsChangedBuiltinsAloneAndSkipsTheChecksThatUseThem(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	d.Exec(t, `UPDATE pg_catalog.pg_amop SET amopopr = 'pg_catalog.<>(text,text)'::pg_catalog.regoperator
+		WHERE amopfamily = (SELECT f.oid FROM pg_catalog.pg_opfamily f WHERE f.opfname = 'text_ops'
+		                    AND f.opfmethod = (SELECT a.oid FROM pg_catalog.pg_am a WHERE a.amname = 'btree'))
+		  AND amopstrategy = 3 AND amoplefttype = 'pg_catalog.text'::pg_catalog.regtype AND amoprighttype = 'pg_catalog.text'::pg_catalog.regtype`)
+	rep, err := verify.Run(context.Background(), connect(t, d.URL("ql_owner")), verify.Options{Names: d.Names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || rep.Summary.Drift != 1 || len(rep.Checks) != 8 {
+		t.Fatalf("report: %+v", rep)
+	}
+	for i, want := range []string{verify.CheckIntegrity, verify.CheckLedger, verify.CheckUnknown, verify.CheckPending,
+		verify.CheckCapability, verify.CheckReadiness, verify.CheckPrivileges, verify.CheckSettings} {
+		status := verify.StatusSkipped
+		switch want {
+		case verify.CheckIntegrity:
+			status = verify.StatusOK
+		case verify.CheckReadiness:
+			status = verify.StatusDrift
+		}
+		if c := rep.Checks[i]; c.Name != want || c.Status != status {
+			t.Errorf("check %d: %+v, want %s %s", i, c, want, status)
+		}
+	}
+	f := rep.Checks[5].Findings
+	if len(f) != 1 || f[0].Kind != "changed_builtin" || f[0].Object != "pg_catalog.text_ops USING btree: OPERATOR 3 (text,text)" || len(f[0].SQL) != 1 {
+		t.Errorf("readiness: %+v, want the one changed operator family member and its UPDATE", f)
+	}
+}

@@ -97,3 +97,72 @@ WHERE o.oprnamespace = 'pg_catalog'::pg_catalog.regnamespace AND o.oid >= 16384
   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
                   WHERE d.classid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND d.objid = o.oid AND d.deptype = 'e')
 ORDER BY 1, 3;
+
+-- name: BuiltinOpFamilies :many
+-- Every operator family and class in pg_catalog (an index compares its keys with its class's
+-- family), extensions' members aside; those created after initdb (oid 16384 on) are drift too.
+-- Keyed by access method and name, never by oid.
+SELECT 'opfamily'::text AS kind, f.oid::oid AS oid,
+       ('pg_catalog.' || f.opfname::text || ' USING ' || a.amname::text)::text AS signature,
+       (f.opfowner = 10) AS bootstrap_owner,
+       ''::text AS family, ''::text AS intype, ''::text AS keytype, false AS is_default
+FROM pg_catalog.pg_opfamily f
+JOIN pg_catalog.pg_am a ON a.oid = f.opfmethod
+WHERE f.opfnamespace = 'pg_catalog'::pg_catalog.regnamespace
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                  WHERE d.classid = 'pg_catalog.pg_opfamily'::pg_catalog.regclass AND d.objid = f.oid AND d.deptype = 'e')
+UNION ALL
+SELECT 'opclass'::text, c.oid::oid,
+       ('pg_catalog.' || c.opcname::text || ' USING ' || a.amname::text)::text,
+       (c.opcowner = 10),
+       (fn.nspname::text || '.' || f.opfname::text)::text,
+       pg_catalog.format_type(c.opcintype, NULL)::text,
+       (CASE WHEN c.opckeytype = 0 THEN '-' ELSE pg_catalog.format_type(c.opckeytype, NULL) END)::text,
+       c.opcdefault
+FROM pg_catalog.pg_opclass c
+JOIN pg_catalog.pg_am a ON a.oid = c.opcmethod
+JOIN pg_catalog.pg_opfamily f ON f.oid = c.opcfamily
+JOIN pg_catalog.pg_namespace fn ON fn.oid = f.opfnamespace
+WHERE c.opcnamespace = 'pg_catalog'::pg_catalog.regnamespace
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                  WHERE d.classid = 'pg_catalog.pg_opclass'::pg_catalog.regclass AND d.objid = c.oid AND d.deptype = 'e');
+
+-- name: BuiltinFamilyMembers :many
+-- Every operator and support function of the operator families initdb created (family oid below
+-- 16384), whatever the member's oid: a row added later (ALTER OPERATOR FAMILY … ADD) is drift.
+-- UPDATE pg_amproc can point btree text_ops' comparison at another function, and every unique
+-- index on text then compares with it. Keyed by family, types and number, never by oid.
+SELECT 'amop'::text AS kind, o.oid::oid AS oid,
+       ('pg_catalog.' || f.opfname::text || ' USING ' || a.amname::text || ': OPERATOR ' || o.amopstrategy::text || ' (' ||
+        pg_catalog.format_type(o.amoplefttype, NULL) || ',' || pg_catalog.format_type(o.amoprighttype, NULL) || ')')::text AS signature,
+       o.amopopr::oid::regoperator::text AS member,
+       o.amoppurpose::text AS purpose,
+       (CASE WHEN o.amopsortfamily = 0 THEN '-'
+             ELSE (SELECT sn.nspname::text || '.' || sf.opfname::text FROM pg_catalog.pg_opfamily sf
+                   JOIN pg_catalog.pg_namespace sn ON sn.oid = sf.opfnamespace WHERE sf.oid = o.amopsortfamily) END)::text AS sortfamily,
+       (o.amopmethod = f.opfmethod) AS same_method
+FROM pg_catalog.pg_amop o
+JOIN pg_catalog.pg_opfamily f ON f.oid = o.amopfamily
+JOIN pg_catalog.pg_am a ON a.oid = f.opfmethod
+WHERE f.oid < 16384
+UNION ALL
+SELECT 'amproc'::text, p.oid::oid,
+       ('pg_catalog.' || f.opfname::text || ' USING ' || a.amname::text || ': FUNCTION ' || p.amprocnum::text || ' (' ||
+        pg_catalog.format_type(p.amproclefttype, NULL) || ',' || pg_catalog.format_type(p.amprocrighttype, NULL) || ')')::text,
+       p.amproc::oid::regprocedure::text,
+       ''::text, '-'::text, true
+FROM pg_catalog.pg_amproc p
+JOIN pg_catalog.pg_opfamily f ON f.oid = p.amprocfamily
+JOIN pg_catalog.pg_am a ON a.oid = f.opfmethod
+WHERE f.oid < 16384;
+
+-- name: BuiltinCasts :many
+-- Every cast initdb created (a cast created later is checksums.CastDrift's): UPDATE pg_cast can
+-- make bigint to integer implicit, or point a cast at another function. Keyed by the two types.
+SELECT c.oid::oid AS oid,
+       ('(' || pg_catalog.format_type(c.castsource, NULL) || ' AS ' || pg_catalog.format_type(c.casttarget, NULL) || ')')::text AS signature,
+       (CASE WHEN c.castfunc = 0 THEN '-' ELSE c.castfunc::oid::regprocedure::text END)::text AS function,
+       c.castcontext::text AS context,
+       c.castmethod::text AS method
+FROM pg_catalog.pg_cast c
+WHERE c.oid < 16384;
