@@ -32,7 +32,11 @@ func TestRunRefusesEveryDriftThatTouchesTheRuntime(t *testing.T) {
 			args := []string{"run", "--role-prefix", d.Names.Prefix, "--database-url", d.URL(d.Names.Runtime),
 				"--http-addr", "127.0.0.1:0", "--owner", "drift"}
 			if c.Runtime {
-				r := run(t, args...)
+				// bounded: a replica that starts on such drift is the failure, not a hang until the
+				// test binary's timeout
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				r := runContext(ctx, t, args...)
 				if r.code != 1 || !strings.Contains(r.stderr, c.Object) || !strings.Contains(r.stderr, "not ready") {
 					t.Errorf("run: exit %d, want 1 naming %q\n%s", r.code, c.Object, r.stderr)
 				}

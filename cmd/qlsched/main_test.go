@@ -65,7 +65,13 @@ type result struct {
 
 func run(t *testing.T, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(qlsched(t), args...)
+	return runContext(context.Background(), t, args...)
+}
+
+// runContext is run, the process killed when ctx ends (its exit code is then -1).
+func runContext(ctx context.Context, t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, qlsched(t), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
