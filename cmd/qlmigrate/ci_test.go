@@ -35,8 +35,8 @@ func TestCIGates(t *testing.T) {
 		t.Fatalf("up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	st := run(t, nil, "status", "--exit-code", "--database-url", su)
-	if st.code != 0 || !regexp.MustCompile(`(?m)^19\s+pg-0019-audit-by-database\s+\S+\s+postgres\s+\S+\s+ok$`).MatchString(st.stdout) {
-		t.Errorf("status --exit-code after up: exit %d, want 0 and pg-0019 applied by postgres\n%s%s", st.code, st.stdout, st.stderr)
+	if st.code != 0 || !regexp.MustCompile(`(?m)^20\s+pg-0020-bounded-reads\s+\S+\s+postgres\s+\S+\s+ok$`).MatchString(st.stdout) {
+		t.Errorf("status --exit-code after up: exit %d, want 0 and pg-0020 applied by postgres\n%s%s", st.code, st.stdout, st.stderr)
 	}
 	if r := run(t, nil, "status", "--format", "json", "--database-url", su); !strings.Contains(r.stdout, `"schema": "qlmigrate.status/v1"`) || !strings.Contains(r.stdout, `"applied_by": "postgres"`) {
 		t.Errorf("status --format json: no schema or applied_by\n%s", r.stdout)
@@ -53,7 +53,7 @@ func TestCIGates(t *testing.T) {
 		t.Errorf("accept of a statement change: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	d.Exec(t, "UPDATE control_core.capabilities SET version = 16 WHERE component = 'control-core'")
-	if r := run(t, nil, "probe", "--database-url", d.URL(d.Names.Runtime)); r.code != 1 || !strings.Contains(r.stdout, "capability_changed") && !strings.Contains(r.stdout, "expects v18") {
+	if r := run(t, nil, "probe", "--database-url", d.URL(d.Names.Runtime)); r.code != 1 || !strings.Contains(r.stdout, "capability_changed") && !strings.Contains(r.stdout, "expects v19") {
 		t.Errorf("probe on capability v16: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
@@ -111,8 +111,8 @@ func TestConcurrentUpThroughPgBouncerAppliesOnce(t *testing.T) {
 		applied += strings.Count(p.res.stdout, "applied pg-")
 		t.Logf("up #%d through PgBouncer:\n%s%s", i, p.res.stdout, p.res.stderr)
 	}
-	if applied != 19 {
-		t.Errorf("the two runs applied %d migrations between them, want 19", applied)
+	if applied != 20 {
+		t.Errorf("the two runs applied %d migrations between them, want 20", applied)
 	}
 	conn, err := pgx.Connect(ctx, d.URL(""))
 	if err != nil {
@@ -122,8 +122,8 @@ func TestConcurrentUpThroughPgBouncerAppliesOnce(t *testing.T) {
 	var versions, rows, ledger int
 	err = conn.QueryRow(ctx, `SELECT count(DISTINCT version_id), count(*),
 		(SELECT count(*) FROM control_core.migration_ledger) FROM control_core.goose_db_version WHERE version_id > 0`).Scan(&versions, &rows, &ledger)
-	if err != nil || versions != 19 || rows != 19 || ledger != 19 {
-		t.Errorf("goose versions %d, version rows %d, ledger rows %d (%v); want 19 each", versions, rows, ledger, err)
+	if err != nil || versions != 20 || rows != 20 || ledger != 20 {
+		t.Errorf("goose versions %d, version rows %d, ledger rows %d (%v); want 20 each", versions, rows, ledger, err)
 	}
 	for _, args := range [][]string{{"status", "--exit-code"}, {"probe"}, {"up", "--dry-run"}} {
 		if r := run(t, nil, append(args, "--database-url", bouncer)...); r.code != 0 {

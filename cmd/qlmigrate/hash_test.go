@@ -50,8 +50,8 @@ func TestHashCheckNamesEveryChangedFile(t *testing.T) {
 			appendTo(t, filepath.Join(dir, "0005_triggers.sql"), "-- a late edit\n")
 		}, []string{"edited", "0005_triggers.sql was edited"}},
 		{"added", func(t *testing.T, dir string) {
-			write(t, filepath.Join(dir, "0020_more.sql"), "-- +goose Up\nSELECT 1;\n")
-		}, []string{"added", "0020_more.sql was added"}},
+			write(t, filepath.Join(dir, "0021_more.sql"), "-- +goose Up\nSELECT 1;\n")
+		}, []string{"added", "0021_more.sql was added"}},
 		{"removed", func(t *testing.T, dir string) {
 			if err := os.Remove(filepath.Join(dir, "0007_attempts.sql")); err != nil {
 				t.Fatal(err)
@@ -61,8 +61,8 @@ func TestHashCheckNamesEveryChangedFile(t *testing.T) {
 			rename(t, dir, "0007_attempts.sql", "0007_attempt_rows.sql")
 		}, []string{"renamed", "0007_attempts.sql was renamed to 0007_attempt_rows.sql"}},
 		{"reordered", func(t *testing.T, dir string) {
-			rename(t, dir, "0019_audit_by_database.sql", "0020_audit_by_database.sql")
-		}, []string{"0019_audit_by_database.sql was renamed to 0020_audit_by_database.sql"}},
+			rename(t, dir, "0020_bounded_reads.sql", "0021_bounded_reads.sql")
+		}, []string{"0020_bounded_reads.sql was renamed to 0021_bounded_reads.sql"}},
 		{"sum edited by hand", func(t *testing.T, dir string) {
 			b, err := os.ReadFile(filepath.Join(dir, "migrations.sum"))
 			if err != nil {
@@ -105,8 +105,8 @@ func TestHashCheckNamesEveryChangedFile(t *testing.T) {
 func TestHashRewritesAndThenChecksClean(t *testing.T) {
 	t.Parallel()
 	dir := copyMigrations(t)
-	write(t, filepath.Join(dir, "0020_more.sql"), "-- +goose Up\nSELECT 1;\n")
-	if r := run(t, nil, "hash", "--dir", dir); r.code != 0 || !strings.Contains(r.stdout, "20 migrations") {
+	write(t, filepath.Join(dir, "0021_more.sql"), "-- +goose Up\nSELECT 1;\n")
+	if r := run(t, nil, "hash", "--dir", dir); r.code != 0 || !strings.Contains(r.stdout, "21 migrations") {
 		t.Fatalf("hash: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := run(t, nil, "hash", "--check", "--dir", dir, "--format", "json")
@@ -118,8 +118,8 @@ func TestHashRewritesAndThenChecksClean(t *testing.T) {
 		t.Fatalf("hash --check after hash: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
 	// A stream the binary could not run is never blessed.
-	write(t, filepath.Join(dir, "0020_Bad Name.sql"), "SELECT 1;\n")
-	if r := run(t, nil, "hash", "--dir", dir); r.code != 1 || !strings.Contains(r.stderr, "0020_Bad Name.sql") {
+	write(t, filepath.Join(dir, "0021_Bad Name.sql"), "SELECT 1;\n")
+	if r := run(t, nil, "hash", "--dir", dir); r.code != 1 || !strings.Contains(r.stderr, "0021_Bad Name.sql") {
 		t.Errorf("hash over a bad file name: exit %d, stderr %q; want 1 naming it", r.code, r.stderr)
 	}
 	if r := run(t, nil, "hash", "--dir", filepath.Join(dir, "nope")); r.code != 2 {

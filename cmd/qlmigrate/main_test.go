@@ -190,7 +190,7 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 	}
 
 	r = run(t, nil, append([]string{"--database-url", owner, "up"}, prefix...)...)
-	if r.code != 0 || !strings.Contains(r.stdout, "19 applied; control-core is at v18") || strings.Count(r.stdout, "applied pg-") != 19 {
+	if r.code != 0 || !strings.Contains(r.stdout, "20 applied; control-core is at v19") || strings.Count(r.stdout, "applied pg-") != 20 {
 		t.Fatalf("up as %s: exit %d\n%s%s", names.Owner, r.code, r.stdout, r.stderr)
 	}
 
@@ -199,8 +199,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 		t.Fatalf("status: exit %d\n%s", r.code, r.stderr)
 	}
 	stream, err := checksums.Load(migrations.FS)
-	if err != nil || len(stream) != 19 {
-		t.Fatalf("embedded stream: %d migrations, %v; want 19", len(stream), err)
+	if err != nil || len(stream) != 20 {
+		t.Fatalf("embedded stream: %d migrations, %v; want 20", len(stream), err)
 	}
 	for _, m := range stream {
 		// VERSION NAME APPLIED-AT APPLIED-BY DURATION CHECKSUM, the time in RFC 3339.
@@ -209,8 +209,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 			t.Errorf("status has no line for %s with an applied time and checksum ok:\n%s", m.Name, r.stdout)
 		}
 	}
-	if !strings.Contains(r.stdout, "capability v18") || !strings.Contains(r.stdout, "19 of 19 applied") || strings.Contains(r.stdout, "pending") {
-		t.Errorf("status does not show all 19 applied at v18:\n%s", r.stdout)
+	if !strings.Contains(r.stdout, "capability v19") || !strings.Contains(r.stdout, "20 of 20 applied") || strings.Contains(r.stdout, "pending") {
+		t.Errorf("status does not show all 20 applied at v19:\n%s", r.stdout)
 	}
 
 	if r = run(t, nil, append([]string{"--database-url", owner, "verify"}, prefix...)...); r.code != 0 || !strings.Contains(r.stdout, "OK: no drift") {
@@ -366,8 +366,8 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 		}
 		applied += strings.Count(p.res.stdout, "applied pg-")
 	}
-	if applied != 19 {
-		t.Errorf("the two runs applied %d migrations between them, want 19", applied)
+	if applied != 20 {
+		t.Errorf("the two runs applied %d migrations between them, want 20", applied)
 	}
 	var versions, rows, ledger int
 	err = holder.QueryRow(ctx, `SELECT count(DISTINCT version_id), count(*),
@@ -375,8 +375,8 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if versions != 19 || rows != 19 || ledger != 19 {
-		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 19 each", versions, rows, ledger)
+	if versions != 20 || rows != 20 || ledger != 20 {
+		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 20 each", versions, rows, ledger)
 	}
 }
 

@@ -17,7 +17,7 @@ func TestFieldErrorsNameTheFieldNotAFlag(t *testing.T) {
 		err   error
 		field string
 	}{
-		{"target beyond the stream", migrate.CheckTarget(nil, 20), "To"},
+		{"target beyond the stream", migrate.CheckTarget(nil, 21), "To"},
 		{"negative target", migrate.CheckTarget(nil, -3), "To"},
 		{"version 0", migrate.CheckVersion(nil, 0), "Version"},
 		{"version beyond the stream", migrate.CheckVersion(nil, 99), "Version"},

@@ -59,12 +59,12 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if len(applied) != 19 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[18].Migration.Name != "pg-0019-audit-by-database" {
-		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0019-audit-by-database", len(applied), applied)
+	if len(applied) != 20 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[19].Migration.Name != "pg-0020-bounded-reads" {
+		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0020-bounded-reads", len(applied), applied)
 	}
 	capability, err := db.New(r.Pool).Capability(ctx, "control-core")
-	if err != nil || capability.Version != 18 || capability.Name != "audit_by_database" {
-		t.Fatalf("capability = %+v, %v; want v18 audit_by_database", capability, err)
+	if err != nil || capability.Version != 19 || capability.Name != "bounded_reads" {
+		t.Fatalf("capability = %+v, %v; want v19 bounded_reads", capability, err)
 	}
 
 	su := d.Pool(t, "")
@@ -119,7 +119,7 @@ func TestUpToStopsThereAndStatusShowsPending(t *testing.T) {
 		}
 	}
 	var field *migrate.FieldError
-	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 19") {
+	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 20") {
 		t.Errorf("Up(ctx, 99): err %v, want a *FieldError of field To saying which versions exist", err)
 	}
 }

@@ -269,7 +269,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		}
 	}
 
-	// Capability: v18 for the complete stream; with --allow-pending, the one the last applied
+	// Capability: v19 for the complete stream; with --allow-pending, the one the last applied
 	// migration set.
 	want := r.Expected
 	if opts.AllowPending && len(pending) > 0 {
@@ -361,7 +361,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 }
 
 func expectedOf(m checksums.Migration, n int) Expected {
-	slug := strings.TrimSuffix(m.File[5:], ".sql") // 0019_audit_by_database.sql → audit_by_database
+	slug := strings.TrimSuffix(m.File[5:], ".sql") // 0020_bounded_reads.sql → bounded_reads
 	return Expected{Component: Component, Capability: int32(m.Version - 1), Name: slug, Migration: m.Name, Migrations: n}
 }
 
