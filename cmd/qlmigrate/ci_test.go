@@ -24,14 +24,14 @@ func TestCIGates(t *testing.T) {
 	if r := run(t, nil, "up", "--to", "14", "--database-url", su); r.code != 0 {
 		t.Fatalf("up --to 14: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := run(t, nil, "status", "--exit-code", "--database-url", su); r.code != 1 || !strings.Contains(r.stderr, "5 migration(s) pending") {
-		t.Errorf("status --exit-code with 5 pending: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
+	if r := run(t, nil, "status", "--exit-code", "--database-url", su); r.code != 1 || !strings.Contains(r.stderr, "6 migration(s) pending") {
+		t.Errorf("status --exit-code with 6 pending: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	dry := run(t, nil, "up", "--dry-run", "--database-url", su)
-	if dry.code != 0 || strings.Count(dry.stdout, "\n"+migrate.BeginSQL+"\n") != 5 || !strings.Contains(dry.stdout, "-- pg-0015-database-time") {
-		t.Errorf("up --dry-run: exit %d, want 5 transactions from pg-0015\n%s%s", dry.code, dry.stdout, dry.stderr)
+	if dry.code != 0 || strings.Count(dry.stdout, "\n"+migrate.BeginSQL+"\n") != 6 || !strings.Contains(dry.stdout, "-- pg-0015-database-time") {
+		t.Errorf("up --dry-run: exit %d, want 6 transactions from pg-0015\n%s%s", dry.code, dry.stdout, dry.stderr)
 	}
-	if r := run(t, nil, "up", "--database-url", su); r.code != 0 || strings.Count(r.stdout, "applied pg-") != 5 {
+	if r := run(t, nil, "up", "--database-url", su); r.code != 0 || strings.Count(r.stdout, "applied pg-") != 6 {
 		t.Fatalf("up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	st := run(t, nil, "status", "--exit-code", "--database-url", su)
