@@ -58,18 +58,22 @@ type Server struct {
 }
 
 var (
-	server   *Server
-	setupErr error
+	mainCalled bool
+	startOnce  sync.Once
+	server     *Server
+	setupErr   error
 )
 
-// Main provides the server for a test binary: call it from TestMain.
+// Main provides the server for a test binary: call it from TestMain. The server starts at the
+// first Get, not here: a binary whose selected tests need no database (go test -run '^$', or a
+// -run that picks only unit tests) starts none.
 func Main(m *testing.M) {
 	os.Exit(run(m))
 }
 
-// run gives the binary a temporary folder of its own (scratch) and the server, runs the tests,
-// and leaves nothing behind: the folder, the template, and any database or role of this binary
-// that a test's clean-up missed are removed whether the tests passed or not.
+// run gives the binary a temporary folder of its own (scratch), runs the tests, and leaves
+// nothing behind: the folder, and if a test started the server, the template and any database or
+// role of this binary that a test's clean-up missed are removed whether the tests passed or not.
 func run(m *testing.M) int {
 	removeScratch, err := scratch()
 	if err != nil {
@@ -77,9 +81,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer removeScratch()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	server, setupErr = start(ctx)
-	cancel()
+	mainCalled = true
 	code := m.Run()
 	if server != nil {
 		left, err := server.close()
@@ -99,10 +101,16 @@ func run(m *testing.M) int {
 // Get returns the binary's server, failing (or skipping, on explicit opt-out) the test without one.
 func Get(t testing.TB) *Server {
 	t.Helper()
-	if server == nil {
-		if setupErr == nil {
+	startOnce.Do(func() {
+		if !mainCalled {
 			setupErr = errors.New("testpg.Main was not called from TestMain")
+			return
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		server, setupErr = start(ctx)
+	})
+	if server == nil {
 		if os.Getenv("QL_TEST_SKIP_DB") == "1" {
 			t.Skipf("QL_TEST_SKIP_DB=1: skipping a test that needs PostgreSQL (%v)", setupErr)
 		}
