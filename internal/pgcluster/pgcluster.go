@@ -127,9 +127,16 @@ func (c *Cluster) start(ctx context.Context, opts Options, cred *syscall.Credent
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, lastLines(out, 5))
 	}
+	return c.launch(ctx, data, serverSettings(c.dir, opts, nil), cred, opts.Log)
+}
+
+// serverSettings are the command-line settings of every server this package starts, primary or
+// standby (extra adds the role's own), then the caller's Options.Settings: written once, so a
+// standby never lacks a setting its primary has.
+func serverSettings(socketDir string, opts Options, extra map[string]string) map[string]string {
 	settings := map[string]string{
 		"listen_addresses":               "127.0.0.1",
-		"unix_socket_directories":        c.dir,
+		"unix_socket_directories":        socketDir,
 		"max_connections":                "300",
 		"shared_buffers":                 "128MB",
 		"max_prepared_transactions":      "0",
@@ -142,23 +149,32 @@ func (c *Cluster) start(ctx context.Context, opts Options, cred *syscall.Credent
 		settings["synchronous_commit"] = "off"
 		settings["full_page_writes"] = "off"
 	}
-	for k, v := range opts.Settings {
-		settings[k] = v
+	for _, m := range []map[string]string{extra, opts.Settings} {
+		for k, v := range m {
+			settings[k] = v
+		}
 	}
+	return settings
+}
+
+// launch starts postgres on dataDir with settings on a free port and waits until it accepts
+// connections (a hot standby: once consistent). A failed start is retried on another port: most
+// likely another process took the port between freePort and postgres' bind.
+func (c *Cluster) launch(ctx context.Context, dataDir string, settings map[string]string, cred *syscall.Credential, log *os.File) error {
 	for attempt := 0; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			return err
 		}
-		args := []string{"-D", data, "-p", strconv.Itoa(port)}
+		args := []string{"-D", dataDir, "-p", strconv.Itoa(port)}
 		for k, v := range settings {
 			args = append(args, "-c", k+"="+v)
 		}
 		cmd := exec.Command(filepath.Join(c.BinDir, "postgres"), args...)
 		// Pdeathsig: if this process dies without stopping the server, the server dies too.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		if opts.Log != nil {
-			cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
+		if log != nil {
+			cmd.Stdout, cmd.Stderr = log, log
 		}
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("start postgres: %w", err)
@@ -175,7 +191,6 @@ func (c *Cluster) start(ctx context.Context, opts Options, cred *syscall.Credent
 		if attempt >= 3 || ctx.Err() != nil {
 			return err
 		}
-		// most likely another process took the port between freePort and postgres' bind: retry
 	}
 }
 

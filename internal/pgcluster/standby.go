@@ -61,53 +61,7 @@ func (c *Cluster) startStandby(ctx context.Context, primary *Cluster, opts Optio
 			return fmt.Errorf("pg_basebackup from port %d: %w: %s", primary.Port, err, lastLines(out, 5))
 		}
 	}
-	settings := map[string]string{
-		"listen_addresses":          "127.0.0.1",
-		"unix_socket_directories":   c.dir,
-		"max_connections":           "300",
-		"shared_buffers":            "128MB",
-		"max_prepared_transactions": "0",
-		"log_min_messages":          "warning",
-		"timezone":                  "UTC",
-		"hot_standby":               "on",
-	}
-	if !opts.Durable {
-		settings["fsync"] = "off"
-		settings["synchronous_commit"] = "off"
-	}
-	for k, v := range opts.Settings {
-		settings[k] = v
-	}
-	for attempt := 0; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		args := []string{"-D", c.DataDir(), "-p", strconv.Itoa(port)}
-		for k, v := range settings {
-			args = append(args, "-c", k+"="+v)
-		}
-		cmd := exec.Command(filepath.Join(c.BinDir, "postgres"), args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		if opts.Log != nil {
-			cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
-		}
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start standby postgres: %w", err)
-		}
-		c.cmd, c.Port = cmd, port
-		c.exited = make(chan struct{})
-		go func(exited chan struct{}) { c.waitErr = cmd.Wait(); close(exited) }(c.exited)
-		err = c.waitReady(ctx) // a hot standby accepts connections once consistent
-		if err == nil {
-			return nil
-		}
-		_ = cmd.Process.Kill()
-		<-c.exited
-		if attempt >= 3 || ctx.Err() != nil {
-			return err
-		}
-	}
+	return c.launch(ctx, c.DataDir(), serverSettings(c.dir, opts, map[string]string{"hot_standby": "on"}), cred, opts.Log)
 }
 
 // superuser runs f on a superuser connection to the cluster's postgres database.
