@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/internal/eventually"
+	"github.com/qlcontrol/controlcore/internal/testbin"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/roles"
 	"github.com/qlcontrol/controlcore/sql/migrations"
@@ -27,33 +27,9 @@ import (
 
 func TestMain(m *testing.M) { testpg.Main(m) }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
 // qlmigrate builds the real binary once, so tests see exactly what users run: processes, exit
 // codes, stdout and stderr.
-func qlmigrate(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "qlmigrate-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "qlmigrate")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func qlmigrate(t *testing.T) string { return testbin.Command(t, "qlmigrate") }
 
 type result struct {
 	stdout, stderr string

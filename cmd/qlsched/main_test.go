@@ -28,35 +28,13 @@ import (
 	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/internal/limits"
 	"github.com/qlcontrol/controlcore/internal/migrate"
+	"github.com/qlcontrol/controlcore/internal/testbin"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
 
 func TestMain(m *testing.M) { testpg.Main(m) }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func qlsched(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "qlsched-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "qlsched")
-		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func qlsched(t *testing.T) string { return testbin.Command(t, "qlsched") }
 
 type result struct {
 	stdout, stderr string
@@ -738,32 +716,9 @@ func TestStatusJSONReportsEachProject(t *testing.T) {
 	}
 }
 
-var (
-	raceOnce sync.Once
-	raceBin  string
-	raceErr  error
-)
-
 // qlschedRace is qlsched built with the race detector, which makes the binary report a data race
 // on stderr and exit 66.
-func qlschedRace(t *testing.T) string {
-	t.Helper()
-	raceOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "qlsched-race-")
-		if err != nil {
-			raceErr = err
-			return
-		}
-		raceBin = filepath.Join(dir, "qlsched")
-		if out, err := exec.Command("go", "build", "-race", "-o", raceBin, ".").CombinedOutput(); err != nil {
-			raceErr = fmt.Errorf("go build -race: %v\n%s", err, out)
-		}
-	})
-	if raceErr != nil {
-		t.Fatal(raceErr)
-	}
-	return raceBin
-}
+func qlschedRace(t *testing.T) string { return testbin.Command(t, "qlsched", "-race") }
 
 // replicaProcess is a running `qlsched run` whose stderr lines arrive on lines.
 type replicaProcess struct {
@@ -1161,28 +1116,5 @@ func pieces6(s string) []string {
 	return out
 }
 
-var (
-	qlmigrateOnce sync.Once
-	qlmigratePath string
-	qlmigrateErr  error
-)
-
 // buildQlmigrate builds the qlmigrate binary once, for tests that run both binaries.
-func buildQlmigrate(t *testing.T) string {
-	t.Helper()
-	qlmigrateOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "qlmigrate-bin-")
-		if err != nil {
-			qlmigrateErr = err
-			return
-		}
-		qlmigratePath = filepath.Join(dir, "qlmigrate")
-		if out, err := exec.Command("go", "build", "-o", qlmigratePath, "../qlmigrate").CombinedOutput(); err != nil {
-			qlmigrateErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if qlmigrateErr != nil {
-		t.Fatal(qlmigrateErr)
-	}
-	return qlmigratePath
-}
+func buildQlmigrate(t *testing.T) string { return testbin.Command(t, "qlmigrate") }

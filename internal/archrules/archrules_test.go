@@ -51,7 +51,7 @@ func testOnly(path string) bool {
 		return true
 	}
 	for _, p := range []string{"internal/testpg", "internal/eventually", "internal/drifttest",
-		"internal/dbconn/dbconntest", "internal/faultproxy", "internal/mutate", "internal/jsondoc"} {
+		"internal/dbconn/dbconntest", "internal/faultproxy", "internal/mutate", "internal/jsondoc", "internal/testbin"} {
 		if path == module+"/"+p {
 			return true
 		}

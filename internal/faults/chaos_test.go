@@ -21,6 +21,7 @@ import (
 	"github.com/qlcontrol/controlcore/admin"
 	qlchaos "github.com/qlcontrol/controlcore/internal/chaos"
 	"github.com/qlcontrol/controlcore/internal/eventually"
+	"github.com/qlcontrol/controlcore/internal/testbin"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	cronschedule "github.com/qlcontrol/controlcore/schedule"
 )
@@ -233,21 +234,7 @@ func chaosConfigFromEnv(t *testing.T) chaosConfig {
 }
 
 // buildQlsched builds the real binary the replicas run.
-func buildQlsched(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
-	bin := filepath.Join(t.TempDir(), "qlsched")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/qlsched")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build qlsched: %v\n%s", err, out)
-	}
-	return bin
-}
+func buildQlsched(t *testing.T) string { return testbin.Command(t, "qlsched") }
 
 // ---- replica processes and the fault driver (internal/chaos) ----
 
