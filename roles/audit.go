@@ -169,11 +169,6 @@ func ReadAudit(ctx context.Context, conn Beginner, names Names, opts Options) (*
 	return audit, err
 }
 
-// Read is ReadWith without options.
-func Read(ctx context.Context, q *db.Queries, names Names) (*Audit, error) {
-	return ReadWith(ctx, q, names, Options{})
-}
-
 // ReadWith compares the model with the catalogs. q must run on a transaction whose search_path
 // is pg_catalog only (see checksums.ReadReadiness). Every catalog it reads is readable by any
 // role: the runtime and the owner role get the same audit as a superuser.

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/checksums"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/migrate"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/roles"
@@ -26,14 +25,7 @@ func audit(t *testing.T, url string, names roles.Names) *roles.Audit {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var a *roles.Audit
-	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
-			return err
-		}
-		a, err = roles.Read(ctx, db.New(tx), names)
-		return err
-	})
+	a, err := roles.ReadAudit(ctx, conn, names, roles.Options{})
 	if err != nil {
 		t.Fatalf("read privileges: %v", err)
 	}

@@ -445,13 +445,7 @@ func TestDatabaseNotAllowingConnectionsIsDrift(t *testing.T) {
 	})
 	var a *roles.Audit
 	read := func() {
-		err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
-				return err
-			}
-			a, err = roles.Read(ctx, db.New(tx), names)
-			return err
-		})
+		a, err = roles.ReadAudit(ctx, conn, names, roles.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

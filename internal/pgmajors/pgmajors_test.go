@@ -31,14 +31,7 @@ func readAudit(t *testing.T, url string, names roles.Names) *roles.Audit {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var a *roles.Audit
-	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
-			return err
-		}
-		a, err = roles.Read(ctx, db.New(tx), names)
-		return err
-	})
+	a, err := roles.ReadAudit(ctx, conn, names, roles.Options{})
 	if err != nil {
 		t.Fatalf("read privileges: %v", err)
 	}
