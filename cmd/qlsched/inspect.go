@@ -401,6 +401,10 @@ func (a *app) runsCmd() *cobra.Command {
 the admission lag (queued minus scheduled, both database times), state, Attempts and Events.
 --state keeps one state (`+strings.Join(admin.RunStates, ", ")+`); --since keeps the Runs
 admitted within a duration before the database's time (1h, 30m) or at or after an RFC 3339 time.
+With --trigger the Runs are the trigger's, newest occurrence first, and --state and --since
+look among its newest `+fmt.Sprint(admin.TriggerRunsWalk)+` occurrences per project. Each project is read as
+one index range of at most --limit Runs, merged across projects: a filter that matches nothing
+reads nothing.
 
 A Run stays queued until a dispatcher, outside this scheduler (ADR-0105), claims its Attempt:
 the claimed remote_worker Attempt is the admission's own, waiting for a worker.`,
