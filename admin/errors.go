@@ -22,6 +22,7 @@ const (
 	FieldSince        = "since"
 	FieldRun          = "run"
 	FieldUpcoming     = "upcoming"
+	FieldAfter        = "after"
 )
 
 // FieldError is input refused before anything was written: Field says which input (one of the

@@ -60,10 +60,11 @@ func (r *Reader) ShowTrigger(ctx context.Context, s TriggerShow) (TriggerDetail,
 	}
 	project, trigger, upcoming, runs := s.Project, s.Trigger, s.Upcoming, s.Runs
 	err := r.snapshot(ctx, func(q *db.Queries) error {
-		ts, err := readTriggers(ctx, q, TriggerFilter{Project: project, Trigger: trigger})
+		page, err := readTriggers(ctx, q, TriggerFilter{Project: project, Trigger: trigger, Limit: 1})
 		if err != nil {
 			return err
 		}
+		ts := page.Triggers
 		if len(ts) == 0 {
 			return fmt.Errorf("trigger %s/%s: %w", project, trigger, ErrNotFound)
 		}
@@ -129,26 +130,66 @@ type Task struct {
 	UpdatedAtMs         int64     `json:"updated_at_ms"`
 }
 
-// TaskFilter selects tasks; a zero field selects all.
-type TaskFilter struct{ Project string }
+// MaxTaskTriggers caps the count of triggers a task list shows per task: a count at the cap means
+// "at least" (the count costs one probe per trigger, so it is bounded like the page).
+const MaxTaskTriggers = 100
 
-// Validate refuses a filter that could never match a stored row.
-func (f TaskFilter) Validate() error { return (TriggerFilter{Project: f.Project}).Validate() }
+// TaskFilter selects one page of tasks in (project, task) order; a zero Project selects all.
+// After ("PROJECT/TASK", as a page's Next gives it) starts the page after that task; Limit (1 …
+// MaxListLimit) bounds it, 0 meaning DefaultListLimit.
+type TaskFilter struct {
+	Project string
+	After   string
+	Limit   int
+}
 
-// Tasks lists tasks by project and id.
-func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
-	if err := f.Validate(); err != nil {
-		return nil, err
+// Validate refuses a filter that could never match a stored row, a malformed After and a limit
+// out of bounds.
+func (f TaskFilter) Validate() error {
+	if err := (TriggerFilter{Project: f.Project}).Validate(); err != nil {
+		return err
 	}
-	var out []Task
+	if _, err := parseAfter(f.After, f.Project, FieldTask); err != nil {
+		return err
+	}
+	return validateListLimit(f.Limit)
+}
+
+// TaskList is one page of tasks. Next is set when more tasks follow the page: pass it as
+// TaskFilter.After (--after) for the next page.
+type TaskList struct {
+	Tasks []Task
+	Next  string
+}
+
+// Tasks reads the first page of tasks (TaskPage without its Next).
+func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
+	page, err := r.TaskPage(ctx, f)
+	return page.Tasks, err
+}
+
+// TaskPage reads one page of tasks by project and id, one row more than the page holds: its
+// presence is the "more" hint.
+func (r *Reader) TaskPage(ctx context.Context, f TaskFilter) (TaskList, error) {
+	if err := f.Validate(); err != nil {
+		return TaskList{}, err
+	}
+	after, _ := parseAfter(f.After, f.Project, FieldTask) // validated above
+	limit := listLimit(f.Limit)
+	var out TaskList
 	err := r.snapshot(ctx, func(q *db.Queries) error {
-		rows, err := q.ListTasks(ctx, optText(f.Project))
+		rows, err := q.ListTasks(ctx, db.ListTasksParams{ProjectID: optText(f.Project), AfterProject: after.Project,
+			AfterTask: after.ID, Cap: MaxTaskTriggers, MaxRows: int32(limit + 1)})
 		if err != nil {
 			return fmt.Errorf("read tasks: %w", err)
 		}
-		out = make([]Task, 0, len(rows))
+		out = TaskList{Tasks: make([]Task, 0, min(len(rows), limit))}
+		if len(rows) > limit {
+			rows = rows[:limit]
+			out.Next = ListKey{rows[limit-1].ProjectID, rows[limit-1].TaskID}.String()
+		}
 		for _, t := range rows {
-			out = append(out, Task{ProjectID: t.ProjectID, TaskID: t.TaskID, Revision: t.HeadRevision,
+			out.Tasks = append(out.Tasks, Task{ProjectID: t.ProjectID, TaskID: t.TaskID, Revision: t.HeadRevision,
 				ExecutionRevisionID: t.ExecutionRevisionID, ExecutionDigest: t.ExecutionDigest, ContentDigest: t.ContentDigest,
 				Triggers: t.Triggers, CreatedAtMs: t.CreatedAtMs, UpdatedAtMs: t.UpdatedAtMs})
 		}

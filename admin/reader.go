@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,7 +35,16 @@ func NewReader(pool *pgxpool.Pool, local ...string) *Reader { return &Reader{poo
 // (control_core.db_now_ms() is the statement's timestamp).
 func (r *Reader) snapshot(ctx context.Context, fn func(q *db.Queries) error) error {
 	return dbconn.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, r.local,
-		func(tx pgx.Tx) error { return fn(db.New(tx)) })
+		func(tx pgx.Tx) error {
+			q := db.New(tx)
+			// no JIT, as in the console's snapshot: the reads are bounded walks, but a LATERAL per
+			// project multiplies the estimates past the JIT thresholds, and compiling costs more
+			// than the walk (issue 37)
+			if err := q.ConsoleNoJIT(ctx); err != nil {
+				return fmt.Errorf("turn JIT off: %w", err)
+			}
+			return fn(q)
+		})
 }
 
 // Trigger is a trigger's head revision with its schedule row. Nil pointers are what the row does
@@ -77,10 +87,25 @@ func (t Trigger) ClaimLive() bool {
 	return t.ClaimOwner != nil && t.ClaimExpiresAtMs != nil && *t.ClaimExpiresAtMs > t.NowMs
 }
 
-// TriggerFilter selects triggers; a zero field selects all.
-type TriggerFilter struct{ Project, Trigger string }
+// DefaultListLimit is how many rows a page of trigger list or task list holds when no limit is
+// given; MaxListLimit bounds the limit. A page is one range of a primary key, so its cost is its
+// size, whatever the table holds.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
 
-// Validate refuses a filter that could never match a stored row.
+// TriggerFilter selects one page of triggers in (project, trigger) order; a zero Project or
+// Trigger selects all. After ("PROJECT/TRIGGER", as a page's Next gives it) starts the page after
+// that trigger; Limit (1 … MaxListLimit) bounds it, 0 meaning DefaultListLimit.
+type TriggerFilter struct {
+	Project, Trigger string
+	After            string
+	Limit            int
+}
+
+// Validate refuses a filter that could never match a stored row, a malformed After and a limit
+// out of bounds.
 func (f TriggerFilter) Validate() error {
 	for _, id := range []struct{ field, id string }{{FieldProject, f.Project}, {FieldTrigger, f.Trigger}} {
 		if id.id != "" {
@@ -89,15 +114,72 @@ func (f TriggerFilter) Validate() error {
 			}
 		}
 	}
+	if _, err := parseAfter(f.After, f.Project, FieldTrigger); err != nil {
+		return err
+	}
+	return validateListLimit(f.Limit)
+}
+
+// ListKey is a keyset position of a paged list: the (project, id) of the last row of a page.
+type ListKey struct{ Project, ID string }
+
+// String is the form a --after flag takes: "PROJECT/ID" ("" for the start).
+func (k ListKey) String() string {
+	if k == (ListKey{}) {
+		return ""
+	}
+	return k.Project + "/" + k.ID
+}
+
+// parseAfter reads "PROJECT/ID" ("" is the start). With a project filter the key must lie in
+// that project: a key of another project would silently give an empty or a wrong page.
+func parseAfter(after, project, idField string) (ListKey, error) {
+	if after == "" {
+		return ListKey{}, nil
+	}
+	p, id, ok := strings.Cut(after, "/")
+	if !ok {
+		return ListKey{}, fieldErrf(FieldAfter, "%q: want PROJECT/%s, the key the previous page printed", after, strings.ToUpper(idField))
+	}
+	if err := ValidateID(FieldProject, p); err != nil {
+		return ListKey{}, fieldErrf(FieldAfter, "%q: %v", after, errors.Unwrap(err))
+	}
+	if err := ValidateID(idField, id); err != nil {
+		return ListKey{}, fieldErrf(FieldAfter, "%q: %v", after, errors.Unwrap(err))
+	}
+	if project != "" && p != project {
+		return ListKey{}, fieldErrf(FieldAfter, "%q lies in project %s, not in --project %s", after, p, project)
+	}
+	return ListKey{Project: p, ID: id}, nil
+}
+
+func validateListLimit(limit int) error {
+	if limit < 0 || limit > MaxListLimit {
+		return fieldErrf(FieldLimit, "%d is out of range: want 1 … %d", limit, MaxListLimit)
+	}
 	return nil
 }
 
-// Triggers lists triggers by project and id.
-func (r *Reader) Triggers(ctx context.Context, f TriggerFilter) ([]Trigger, error) {
-	if err := f.Validate(); err != nil {
-		return nil, err
+func listLimit(limit int) int {
+	if limit == 0 {
+		return DefaultListLimit
 	}
-	var out []Trigger
+	return limit
+}
+
+// TriggerList is one page of triggers. Next is set when more triggers follow the page: pass it
+// as TriggerFilter.After (--after) for the next page.
+type TriggerList struct {
+	Triggers []Trigger
+	Next     string
+}
+
+// TriggerPage reads one page of triggers by project and id.
+func (r *Reader) TriggerPage(ctx context.Context, f TriggerFilter) (TriggerList, error) {
+	if err := f.Validate(); err != nil {
+		return TriggerList{}, err
+	}
+	var out TriggerList
 	err := r.snapshot(ctx, func(q *db.Queries) (err error) {
 		out, err = readTriggers(ctx, q, f)
 		return err
@@ -105,10 +187,28 @@ func (r *Reader) Triggers(ctx context.Context, f TriggerFilter) ([]Trigger, erro
 	return out, err
 }
 
-func readTriggers(ctx context.Context, q *db.Queries, f TriggerFilter) ([]Trigger, error) {
-	rows, err := q.ListTriggers(ctx, db.ListTriggersParams{ProjectID: optText(f.Project), TriggerID: optText(f.Trigger)})
+// Triggers reads the first page of triggers (TriggerPage without its Next).
+func (r *Reader) Triggers(ctx context.Context, f TriggerFilter) ([]Trigger, error) {
+	page, err := r.TriggerPage(ctx, f)
+	return page.Triggers, err
+}
+
+// readTriggers reads one row more than the page holds: its presence is the "more" hint.
+func readTriggers(ctx context.Context, q *db.Queries, f TriggerFilter) (TriggerList, error) {
+	after, err := parseAfter(f.After, f.Project, FieldTrigger)
 	if err != nil {
-		return nil, fmt.Errorf("read triggers: %w", err)
+		return TriggerList{}, err
+	}
+	limit := listLimit(f.Limit)
+	rows, err := q.ListTriggers(ctx, db.ListTriggersParams{ProjectID: optText(f.Project), TriggerID: optText(f.Trigger),
+		AfterProject: after.Project, AfterTrigger: after.ID, MaxRows: int32(limit + 1)})
+	if err != nil {
+		return TriggerList{}, fmt.Errorf("read triggers: %w", err)
+	}
+	var next string
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = ListKey{rows[limit-1].ProjectID, rows[limit-1].TriggerID}.String()
 	}
 	out := make([]Trigger, 0, len(rows))
 	for _, t := range rows {
@@ -123,7 +223,7 @@ func readTriggers(ctx context.Context, q *db.Queries, f TriggerFilter) ([]Trigge
 		tr.nextFire()
 		out = append(out, tr)
 	}
-	return out, nil
+	return TriggerList{Triggers: out, Next: next}, nil
 }
 
 // nextFire sets NextFireMs: the cursor, or the preview from the spec and the read's time.
@@ -238,21 +338,39 @@ func (r *Reader) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
 	return out, err
 }
 
+// TriggerRunsWalk bounds how many of a trigger's newest occurrences (per project) a Run listing
+// filtered by trigger and by state or time looks at: the filters are applied to that walk, so a
+// filter that matches nothing costs at most this many Runs.
+const TriggerRunsWalk = 10000
+
+// readRuns reads a page of Runs: newest admission first, or with a trigger newest occurrence
+// first (sql/queries/publish.sql says why each is an index range).
 func readRuns(ctx context.Context, q *db.Queries, f RunFilter) ([]Run, error) {
-	rows, err := q.ListRuns(ctx, db.ListRunsParams{ProjectID: optText(f.Project), TriggerID: optText(f.Trigger), State: optText(f.State),
-		SinceMs: pgtype.Int8{Int64: f.SinceMs, Valid: f.SinceMs > 0}, WithinMs: pgtype.Int8{Int64: f.Within.Milliseconds(), Valid: f.Within > 0},
-		MaxRows: int32(f.Limit)})
+	since := pgtype.Int8{Int64: f.SinceMs, Valid: f.SinceMs > 0}
+	within := pgtype.Int8{Int64: f.Within.Milliseconds(), Valid: f.Within > 0}
+	var out []Run
+	if f.Trigger != "" {
+		rows, err := q.ListTriggerRuns(ctx, db.ListTriggerRunsParams{ProjectID: optText(f.Project), TriggerID: f.Trigger,
+			State: optText(f.State), SinceMs: since, WithinMs: within, Walk: TriggerRunsWalk, MaxRows: int32(f.Limit)})
+		if err != nil {
+			return nil, fmt.Errorf("read runs of trigger %s: %w", f.Trigger, err)
+		}
+		out = make([]Run, 0, len(rows))
+		for _, x := range rows {
+			out = append(out, runOf(x.RunID, x.ProjectID, x.TaskID, x.TaskRevision, x.TriggerID, x.TriggerRevision, x.ScheduledForMs,
+				x.IdempotencyKey, x.State, x.QueuedAtMs, x.CreatedAtMs, x.Attempts, x.Events))
+		}
+		return out, nil
+	}
+	rows, err := q.ListRuns(ctx, db.ListRunsParams{ProjectID: optText(f.Project), State: optText(f.State),
+		SinceMs: since, WithinMs: within, MaxRows: int32(f.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read runs: %w", err)
 	}
-	out := make([]Run, 0, len(rows))
+	out = make([]Run, 0, len(rows))
 	for _, x := range rows {
-		out = append(out, Run{
-			RunID: x.RunID, ProjectID: x.ProjectID, TaskID: x.TaskID, TaskRevision: x.TaskRevision,
-			TriggerID: textPtr(x.TriggerID), TriggerRevision: int8Ptr(x.TriggerRevision), ScheduledForMs: int8Ptr(x.ScheduledForMs),
-			IdempotencyKey: x.IdempotencyKey, State: x.State, QueuedAtMs: int8Ptr(x.QueuedAtMs), CreatedAtMs: x.CreatedAtMs,
-			Attempts: x.Attempts, Events: x.Events,
-		})
+		out = append(out, runOf(x.RunID, x.ProjectID, x.TaskID, x.TaskRevision, x.TriggerID, x.TriggerRevision, x.ScheduledForMs,
+			x.IdempotencyKey, x.State, x.QueuedAtMs, x.CreatedAtMs, x.Attempts, x.Events))
 	}
 	return out, nil
 }
@@ -320,7 +438,7 @@ func (r *Reader) Status(ctx context.Context) (Status, error) {
 		if err != nil {
 			return fmt.Errorf("read live claims by project: %w", err)
 		}
-		admits, err := q.LastAdmits(ctx)
+		admits, err := q.LastAdmits(ctx, MaxLastAdmits)
 		if err != nil {
 			return fmt.Errorf("read last admissions: %w", err)
 		}

@@ -17,7 +17,8 @@ func TestReadersReportWhatIsStored(t *testing.T) {
 	if _, err := f.pub.PublishTrigger(ctx, spec("p", "nightly", "task", "0 3 * * *")); err != nil {
 		t.Fatal(err)
 	}
-	f.d.Exec(t, `UPDATE control_core.trigger_schedules SET next_fire_at_ms = 1000000, claim_owner = 'replica-x',
+	// last_scheduled_at_ms as the admit of the Run below writes it (status's last admissions read it)
+	f.d.Exec(t, `UPDATE control_core.trigger_schedules SET next_fire_at_ms = 1000000, last_scheduled_at_ms = 100000, claim_owner = 'replica-x',
 		claim_token = gen_random_uuid(), claim_version = claim_version + 1, updated_at_ms = control_core.db_now_ms(),
 		claim_expires_at_ms = control_core.db_now_ms() + 600000 WHERE trigger_id = 'nightly'`)
 	f.d.Exec(t, `INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,

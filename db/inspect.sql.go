@@ -228,17 +228,28 @@ func (q *Queries) ListRunEvents(ctx context.Context, runID uuid.UUID) ([]ListRun
 const listTasks = `-- name: ListTasks :many
 SELECT t.project_id, t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest,
        kr.content_digest, t.created_at_ms, t.updated_at_ms,
-       (SELECT count(*) FROM control_core.trigger_schedules s
-        JOIN control_core.trigger_revisions tr
-          ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-        WHERE tr.project_id = t.project_id AND tr.task_id = t.task_id)::bigint AS triggers
+       (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_revisions tr
+                              JOIN control_core.trigger_schedules s
+                                ON s.project_id = tr.project_id AND s.trigger_id = tr.trigger_id AND s.trigger_revision = tr.revision
+                              WHERE tr.project_id = t.project_id AND tr.task_id = t.task_id
+                              LIMIT $1::integer) x)::bigint AS triggers
 FROM control_core.tasks t
 JOIN control_core.task_revisions kr
   ON kr.project_id = t.project_id AND kr.task_id = t.task_id AND kr.revision = t.head_revision
 JOIN control_core.execution_revisions e ON e.execution_revision_id = kr.execution_revision_id
-WHERE ($1::text IS NULL OR t.project_id = $1::text)
+WHERE ($2::text IS NULL OR t.project_id = $2::text)
+  AND (t.project_id, t.task_id) > ($3::text, $4::text)
 ORDER BY t.project_id, t.task_id
+LIMIT $5::integer
 `
+
+type ListTasksParams struct {
+	Cap          int32       `json:"cap"`
+	ProjectID    pgtype.Text `json:"project_id"`
+	AfterProject string      `json:"after_project"`
+	AfterTask    string      `json:"after_task"`
+	MaxRows      int32       `json:"max_rows"`
+}
 
 type ListTasksRow struct {
 	ProjectID           string    `json:"project_id"`
@@ -252,10 +263,19 @@ type ListTasksRow struct {
 	Triggers            int64     `json:"triggers"`
 }
 
-// Tasks with their head revision's execution revision (id and digest only) and how many trigger
-// heads pin some revision of the task.
-func (q *Queries) ListTasks(ctx context.Context, projectID pgtype.Text) ([]ListTasksRow, error) {
-	rows, err := q.db.Query(ctx, listTasks, projectID)
+// One page of tasks in key order strictly after the keyset (@after_project, @after_task) (”, ”
+// for the first page), a range of the tasks' primary key read up to @max_rows, each with its head
+// revision's execution revision (id and digest only) and how many trigger heads pin some revision
+// of the task, counted up to @cap (a count at the cap means "at least": a task that 100,000
+// triggers use costs @cap probes, not 100,000).
+func (q *Queries) ListTasks(ctx context.Context, arg ListTasksParams) ([]ListTasksRow, error) {
+	rows, err := q.db.Query(ctx, listTasks,
+		arg.Cap,
+		arg.ProjectID,
+		arg.AfterProject,
+		arg.AfterTask,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -336,23 +336,33 @@ SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigg
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms,
        (SELECT count(*) FROM control_core.attempts a WHERE a.run_id = r.run_id)::bigint AS attempts,
        (SELECT count(*) FROM control_core.run_events e WHERE e.run_id = r.run_id)::bigint AS events
-FROM control_core.runs r
-WHERE ($1::text IS NULL OR r.project_id = $1::text)
-  AND ($2::text IS NULL OR r.trigger_id = $2::text)
-  AND ($3::text IS NULL OR r.state = $3::text)
-  AND ($4::bigint IS NULL OR r.created_at_ms >= $4::bigint)
-  AND ($5::bigint IS NULL OR r.created_at_ms >= control_core.db_now_ms() - $5::bigint)
-ORDER BY r.created_at_ms DESC, r.run_id
-LIMIT $6::integer
+FROM (
+    SELECT x.run_id, x.project_id, x.task_id, x.task_revision, x.trigger_id, x.trigger_revision, x.scheduled_for_ms, x.idempotency_key, x.state, x.queued_at_ms, x.created_at_ms
+    FROM control_core.projects p
+    CROSS JOIN LATERAL (
+        SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
+               r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms
+        FROM control_core.runs r
+        WHERE r.project_id = p.project_id
+          AND ($1::text IS NULL OR r.state = $1::text)
+          AND ($2::bigint IS NULL OR r.created_at_ms >= $2::bigint)
+          AND ($3::bigint IS NULL OR r.created_at_ms >= control_core.db_now_ms() - $3::bigint)
+        ORDER BY r.created_at_ms DESC, r.run_id DESC
+        LIMIT $4::integer
+    ) x
+    WHERE ($5::text IS NULL OR p.project_id = $5::text)
+    ORDER BY x.created_at_ms DESC, x.run_id DESC
+    LIMIT $4::integer
+) r
+ORDER BY r.created_at_ms DESC, r.run_id DESC
 `
 
 type ListRunsParams struct {
-	ProjectID pgtype.Text `json:"project_id"`
-	TriggerID pgtype.Text `json:"trigger_id"`
 	State     pgtype.Text `json:"state"`
 	SinceMs   pgtype.Int8 `json:"since_ms"`
 	WithinMs  pgtype.Int8 `json:"within_ms"`
 	MaxRows   int32       `json:"max_rows"`
+	ProjectID pgtype.Text `json:"project_id"`
 }
 
 type ListRunsRow struct {
@@ -371,17 +381,20 @@ type ListRunsRow struct {
 	Events          int64       `json:"events"`
 }
 
-// Runs newest first; every filter optional. since_ms is an absolute lower bound of created_at_ms;
-// within_ms a bound relative to the database's time (now - within_ms), so "the last hour" is the
-// database's hour.
+// Runs newest first (created_at_ms, then run_id, both descending); every filter optional. since_ms
+// is an absolute lower bound of created_at_ms; within_ms a bound relative to the database's time
+// (now - within_ms), so "the last hour" is the database's hour. Per project, one backward range of
+// runs_project_created_idx, or of runs_project_state_created_idx with a state (pg-0020), read up
+// to @max_rows; across projects the projects' pages are merged, so the statement reads at most
+// @max_rows index entries per project whatever the history holds, and a filter that matches
+// nothing reads nothing. The counts of Attempts and Events are taken for the page only.
 func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsRow, error) {
 	rows, err := q.db.Query(ctx, listRuns,
-		arg.ProjectID,
-		arg.TriggerID,
 		arg.State,
 		arg.SinceMs,
 		arg.WithinMs,
 		arg.MaxRows,
+		arg.ProjectID,
 	)
 	if err != nil {
 		return nil, err
@@ -390,6 +403,108 @@ func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsR
 	items := []ListRunsRow{}
 	for rows.Next() {
 		var i ListRunsRow
+		if err := rows.Scan(
+			&i.RunID,
+			&i.ProjectID,
+			&i.TaskID,
+			&i.TaskRevision,
+			&i.TriggerID,
+			&i.TriggerRevision,
+			&i.ScheduledForMs,
+			&i.IdempotencyKey,
+			&i.State,
+			&i.QueuedAtMs,
+			&i.CreatedAtMs,
+			&i.Attempts,
+			&i.Events,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listTriggerRuns = `-- name: ListTriggerRuns :many
+SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
+       r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms,
+       (SELECT count(*) FROM control_core.attempts a WHERE a.run_id = r.run_id)::bigint AS attempts,
+       (SELECT count(*) FROM control_core.run_events e WHERE e.run_id = r.run_id)::bigint AS events
+FROM (
+    SELECT x.run_id, x.project_id, x.task_id, x.task_revision, x.trigger_id, x.trigger_revision, x.scheduled_for_ms, x.idempotency_key, x.state, x.queued_at_ms, x.created_at_ms
+    FROM control_core.projects p
+    CROSS JOIN LATERAL (
+        SELECT w.run_id, w.project_id, w.task_id, w.task_revision, w.trigger_id, w.trigger_revision, w.scheduled_for_ms, w.idempotency_key, w.state, w.queued_at_ms, w.created_at_ms
+        FROM (SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
+                     r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms
+              FROM control_core.runs r
+              WHERE r.project_id = p.project_id AND r.trigger_id = $1::text
+              ORDER BY r.scheduled_for_ms DESC
+              LIMIT $2::integer) w
+        WHERE ($3::text IS NULL OR w.state = $3::text)
+          AND ($4::bigint IS NULL OR w.created_at_ms >= $4::bigint)
+          AND ($5::bigint IS NULL OR w.created_at_ms >= control_core.db_now_ms() - $5::bigint)
+        ORDER BY w.scheduled_for_ms DESC
+        LIMIT $6::integer
+    ) x
+    WHERE ($7::text IS NULL OR p.project_id = $7::text)
+    ORDER BY x.scheduled_for_ms DESC, x.project_id
+    LIMIT $6::integer
+) r
+ORDER BY r.scheduled_for_ms DESC, r.project_id
+`
+
+type ListTriggerRunsParams struct {
+	TriggerID string      `json:"trigger_id"`
+	Walk      int32       `json:"walk"`
+	State     pgtype.Text `json:"state"`
+	SinceMs   pgtype.Int8 `json:"since_ms"`
+	WithinMs  pgtype.Int8 `json:"within_ms"`
+	MaxRows   int32       `json:"max_rows"`
+	ProjectID pgtype.Text `json:"project_id"`
+}
+
+type ListTriggerRunsRow struct {
+	RunID           uuid.UUID   `json:"run_id"`
+	ProjectID       string      `json:"project_id"`
+	TaskID          string      `json:"task_id"`
+	TaskRevision    int64       `json:"task_revision"`
+	TriggerID       pgtype.Text `json:"trigger_id"`
+	TriggerRevision pgtype.Int8 `json:"trigger_revision"`
+	ScheduledForMs  pgtype.Int8 `json:"scheduled_for_ms"`
+	IdempotencyKey  string      `json:"idempotency_key"`
+	State           string      `json:"state"`
+	QueuedAtMs      pgtype.Int8 `json:"queued_at_ms"`
+	CreatedAtMs     int64       `json:"created_at_ms"`
+	Attempts        int64       `json:"attempts"`
+	Events          int64       `json:"events"`
+}
+
+// One trigger's Runs (in one project or in every project that has a trigger of that id), newest
+// occurrence first (scheduled_for_ms descending): per project a backward range of
+// runs_occurrence_key. The state and time filters are applied to the trigger's newest @walk
+// occurrences per project, so a filter that matches nothing reads at most @walk Runs per project
+// (a Run older than the walk is not found: the caller says so).
+func (q *Queries) ListTriggerRuns(ctx context.Context, arg ListTriggerRunsParams) ([]ListTriggerRunsRow, error) {
+	rows, err := q.db.Query(ctx, listTriggerRuns,
+		arg.TriggerID,
+		arg.Walk,
+		arg.State,
+		arg.SinceMs,
+		arg.WithinMs,
+		arg.MaxRows,
+		arg.ProjectID,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListTriggerRunsRow{}
+	for rows.Next() {
+		var i ListTriggerRunsRow
 		if err := rows.Scan(
 			&i.RunID,
 			&i.ProjectID,
@@ -427,12 +542,20 @@ JOIN control_core.trigger_revisions tr
 JOIN control_core.projects p ON p.project_id = s.project_id
 WHERE ($1::text IS NULL OR s.project_id = $1::text)
   AND ($2::text IS NULL OR s.trigger_id = $2::text)
+  AND (s.project_id, s.trigger_id) > ($3::text, $4::text)
+  -- the same bound on the revisions (implied by the join): otherwise the planner merge-joins
+  -- from the first revision and walks every one before the page (as ConsoleProjectTriggers)
+  AND (tr.project_id, tr.trigger_id) > ($3::text, $4::text)
 ORDER BY s.project_id, s.trigger_id
+LIMIT $5::integer
 `
 
 type ListTriggersParams struct {
-	ProjectID pgtype.Text `json:"project_id"`
-	TriggerID pgtype.Text `json:"trigger_id"`
+	ProjectID    pgtype.Text `json:"project_id"`
+	TriggerID    pgtype.Text `json:"trigger_id"`
+	AfterProject string      `json:"after_project"`
+	AfterTrigger string      `json:"after_trigger"`
+	MaxRows      int32       `json:"max_rows"`
 }
 
 type ListTriggersRow struct {
@@ -459,9 +582,18 @@ type ListTriggersRow struct {
 	NowMs               int64       `json:"now_ms"`
 }
 
-// Triggers with their head revision, schedule row and project state; both filters optional.
+// One page of triggers with their head revision, schedule row and project state, in key order
+// strictly after the keyset (@after_project, @after_trigger) (”, ” for the first page): a range
+// of the schedules' primary key, read up to @max_rows (the caller asks for one row more than it
+// shows, to know whether there is a next page). Both filters optional.
 func (q *Queries) ListTriggers(ctx context.Context, arg ListTriggersParams) ([]ListTriggersRow, error) {
-	rows, err := q.db.Query(ctx, listTriggers, arg.ProjectID, arg.TriggerID)
+	rows, err := q.db.Query(ctx, listTriggers,
+		arg.ProjectID,
+		arg.TriggerID,
+		arg.AfterProject,
+		arg.AfterTrigger,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -63,17 +63,21 @@ func (q *Queries) Backlog(ctx context.Context, cap int32) (BacklogRow, error) {
 }
 
 const lastAdmits = `-- name: LastAdmits :many
-SELECT s.project_id, r.trigger_id::text AS trigger_id, r.trigger_revision::bigint AS trigger_revision,
+SELECT p.project_id, r.trigger_id::text AS trigger_id, r.trigger_revision::bigint AS trigger_revision,
        r.scheduled_for_ms::bigint AS scheduled_for_ms, r.queued_at_ms::bigint AS queued_at_ms, r.run_id
-FROM control_core.trigger_schedules s
+FROM control_core.projects p
 CROSS JOIN LATERAL (
     SELECT x.run_id, x.trigger_id, x.trigger_revision, x.scheduled_for_ms, x.queued_at_ms
-    FROM control_core.runs x
-    WHERE x.project_id = s.project_id AND x.trigger_id = s.trigger_id AND x.owner = 'runtime'
-    ORDER BY x.scheduled_for_ms DESC
-    LIMIT 1
+    FROM (SELECT s.trigger_id, s.last_scheduled_at_ms
+          FROM control_core.trigger_schedules s
+          WHERE s.project_id = p.project_id AND s.last_scheduled_at_ms IS NOT NULL
+          ORDER BY s.last_scheduled_at_ms DESC, s.trigger_id
+          LIMIT $1::integer) s
+    JOIN control_core.runs x
+      ON x.project_id = p.project_id AND x.trigger_id = s.trigger_id AND x.scheduled_for_ms = s.last_scheduled_at_ms
+    WHERE x.owner = 'runtime'
 ) r
-ORDER BY s.project_id, r.queued_at_ms DESC, r.trigger_id
+ORDER BY p.project_id, r.queued_at_ms DESC, r.trigger_id
 `
 
 type LastAdmitsRow struct {
@@ -85,11 +89,14 @@ type LastAdmitsRow struct {
 	RunID           uuid.UUID `json:"run_id"`
 }
 
-// The newest admitted Run of every trigger that has one, newest admission first per project. One
-// backward probe of runs_occurrence_key (project_id, trigger_id, scheduled_for_ms) per schedule row, so it
-// never reads a trigger's whole run history.
-func (q *Queries) LastAdmits(ctx context.Context) ([]LastAdmitsRow, error) {
-	rows, err := q.db.Query(ctx, lastAdmits)
+// Per project, the newest admitted Run of each of the @max_admits triggers whose newest
+// occurrence is the latest, newest admission first. The schedule row remembers the occurrence
+// its trigger last admitted (last_scheduled_at_ms: the admit writes it, a new revision keeps it),
+// so the triggers are chosen from the project's schedule rows and only the chosen ones probe
+// runs_occurrence_key: @max_admits probes per project, instead of one per schedule row and every
+// trigger's row sent to be cut to @max_admits in Go.
+func (q *Queries) LastAdmits(ctx context.Context, maxAdmits int32) ([]LastAdmitsRow, error) {
+	rows, err := q.db.Query(ctx, lastAdmits, maxAdmits)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +194,7 @@ func (q *Queries) LiveClaimsByProjectOwner(ctx context.Context) ([]LiveClaimsByP
 }
 
 const projectStatus = `-- name: ProjectStatus :many
-WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
+WITH obs AS MATERIALIZED (SELECT control_core.db_now_ms() AS now_ms)
 SELECT p.project_id, p.state,
        count(s.trigger_id)::bigint AS triggers,
        count(s.trigger_id) FILTER (WHERE tr.enabled)::bigint AS enabled,
@@ -198,7 +205,11 @@ SELECT p.project_id, p.state,
                                               AND control_core.schedule_claimable(p.state, control_core.trigger_fires(tr.kind, tr.enabled), s.claim_token,
                                                                                   s.claim_expires_at_ms, obs.now_ms)), 0)::bigint AS oldest_overdue_ms, -- 0: none
        count(s.trigger_id) FILTER (WHERE s.claim_expires_at_ms > obs.now_ms)::bigint AS live_claims,
-       coalesce((SELECT max(r.queued_at_ms) FROM control_core.runs r WHERE r.project_id = p.project_id), 0)::bigint AS last_admit_ms, -- 0: never
+       -- the newest admission: one backward probe of runs_project_created_idx (admission writes
+       -- queued_at_ms = created_at_ms, and nothing moves either later), not a max over every Run
+       coalesce((SELECT r.queued_at_ms FROM control_core.runs r
+                 WHERE r.project_id = p.project_id AND r.owner = 'runtime' AND r.queued_at_ms IS NOT NULL
+                 ORDER BY r.created_at_ms DESC, r.run_id DESC LIMIT 1), 0)::bigint AS last_admit_ms, -- 0: never
        obs.now_ms
 FROM control_core.projects p
 CROSS JOIN obs
@@ -222,7 +233,8 @@ type ProjectStatusRow struct {
 }
 
 // Per project: triggers, enabled ones, the backlog (the definition above), the oldest overdue
-// occurrence among it, live claims, and the last admission.
+// occurrence among it, live claims, and the last admission. obs is MATERIALIZED: inlined, the
+// database's time was computed (numeric arithmetic) in every FILTER of every schedule row.
 func (q *Queries) ProjectStatus(ctx context.Context) ([]ProjectStatusRow, error) {
 	rows, err := q.db.Query(ctx, projectStatus)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 func flagOf(field string) (string, bool) {
 	switch field {
 	case admin.FieldProject, admin.FieldTask, admin.FieldTrigger, admin.FieldCron, admin.FieldTimeZone,
-		admin.FieldMisfire, admin.FieldLimit, admin.FieldState, admin.FieldSince, admin.FieldUpcoming:
+		admin.FieldMisfire, admin.FieldLimit, admin.FieldState, admin.FieldSince, admin.FieldUpcoming, admin.FieldAfter:
 		return "--" + field, true
 	case admin.FieldExecutorSpec:
 		return "--executor-spec", true

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/cli"
@@ -156,43 +157,118 @@ and enabled triggers. Read-only, one snapshot, any role with SELECT on control_c
 		})
 }
 
+// pageFlags adds --after and --limit to a paged list command (trigger list, task list): a page
+// is one range of a primary key, so it costs its size whatever the table holds.
+func pageFlags(cmd *cobra.Command, after *string, limit *int, rows, key string) {
+	fl := cmd.Flags()
+	fl.StringVar(after, "after", "", fmt.Sprintf("start after this %s: PROJECT/%s, as the previous page's \"more\" line (or next_after) gives it", rows[:len(rows)-1], key))
+	fl.IntVar(limit, "limit", admin.DefaultListLimit, fmt.Sprintf("at most this many %s per page (1 … %d)", rows, admin.MaxListLimit))
+}
+
+// pageLimit refuses a --limit out of bounds before anything connects; the admin filter reads 0
+// as its default, which the flag never gives.
+func pageLimit(limit int) error {
+	if limit < 1 || limit > admin.MaxListLimit {
+		return cli.Usagef("--limit: %d is out of range: want 1 … %d", limit, admin.MaxListLimit)
+	}
+	return nil
+}
+
+// pageDoc is the paging part of a paged list's JSON: next_after is the key of the page's last
+// row when more rows follow (pass it to --after), else null.
+type pageDoc struct {
+	More      bool    `json:"more"`
+	NextAfter *string `json:"next_after"`
+}
+
+func newPageDoc(next string) pageDoc {
+	if next == "" {
+		return pageDoc{}
+	}
+	return pageDoc{More: true, NextAfter: &next}
+}
+
+// printMore ends a page's text: when more rows follow, the command line of the next page.
+func printMore(out io.Writer, cmd *cobra.Command, shown int, next string) {
+	if next == "" {
+		return
+	}
+	line := cmd.CommandPath()
+	// the command's own filters only: never the connection flags (a URL may hold a password)
+	cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Changed && f.Name != "after" {
+			line += " --" + f.Name + " " + f.Value.String()
+		}
+	})
+	fmt.Fprintf(out, "more: %d shown, more follow; next page: %s --after %s\n", shown, line, next)
+}
+
+const pagingHelp = `
+
+Paged: at most --limit rows (default %d) in key order (project, then id); when more follow, a
+last line "more: … next page: … --after PROJECT/ID" gives the command of the next page (JSON:
+"more": true and "next_after"). A page is a range of the primary key, so each costs its size
+however many rows the table holds; rows added or removed between pages do not repeat or skip
+the others.`
+
 func (a *app) taskListCmd() *cobra.Command {
 	var f admin.TaskFilter
-	cmd := a.list("list [--project ID]", "List tasks with their head revision", `task list shows each task's head
+	cmd := a.list("list [--project ID] [--after PROJECT/TASK] [--limit N]", "List tasks with their head revision", `task list shows each task's head
 revision, the remote_worker execution revision it pins (id and sha256 digest; never the spec,
-which may hold secrets) and how many triggers use the task.`,
-		func() error { return f.Validate() }, // a closure: the flags fill f after this call
+which may hold secrets) and how many triggers use the task (counted up to `+fmt.Sprint(admin.MaxTaskTriggers)+`: "`+fmt.Sprint(admin.MaxTaskTriggers)+`+" means at least).`+
+		fmt.Sprintf(pagingHelp, admin.DefaultListLimit),
+		func() error { // a closure: the flags fill f after this call
+			if err := pageLimit(f.Limit); err != nil {
+				return err
+			}
+			return f.Validate()
+		},
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
-			rows, err := r.Tasks(cmd.Context(), f)
+			page, err := r.TaskPage(cmd.Context(), f)
+			rows := page.Tasks
 			return document{"qlsched.task-list/v1", struct {
 					Tasks []admin.Task `json:"tasks"`
-				}{rows}}, func(out io.Writer) {
+					pageDoc
+				}{rows, newPageDoc(page.Next)}}, func(out io.Writer) {
 					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "PROJECT\tTASK\tREV\tEXECUTION REVISION\tEXECUTION SHA256\tTRIGGERS\tUPDATED")
 					for _, t := range rows {
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", t.ProjectID, t.TaskID, t.Revision, t.ExecutionRevisionID,
-							t.ExecutionDigest[:12]+"…", t.Triggers, utc(&t.UpdatedAtMs))
+						triggers := fmt.Sprint(t.Triggers)
+						if t.Triggers >= admin.MaxTaskTriggers {
+							triggers += "+"
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.ProjectID, t.TaskID, t.Revision, t.ExecutionRevisionID,
+							t.ExecutionDigest[:12]+"…", triggers, utc(&t.UpdatedAtMs))
 					}
 					tw.Flush()
+					printMore(out, cmd, len(rows), page.Next)
 				}, err
 		})
 	cmd.Flags().StringVar(&f.Project, "project", "", "only this project")
+	pageFlags(cmd, &f.After, &f.Limit, "tasks", "TASK")
 	return cmd
 }
 
 func (a *app) triggerListCmd() *cobra.Command {
 	var f admin.TriggerFilter
-	cmd := a.list("list [--project ID]", "List triggers with their schedule state", `trigger list shows each trigger's
+	cmd := a.list("list [--project ID] [--after PROJECT/TRIGGER] [--limit N]", "List triggers with their schedule state", `trigger list shows each trigger's
 head revision and schedule row. NEXT FIRE is the stored cursor once a replica initialised the row
 ("due" when it has passed); before that it is a preview, marked "(preview)": the first occurrence
 of the spec in its zone after the database's time, which the first claim will set. Occurrences
-are shown in the trigger's zone, database times in UTC, all RFC 3339.`,
-		func() error { return f.Validate() }, // a closure: the flags fill f after this call
+are shown in the trigger's zone, database times in UTC, all RFC 3339.`+fmt.Sprintf(pagingHelp, admin.DefaultListLimit),
+		func() error { // a closure: the flags fill f after this call
+			if err := pageLimit(f.Limit); err != nil {
+				return err
+			}
+			return f.Validate()
+		},
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
-			rows, err := r.Triggers(cmd.Context(), f)
+			page, err := r.TriggerPage(cmd.Context(), f)
+			rows := page.Triggers
 			return document{"qlsched.trigger-list/v1", struct {
 					Triggers []admin.Trigger `json:"triggers"`
-				}{rows}}, func(out io.Writer) {
+					pageDoc
+				}{rows, newPageDoc(page.Next)}}, func(out io.Writer) {
 					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "PROJECT\tTRIGGER\tREV\tCRON\tTIMEZONE\tMISFIRE\tGRACE\tENABLED\tNEXT FIRE\tLAST SCHEDULED\tCLAIM")
 					for _, t := range rows {
@@ -205,9 +281,11 @@ are shown in the trigger's zone, database times in UTC, all RFC 3339.`,
 							nextFire(t), last, claim(t))
 					}
 					tw.Flush()
+					printMore(out, cmd, len(rows), page.Next)
 				}, err
 		})
 	cmd.Flags().StringVar(&f.Project, "project", "", "only this project")
+	pageFlags(cmd, &f.After, &f.Limit, "triggers", "TRIGGER")
 	return cmd
 }
 
@@ -323,6 +401,10 @@ func (a *app) runsCmd() *cobra.Command {
 the admission lag (queued minus scheduled, both database times), state, Attempts and Events.
 --state keeps one state (`+strings.Join(admin.RunStates, ", ")+`); --since keeps the Runs
 admitted within a duration before the database's time (1h, 30m) or at or after an RFC 3339 time.
+With --trigger the Runs are the trigger's, newest occurrence first, and --state and --since
+look among its newest `+fmt.Sprint(admin.TriggerRunsWalk)+` occurrences per project. Each project is read as
+one index range of at most --limit Runs, merged across projects: a filter that matches nothing
+reads nothing.
 
 A Run stays queued until a dispatcher, outside this scheduler (ADR-0105), claims its Attempt:
 the claimed remote_worker Attempt is the admission's own, waiting for a worker.`,

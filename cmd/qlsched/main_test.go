@@ -655,7 +655,8 @@ func TestStatusJSONReportsEachProject(t *testing.T) {
 	// Arrange (as the superuser) fixed cursors far in the past, a live claim, an archived
 	// project, and two admitted Runs of "overdue", the newer one the one to report.
 	d.Exec(t, `
-		UPDATE control_core.trigger_schedules SET next_fire_at_ms = 1000000 WHERE trigger_id = 'overdue';
+		-- last_scheduled_at_ms as the admit of the newer Run below writes it (the last admissions read it)
+		UPDATE control_core.trigger_schedules SET next_fire_at_ms = 1000000, last_scheduled_at_ms = 200000 WHERE trigger_id = 'overdue';
 		UPDATE control_core.trigger_schedules SET next_fire_at_ms = 500000, claim_owner = 'replica-x', claim_token = gen_random_uuid(),
 		       claim_version = claim_version + 1, updated_at_ms = control_core.db_now_ms(),
 		       claim_expires_at_ms = control_core.db_now_ms() + 600000 WHERE trigger_id = 'claimed';

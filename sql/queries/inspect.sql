@@ -15,20 +15,26 @@ FROM control_core.projects p
 ORDER BY p.project_id;
 
 -- name: ListTasks :many
--- Tasks with their head revision's execution revision (id and digest only) and how many trigger
--- heads pin some revision of the task.
+-- One page of tasks in key order strictly after the keyset (@after_project, @after_task) ('', ''
+-- for the first page), a range of the tasks' primary key read up to @max_rows, each with its head
+-- revision's execution revision (id and digest only) and how many trigger heads pin some revision
+-- of the task, counted up to @cap (a count at the cap means "at least": a task that 100,000
+-- triggers use costs @cap probes, not 100,000).
 SELECT t.project_id, t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest,
        kr.content_digest, t.created_at_ms, t.updated_at_ms,
-       (SELECT count(*) FROM control_core.trigger_schedules s
-        JOIN control_core.trigger_revisions tr
-          ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-        WHERE tr.project_id = t.project_id AND tr.task_id = t.task_id)::bigint AS triggers
+       (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_revisions tr
+                              JOIN control_core.trigger_schedules s
+                                ON s.project_id = tr.project_id AND s.trigger_id = tr.trigger_id AND s.trigger_revision = tr.revision
+                              WHERE tr.project_id = t.project_id AND tr.task_id = t.task_id
+                              LIMIT @cap::integer) x)::bigint AS triggers
 FROM control_core.tasks t
 JOIN control_core.task_revisions kr
   ON kr.project_id = t.project_id AND kr.task_id = t.task_id AND kr.revision = t.head_revision
 JOIN control_core.execution_revisions e ON e.execution_revision_id = kr.execution_revision_id
 WHERE (sqlc.narg(project_id)::text IS NULL OR t.project_id = sqlc.narg(project_id)::text)
-ORDER BY t.project_id, t.task_id;
+  AND (t.project_id, t.task_id) > (@after_project::text, @after_task::text)
+ORDER BY t.project_id, t.task_id
+LIMIT @max_rows::integer;
 
 -- name: GetRun :one
 SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.execution_revision_id, r.trigger_id, r.trigger_revision,

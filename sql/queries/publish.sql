@@ -138,7 +138,10 @@ ORDER BY t.task_id;
 SELECT control_core.execution_digest(@spec::jsonb)::text AS digest;
 
 -- name: ListTriggers :many
--- Triggers with their head revision, schedule row and project state; both filters optional.
+-- One page of triggers with their head revision, schedule row and project state, in key order
+-- strictly after the keyset (@after_project, @after_trigger) ('', '' for the first page): a range
+-- of the schedules' primary key, read up to @max_rows (the caller asks for one row more than it
+-- shows, to know whether there is a next page). Both filters optional.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.enabled,
        tr.task_id, tr.task_revision, tr.content_digest, tr.created_at_ms AS revision_created_at_ms,
        p.state AS project_state, s.next_fire_at_ms, s.last_scheduled_at_ms, s.state_version,
@@ -150,21 +153,74 @@ JOIN control_core.trigger_revisions tr
 JOIN control_core.projects p ON p.project_id = s.project_id
 WHERE (sqlc.narg(project_id)::text IS NULL OR s.project_id = sqlc.narg(project_id)::text)
   AND (sqlc.narg(trigger_id)::text IS NULL OR s.trigger_id = sqlc.narg(trigger_id)::text)
-ORDER BY s.project_id, s.trigger_id;
+  AND (s.project_id, s.trigger_id) > (@after_project::text, @after_trigger::text)
+  -- the same bound on the revisions (implied by the join): otherwise the planner merge-joins
+  -- from the first revision and walks every one before the page (as ConsoleProjectTriggers)
+  AND (tr.project_id, tr.trigger_id) > (@after_project::text, @after_trigger::text)
+ORDER BY s.project_id, s.trigger_id
+LIMIT @max_rows::integer;
 
 -- name: ListRuns :many
--- Runs newest first; every filter optional. since_ms is an absolute lower bound of created_at_ms;
--- within_ms a bound relative to the database's time (now - within_ms), so "the last hour" is the
--- database's hour.
+-- Runs newest first (created_at_ms, then run_id, both descending); every filter optional. since_ms
+-- is an absolute lower bound of created_at_ms; within_ms a bound relative to the database's time
+-- (now - within_ms), so "the last hour" is the database's hour. Per project, one backward range of
+-- runs_project_created_idx, or of runs_project_state_created_idx with a state (pg-0020), read up
+-- to @max_rows; across projects the projects' pages are merged, so the statement reads at most
+-- @max_rows index entries per project whatever the history holds, and a filter that matches
+-- nothing reads nothing. The counts of Attempts and Events are taken for the page only.
 SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms,
        (SELECT count(*) FROM control_core.attempts a WHERE a.run_id = r.run_id)::bigint AS attempts,
        (SELECT count(*) FROM control_core.run_events e WHERE e.run_id = r.run_id)::bigint AS events
-FROM control_core.runs r
-WHERE (sqlc.narg(project_id)::text IS NULL OR r.project_id = sqlc.narg(project_id)::text)
-  AND (sqlc.narg(trigger_id)::text IS NULL OR r.trigger_id = sqlc.narg(trigger_id)::text)
-  AND (sqlc.narg(state)::text IS NULL OR r.state = sqlc.narg(state)::text)
-  AND (sqlc.narg(since_ms)::bigint IS NULL OR r.created_at_ms >= sqlc.narg(since_ms)::bigint)
-  AND (sqlc.narg(within_ms)::bigint IS NULL OR r.created_at_ms >= control_core.db_now_ms() - sqlc.narg(within_ms)::bigint)
-ORDER BY r.created_at_ms DESC, r.run_id
-LIMIT @max_rows::integer;
+FROM (
+    SELECT x.*
+    FROM control_core.projects p
+    CROSS JOIN LATERAL (
+        SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
+               r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms
+        FROM control_core.runs r
+        WHERE r.project_id = p.project_id
+          AND (sqlc.narg(state)::text IS NULL OR r.state = sqlc.narg(state)::text)
+          AND (sqlc.narg(since_ms)::bigint IS NULL OR r.created_at_ms >= sqlc.narg(since_ms)::bigint)
+          AND (sqlc.narg(within_ms)::bigint IS NULL OR r.created_at_ms >= control_core.db_now_ms() - sqlc.narg(within_ms)::bigint)
+        ORDER BY r.created_at_ms DESC, r.run_id DESC
+        LIMIT @max_rows::integer
+    ) x
+    WHERE (sqlc.narg(project_id)::text IS NULL OR p.project_id = sqlc.narg(project_id)::text)
+    ORDER BY x.created_at_ms DESC, x.run_id DESC
+    LIMIT @max_rows::integer
+) r
+ORDER BY r.created_at_ms DESC, r.run_id DESC;
+
+-- name: ListTriggerRuns :many
+-- One trigger's Runs (in one project or in every project that has a trigger of that id), newest
+-- occurrence first (scheduled_for_ms descending): per project a backward range of
+-- runs_occurrence_key. The state and time filters are applied to the trigger's newest @walk
+-- occurrences per project, so a filter that matches nothing reads at most @walk Runs per project
+-- (a Run older than the walk is not found: the caller says so).
+SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
+       r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms,
+       (SELECT count(*) FROM control_core.attempts a WHERE a.run_id = r.run_id)::bigint AS attempts,
+       (SELECT count(*) FROM control_core.run_events e WHERE e.run_id = r.run_id)::bigint AS events
+FROM (
+    SELECT x.*
+    FROM control_core.projects p
+    CROSS JOIN LATERAL (
+        SELECT w.*
+        FROM (SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
+                     r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms
+              FROM control_core.runs r
+              WHERE r.project_id = p.project_id AND r.trigger_id = @trigger_id::text
+              ORDER BY r.scheduled_for_ms DESC
+              LIMIT @walk::integer) w
+        WHERE (sqlc.narg(state)::text IS NULL OR w.state = sqlc.narg(state)::text)
+          AND (sqlc.narg(since_ms)::bigint IS NULL OR w.created_at_ms >= sqlc.narg(since_ms)::bigint)
+          AND (sqlc.narg(within_ms)::bigint IS NULL OR w.created_at_ms >= control_core.db_now_ms() - sqlc.narg(within_ms)::bigint)
+        ORDER BY w.scheduled_for_ms DESC
+        LIMIT @max_rows::integer
+    ) x
+    WHERE (sqlc.narg(project_id)::text IS NULL OR p.project_id = sqlc.narg(project_id)::text)
+    ORDER BY x.scheduled_for_ms DESC, x.project_id
+    LIMIT @max_rows::integer
+) r
+ORDER BY r.scheduled_for_ms DESC, r.project_id;
