@@ -47,7 +47,7 @@ func (c Case) Render(database string, names roles.Names) string {
 
 // Cases is every class: issue 16's points 1 and 2 (firstRound), then issue 30's, one file per
 // class so that each class's cases stay beside each other.
-var Cases = slices.Concat(firstRound, enforcement, settings, database, writers, builtins, strictness, repair)
+var Cases = slices.Concat(firstRound, enforcement, settings, database, writers, builtins, strictness, repair, recovery)
 
 // firstRound is issue 16's points 1 and 2.
 var firstRound = []Case{
