@@ -96,7 +96,7 @@ func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog B
 }
 
 // Start starts the loop that reads the database gauges: once now, then once per interval, until
-// Stop. Each read is bounded by the interval (at most 10 s). A second Start is an error.
+// Stop. Each read is bounded (30 s). A second Start is an error.
 func (m *Metrics) Start(ctx context.Context) error {
 	return m.backlog.start(ctx)
 }
@@ -161,6 +161,11 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
+// readTimeout bounds one read of the database gauges. It is not the interval: at the cap the
+// statement takes seconds on a loaded server, and a read that always timed out would leave the
+// gauges at their first values for ever; a slow read only delays the next one.
+const readTimeout = 30 * time.Second
+
 // backlogCache holds the last reading of the database gauges, refreshed by its own loop.
 type backlogCache struct {
 	fn       BacklogFunc
@@ -189,7 +194,7 @@ func (b *backlogCache) age() time.Duration {
 
 // refresh reads the gauges once; a failed read keeps the last values (their age grows) and counts.
 func (b *backlogCache) refresh(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, min(b.interval, 10*time.Second))
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	v, err := b.fn(rctx)
 	if err != nil {
