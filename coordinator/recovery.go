@@ -27,7 +27,8 @@ const recoveryBatch = 500
 // Recover runs startup recovery before the lifecycle starts. The recovery source (the
 // RecoveryCandidates query) excludes exactly the pristine shape an admit leaves, which the
 // dispatcher can still claim normally; every other runtime-owned queued/dispatching shape is a
-// candidate and fails closed.
+// candidate and fails closed. The source reads two partial indexes holding only what left the
+// pristine shape (pg-0020), so its cost does not grow with the queued Runs admitted.
 //
 // "Fails closed" means: the Run and its newest Attempt are marked failed, with the observed shape
 // in the Attempt's error and a run.recovery_failed event. Nothing is re-admitted, re-queued or

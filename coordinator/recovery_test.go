@@ -2,11 +2,15 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/schedule"
@@ -51,7 +55,9 @@ func TestStartupRecoveryExcludesExactlyThePristineShape(t *testing.T) {
 		{"run lease issued", replica(`UPDATE control_core.attempts SET run_lease_id = gen_random_uuid()`), true},
 		{"offer made", replica(`UPDATE control_core.attempts SET offer_id = gen_random_uuid()`), true},
 		{"attempt not the admission's", `UPDATE control_core.attempts SET attempt_no = 2`, true},
-		{"no attempt at all", `DELETE FROM control_core.attempts`, true},
+		// A live Run's Attempt cannot be deleted (TestALiveRunsAttemptCannotBeRemoved); past the
+		// trigger (replica mode), a Run without one is a candidate once its own row drifts.
+		{"dispatching, no attempt", replica(`DELETE FROM control_core.attempts`) + `; UPDATE control_core.runs SET state = 'dispatching'`, true},
 		{"attempt dispatching", `UPDATE control_core.attempts SET state = 'dispatching'`, true},
 		{"run dispatching", `UPDATE control_core.runs SET state = 'dispatching'`, true},
 		{"cancel requested", `UPDATE control_core.runs SET cancel_requested_at_ms = 1`, true},
@@ -89,6 +95,49 @@ func TestStartupRecoveryExcludesExactlyThePristineShape(t *testing.T) {
 			// Recovery is idempotent: a second pass finds nothing more to do.
 			if again, err := Recover(ctx, f.rt, testLogger()); err != nil || again.FailedClosed != 0 {
 				t.Errorf("second recovery: %+v, %v", again, err)
+			}
+		})
+	}
+}
+
+// The one shape no index of the recovery source finds is a live Run with no Attempt at all, so
+// pg-0020 refuses removing the Attempt of a runtime-owned queued or dispatching Run, even for the
+// owner or a superuser: by DELETE, by moving it to another Run, or by TRUNCATE. Once the Run has
+// left those states its Attempts are history the trigger leaves alone.
+func TestALiveRunsAttemptCannotBeRemoved(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, runState, change string
+		refused                bool
+	}{
+		{"delete, run queued", "queued", `DELETE FROM control_core.attempts`, true},
+		{"delete, run dispatching", "dispatching", `DELETE FROM control_core.attempts`, true},
+		{"move to another run", "queued", `UPDATE control_core.attempts SET run_id = gen_random_uuid()`, true},
+		{"truncate", "queued", `TRUNCATE control_core.attempts CASCADE`, true},
+		{"delete, run failed", "failed", `DELETE FROM control_core.attempts`, false},
+		{"truncate, run failed", "failed", `TRUNCATE control_core.attempts CASCADE`, false},
+		{"delete, operator-owned run", "operator", `DELETE FROM control_core.attempts`, false},
+		{"other columns still update", "queued", `UPDATE control_core.attempts SET worker_id = 'w1'`, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := admittedOnce(t)
+			switch tc.runState {
+			case "operator":
+				f.exec(`UPDATE control_core.runs SET owner = 'operator'`)
+			case "queued":
+			default:
+				f.exec(`UPDATE control_core.runs SET state = $1`, tc.runState)
+			}
+			_, err := f.su.Exec(context.Background(), tc.change)
+			var pgErr *pgconn.PgError
+			refused := errors.As(err, &pgErr) && pgErr.Code == pgerrcode.IntegrityConstraintViolation
+			if refused != tc.refused || (err != nil && !refused) {
+				t.Fatalf("%s: %v; want refused = %v", tc.change, err, tc.refused)
+			}
+			if tc.refused && f.count(`SELECT count(*) FROM control_core.attempts a JOIN control_core.runs r USING (run_id)`) != 1 {
+				t.Error("the refused change removed the Attempt anyway")
 			}
 		})
 	}

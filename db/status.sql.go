@@ -15,7 +15,7 @@ const backlog = `-- name: Backlog :one
 
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 due AS (
-    SELECT s.next_fire_at_ms
+    SELECT s.next_fire_at_ms, s.updated_at_ms
     FROM control_core.trigger_schedules s
     WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
       AND control_core.schedule_claimable(
@@ -28,14 +28,18 @@ due AS (
 )
 SELECT (SELECT count(*) FROM due)::bigint AS due_unclaimed,
        coalesce((SELECT min(next_fire_at_ms) FROM due), -1)::bigint AS oldest_due_ms, -- -1: none (or only uninitialised rows)
+       (SELECT count(*) FROM due WHERE next_fire_at_ms IS NULL)::bigint AS uninitialised,
+       coalesce((SELECT min(updated_at_ms) FROM due WHERE next_fire_at_ms IS NULL), -1)::bigint AS oldest_uninitialised_ms, -- -1: none
        obs.now_ms
 FROM obs
 `
 
 type BacklogRow struct {
-	DueUnclaimed int64 `json:"due_unclaimed"`
-	OldestDueMs  int64 `json:"oldest_due_ms"`
-	NowMs        int64 `json:"now_ms"`
+	DueUnclaimed          int64 `json:"due_unclaimed"`
+	OldestDueMs           int64 `json:"oldest_due_ms"`
+	Uninitialised         int64 `json:"uninitialised"`
+	OldestUninitialisedMs int64 `json:"oldest_uninitialised_ms"`
+	NowMs                 int64 `json:"now_ms"`
 }
 
 // Operator views: read by `qlsched status` (any role with SELECT) and the backlog gauge.
@@ -55,10 +59,19 @@ type BacklogRow struct {
 // Time is control_core.db_now_ms() in the conditions, as in ClaimDue, not a column of the obs CTE:
 // the planner can estimate the due range from the function (one value per statement) but not from
 // a CTE's column, and with a blind guess it bitmap-scanned and sorted the whole range.
+// Rows waiting for initialisation (next_fire_at_ms NULL) are the index's -1 range, which the walk
+// reaches first: counted within the same cap, with the oldest one's updated_at_ms (its publish,
+// or a later claim that ended without initialising it).
 func (q *Queries) Backlog(ctx context.Context, cap int32) (BacklogRow, error) {
 	row := q.db.QueryRow(ctx, backlog, cap)
 	var i BacklogRow
-	err := row.Scan(&i.DueUnclaimed, &i.OldestDueMs, &i.NowMs)
+	err := row.Scan(
+		&i.DueUnclaimed,
+		&i.OldestDueMs,
+		&i.Uninitialised,
+		&i.OldestUninitialisedMs,
+		&i.NowMs,
+	)
 	return i, err
 }
 

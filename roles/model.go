@@ -161,6 +161,7 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.audit_plugins()", Source: "pg-0019: fires as the Plugin Package tables' AFTER trigger, which needs no EXECUTE"},
 	{Function: "control_core.reset_schedule(text, text)", Execute: []Part{Admin}, Source: "pg-0019: the admin role's one way to write a schedule row"},
 	{Function: "control_core.runs_identity_guard()", Source: "pg-0006: fires as the runs table's BEFORE UPDATE trigger, which needs no EXECUTE"},
+	{Function: "control_core.attempts_keep_live_run_attempt()", Source: "pg-0020: fires as the attempts table's BEFORE DELETE, UPDATE OF run_id and TRUNCATE triggers, which need no EXECUTE"},
 }
 
 // DefaultPrivilege is the one default-ACL entry the model has: for functions the owner role

@@ -156,7 +156,7 @@ that claim less) show it. To carry more, raise
 	f.IntVar(&cfg.NotReadyAfter, "not-ready-after", cfg.NotReadyAfter, fmt.Sprintf("failed rounds in a row after which /readyz fails until a round succeeds, 1 … %d", coordinator.MaxNotReadyAfter))
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:9464", "listen address of /healthz, /readyz and /metrics (port 0: any free port, logged)")
 	f.DurationVar(&withdrawGrace, "withdraw-grace", 0, "on stop, how long /readyz fails before the lifecycle stops, 0s … 1m")
-	f.DurationVar(&backlogInterval, "backlog-interval", 5*time.Second, "how often the backlog gauge may query the database, 1s … 10m")
+	f.DurationVar(&backlogInterval, "backlog-interval", 5*time.Second, "how often the database gauges (backlog, rows waiting for initialisation) are read in the background, 1s … 10m")
 	f.StringVar(&rolePrefix, "role-prefix", roles.DefaultPrefix, "prefix of the four roles; readiness expects to be connected as <prefix>runtime")
 	return cmd
 }
@@ -198,6 +198,12 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	}
 	co, lc := r.Coordinator, r.Lifecycle
 	ready.lc.Store(lc)
+	// The database gauges are read in the background, never inside a scrape.
+	if err := m.Start(ctx); err != nil {
+		_ = lc.Stop(context.Background())
+		return err
+	}
+	defer func() { _ = m.Stop(context.Background()) }()
 	srv := &http.Server{Handler: httpHandler(ready.check, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	ready.admitting.Store(true)

@@ -58,8 +58,8 @@ var (
 
 // The example alert rules in docs/operations.md parse, name only metrics a replica exports, and
 // keep the properties the text promises: no-admits fires when no replica is up at all, the
-// backlog's age is alerted on (its count stops growing at the cap), and a replica whose rounds
-// keep failing is alerted on.
+// backlog's age is alerted on (its count stops growing at the cap), a replica whose rounds
+// keep failing is alerted on, and so are rows waiting for initialisation and stale gauges.
 func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile("../../docs/operations.md")
@@ -113,7 +113,9 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 		{"QlschedNoAdmitsWhileDue", "or vector(0)"},
 		{"QlschedNotReady", "or vector(0)"},
 		{"QlschedBacklogOldestOverdue", "qlsched_backlog_oldest_age_seconds"},
-		{"QlschedRoundsFailing", "qlsched_consecutive_failed_rounds"}, // per replica: one that fails rounds while others admit
+		{"QlschedRoundsFailing", "qlsched_consecutive_failed_rounds"},                          // per replica: one that fails rounds while others admit
+		{"QlschedInitialisationWaiting", "qlsched_schedules_uninitialised_oldest_age_seconds"}, // the count alone cannot tell a stuck row from a steady stream of publishes
+		{"QlschedDatabaseGaugesStale", "qlsched_backlog_reading_age_seconds"},                  // the gauges are background readings: alerts on them go blind when the reads fail
 	} {
 		expr, ok := alerts[c.alert]
 		if !ok {

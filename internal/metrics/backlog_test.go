@@ -76,13 +76,18 @@ func TestBacklogIsWhatAClaimWouldTake(t *testing.T) {
 	}
 	exec(t, su, "UPDATE control_core.projects SET state = 'archived' WHERE project_id = 'gone'")
 
-	due, age, err := metrics.DatabaseBacklog(rt)(ctx)
+	gauges, err := metrics.DatabaseBacklog(rt)(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	due, age := gauges.Due, gauges.OldestAge
 	// the oldest is "due" (120 s); the older disabled and archived rows must not count
 	if due != int64(len(want)) || age < 120*time.Second || age > 150*time.Second {
 		t.Errorf("gauge: %d due, oldest %s; want %d (%v), oldest about 120s", due, age, len(want), want)
+	}
+	// of them, "uninitialised" alone waits for initialisation, since its publish moments ago
+	if gauges.Uninitialised != 1 || gauges.OldestUninitialisedAge <= 0 || gauges.OldestUninitialisedAge > time.Minute {
+		t.Errorf("uninitialised gauges: %d rows, oldest %s; want 1, waiting since its publish", gauges.Uninitialised, gauges.OldestUninitialisedAge)
 	}
 	status, err := admin.NewReader(rt).Status(ctx)
 	if err != nil {
@@ -109,13 +114,22 @@ func TestBacklogIsWhatAClaimWouldTake(t *testing.T) {
 	for _, c := range claimed {
 		got = append(got, c.TriggerID)
 	}
+	var uninitialised int64
+	for _, c := range claimed {
+		if c.CursorMs == nil {
+			uninitialised++
+		}
+	}
+	if uninitialised != gauges.Uninitialised {
+		t.Errorf("a claim takes %d uninitialised rows, the gauge says %d", uninitialised, gauges.Uninitialised)
+	}
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("a claim takes %v, the backlog definition says %v", got, want)
 	}
-	if due, _, err := metrics.DatabaseBacklog(rt)(ctx); err != nil || due != 0 {
-		t.Errorf("after claiming everything claimable the gauge reads %d (%v), want 0", due, err)
+	if after, err := metrics.DatabaseBacklog(rt)(ctx); err != nil || after.Due != 0 || after.Uninitialised != 0 {
+		t.Errorf("after claiming everything claimable the gauges read %+v (%v), want 0", after, err)
 	}
 }
 
@@ -144,12 +158,15 @@ func TestBacklogCountsAlongTheClaimIndex(t *testing.T) {
 	cases := []struct {
 		name string
 		// cursor of row g relative to db-now, in ms
-		cursor string
-		due    int64
+		cursor        string
+		due           int64
+		uninitialised int64
 	}{
 		// far from now either way, so the count does not move while the test looks
-		{"a sixth due", "CASE WHEN g % 6 = 0 THEN -3600000 - g ELSE 3600000 + g END", rows / 6},
-		{"everything due", "-3600000 - g", rows},
+		{"a sixth due", "CASE WHEN g % 6 = 0 THEN -3600000 - g ELSE 3600000 + g END", rows / 6, 0},
+		{"everything due", "-3600000 - g", rows, 0},
+		// a mass publish: every row waits for initialisation (the index's -1 range)
+		{"everything uninitialised", "NULL", rows, rows},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -201,12 +218,13 @@ func TestBacklogCountsAlongTheClaimIndex(t *testing.T) {
 			if c.due > metrics.BacklogCap && !strings.Contains(text, "Index Scan using trigger_schedules_claim_idx") {
 				t.Errorf("a due range beyond the cap is not walked in index order (stopping at the cap):\n%s", text)
 			}
-			due, _, err := metrics.DatabaseBacklog(rt)(ctx)
+			gauges, err := metrics.DatabaseBacklog(rt)(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := min(c.due, metrics.BacklogCap); due != want {
-				t.Errorf("gauge %d, want %d (capped at %d)", due, want, metrics.BacklogCap)
+			if want := min(c.due, metrics.BacklogCap); gauges.Due != want || gauges.Uninitialised != min(c.uninitialised, want) {
+				t.Errorf("gauges %d due, %d uninitialised; want %d, %d (capped at %d)", gauges.Due, gauges.Uninitialised,
+					want, min(c.uninitialised, want), metrics.BacklogCap)
 			}
 		})
 	}

@@ -3,35 +3,97 @@ package metrics
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/eventually"
 )
 
-// The backlog gauge queries the database at most once per --backlog-interval however often it is
-// scraped, and keeps its last value when a refresh fails.
-func TestBacklogQueriedAtMostOncePerInterval(t *testing.T) {
-	calls, fail := 0, false
-	b := &backlogCache{interval: time.Hour, fn: func(context.Context) (int64, time.Duration, error) {
-		calls++
-		if fail {
-			return 0, 0, errors.New("database down")
+// A scrape never waits on the database: the gauges are read by Start's loop, once per interval,
+// and a scrape serves the last reading, whatever its rate and however slow the read is. A failed
+// read keeps the last values, counts, and lets their age grow; Stop ends the loop.
+func TestScrapeServesTheLastBackgroundReading(t *testing.T) {
+	var calls atomic.Int64
+	var fail atomic.Bool
+	release := make(chan struct{}) // the second read blocks until the test releases it
+	fn := func(ctx context.Context) (Backlog, error) {
+		n := calls.Add(1)
+		if n == 2 {
+			<-release // a read that takes long, whatever its deadline
 		}
-		return int64(10 * calls), time.Duration(calls) * time.Second, nil
-	}}
+		if fail.Load() {
+			return Backlog{}, errors.New("database down")
+		}
+		return Backlog{Due: 10 * n, OldestAge: time.Duration(n) * time.Second, Uninitialised: n}, nil
+	}
+	co := coordinator.New(coordinator.DefaultConfig("cache-test"), nil, nil)
+	m := New(co, "cache-test", func() bool { return true }, fn, 20*time.Millisecond)
+	scrape := func() string {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		done := make(chan struct{})
+		start := time.Now()
+		go func() { m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil)); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a scrape waited on the database read")
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("a scrape took %s", d)
+		}
+		return rec.Body.String()
+	}
+	if body := scrape(); calls.Load() != 0 || !strings.Contains(body, "qlsched_backlog_schedules{owner=\"cache-test\"} 0") {
+		t.Fatalf("before Start: %d reads; the scrape must not read the database", calls.Load())
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err == nil {
+		t.Error("a second Start succeeded")
+	}
+	// the first read lands; the second blocks, and scrapes keep serving the first
+	eventually.True(t, 5*time.Second, "the second read to start", func() bool { return calls.Load() >= 2 })
 	for range 5 {
-		if due, age := b.get(); due != 10 || age != time.Second {
-			t.Fatalf("backlog %d, age %s; want 10, 1s", due, age)
+		if body := scrape(); !strings.Contains(body, "qlsched_backlog_schedules{owner=\"cache-test\"} 10\n") ||
+			!strings.Contains(body, "qlsched_schedules_uninitialised{owner=\"cache-test\"} 1\n") {
+			t.Fatalf("while a read is blocked, the scrape serves:\n%s", grep(body, "qlsched_backlog_schedules", "qlsched_schedules_uninitialised"))
 		}
 	}
-	if calls != 1 {
-		t.Fatalf("%d queries for 5 scrapes within one interval; want 1", calls)
+	fail.Store(true)
+	close(release)
+	eventually.True(t, 5*time.Second, "failed reads to be counted", func() bool {
+		return strings.Contains(scrape(), "qlsched_backlog_reading_errors_total{owner=\"cache-test\"} 2")
+	})
+	if m.backlog.get().Due != 10 || m.backlog.age() < 20*time.Millisecond {
+		t.Errorf("after failed reads: %+v, reading age %s; want the last values (10) growing older", m.backlog.get(), m.backlog.age())
 	}
-	b.at = b.at.Add(-time.Hour) // the interval has passed
-	if due, _ := b.get(); due != 20 || calls != 2 {
-		t.Fatalf("after the interval: backlog %d after %d queries; want 20 after 2", due, calls)
+	if err := m.Stop(context.Background()); err != nil {
+		t.Fatal(err)
 	}
-	b.at, fail = b.at.Add(-time.Hour), true
-	if due, age := b.get(); due != 20 || age != 2*time.Second || calls != 3 {
-		t.Fatalf("failed refresh: backlog %d, age %s after %d queries; want the last value 20, 2s after 3", due, age, calls)
+	after := calls.Load()
+	if err := m.Stop(context.Background()); err != nil {
+		t.Errorf("second Stop: %v", err)
 	}
+	scrape()
+	if calls.Load() != after {
+		t.Errorf("the loop read the database after Stop")
+	}
+}
+
+func grep(body string, names ...string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		for _, n := range names {
+			if strings.HasPrefix(l, n) {
+				out = append(out, l)
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -1,11 +1,14 @@
 // Package metrics exposes one replica's scheduler counters and measurements in the Prometheus
 // format on /metrics. Counters are read from the coordinator's own Stats at scrape time (one
-// source of truth); histograms are fed by its Observer; the backlog gauge is a bounded database
-// query run at most once per interval, whatever the scrape rate.
+// source of truth); histograms are fed by its Observer; the database gauges (backlog, rows
+// waiting for initialisation) come from one bounded query that a background loop runs once per
+// interval, so a scrape never waits on the database: it serves the last reading and its age.
 package metrics
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -18,15 +21,17 @@ import (
 	"github.com/qlcontrol/controlcore/internal/buildinfo"
 )
 
-// BacklogFunc returns the due-and-unclaimed schedule count and the oldest due occurrence's age.
-type BacklogFunc func(ctx context.Context) (due int64, oldestAge time.Duration, err error)
+// BacklogFunc reads the database gauges.
+type BacklogFunc func(ctx context.Context) (Backlog, error)
 
-// Metrics is the registry of one replica.
+// Metrics is the registry of one replica, and the loop that refreshes its database gauges.
 type Metrics struct {
-	reg *prometheus.Registry
+	reg     *prometheus.Registry
+	backlog *backlogCache
 }
 
-// New registers the metrics of co. backlog is called at most once per interval.
+// New registers the metrics of co. backlog is read by the loop Start runs, once per interval
+// (nil: never, the gauges stay 0).
 func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog BacklogFunc, interval time.Duration) *Metrics {
 	reg := prometheus.NewRegistry()
 	constLabels := prometheus.Labels{"owner": owner}
@@ -51,13 +56,29 @@ func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog B
 		Error:    func(class string) { errorsByClass.WithLabelValues(class).Inc() },
 	}
 
-	b := &backlogCache{fn: backlog, interval: interval}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_backlog_schedules", ConstLabels: constLabels,
-		Help: "Schedule rows a claim would take now (due or uninitialised, unclaimed, active project, enabled cron trigger), counted up to 100000, refreshed at most once per interval."},
-		func() float64 { due, _ := b.get(); return float64(due) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_backlog_oldest_age_seconds", ConstLabels: constLabels,
-		Help: "Age of the oldest due occurrence among those rows, by database time (0 when none)."},
-		func() float64 { _, age := b.get(); return age.Seconds() }))
+	b := &backlogCache{fn: backlog, interval: interval, since: time.Now(),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "qlsched_backlog_reading_errors_total", ConstLabels: constLabels,
+			Help: "Background reads of the database gauges that failed (the gauges keep their last values; see qlsched_backlog_reading_age_seconds)."})}
+	reg.MustRegister(b.errors)
+	gauge := func(name, help string, read func(Backlog) float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, ConstLabels: constLabels, Help: help},
+			func() float64 { return read(b.get()) }))
+	}
+	gauge("qlsched_backlog_schedules",
+		"Schedule rows a claim would take now (due or uninitialised, unclaimed, active project, enabled cron trigger), counted up to 100000, read in the background once per --backlog-interval.",
+		func(v Backlog) float64 { return float64(v.Due) })
+	gauge("qlsched_backlog_oldest_age_seconds",
+		"Age of the oldest due occurrence among those rows, by database time (0 when none).",
+		func(v Backlog) float64 { return v.OldestAge.Seconds() })
+	gauge("qlsched_schedules_uninitialised",
+		"Of those rows, the ones waiting for initialisation (no cursor yet: newly published or reset), within the same cap.",
+		func(v Backlog) float64 { return float64(v.Uninitialised) })
+	gauge("qlsched_schedules_uninitialised_oldest_age_seconds",
+		"How long the oldest row waiting for initialisation has waited since it was published (or last claimed without being initialised), by database time (0 when none).",
+		func(v Backlog) float64 { return v.OldestUninitialisedAge.Seconds() })
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_backlog_reading_age_seconds", ConstLabels: constLabels,
+		Help: "Seconds since the database gauges were last read successfully (since the replica started when never): the age of the values the scrape serves."},
+		func() float64 { return b.age().Seconds() }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_ready", ConstLabels: constLabels,
 		Help: "1 while the replica is ready and admitting (/readyz answers 200), else 0."},
 		func() float64 {
@@ -71,7 +92,19 @@ func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog B
 		co.Capacity))
 	reg.MustRegister(buildInfoGauge(buildinfo.Read(), constLabels))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Metrics{reg: reg}
+	return &Metrics{reg: reg, backlog: b}
+}
+
+// Start starts the loop that reads the database gauges: once now, then once per interval, until
+// Stop. Each read is bounded (30 s). A second Start is an error.
+func (m *Metrics) Start(ctx context.Context) error {
+	return m.backlog.start(ctx)
+}
+
+// Stop stops the loop and waits for it, at most until ctx ends. Stopping twice, or a Metrics
+// never started, is fine.
+func (m *Metrics) Stop(ctx context.Context) error {
+	return m.backlog.stop(ctx)
 }
 
 // statsCollector exports the coordinator's counters, and its gauge of rounds failing in a row,
@@ -128,28 +161,93 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// backlogCache runs the backlog query at most once per interval.
+// readTimeout bounds one read of the database gauges. It is not the interval: at the cap the
+// statement takes seconds on a loaded server, and a read that always timed out would leave the
+// gauges at their first values for ever; a slow read only delays the next one.
+const readTimeout = 30 * time.Second
+
+// backlogCache holds the last reading of the database gauges, refreshed by its own loop.
 type backlogCache struct {
 	fn       BacklogFunc
 	interval time.Duration
+	errors   prometheus.Counter
 
-	mu  sync.Mutex
-	at  time.Time
-	due int64
-	age time.Duration
+	mu     sync.Mutex
+	since  time.Time // the last successful reading, or the cache's creation
+	val    Backlog
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
-func (b *backlogCache) get() (int64, time.Duration) {
+// get returns the last reading; it never touches the database.
+func (b *backlogCache) get() Backlog {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.fn != nil && time.Since(b.at) >= b.interval {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		due, age, err := b.fn(ctx)
-		cancel()
-		b.at = time.Now()
-		if err == nil {
-			b.due, b.age = due, age
+	return b.val
+}
+
+func (b *backlogCache) age() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Since(b.since)
+}
+
+// refresh reads the gauges once; a failed read keeps the last values (their age grows) and counts.
+func (b *backlogCache) refresh(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	v, err := b.fn(rctx)
+	if err != nil {
+		if ctx.Err() == nil { // not the loop being stopped
+			b.errors.Inc()
 		}
+		return
 	}
-	return b.due, b.age
+	b.mu.Lock()
+	b.val, b.since = v, time.Now()
+	b.mu.Unlock()
+}
+
+func (b *backlogCache) start(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done != nil {
+		return errors.New("metrics: already started")
+	}
+	ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	b.done = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		if b.fn == nil {
+			<-ctx.Done()
+			return
+		}
+		t := time.NewTicker(b.interval)
+		defer t.Stop()
+		for {
+			b.refresh(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}(b.done)
+	return nil
+}
+
+func (b *backlogCache) stop(ctx context.Context) error {
+	b.mu.Lock()
+	cancel, done := b.cancel, b.done
+	b.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("metrics: stop: %w", ctx.Err())
+	}
 }

@@ -264,9 +264,27 @@ RETURNING s.state_version;
 -- (NULL) values. Anything else (a drifted field, an Attempt already dispatching, no Attempt)
 -- is a candidate. skip_run_ids: candidates this recovery already looked at and left alone
 -- (changed concurrently), so a later read reaches the ones behind them.
+-- The Runs looked at are the union of two partial indexes (pg-0020), so the cost follows the Runs
+-- that left the pristine shape, never the admitted history: runs_recovery_drift_idx (the Run's own
+-- row left it) and attempts_recovery_drift_idx (an Attempt left it). Their predicates are
+-- repeated here word for word so the planner uses them; the WHERE below is the exact rule. A live
+-- Run with no Attempt is in neither unless its own row left the shape: pg-0020's
+-- attempts_keep_live_run_attempt refuses removing the Attempt of a live runtime Run.
+WITH drifted AS (
+    SELECT d.run_id FROM control_core.runs d
+    WHERE d.owner = 'runtime' AND (d.state = 'dispatching'
+          OR (d.state = 'queued' AND (d.cancel_requested_at_ms IS NOT NULL OR d.queued_at_ms IS NULL)))
+    UNION
+    SELECT x.run_id FROM control_core.attempts x
+    WHERE NOT (x.attempt_no = 1 AND x.state = 'claimed' AND x.executor_kind = 'remote_worker'
+               AND x.worker_id IS NULL AND x.worker_session_id IS NULL AND x.run_lease_id IS NULL AND x.offer_id IS NULL
+               AND x.callback_token_hash IS NULL AND x.started_at_ms IS NULL AND x.finished_at_ms IS NULL
+               AND x.result IS NULL AND x.error IS NULL)
+)
 SELECT r.run_id, r.state AS run_state, r.updated_at_ms AS run_updated_at_ms,
        a.attempt_id AS attempt_id, a.state AS attempt_state, a.updated_at_ms AS attempt_updated_at_ms
-FROM control_core.runs r
+FROM drifted
+JOIN control_core.runs r ON r.run_id = drifted.run_id
 LEFT JOIN control_core.attempts a
   ON a.run_id = r.run_id
  AND a.attempt_no = (SELECT max(x.attempt_no) FROM control_core.attempts x WHERE x.run_id = r.run_id)

@@ -17,9 +17,12 @@
 -- Time is control_core.db_now_ms() in the conditions, as in ClaimDue, not a column of the obs CTE:
 -- the planner can estimate the due range from the function (one value per statement) but not from
 -- a CTE's column, and with a blind guess it bitmap-scanned and sorted the whole range.
+-- Rows waiting for initialisation (next_fire_at_ms NULL) are the index's -1 range, which the walk
+-- reaches first: counted within the same cap, with the oldest one's updated_at_ms (its publish,
+-- or a later claim that ended without initialising it).
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 due AS (
-    SELECT s.next_fire_at_ms
+    SELECT s.next_fire_at_ms, s.updated_at_ms
     FROM control_core.trigger_schedules s
     WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
       AND control_core.schedule_claimable(
@@ -32,6 +35,8 @@ due AS (
 )
 SELECT (SELECT count(*) FROM due)::bigint AS due_unclaimed,
        coalesce((SELECT min(next_fire_at_ms) FROM due), -1)::bigint AS oldest_due_ms, -- -1: none (or only uninitialised rows)
+       (SELECT count(*) FROM due WHERE next_fire_at_ms IS NULL)::bigint AS uninitialised,
+       coalesce((SELECT min(updated_at_ms) FROM due WHERE next_fire_at_ms IS NULL), -1)::bigint AS oldest_uninitialised_ms, -- -1: none
        obs.now_ms
 FROM obs;
 
