@@ -114,8 +114,8 @@ func TestRecoveryAtScale(t *testing.T) {
 	ctx := context.Background()
 	f := admittedOnce(t)
 	start := time.Now()
-	for from := 1; from < n; from += 100_000 {
-		addPristine(f, from, min(100_000, n-from))
+	for from := 1; from < n; from += 50_000 {
+		addPristine(f, from, min(50_000, n-from))
 	}
 	t.Logf("built %d pristine queued Runs in %s", f.count(`SELECT count(*) FROM control_core.runs`), time.Since(start).Round(time.Second))
 	for i := range 3 {
