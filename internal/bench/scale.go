@@ -125,12 +125,16 @@ func writeHistory(ctx context.Context, pool *pgxpool.Pool, d dataset, from, to i
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		return fmt.Errorf("history: skip foreign-key triggers (a superuser is needed): %w", err)
 	}
-	defer func() { _, _ = conn.Exec(context.Background(), "RESET session_replication_role") }()
+	// a chunk takes longer than the connection route's statement bound
+	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), "RESET session_replication_role; RESET statement_timeout") }()
 	var dayMs int64
 	if err := conn.QueryRow(ctx, "SELECT control_core.db_now_ms() / 86400000 * 86400000").Scan(&dayMs); err != nil {
 		return err
 	}
-	const chunk = 250_000
+	const chunk = 200_000
 	for lo := from; lo < to; lo += chunk {
 		hi := min(lo+chunk, to)
 		args := pgx.NamedArgs{"from_run": lo, "to_run": hi, "triggers": int64(d.Triggers), "projects": int64(d.Projects),
