@@ -268,7 +268,8 @@ func runScale(ctx context.Context, cfg Config, adminURL, runtimeURL string, pool
 		return err
 	}
 	rep.HistorySecs = time.Since(start).Seconds()
-	if err := settle(ctx, pool); err != nil {
+	say("history written in %.1fs; vacuuming and analysing", rep.HistorySecs)
+	if err := settleLong(ctx, pool); err != nil {
 		say("reads start unsettled: %v", err)
 	}
 
@@ -717,6 +718,26 @@ func (c Config) validateScale() error {
 		return fmt.Errorf("--mass-publish %d: want 0 … 1000000", c.MassPublish)
 	case c.InitWait < time.Second || c.InitWait > 24*time.Hour:
 		return fmt.Errorf("--init-wait %s: want 1s … 24h", c.InitWait)
+	}
+	return nil
+}
+
+// settleLong is settle on one connection without the statement timeout: at millions of Runs the
+// vacuum takes longer than the connection route's bound.
+func settleLong(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), "RESET statement_timeout") }()
+	_, err = conn.Exec(ctx, "VACUUM (ANALYZE) control_core.triggers, control_core.trigger_revisions, control_core.trigger_schedules, "+
+		"control_core.runs, control_core.attempts, control_core.run_events")
+	if err != nil {
+		return fmt.Errorf("settle: %w", err)
 	}
 	return nil
 }
