@@ -129,7 +129,9 @@ func writeHistory(ctx context.Context, pool *pgxpool.Pool, d dataset, from, to i
 	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
 		return fmt.Errorf("history: %w", err)
 	}
-	defer func() { _, _ = conn.Exec(context.Background(), "RESET session_replication_role; RESET statement_timeout") }()
+	defer func() {
+		_, _ = conn.Exec(context.Background(), "RESET session_replication_role; RESET statement_timeout")
+	}()
 	var dayMs int64
 	if err := conn.QueryRow(ctx, "SELECT control_core.db_now_ms() / 86400000 * 86400000").Scan(&dayMs); err != nil {
 		return err

@@ -254,3 +254,30 @@ func runRead(t *testing.T, r scaleRead, bin string, d *testpg.DB) {
 		panic(fmt.Sprint("read kind ", r.Kind))
 	}
 }
+
+func TestScaleValidation(t *testing.T) {
+	base := Config{Scenario: Scale, Triggers: 100, Projects: 4, HistoryRuns: 1000, Samples: 3, MassPublish: 10,
+		InitWait: time.Minute, Exe: "/bin/qlsched"}
+	for _, tc := range []struct {
+		name string
+		mut  func(*Config)
+		want string
+	}{
+		{"no binary", func(c *Config) { c.Exe = "" }, "binary"},
+		{"no projects", func(c *Config) { c.Projects = 0 }, "--projects"},
+		{"fewer triggers than projects", func(c *Config) { c.Triggers = 3 }, "--triggers"},
+		{"negative history", func(c *Config) { c.HistoryRuns = -1 }, "--history-runs"},
+		{"no samples", func(c *Config) { c.Samples = 0 }, "--samples"},
+		{"no wait", func(c *Config) { c.InitWait = 0 }, "--init-wait"},
+		{"database without runtime url", func(c *Config) { c.URL = "postgres://x@127.0.0.1:1/x" }, "--runtime-url"},
+	} {
+		c := base
+		tc.mut(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want an error naming %s", tc.name, err, tc.want)
+		}
+	}
+	if err := base.Validate(); err != nil {
+		t.Errorf("a valid scale config: %v", err)
+	}
+}
