@@ -194,6 +194,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	if cfg.Scenario == Scale {
+		// the data set's statements (a chunk of history, the vacuum) run for minutes: no statement
+		// or response bound on the bench's own pool (the timed reads keep theirs)
+		t := conn.Timeouts()
+		t.Statement, t.Response, t.IdleInTransaction = 0, 0, 0
+		conn.SetTimeouts(t)
+	}
 	admin, err := conn.Open(ctx)
 	if err != nil {
 		return rep, err
