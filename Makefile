@@ -101,7 +101,7 @@ chaos:
 # and the claim's p99 at 1,000,000 schedule rows against 10,000. Then the bursts (bench-burst,
 # about 25 minutes) and the replicas through PgBouncer against direct (bench-pooler, about 3
 # minutes; it needs pgbouncer and psql, and `make bench` checks for them before its first run).
-.PHONY: bench bench-river bench-burst bench-replicas bench-pooler
+.PHONY: bench bench-river bench-burst bench-replicas bench-pooler bench-scale
 # The peer: River's periodic jobs, 20,000 every second, on a throwaway server from the same
 # binaries (bench/river, a module of its own so River stays out of go.mod). Run it next to
 # `make bench` for the batch comparison of docs/performance.md.
@@ -156,6 +156,18 @@ bench-burst:
 	bin/qlsched bench --scenario burst --triggers 50000 --replicas 4 $(BURST_FLAGS) --duration 3m
 	bin/qlsched bench --scenario burst --triggers 50000 --replicas 1 $(BURST_FLAGS) --admit-batch 128 --duration 1m
 	bin/qlsched bench --scenario burst --triggers 50000 --replicas 4 $(BURST_FLAGS) --admit-batch 128 --duration 1m
+
+# Issue 37's scale: 20 projects, 100,000 triggers through apply, 2,000,000 Runs of history written
+# set-based (outside the product path), every operator read timed against its target, and a mass
+# publish of 20,000 triggers next to an every-second trigger (two replicas at the defaults). The
+# table it prints is the one of docs/performance.md, "Scale". About 40 minutes on the 2-core
+# machine, most of it writing the data set; SCALE_FLAGS scales it (--triggers, --projects,
+# --history-runs, --mass-publish, --init-wait, --samples). The CI-sized check of the same reads is
+# TestScaleReadsDoNotGrowWithHistory (internal/bench), which make test runs.
+SCALE_FLAGS ?= --samples 5 --init-wait 4m
+bench-scale:
+	go build -o bin/qlsched ./cmd/qlsched
+	bin/qlsched bench --scenario scale $(SCALE_FLAGS)
 
 # The replica-count curve of docs/operations.md (Sizing): the same backlog with 1, 2, 4 and 8
 # in-process replicas, single and batch admission, each against its ceiling of the same run.

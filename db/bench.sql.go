@@ -164,6 +164,44 @@ func (q *Queries) BenchSetDue(ctx context.Context, arg BenchSetDueParams) (int64
 	return result.RowsAffected(), nil
 }
 
+const benchUninitialised = `-- name: BenchUninitialised :one
+SELECT count(*)::bigint FROM control_core.trigger_schedules
+WHERE project_id = ANY ($1::text[]) AND next_fire_at_ms IS NULL
+`
+
+// Schedule rows of these projects no replica has initialised yet (no cursor).
+func (q *Queries) BenchUninitialised(ctx context.Context, projectIds []string) (int64, error) {
+	row := q.db.QueryRow(ctx, benchUninitialised, projectIds)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const benchWindow = `-- name: BenchWindow :one
+SELECT count(*)::bigint AS runs, coalesce(max(queued_at_ms - scheduled_for_ms), 0)::bigint AS max_lag_ms
+FROM control_core.runs
+WHERE project_id = $1::text AND scheduled_for_ms > $2::bigint AND scheduled_for_ms <= $3::bigint
+`
+
+type BenchWindowParams struct {
+	ProjectID string `json:"project_id"`
+	FromMs    int64  `json:"from_ms"`
+	ToMs      int64  `json:"to_ms"`
+}
+
+type BenchWindowRow struct {
+	Runs     int64 `json:"runs"`
+	MaxLagMs int64 `json:"max_lag_ms"`
+}
+
+// A project's Runs scheduled in (from_ms, to_ms]: how many, and the largest admission lag.
+func (q *Queries) BenchWindow(ctx context.Context, arg BenchWindowParams) (BenchWindowRow, error) {
+	row := q.db.QueryRow(ctx, benchWindow, arg.ProjectID, arg.FromMs, arg.ToMs)
+	var i BenchWindowRow
+	err := row.Scan(&i.Runs, &i.MaxLagMs)
+	return i, err
+}
+
 const ceilingAdmit = `-- name: CeilingAdmit :execrows
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (

@@ -13,9 +13,11 @@ import (
 
 func (a *app) benchCmd() *cobra.Command {
 	cfg := bench.Config{Scenario: bench.Backlog, Triggers: 10000, Every: "minute", Replicas: 4,
-		Duration: 30 * time.Second, Budget: 256, Cadence: 10 * time.Millisecond, Batch: 1, Bursts: 2}
+		Duration: 30 * time.Second, Budget: 256, Cadence: 10 * time.Millisecond, Batch: 1, Bursts: 2,
+		Projects: bench.DefaultScaleProjects, HistoryRuns: bench.DefaultScaleHistoryRuns, Samples: 5,
+		MassPublish: bench.DefaultScaleMassPublish, InitWait: 2 * time.Minute}
 	cmd := &cobra.Command{
-		Use:   "bench [--scenario backlog|steady|burst] [--triggers N] [--replicas R] [--duration D]",
+		Use:   "bench [--scenario backlog|steady|burst|scale] [--triggers N] [--replicas R] [--duration D]",
 		Short: "Measure admission throughput against the database's ceiling, latency and lag",
 		Long: `bench starts a throwaway PostgreSQL with fsync on (or uses --database-url: a migrated database
 and a role that may publish and claim, e.g. a superuser; QL_DATABASE_URL and the PG* variables
@@ -45,6 +47,27 @@ final log line, claim latency from their /metrics histograms, CPU and RSS from /
            the mean of the two. Per burst, from the runs table in database time: admitted,
            missing, the time to drain (last admission minus the instant), admitted ÷ drain time
            and its ratio to the batch ceiling, lag p50/p99/max. In-process replicas only.
+  scale    issue 37's data set and every operator read at it. --projects projects (20) with
+           --triggers daily triggers (100,000 by default for this scenario) published through
+           the admin code of ` + "`qlsched apply`" + ` (one apply per project), and --history-runs Runs
+           of history (2,000,000) written set-based as a superuser OUTSIDE the product path:
+           the rows admission writes (queued Run, claimed remote_worker Attempt, run.created
+           and run.queued), one INSERT … SELECT generate_series per table. The data set's rows
+           are initialised first (in-process replicas at budget 256, cadence 10 ms, up to
+           --init-wait). Then each read, --samples times, as an operator meets it: the built
+           binary's status, runs list (with and without --project, with a state filter that
+           matches nothing), trigger list, task list (as ql_admin, wall time from exec to
+           exit); the console's overview and a project's pages (GET against ` + "`qlsched ui`" + `);
+           a replica process's /metrics (--backlog-interval 1s, scraped every 1.1 s so each
+           scrape runs the backlog statement) and its start until "startup recovery done"
+           (readiness included). Then the mass publish: two in-process replicas at the
+           defaults and one every-second trigger admitting, --mass-publish new triggers
+           (20,000) in one apply, and the time until every one is initialised, capped at
+           --init-wait (reported as not initialised within it), with the every-second
+           trigger's admitted and missed occurrences and max lag meanwhile. Prints the table
+           (read, median, max, target, pass) in the Markdown of docs/performance.md, "Scale";
+           --format json for the document. Needs --runtime-url (and --admin-url for the reads
+           as the admin role) with --database-url.
 
 Each measured phase (a ceiling, a burst) starts on vacuumed and analysed tables (the Run tables
 once they hold Runs), so no phase pays autovacuum for the one before; best effort (the role may
@@ -58,15 +81,19 @@ CPU and RSS. --format json prints one qlsched.bench/v1 document (docs/json.md); 
 goes to stderr.`,
 		Example: `  qlsched bench --scenario backlog --replicas 4 --budget 256 --cadence 10ms
   qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 70s
-  qlsched bench --scenario burst --triggers 10000 --replicas 4 --admit-batch 128 --bursts 2`,
-		PreRunE: func(*cobra.Command, []string) error {
+  qlsched bench --scenario burst --triggers 10000 --replicas 4 --admit-batch 128 --bursts 2
+  qlsched bench --scenario scale --triggers 100000 --projects 20 --history-runs 2000000`,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Scenario == bench.Scale && !cmd.Flags().Changed("triggers") {
+				cfg.Triggers = bench.DefaultScaleTriggers
+			}
 			if a.databaseURL != "" {
 				if _, err := a.connConfig(); err != nil {
 					return err
 				}
 				cfg.URL = a.databaseURL
 			}
-			if cfg.Processes {
+			if cfg.Processes || cfg.Scenario == bench.Scale {
 				exe, err := os.Executable()
 				if err != nil {
 					return fmt.Errorf("--processes: find this binary: %w", err)
@@ -94,7 +121,7 @@ goes to stderr.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Scenario, "scenario", cfg.Scenario, "backlog, steady or burst")
+	f.StringVar(&cfg.Scenario, "scenario", cfg.Scenario, "backlog, steady, burst or scale")
 	f.IntVar(&cfg.Triggers, "triggers", cfg.Triggers, "cron triggers to publish")
 	f.StringVar(&cfg.Every, "every", cfg.Every, "backlog: triggers due once (minute) or every second (second)")
 	f.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "in-process replicas, each with its own pool and owner")
@@ -105,5 +132,11 @@ goes to stderr.`,
 	f.IntVar(&cfg.Batch, "admit-batch", cfg.Batch, "batch admission: rows per claim and per admit transaction (1: single mode)")
 	f.BoolVar(&cfg.Processes, "processes", false, "run the replicas as real `qlsched run` processes (connected as the runtime role) instead of in-process")
 	f.StringVar(&cfg.RuntimeURL, "runtime-url", "", "with --processes and --database-url: the URL the replica processes connect with (the runtime role)")
+	f.IntVar(&cfg.Projects, "projects", cfg.Projects, "scale: projects the triggers are spread over")
+	f.Int64Var(&cfg.HistoryRuns, "history-runs", cfg.HistoryRuns, "scale: Runs of history written set-based")
+	f.IntVar(&cfg.Samples, "samples", cfg.Samples, "scale: times each read is timed (median and max)")
+	f.IntVar(&cfg.MassPublish, "mass-publish", cfg.MassPublish, "scale: new triggers in the mass publish (0: none)")
+	f.DurationVar(&cfg.InitWait, "init-wait", cfg.InitWait, "scale: how long to wait for an initialisation (the data set's, the mass publish's)")
+	f.StringVar(&cfg.AdminURL, "admin-url", "", "scale with --database-url: the URL the timed reads connect with (the admin role; default --database-url)")
 	return cmd
 }

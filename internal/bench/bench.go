@@ -44,6 +44,7 @@ const (
 	// boundary; the measure is how fast each minute's burst drains against the batch ceiling of
 	// the same write set.
 	Burst = "burst"
+	// Scale: see scale.go.
 )
 
 // Config of one bench run.
@@ -64,13 +65,23 @@ type Config struct {
 	Processes  bool
 	Exe        string
 	RuntimeURL string
+	// Scale only (scale.go): the data set's projects and Runs of history, the operator reads'
+	// role (AdminURL; empty: URL's), samples per read, the mass publish and its wait.
+	Projects    int
+	HistoryRuns int64
+	AdminURL    string
+	Samples     int
+	MassPublish int
+	InitWait    time.Duration
 }
 
 // Validate checks the bounds before anything starts.
 func (c Config) Validate() error {
 	switch {
+	case c.Scenario == Scale:
+		return c.validateScale()
 	case c.Scenario != Backlog && c.Scenario != Steady && c.Scenario != Burst:
-		return fmt.Errorf("--scenario %q: want backlog, steady or burst", c.Scenario)
+		return fmt.Errorf("--scenario %q: want backlog, steady, burst or scale", c.Scenario)
 	case c.Scenario == Burst && (c.Bursts < 1 || c.Bursts > 10):
 		return fmt.Errorf("--bursts %d: want 1 … 10", c.Bursts)
 	case c.Scenario == Burst && c.Processes:
@@ -143,6 +154,8 @@ type Report struct {
 	RSSMiB          float64 `json:"rss_mib"`
 	PeakRSSMiB      float64 `json:"peak_rss_mib"`
 	AnonRSSMiB      float64 `json:"anon_rss_mib"` // of RSSMiB: heap and stacks, not the binary's pages
+	// scale only: the data set, the reads' timings, the mass publish
+	Scale *ScaleReport `json:"scale,omitempty"`
 }
 
 // Run sets up, measures and reports. progress gets one line per phase.
@@ -175,10 +188,18 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 			return rep, err
 		}
 		cfg.RuntimeURL = cluster.URL("ql_runtime", "bench")
+		cfg.AdminURL = cluster.URL("ql_admin", "bench")
 	}
 	conn, err := dbconn.Resolve(url)
 	if err != nil {
 		return rep, err
+	}
+	if cfg.Scenario == Scale {
+		// the data set's statements (a chunk of history, the vacuum) run for minutes: no statement
+		// or response bound on the bench's own pool (the timed reads keep theirs)
+		t := conn.Timeouts()
+		t.Statement, t.Response, t.IdleInTransaction = 0, 0, 0
+		conn.SetTimeouts(t)
 	}
 	admin, err := conn.Open(ctx)
 	if err != nil {
@@ -187,6 +208,16 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	defer admin.Close()
 	if err := admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&rep.Server); err != nil {
 		return rep, err
+	}
+
+	if cfg.Scenario == Scale {
+		adminURL := cfg.AdminURL
+		if adminURL == "" {
+			say("the reads connect with --database-url (no --admin-url)")
+			adminURL = url
+		}
+		rep.Scale = &ScaleReport{Server: rep.Server}
+		return rep, runScale(ctx, cfg, adminURL, cfg.RuntimeURL, admin, rep.Scale, say)
 	}
 
 	project := "bench-" + strconv.FormatInt(time.Now().UnixMilli(), 36)
@@ -695,6 +726,9 @@ func rssOf(status string) memory {
 
 // Text renders a report for a terminal.
 func (r Report) Text() string {
+	if r.Scale != nil {
+		return r.Scale.Text()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "scenario %s, mode %s (admit batch %d), PostgreSQL %s: %d triggers, %d %s replicas, budget %d, cadence %gms, %.1fs\n",
 		r.Scenario, r.Mode, r.Batch, r.Server, r.Triggers, r.Replicas, r.Replica, r.Budget, r.CadenceMs, r.Seconds)

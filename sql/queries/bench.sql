@@ -90,3 +90,14 @@ ORDER BY scheduled_for_ms;
 -- How many Runs of a project are scheduled at one instant: a burst is drained when it is every trigger.
 SELECT count(*)::bigint FROM control_core.runs
 WHERE project_id = @project_id::text AND scheduled_for_ms = @scheduled_for_ms::bigint;
+
+-- name: BenchUninitialised :one
+-- Schedule rows of these projects no replica has initialised yet (no cursor).
+SELECT count(*)::bigint FROM control_core.trigger_schedules
+WHERE project_id = ANY (@project_ids::text[]) AND next_fire_at_ms IS NULL;
+
+-- name: BenchWindow :one
+-- A project's Runs scheduled in (from_ms, to_ms]: how many, and the largest admission lag.
+SELECT count(*)::bigint AS runs, coalesce(max(queued_at_ms - scheduled_for_ms), 0)::bigint AS max_lag_ms
+FROM control_core.runs
+WHERE project_id = @project_id::text AND scheduled_for_ms > @from_ms::bigint AND scheduled_for_ms <= @to_ms::bigint;
