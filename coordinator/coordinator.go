@@ -147,8 +147,9 @@ func (c *Coordinator) Capacity() float64 { return capacity(c.cfg) }
 
 func capacity(cfg Config) float64 { return float64(cfg.Budget) / cfg.Cadence.Seconds() }
 
-// Round first initialises rows waiting for it, in batches (initialise), then claims at most
-// Budget rows and ends each claim under its fence. Rows are claimed
+// Round claims at most Budget rows and ends each claim under its fence; once a claim reaches the
+// rows waiting for initialisation, it initialises them in batches that do not spend the budget
+// (initialise), then claims on. Rows are claimed
 // AdmitBatch at a time (1: the ADR's one-row claim) and the fired ones among them admitted in one
 // transaction. It returns how many rows it claimed. Claiming stops early when no row is
 // claimable or when stop is closed (the claims in hand are still finished). Errors are counted
@@ -185,10 +186,9 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		start := time.Now()
 		defer func() { c.Observe.Round(time.Since(start), claimed) }()
 	}
-	drained, err := c.initialise(ctx, stop)
-	if err != nil {
-		return 0, c.claimFailed(err)
-	}
+	// initialised: this round ran its initialisation (at most once a round); past: it stopped at
+	// its bound with rows still waiting, so the claims that follow start past them.
+	initialised, past := false, false
 	// claim sends the next claim unless the budget is spent or the round is stopped; nil: none.
 	// overlapped: it runs while the batch before it is handled.
 	claim := func(n int, overlapped bool) <-chan claimBatch {
@@ -201,6 +201,7 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 			return nil
 		}
 		out := make(chan claimBatch, 1)
+		past := past // read here, on the round's goroutine
 		go func() {
 			start := time.Now()
 			defer func() { // off the round's goroutine, a panic would escape the Lifecycle's recover
@@ -210,7 +211,7 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 			}()
 			// Past the rows waiting for initialisation when this round initialised its bound of
 			// them and some remain: the ADR's order would give every claim to them.
-			claims, err := c.store.claimDue(ctx, c.cfg.Owner, c.cfg.Lease, n, !drained)
+			claims, err := c.store.claimDue(ctx, c.cfg.Owner, c.cfg.Lease, n, past)
 			out <- claimBatch{claims, n, overlapped, time.Since(start), err}
 		}()
 		return out
@@ -238,10 +239,23 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		c.Stats.Claims.Add(int64(len(got.claims)))
 		rest := min(c.cfg.batch(), c.cfg.Budget-claimed)
 		full := len(got.claims) == got.asked
-		if full && c.cfg.batch() > 1 {
+		// The claim reached the rows waiting for initialisation (first in its order): they are
+		// initialised in batches next, so no claim is sent ahead into them.
+		initNow := !initialised && waitsForInit(got.claims)
+		if full && c.cfg.batch() > 1 && !initNow {
 			next = claim(rest, true)
 		}
 		c.handle(ctx, got.claims)
+		if initNow {
+			initialised = true
+			drained, err := c.initialise(ctx, stop)
+			if err != nil {
+				return claimed, c.claimFailed(err)
+			}
+			past = !drained
+			next = claim(rest, false) // whatever fell due meanwhile, in the order from there
+			continue
+		}
 		// A short claim means nothing more is claimable now, unless it ran while the batch
 		// before it was handled: that batch's rows were held then, and may be due again now (a
 		// late trigger's next occurrence), so one more claim asks after it. In single mode a
@@ -253,13 +267,24 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 	return claimed, nil
 }
 
-// initialise is the head of the round, the rows first in the claim's order: those waiting for
-// initialisation (no cursor). Their decision needs no Run, so they are claimed InitBatch at a time
-// by one statement, decided in Go, and written back by one statement, without spending the
-// round's Budget. It stops when a claim comes back short (drained: no such row is claimable now,
-// so the admission claims that follow keep the ADR's whole order), when the round has initialised
-// InitBudget rows, or when stop closes (drained false: the admission claims then start past the
-// rows still waiting, docs/scheduling.md, Initialisation). A claim statement's error is returned.
+// waitsForInit reports whether a claim took a row waiting for initialisation (no cursor).
+func waitsForInit(claims []*Claim) bool {
+	for _, c := range claims {
+		if c.CursorMs == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// initialise runs when a round's claim reaches the rows waiting for initialisation (no cursor:
+// new or republished triggers), which are first in the claim's order. Their decision needs no
+// Run, so they are claimed InitBatch at a time by one statement, decided in Go, and written back
+// by one statement, without spending the round's Budget. It stops when a claim comes back short
+// (drained: no such row is claimable now, so the admission claims that follow keep the ADR's
+// whole order), when it has initialised InitBudget rows, or when stop closes (drained false: the
+// admission claims then start past the rows still waiting, docs/scheduling.md, Initialisation).
+// A claim statement's error is returned.
 func (c *Coordinator) initialise(ctx context.Context, stop <-chan struct{}) (drained bool, err error) {
 	batch := max(c.cfg.InitBatch, 1)
 	budget := max(c.cfg.InitBudget, batch)
