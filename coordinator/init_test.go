@@ -3,11 +3,15 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
@@ -233,5 +237,55 @@ func TestTwoCoordinatorsInitialiseConcurrentlyEachRowOnce(t *testing.T) {
 	if n := f.count(`SELECT count(*) FROM control_core.trigger_schedules
 		WHERE next_fire_at_ms IS NULL OR state_version <> 3 OR claim_token IS NOT NULL`); n != 0 {
 		t.Errorf("%d rows not initialised exactly once (state_version 3: one claim, one write) or still claimed", n)
+	}
+}
+
+// ClaimInit, as the store runs it (its generic plan under the store's settings), walks the
+// claim's index in order and stops at its LIMIT, whether the statistics have seen the rows
+// waiting for initialisation or not (right after a mass publish, before autoanalyze, they say
+// none wait). With the constant -1 instead of a parameter the planner chose a bitmap scan and a
+// sort of every waiting row, for every batch.
+func TestClaimInitWalksTheClaimIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.bulkSchedules(50_000, 3600, 600) // analysed with no row waiting
+	f.d.Exec(t, `SET session_replication_role = replica;
+		INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
+		    SELECT 'p', 'u' || g, 1 FROM generate_series(1, 20000) g;
+		INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
+		        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
+		    SELECT 'p', 'u' || g, 1, 'cron', '* * * * *', 'UTC', 'skip', 60000, true, 'task', 1, repeat('a', 64)
+		    FROM generate_series(1, 20000) g;
+		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
+		        state_version, claim_version, updated_at_ms)
+		    SELECT 'p', 'u' || g, 1, NULL, 1, 0, control_core.db_now_ms() FROM generate_series(1, 20000) g;`)
+	for _, analysed := range []bool{false, true} {
+		if analysed {
+			f.exec(`ANALYZE control_core.trigger_schedules`)
+		}
+		func() {
+			conn := must(f.rt.Acquire(ctx)).of(t)
+			defer conn.Release() // before a failure's cleanup closes the pool
+			if _, err := conn.Exec(ctx, "PREPARE claim_init AS "+testpg.Query(t, "ClaimInit")); err != nil {
+				t.Error(err)
+				return
+			}
+			defer func() { _, _ = conn.Exec(ctx, "ROLLBACK; DEALLOCATE claim_init") }()
+			if _, err := conn.Exec(ctx, "BEGIN; "+hotSettings); err != nil {
+				t.Error(err)
+				return
+			}
+			// below_key, max_rows, owner, lease_ms
+			rows, err := conn.Query(ctx, "EXPLAIN EXECUTE claim_init(0, 1000, 'explain', 30000)")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if plan := strings.Join(lines, "\n"); err != nil || !walksClaimIndex(plan) {
+				t.Errorf("analysed %v: ClaimInit does not walk trigger_schedules_claim_idx in order (%v):\n%s", analysed, err, plan)
+			}
+		}()
 	}
 }

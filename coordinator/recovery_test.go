@@ -148,7 +148,6 @@ func TestClaimUsesTheIndexAtOneMillionSchedules(t *testing.T) {
 	for _, q := range []struct{ name, stmt, args string }{
 		{"ClaimDue", "claim_due", "(-1, 1, 'explain', 30000)"},     // from_key, max_rows, owner, lease_ms
 		{"ClaimDue", "claim_due_past", "(0, 1, 'explain', 30000)"}, // past the uninitialised rows
-		{"ClaimInit", "claim_init", "(1000, 'explain', 30000)"},    // max_rows, owner, lease_ms
 		{"NextDueIn", "next_due_in", ""},
 	} {
 		if _, err := conn.Exec(ctx, "PREPARE "+q.stmt+" AS "+testpg.Query(t, q.name)); err != nil {

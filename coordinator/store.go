@@ -108,7 +108,7 @@ func (s *Store) ClaimInit(ctx context.Context, owner string, lease time.Duration
 	var claims []*Claim
 	var err error
 	tx := newPipeline(s.pool, implicitTx, s.local, hotSettings) // the claim commits alone
-	br := db.New(tx).ClaimInit(ctx, []db.ClaimInitParams{{Owner: owner, LeaseMs: lease.Milliseconds(), MaxRows: int32(n)}})
+	br := db.New(tx).ClaimInit(ctx, []db.ClaimInitParams{{Owner: owner, LeaseMs: lease.Milliseconds(), BelowKey: 0, MaxRows: int32(n)}})
 	br.Query(func(_ int, rows []db.ClaimInitRow, qerr error) {
 		err = qerr
 		for _, r := range rows {

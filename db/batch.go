@@ -461,7 +461,12 @@ candidate AS (
     -- per-row subqueries, not joins: see ClaimDue (the walk of the claim's index, in order)
     SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover -- takeover: an expired claim
     FROM control_core.trigger_schedules s
-    WHERE coalesce(s.next_fire_at_ms, -1) = -1
+    -- below_key is 0 (cursors are never negative): the -1 range. A parameter, not a constant, on
+    -- purpose: the store runs this under a generic plan, where a parameter's selectivity is the
+    -- planner's default, so the plan walks the claim's index in order and stops at the LIMIT.
+    -- With the constant the planner read the statistics (no row waiting, before ANALYZE saw a
+    -- publish) and chose a bitmap scan and a sort of the whole range, every batch.
+    WHERE coalesce(s.next_fire_at_ms, -1) < $3::bigint
       AND control_core.schedule_claimable(
             (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
             (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
@@ -469,7 +474,7 @@ candidate AS (
             s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
     FOR UPDATE OF s SKIP LOCKED
-    LIMIT $3::integer
+    LIMIT $4::integer
 )
 UPDATE control_core.trigger_schedules s
 SET claim_owner         = $1::text,
@@ -502,9 +507,10 @@ type ClaimInitBatchResults struct {
 }
 
 type ClaimInitParams struct {
-	Owner   string `json:"owner"`
-	LeaseMs int64  `json:"lease_ms"`
-	MaxRows int32  `json:"max_rows"`
+	Owner    string `json:"owner"`
+	LeaseMs  int64  `json:"lease_ms"`
+	BelowKey int64  `json:"below_key"`
+	MaxRows  int32  `json:"max_rows"`
 }
 
 type ClaimInitRow struct {
@@ -549,6 +555,7 @@ func (q *Queries) ClaimInit(ctx context.Context, arg []ClaimInitParams) *ClaimIn
 		vals := []interface{}{
 			a.Owner,
 			a.LeaseMs,
+			a.BelowKey,
 			a.MaxRows,
 		}
 		batch.Queue(claimInit, vals...)

@@ -272,7 +272,12 @@ candidate AS (
     -- per-row subqueries, not joins: see ClaimDue (the walk of the claim's index, in order)
     SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover -- takeover: an expired claim
     FROM control_core.trigger_schedules s
-    WHERE coalesce(s.next_fire_at_ms, -1) = -1
+    -- below_key is 0 (cursors are never negative): the -1 range. A parameter, not a constant, on
+    -- purpose: the store runs this under a generic plan, where a parameter's selectivity is the
+    -- planner's default, so the plan walks the claim's index in order and stops at the LIMIT.
+    -- With the constant the planner read the statistics (no row waiting, before ANALYZE saw a
+    -- publish) and chose a bitmap scan and a sort of the whole range, every batch.
+    WHERE coalesce(s.next_fire_at_ms, -1) < @below_key::bigint
       AND control_core.schedule_claimable(
             (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
             (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
