@@ -43,7 +43,7 @@ const (
 	// round, after which the round claims due rows past the ones still waiting.
 	DefaultInitBatch  = 1000
 	MaxInitBatch      = 10_000
-	DefaultInitBudget = 5000
+	DefaultInitBudget = 2000
 	MaxInitBudget     = 100_000
 )
 
