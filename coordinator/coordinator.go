@@ -235,13 +235,19 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		if c.Observe.Claim != nil {
 			c.Observe.Claim(got.took)
 		}
-		claimed += len(got.claims)
+		// The claim reached the rows waiting for initialisation (first in its order): they are
+		// initialised in batches next, so no claim is sent ahead into them, and the waiting rows
+		// of this claim spend no budget either (a batch-mode claim may be all of them, and would
+		// otherwise end the round before its due rows).
+		initNow := !initialised && waitsForInit(got.claims)
+		spent := len(got.claims)
+		if initNow {
+			spent -= waiting(got.claims)
+		}
+		claimed += spent
 		c.Stats.Claims.Add(int64(len(got.claims)))
 		rest := min(c.cfg.batch(), c.cfg.Budget-claimed)
 		full := len(got.claims) == got.asked
-		// The claim reached the rows waiting for initialisation (first in its order): they are
-		// initialised in batches next, so no claim is sent ahead into them.
-		initNow := !initialised && waitsForInit(got.claims)
 		if full && c.cfg.batch() > 1 && !initNow {
 			next = claim(rest, true)
 		}
@@ -268,13 +274,16 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 }
 
 // waitsForInit reports whether a claim took a row waiting for initialisation (no cursor).
-func waitsForInit(claims []*Claim) bool {
+func waitsForInit(claims []*Claim) bool { return waiting(claims) > 0 }
+
+// waiting counts the claimed rows waiting for initialisation.
+func waiting(claims []*Claim) (n int) {
 	for _, c := range claims {
 		if c.CursorMs == nil {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // initialise runs when a round's claim reaches the rows waiting for initialisation (no cursor:
