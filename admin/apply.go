@@ -77,7 +77,11 @@ type Plan struct {
 	// that found nothing to change.
 	Applied bool        `json:"applied"`
 	Summary PlanSummary `json:"summary"`
-	Items   []PlanItem  `json:"items"`
+	// QueuedForInitialisation counts the triggers whose new revision is enabled (created or
+	// updated): each leaves its schedule row without a cursor, waiting for a replica to
+	// initialise it (docs/scheduling.md, Initialisation). Planned for a check, written when applied.
+	QueuedForInitialisation int        `json:"queued_for_initialisation"`
+	Items                   []PlanItem `json:"items"`
 }
 
 // ApplyOptions modify a plan.
@@ -366,6 +370,9 @@ func makePlan(s *Schedules, st *state, opts ApplyOptions, created map[string]boo
 				item.Action, item.Changes = ActionUpdate, ch
 			} else {
 				item.Action, item.Revision = ActionUnchanged, h.revision
+			}
+			if item.Action != ActionUnchanged && t.Spec.Enabled {
+				plan.QueuedForInitialisation++
 			}
 			add(item)
 		}

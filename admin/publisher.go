@@ -284,6 +284,9 @@ type TriggerPublished struct {
 	ContentDigest  string                 `json:"content_digest"`
 	Unchanged      bool                   `json:"unchanged"`
 	Changed        []string               `json:"changed"`
+	// QueuedForInitialisation: a new enabled revision was written, so its schedule row waits,
+	// without a cursor, for a replica to initialise it (docs/scheduling.md, Initialisation).
+	QueuedForInitialisation bool `json:"queued_for_initialisation"`
 }
 
 // PublishTrigger publishes a new revision of a cron trigger pinned to the task's head revision
@@ -644,6 +647,7 @@ func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev i
 		return out, fmt.Errorf("schedule row: %w", err)
 	}
 	out.Revision, out.StateVersion, out.ClaimVersion, out.ContentDigest = rev, sched.StateVersion, sched.ClaimVersion, tr.ContentDigest
+	out.QueuedForInitialisation = t.Enabled
 	return out, nil
 }
 

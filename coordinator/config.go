@@ -38,12 +38,22 @@ const (
 	// about 3 s at the default cadence, are a fault that outlasts a round.
 	DefaultNotReadyAfter = 3
 	MaxNotReadyAfter     = 100
+	// DefaultInitBatch rows waiting for initialisation are claimed by one statement and written
+	// back by one (docs/scheduling.md, Initialisation); DefaultInitBudget of them at most per
+	// round, after which the round claims due rows past the ones still waiting.
+	DefaultInitBatch  = 1000
+	MaxInitBatch      = 10_000
+	DefaultInitBudget = 2000
+	MaxInitBudget     = 100_000
 )
 
 // Config bounds one replica's coordinator. Validate runs before any connection is opened.
 type Config struct {
-	Owner        string        // claim_owner written into the fence; unique per replica
-	Budget       int           // claims per round, 1 … 256
+	Owner string // claim_owner written into the fence; unique per replica
+	// Budget bounds a round's admission claims, 1 … 256: the rows claimed to be decided and
+	// admitted (or skipped, or released). Rows initialised in bulk (InitBatch, InitBudget) do not
+	// spend it; a row waiting for initialisation that the admission claim takes does.
+	Budget       int
 	Lease        time.Duration // claim lease, 1 s … 10 min and ≥ 2 × Cadence
 	Cadence      time.Duration // time between round starts, 10 ms … 1 min
 	DrainTimeout time.Duration // how long Stop waits for the current round, 1 s … 10 min
@@ -58,6 +68,13 @@ type Config struct {
 	// NotReadyAfter is how many rounds must fail in a row before the lifecycle reports the
 	// replica not ready (ready again after the first round that succeeds). 1 … 100.
 	NotReadyAfter int
+	// InitBatch is how many rows waiting for initialisation (a new or republished trigger, no
+	// cursor yet) one statement claims and one statement writes back, 1 … 10,000.
+	InitBatch int
+	// InitBudget bounds the rows a round initialises, InitBatch … 100,000: once a round has
+	// initialised this many, it claims its due rows past the ones still waiting, so a mass publish
+	// never keeps a running trigger waiting longer than one round's initialisation.
+	InitBudget int
 }
 
 func (c Config) batch() int { return max(c.AdmitBatch, 1) }
@@ -66,7 +83,8 @@ func (c Config) batch() int { return max(c.AdmitBatch, 1) }
 func DefaultConfig(owner string) Config {
 	return Config{Owner: owner, Budget: DefaultBudget, Lease: DefaultLease, Cadence: DefaultCadence,
 		DrainTimeout: DefaultDrainTimeout, AdmitRetries: DefaultAdmitRetries, AdmitBatch: 1,
-		BackoffCap: DefaultBackoffCap, NotReadyAfter: DefaultNotReadyAfter}
+		BackoffCap: DefaultBackoffCap, NotReadyAfter: DefaultNotReadyAfter,
+		InitBatch: DefaultInitBatch, InitBudget: DefaultInitBudget}
 }
 
 // ownerPattern: trigger_schedules.claim_owner holds at most limits.MaxOwner characters.
@@ -107,6 +125,10 @@ func (c Config) Validate() error {
 		return &ConfigError{"BackoffCap", c.BackoffCap.String(), fmt.Sprintf("cadence (%s) … %s", c.Cadence, MaxBackoffCap)}
 	case c.NotReadyAfter < 1 || c.NotReadyAfter > MaxNotReadyAfter:
 		return &ConfigError{"NotReadyAfter", fmt.Sprint(c.NotReadyAfter), fmt.Sprintf("1 … %d failed rounds in a row", MaxNotReadyAfter)}
+	case c.InitBatch < 1 || c.InitBatch > MaxInitBatch:
+		return &ConfigError{"InitBatch", fmt.Sprint(c.InitBatch), fmt.Sprintf("1 … %d rows per statement", MaxInitBatch)}
+	case c.InitBudget < c.InitBatch || c.InitBudget > MaxInitBudget:
+		return &ConfigError{"InitBudget", fmt.Sprint(c.InitBudget), fmt.Sprintf("init batch (%d) … %d rows per round", c.InitBatch, MaxInitBudget)}
 	}
 	return nil
 }

@@ -22,15 +22,19 @@ type Stats struct {
 	// cadence before the next, so a replica that saturates admits at most Capacity per second
 	// and anything due beyond it waits (and, under fire_once, folds into one occurrence).
 	Saturated atomic.Int64
-	Claims    atomic.Int64 // schedule rows claimed
+	Claims    atomic.Int64 // schedule rows claimed (the initialisation's claims included)
 	Admits    atomic.Int64 // Runs admitted
 	Skips     atomic.Int64 // occurrences passed over by the skip policy (claims ended by a skip)
 	Releases  atomic.Int64 // claims ended without a Run: initialisation or not yet due
-	Races     atomic.Int64 // fenced writes that found the fence or the schedule changed
-	Stale     atomic.Int64 // admits refused because a revision changed since the claim
-	Corrupt   atomic.Int64 // admits refused because a digest no longer matches its row
-	Retries   atomic.Int64 // serialization failures retried
-	Errors    atomic.Int64 // anything else that went wrong (logged)
+	// Inits counts the Releases that were initialisations: a row without a cursor (a new or
+	// republished trigger) given its first one, in a batch or by the admission claim. Each is
+	// counted in Releases first, then here.
+	Inits   atomic.Int64
+	Races   atomic.Int64 // fenced writes that found the fence or the schedule changed
+	Stale   atomic.Int64 // admits refused because a revision changed since the claim
+	Corrupt atomic.Int64 // admits refused because a digest no longer matches its row
+	Retries atomic.Int64 // serialization failures retried
+	Errors  atomic.Int64 // anything else that went wrong (logged)
 	// Takeovers counts claims that replaced an expired claim of some replica (this one included).
 	Takeovers atomic.Int64
 	// FailedRounds counts the Lifecycle's rounds that failed: their claim statement failed (a
@@ -44,16 +48,17 @@ type Stats struct {
 
 // Snapshot is a plain copy of Stats.
 type Snapshot struct {
-	Rounds, Saturated, Claims, Admits, Skips, Releases, Races, Stale, Corrupt, Retries, Errors, Takeovers int64
-	FailedRounds, FailingRounds                                                                           int64
+	Rounds, Saturated, Claims, Admits, Skips, Inits, Releases, Races, Stale, Corrupt, Retries, Errors, Takeovers int64
+	FailedRounds, FailingRounds                                                                                  int64
 }
 
 // Snapshot copies the counters. Outcomes are read before Claims and Claims before Rounds: a
 // claim is counted before its outcome and a round before its claims, so a snapshot taken while
 // the coordinator runs still has Claims >= Admits+Skips+Releases+… and never a claim without its
-// round.
+// round. Inits is read before Releases, which is counted first: Inits <= Releases.
 func (s *Stats) Snapshot() Snapshot {
 	var out Snapshot
+	out.Inits = s.Inits.Load()
 	out.Admits, out.Skips, out.Releases = s.Admits.Load(), s.Skips.Load(), s.Releases.Load()
 	out.Races, out.Stale, out.Corrupt = s.Races.Load(), s.Stale.Load(), s.Corrupt.Load()
 	out.Retries, out.Errors, out.Takeovers = s.Retries.Load(), s.Errors.Load(), s.Takeovers.Load()
@@ -75,6 +80,9 @@ type Observer struct {
 	AdmitCall func(d time.Duration)
 	// Error gets the class of a counted error: claim, admit, init, release, skip, decide, corrupt.
 	Error func(class string)
+	// Init gets every initialisation batch: its duration (claim, decisions and write-back), the
+	// rows it claimed and how many of them it initialised.
+	Init func(d time.Duration, claimed, initialised int)
 }
 
 // Coordinator runs rounds for one replica.
@@ -139,7 +147,9 @@ func (c *Coordinator) Capacity() float64 { return capacity(c.cfg) }
 
 func capacity(cfg Config) float64 { return float64(cfg.Budget) / cfg.Cadence.Seconds() }
 
-// Round claims at most Budget rows and ends each claim under its fence. Rows are claimed
+// Round claims at most Budget rows and ends each claim under its fence; once a claim reaches the
+// rows waiting for initialisation, it initialises them in batches that do not spend the budget
+// (initialise), then claims on. Rows are claimed
 // AdmitBatch at a time (1: the ADR's one-row claim) and the fired ones among them admitted in one
 // transaction. It returns how many rows it claimed. Claiming stops early when no row is
 // claimable or when stop is closed (the claims in hand are still finished). Errors are counted
@@ -176,6 +186,9 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		start := time.Now()
 		defer func() { c.Observe.Round(time.Since(start), claimed) }()
 	}
+	// initialised: this round ran its initialisation (at most once a round); past: it stopped at
+	// its bound with rows still waiting, so the claims that follow start past them.
+	initialised, past := false, false
 	// claim sends the next claim unless the budget is spent or the round is stopped; nil: none.
 	// overlapped: it runs while the batch before it is handled.
 	claim := func(n int, overlapped bool) <-chan claimBatch {
@@ -188,6 +201,7 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 			return nil
 		}
 		out := make(chan claimBatch, 1)
+		past := past // read here, on the round's goroutine
 		go func() {
 			start := time.Now()
 			defer func() { // off the round's goroutine, a panic would escape the Lifecycle's recover
@@ -195,7 +209,9 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 					out <- claimBatch{asked: n, err: fmt.Errorf("claim panicked: %v", r)}
 				}
 			}()
-			claims, err := c.store.ClaimBatch(ctx, c.cfg.Owner, c.cfg.Lease, n)
+			// Past the rows waiting for initialisation when this round initialised its bound of
+			// them and some remain: the ADR's order would give every claim to them.
+			claims, err := c.store.claimDue(ctx, c.cfg.Owner, c.cfg.Lease, n, past)
 			out <- claimBatch{claims, n, overlapped, time.Since(start), err}
 		}()
 		return out
@@ -219,14 +235,33 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		if c.Observe.Claim != nil {
 			c.Observe.Claim(got.took)
 		}
-		claimed += len(got.claims)
+		// The claim reached the rows waiting for initialisation (first in its order): they are
+		// initialised in batches next, so no claim is sent ahead into them, and the waiting rows
+		// of this claim spend no budget either (a batch-mode claim may be all of them, and would
+		// otherwise end the round before its due rows).
+		initNow := !initialised && waitsForInit(got.claims)
+		spent := len(got.claims)
+		if initNow {
+			spent -= waiting(got.claims)
+		}
+		claimed += spent
 		c.Stats.Claims.Add(int64(len(got.claims)))
 		rest := min(c.cfg.batch(), c.cfg.Budget-claimed)
 		full := len(got.claims) == got.asked
-		if full && c.cfg.batch() > 1 {
+		if full && c.cfg.batch() > 1 && !initNow {
 			next = claim(rest, true)
 		}
 		c.handle(ctx, got.claims)
+		if initNow {
+			initialised = true
+			drained, err := c.initialise(ctx, stop)
+			if err != nil {
+				return claimed, c.claimFailed(err)
+			}
+			past = !drained
+			next = claim(rest, false) // whatever fell due meanwhile, in the order from there
+			continue
+		}
 		// A short claim means nothing more is claimable now, unless it ran while the batch
 		// before it was handled: that batch's rows were held then, and may be due again now (a
 		// late trigger's next occurrence), so one more claim asks after it. In single mode a
@@ -236,6 +271,107 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		}
 	}
 	return claimed, nil
+}
+
+// waitsForInit reports whether a claim took a row waiting for initialisation (no cursor).
+func waitsForInit(claims []*Claim) bool { return waiting(claims) > 0 }
+
+// waiting counts the claimed rows waiting for initialisation.
+func waiting(claims []*Claim) (n int) {
+	for _, c := range claims {
+		if c.CursorMs == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// initialise runs when a round's claim reaches the rows waiting for initialisation (no cursor:
+// new or republished triggers), which are first in the claim's order. Their decision needs no
+// Run, so they are claimed InitBatch at a time by one statement, decided in Go, and written back
+// by one statement, without spending the round's Budget. It stops when a claim comes back short
+// (drained: no such row is claimable now, so the admission claims that follow keep the ADR's
+// whole order), when it has initialised InitBudget rows, or when stop closes (drained false: the
+// admission claims then start past the rows still waiting, docs/scheduling.md, Initialisation).
+// A claim statement's error is returned.
+func (c *Coordinator) initialise(ctx context.Context, stop <-chan struct{}) (drained bool, err error) {
+	batch := max(c.cfg.InitBatch, 1)
+	budget := max(c.cfg.InitBudget, batch)
+	for done := 0; done < budget; {
+		select {
+		case <-stop:
+			return false, nil
+		default:
+		}
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		n := min(batch, budget-done)
+		start := time.Now()
+		claims, err := c.store.ClaimInit(ctx, c.cfg.Owner, c.cfg.Lease, n)
+		if err != nil {
+			return false, err
+		}
+		c.Stats.Claims.Add(int64(len(claims)))
+		inits := c.initBatch(ctx, claims)
+		if c.Observe.Init != nil && len(claims) > 0 {
+			c.Observe.Init(time.Since(start), len(claims), inits)
+		}
+		done += len(claims)
+		if len(claims) < n {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// initBatch decides claims of uninitialised rows and writes the first cursors back in one
+// statement, each row under its own fence. A decision other than init (none is expected for a
+// row without a cursor) is ended as handle ends it. It returns how many rows it initialised.
+func (c *Coordinator) initBatch(ctx context.Context, claims []*Claim) (initialised int) {
+	var (
+		items  []InitItem
+		others []*Claim
+	)
+	for _, claim := range claims {
+		d, ok := c.decide(claim)
+		if ok && d.Kind != schedule.DecisionInit {
+			others = append(others, claim) // handle counts its takeover
+			continue
+		}
+		if claim.Takeover {
+			c.Stats.Takeovers.Add(1)
+			c.claimLog(claim).Info("took over an expired claim")
+		}
+		if ok {
+			items = append(items, InitItem{Claim: claim, First: d.NextFireAtMs})
+		}
+	}
+	if len(others) > 0 {
+		c.handle(ctx, others)
+	}
+	if len(items) == 0 {
+		return 0
+	}
+	written, err := c.store.Initialise(ctx, items)
+	if err != nil {
+		c.fail("init", err, "rows", len(items))
+		return 0
+	}
+	for i, ok := range written {
+		if ok {
+			initialised++
+			continue
+		}
+		c.Stats.Races.Add(1)
+		c.claimLog(items[i].Claim).Info("init lost its fence (race)")
+	}
+	c.Stats.Releases.Add(int64(initialised))
+	c.Stats.Inits.Add(int64(initialised)) // after Releases (Snapshot)
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.Debug("initialised", "rows", initialised, "races", len(items)-initialised)
+	}
+	return initialised
 }
 
 // claimBatch is one claim statement's outcome: the claims, how many were asked for, whether it
@@ -281,7 +417,9 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 		case schedule.DecisionSkip:
 			c.advance(ctx, claim, d.NextFireAtMs, &c.Stats.Skips, "skip", "missed", d.Missed)
 		case schedule.DecisionInit:
-			c.advance(ctx, claim, d.NextFireAtMs, &c.Stats.Releases, "init")
+			if c.advance(ctx, claim, d.NextFireAtMs, &c.Stats.Releases, "init") {
+				c.Stats.Inits.Add(1) // after Releases (Snapshot)
+			}
 		case schedule.DecisionNotDue:
 			c.advance(ctx, claim, d.NextFireAtMs, &c.Stats.Releases, "release") // the unchanged cursor
 		default:
@@ -361,7 +499,8 @@ func (c *Coordinator) admitted(ctx context.Context, it AdmitItem, d schedule.Dec
 	}
 }
 
-func (c *Coordinator) advance(ctx context.Context, claim *Claim, next int64, counter *atomic.Int64, what string, attrs ...any) {
+// advance ends claim with next as its cursor and counts it in counter; it reports whether it wrote.
+func (c *Coordinator) advance(ctx context.Context, claim *Claim, next int64, counter *atomic.Int64, what string, attrs ...any) bool {
 	outcome, err := c.store.Advance(ctx, claim, next)
 	switch {
 	case err != nil:
@@ -375,7 +514,9 @@ func (c *Coordinator) advance(ctx context.Context, claim *Claim, next int64, cou
 		if c.log.Enabled(ctx, slog.LevelDebug) {
 			c.claimLog(claim).Debug(what, append(attrs, "advanced_to_ms", next)...) // the logger names the old cursor
 		}
+		return true
 	}
+	return false
 }
 
 func (c *Coordinator) fail(what string, err error, attrs ...any) {

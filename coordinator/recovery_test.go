@@ -195,7 +195,8 @@ func TestClaimUsesTheIndexAtOneMillionSchedules(t *testing.T) {
 	// The claim, and the idle coordinator's next-due probe, in the custom plans a prepared
 	// statement starts with and in the generic plan it may settle on.
 	for _, q := range []struct{ name, stmt, args string }{
-		{"ClaimDue", "claim_due", "(1, 'explain', 30000)"}, // max_rows, owner, lease_ms
+		{"ClaimDue", "claim_due", "(-1, 1, 'explain', 30000)"},     // from_key, max_rows, owner, lease_ms
+		{"ClaimDue", "claim_due_past", "(0, 1, 'explain', 30000)"}, // past the uninitialised rows
 		{"NextDueIn", "next_due_in", ""},
 	} {
 		if _, err := conn.Exec(ctx, "PREPARE "+q.stmt+" AS "+testpg.Query(t, q.name)); err != nil {
@@ -215,7 +216,7 @@ func TestClaimUsesTheIndexAtOneMillionSchedules(t *testing.T) {
 	if _, err := conn.Exec(ctx, "RESET plan_cache_mode; BEGIN; "+hotSettings); err != nil {
 		t.Fatal(err)
 	}
-	if plan := explain(t, conn, "EXPLAIN EXECUTE claim_due(1, 'explain', 30000)"); strings.Contains(plan, "JIT:") ||
+	if plan := explain(t, conn, "EXPLAIN EXECUTE claim_due(-1, 1, 'explain', 30000)"); strings.Contains(plan, "JIT:") ||
 		!strings.Contains(plan, "Index Scan using trigger_schedules_claim_idx") {
 		t.Errorf("the claim under the store's settings is JIT-compiled or does not walk the claim's index:\n%s", plan)
 	}
@@ -263,7 +264,7 @@ func TestClaimWalksItsIndexWhenEveryRowIsDueAndTheIndexIsChurned(t *testing.T) {
 	}
 	defer func() { _, _ = conn.Exec(ctx, "ROLLBACK") }()
 	for _, rows := range []int{1, 128} {
-		if plan := explain(t, conn, fmt.Sprintf("EXPLAIN EXECUTE claim_due(%d, 'explain', 30000)", rows)); !walksClaimIndex(plan) {
+		if plan := explain(t, conn, fmt.Sprintf("EXPLAIN EXECUTE claim_due(-1, %d, 'explain', 30000)", rows)); !walksClaimIndex(plan) {
 			t.Errorf("a claim of %d rows does not walk trigger_schedules_claim_idx in order:\n%s", rows, plan)
 		}
 	}

@@ -71,10 +71,21 @@ func (s *Store) Claim(ctx context.Context, owner string, lease time.Duration) (*
 // alone: the implicit transaction of its pipeline, no BEGIN), each stamped with its own full
 // four-part fence. n = 1 is the ADR's claim.
 func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duration, n int) ([]*Claim, error) {
+	return s.claimDue(ctx, owner, lease, n, false)
+}
+
+// claimDue is ClaimBatch; pastUninitialised starts the claim's order after the rows waiting for
+// initialisation (the -1 range), for a round that already initialised its bound of them
+// (docs/scheduling.md, Initialisation).
+func (s *Store) claimDue(ctx context.Context, owner string, lease time.Duration, n int, pastUninitialised bool) ([]*Claim, error) {
 	var claims []*Claim
 	var err error
+	from := int64(-1) // the ADR's whole order
+	if pastUninitialised {
+		from = 0
+	}
 	tx := newPipeline(s.pool, implicitTx, s.local, hotSettings) // the claim commits alone
-	br := db.New(tx).ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), MaxRows: int32(n)}})
+	br := db.New(tx).ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), FromKey: from, MaxRows: int32(n)}})
 	br.Query(func(_ int, rows []db.ClaimDueRow, qerr error) {
 		err = qerr
 		for _, r := range rows {
@@ -89,6 +100,75 @@ func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duratio
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	return claims, nil
+}
+
+// ClaimInit takes up to n rows waiting for initialisation, in the claim's order, with one
+// statement committed alone, each stamped with its own full four-part fence like ClaimBatch's.
+func (s *Store) ClaimInit(ctx context.Context, owner string, lease time.Duration, n int) ([]*Claim, error) {
+	var claims []*Claim
+	var err error
+	tx := newPipeline(s.pool, implicitTx, s.local, hotSettings) // the claim commits alone
+	br := db.New(tx).ClaimInit(ctx, []db.ClaimInitParams{{Owner: owner, LeaseMs: lease.Milliseconds(), BelowKey: 0, MaxRows: int32(n)}})
+	br.Query(func(_ int, rows []db.ClaimInitRow, qerr error) {
+		err = qerr
+		for _, r := range rows {
+			claims = append(claims, claimFromRow(db.ClaimDueRow(r))) // the same columns
+		}
+	})
+	_ = br.Close()
+	if cerr := tx.commit(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim rows to initialise: %w", err)
+	}
+	return claims, nil
+}
+
+// InitItem is one claimed uninitialised row and its first cursor, decided at the claim's
+// ClaimedAtMs (the statement verifies First > ClaimedAtMs).
+type InitItem struct {
+	Claim *Claim
+	First int64
+}
+
+// Initialise ends claims of uninitialised rows with their first cursors in ONE statement
+// (committed alone), each row under its own fence. written[i] says whether items[i] was written;
+// false: its fence or its schedule changed since the claim (a race), and nothing was written for
+// it.
+func (s *Store) Initialise(ctx context.Context, items []InitItem) (written []bool, err error) {
+	written = make([]bool, len(items))
+	var p db.InitClaimedParams
+	for _, it := range items {
+		c := it.Claim
+		p.ProjectIds, p.TriggerIds = append(p.ProjectIds, c.ProjectID), append(p.TriggerIds, c.TriggerID)
+		p.ClaimOwners, p.ClaimTokens, p.ClaimVersions = append(p.ClaimOwners, c.Fence.Owner), append(p.ClaimTokens, c.Fence.Token), append(p.ClaimVersions, c.Fence.Version)
+		p.TriggerRevisions, p.StateVersions = append(p.TriggerRevisions, c.TriggerRevision), append(p.StateVersions, c.StateVersion)
+		p.ClaimedAtMs, p.NextFireAtMs = append(p.ClaimedAtMs, c.ClaimedAtMs), append(p.NextFireAtMs, it.First)
+	}
+	tx := newPipeline(s.pool, implicitTx, s.local, hotSettings)
+	br := db.New(tx).InitClaimed(ctx, []db.InitClaimedParams{p})
+	br.Query(func(_ int, ords []int32, qerr error) {
+		if qerr != nil {
+			err = qerr
+			return
+		}
+		for _, o := range ords {
+			if o < 1 || int(o) > len(items) || written[o-1] {
+				err = fmt.Errorf("result for item %d of %d is out of range or repeated", o, len(items))
+				return
+			}
+			written[o-1] = true
+		}
+	})
+	_ = br.Close()
+	if cerr := tx.commit(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return make([]bool, len(items)), fmt.Errorf("initialise %d schedules: %w", len(items), err)
+	}
+	return written, nil
 }
 
 // Advance ends a claim without a Run: init (first cursor), skip (advance only) or release

@@ -292,6 +292,9 @@ candidate AS (
     SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover -- takeover: an expired claim
     FROM control_core.trigger_schedules s
     WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
+      -- from_key: -1, the ADR's whole order; 0, past the uninitialised rows (-1), when this round
+      -- already initialised its bound of them (docs/scheduling.md, Initialisation)
+      AND coalesce(s.next_fire_at_ms, -1) >= $3::bigint
       AND control_core.schedule_claimable(
             (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
             (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
@@ -299,7 +302,7 @@ candidate AS (
             s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
     ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
     FOR UPDATE OF s SKIP LOCKED
-    LIMIT $3::integer -- 1: the ADR's claim; more: batch admission (each row fenced alike)
+    LIMIT $4::integer -- 1: the ADR's claim; more: batch admission (each row fenced alike)
 )
 UPDATE control_core.trigger_schedules s
 SET claim_owner         = $1::text,
@@ -334,6 +337,7 @@ type ClaimDueBatchResults struct {
 type ClaimDueParams struct {
 	Owner   string `json:"owner"`
 	LeaseMs int64  `json:"lease_ms"`
+	FromKey int64  `json:"from_key"`
 	MaxRows int32  `json:"max_rows"`
 }
 
@@ -380,6 +384,7 @@ func (q *Queries) ClaimDue(ctx context.Context, arg []ClaimDueParams) *ClaimDueB
 		vals := []interface{}{
 			a.Owner,
 			a.LeaseMs,
+			a.FromKey,
 			a.MaxRows,
 		}
 		batch.Queue(claimDue, vals...)
@@ -446,6 +451,295 @@ func (b *ClaimDueBatchResults) Query(f func(int, []ClaimDueRow, error)) {
 }
 
 func (b *ClaimDueBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
+const claimInit = `-- name: ClaimInit :batchmany
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+candidate AS (
+    -- per-row subqueries, not joins: see ClaimDue (the walk of the claim's index, in order)
+    SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover -- takeover: an expired claim
+    FROM control_core.trigger_schedules s
+    -- below_key is 0 (cursors are never negative): the -1 range. A parameter, not a constant, on
+    -- purpose: the store runs this under a generic plan, where a parameter's selectivity is the
+    -- planner's default, so the plan walks the claim's index in order and stops at the LIMIT.
+    -- With the constant the planner read the statistics (no row waiting, before ANALYZE saw a
+    -- publish) and chose a bitmap scan and a sort of the whole range, every batch.
+    WHERE coalesce(s.next_fire_at_ms, -1) < $3::bigint
+      AND control_core.schedule_claimable(
+            (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
+            (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
+    ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+    FOR UPDATE OF s SKIP LOCKED
+    LIMIT $4::integer
+)
+UPDATE control_core.trigger_schedules s
+SET claim_owner         = $1::text,
+    claim_token         = gen_random_uuid(),
+    claim_version       = s.claim_version + 1,
+    claim_expires_at_ms = greatest(obs.now_ms, s.updated_at_ms) + $2::bigint,
+    state_version       = s.state_version + 1,
+    updated_at_ms       = greatest(obs.now_ms, s.updated_at_ms)
+FROM candidate, obs, control_core.projects p, control_core.trigger_revisions tr,
+     control_core.task_revisions kr, control_core.execution_revisions er
+WHERE s.project_id = candidate.project_id AND s.trigger_id = candidate.trigger_id
+  AND p.project_id = s.project_id
+  AND tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+  AND kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
+  AND er.execution_revision_id = kr.execution_revision_id
+RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.last_scheduled_at_ms,
+          s.state_version, s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+          s.updated_at_ms AS claimed_at_ms,
+          p.revision AS project_revision, p.content_digest AS project_digest,
+          tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.content_digest AS trigger_digest,
+          tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
+          er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover,
+          s.ctid::text AS row_ctid
+`
+
+type ClaimInitBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type ClaimInitParams struct {
+	Owner    string `json:"owner"`
+	LeaseMs  int64  `json:"lease_ms"`
+	BelowKey int64  `json:"below_key"`
+	MaxRows  int32  `json:"max_rows"`
+}
+
+type ClaimInitRow struct {
+	ProjectID           string        `json:"project_id"`
+	TriggerID           string        `json:"trigger_id"`
+	TriggerRevision     int64         `json:"trigger_revision"`
+	NextFireAtMs        pgtype.Int8   `json:"next_fire_at_ms"`
+	LastScheduledAtMs   pgtype.Int8   `json:"last_scheduled_at_ms"`
+	StateVersion        int64         `json:"state_version"`
+	ClaimOwner          pgtype.Text   `json:"claim_owner"`
+	ClaimToken          uuid.NullUUID `json:"claim_token"`
+	ClaimVersion        int64         `json:"claim_version"`
+	ClaimExpiresAtMs    pgtype.Int8   `json:"claim_expires_at_ms"`
+	ClaimedAtMs         int64         `json:"claimed_at_ms"`
+	ProjectRevision     int64         `json:"project_revision"`
+	ProjectDigest       string        `json:"project_digest"`
+	CronSpec            string        `json:"cron_spec"`
+	Timezone            string        `json:"timezone"`
+	MisfirePolicy       string        `json:"misfire_policy"`
+	MisfireGraceMs      int64         `json:"misfire_grace_ms"`
+	TriggerDigest       string        `json:"trigger_digest"`
+	TaskID              string        `json:"task_id"`
+	TaskRevision        int64         `json:"task_revision"`
+	TaskDigest          string        `json:"task_digest"`
+	ExecutionRevisionID uuid.UUID     `json:"execution_revision_id"`
+	ExecutionDigest     string        `json:"execution_digest"`
+	Takeover            bool          `json:"takeover"`
+	RowCtid             string        `json:"row_ctid"`
+}
+
+// The claim of rows waiting for initialisation (next_fire_at_ms NULL), many in one statement:
+// the head of ClaimDue's order, its -1 range, which is where the ADR's claim takes rows first.
+// Fenced, locked and filtered exactly like ClaimDue (the same claimable rule, the same joins, SKIP
+// LOCKED, database time, a fresh four-part fence and state_version per row), and it returns the
+// same columns, so a row it claims is a Claim like any other. The decision of such a row needs no
+// Run (it is init: the first cursor), so the coordinator decides the batch in Go and ends it with
+// InitClaimed, without spending the round's admission budget (docs/scheduling.md,
+// Initialisation).
+func (q *Queries) ClaimInit(ctx context.Context, arg []ClaimInitParams) *ClaimInitBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.Owner,
+			a.LeaseMs,
+			a.BelowKey,
+			a.MaxRows,
+		}
+		batch.Queue(claimInit, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &ClaimInitBatchResults{br, len(arg), false}
+}
+
+func (b *ClaimInitBatchResults) Query(f func(int, []ClaimInitRow, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		items := []ClaimInitRow{}
+		if b.closed {
+			if f != nil {
+				f(t, items, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		err := func() error {
+			rows, err := b.br.Query()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var i ClaimInitRow
+				if err := rows.Scan(
+					&i.ProjectID,
+					&i.TriggerID,
+					&i.TriggerRevision,
+					&i.NextFireAtMs,
+					&i.LastScheduledAtMs,
+					&i.StateVersion,
+					&i.ClaimOwner,
+					&i.ClaimToken,
+					&i.ClaimVersion,
+					&i.ClaimExpiresAtMs,
+					&i.ClaimedAtMs,
+					&i.ProjectRevision,
+					&i.ProjectDigest,
+					&i.CronSpec,
+					&i.Timezone,
+					&i.MisfirePolicy,
+					&i.MisfireGraceMs,
+					&i.TriggerDigest,
+					&i.TaskID,
+					&i.TaskRevision,
+					&i.TaskDigest,
+					&i.ExecutionRevisionID,
+					&i.ExecutionDigest,
+					&i.Takeover,
+					&i.RowCtid,
+				); err != nil {
+					return err
+				}
+				items = append(items, i)
+			}
+			return rows.Err()
+		}()
+		if f != nil {
+			f(t, items, err)
+		}
+	}
+}
+
+func (b *ClaimInitBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
+const initClaimed = `-- name: InitClaimed :batchmany
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+item AS (
+    SELECT project_id, trigger_id, claim_owner, claim_token, claim_version, trigger_revision, state_version, claimed_at_ms, next_fire_at_ms, ord
+    FROM ROWS FROM (unnest($1::text[]),
+                    unnest($2::text[]),
+                    unnest($3::text[]),
+                    unnest($4::uuid[]),
+                    unnest($5::bigint[]),
+                    unnest($6::bigint[]),
+                    unnest($7::bigint[]),
+                    unnest($8::bigint[]),
+                    unnest($9::bigint[]))
+         WITH ORDINALITY AS i (project_id, trigger_id, claim_owner, claim_token, claim_version,
+                               trigger_revision, state_version, claimed_at_ms, next_fire_at_ms, ord)
+)
+UPDATE control_core.trigger_schedules s
+SET next_fire_at_ms     = i.next_fire_at_ms,
+    state_version       = s.state_version + 1,
+    claim_owner         = NULL,
+    claim_token         = NULL,
+    claim_expires_at_ms = NULL,
+    updated_at_ms       = greatest(s.updated_at_ms, obs.now_ms)
+FROM item i CROSS JOIN obs
+WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id
+  -- the fence
+  AND control_core.claim_fence_holds(s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+                                     i.claim_owner, i.claim_token, i.claim_version, obs.now_ms)
+  -- the schedule as claimed: same revision and state, still waiting for initialisation
+  AND s.trigger_revision = i.trigger_revision AND s.state_version = i.state_version
+  AND s.next_fire_at_ms IS NULL
+  -- the init decision, made at the claim's observation: the first cursor lies after it
+  AND s.updated_at_ms = i.claimed_at_ms AND i.next_fire_at_ms > i.claimed_at_ms
+RETURNING i.ord::integer AS ord
+`
+
+type InitClaimedBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type InitClaimedParams struct {
+	ProjectIds       []string    `json:"project_ids"`
+	TriggerIds       []string    `json:"trigger_ids"`
+	ClaimOwners      []string    `json:"claim_owners"`
+	ClaimTokens      []uuid.UUID `json:"claim_tokens"`
+	ClaimVersions    []int64     `json:"claim_versions"`
+	TriggerRevisions []int64     `json:"trigger_revisions"`
+	StateVersions    []int64     `json:"state_versions"`
+	ClaimedAtMs      []int64     `json:"claimed_at_ms"`
+	NextFireAtMs     []int64     `json:"next_fire_at_ms"`
+}
+
+// Ends a batch of claimed uninitialised rows with their first cursors, in ONE statement: the
+// items arrive as parallel arrays (one element per row, like Admit), and each row is written only
+// under its own fence, exactly as AdvanceClaimed writes one: the full four-part fence against
+// database time, the schedule as claimed (revision, state_version, still uninitialised), and the
+// init decision itself (the first cursor after the claim's observation, claimed_at_ms, which is
+// still the row's updated_at_ms). A row whose fence was lost (another replica took it over after
+// expiry, a republish reset it) writes nothing and is absent from the result (ord: its 1-based
+// position in the arrays): a race.
+func (q *Queries) InitClaimed(ctx context.Context, arg []InitClaimedParams) *InitClaimedBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.ProjectIds,
+			a.TriggerIds,
+			a.ClaimOwners,
+			a.ClaimTokens,
+			a.ClaimVersions,
+			a.TriggerRevisions,
+			a.StateVersions,
+			a.ClaimedAtMs,
+			a.NextFireAtMs,
+		}
+		batch.Queue(initClaimed, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &InitClaimedBatchResults{br, len(arg), false}
+}
+
+func (b *InitClaimedBatchResults) Query(f func(int, []int32, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		items := []int32{}
+		if b.closed {
+			if f != nil {
+				f(t, items, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		err := func() error {
+			rows, err := b.br.Query()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var ord int32
+				if err := rows.Scan(&ord); err != nil {
+					return err
+				}
+				items = append(items, ord)
+			}
+			return rows.Err()
+		}()
+		if f != nil {
+			f(t, items, err)
+		}
+	}
+}
+
+func (b *InitClaimedBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }

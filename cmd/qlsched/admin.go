@@ -375,5 +375,8 @@ func (a *app) printTriggerPublished(cmd *cobra.Command, schema, verb string, pub
 		fmt.Fprintf(out, "trigger %s/%s %s\n  task %s revision %d, cron %q, timezone %s, misfire %s (grace %s), enabled %v\n",
 			pub.ProjectID, pub.TriggerID, what, pub.TaskID, pub.TaskRevision, pub.Cron, pub.TimeZone, pub.Misfire,
 			time.Duration(pub.MisfireGraceMs)*time.Millisecond, pub.Enabled)
+		if pub.QueuedForInitialisation {
+			fmt.Fprintln(out, "  1 trigger queued for initialisation: a replica gives it its first cursor, Next(now)")
+		}
 	})
 }

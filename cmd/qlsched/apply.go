@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -194,6 +195,26 @@ func printPlan(w io.Writer, plan admin.Plan, check bool) {
 	default:
 		fmt.Fprintf(w, "%s: applied in one transaction (%s)\n", plan.File, strings.NewReplacer("to create", "created", "to update", "updated", "to disable", "disabled").Replace(counts))
 	}
+	if n := plan.QueuedForInitialisation; n > 0 && !plan.InSync {
+		verb := "queued"
+		if check {
+			verb = "to be queued"
+		}
+		fmt.Fprintf(w, "%s %s for initialisation: the replicas give each its first cursor, in batches (docs/operations.md, Mass publish)\n",
+			triggersCount(n), verb)
+	}
+}
+
+// triggersCount is "1 trigger" or "12,000 triggers".
+func triggersCount(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if n == 1 {
+		return s + " trigger"
+	}
+	return s + " triggers"
 }
 
 // shortValue shortens a digest ("sha256:" and 64 hex digits) to 12 digits and quotes values that

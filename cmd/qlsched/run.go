@@ -37,6 +37,7 @@ var configFlags = map[string]string{
 	"Owner": "--owner", "Budget": "--budget", "Lease": "--lease", "Cadence": "--cadence",
 	"DrainTimeout": "--drain-timeout", "AdmitRetries": "--admit-retries", "AdmitBatch": "--admit-batch",
 	"BackoffCap": "--backoff-cap", "NotReadyAfter": "--not-ready-after",
+	"InitBatch": "--init-batch", "InitBudget": "--init-budget",
 }
 
 // configUsageError is a usage error (exit 2) for a coordinator configuration that Validate
@@ -154,6 +155,8 @@ that claim less) show it. To carry more, raise
 	f.IntVar(&cfg.AdmitBatch, "admit-batch", cfg.AdmitBatch, "batch admission: rows per claim statement and per SERIALIZABLE admit transaction, 1 … budget (1: the ADR's one-row claim)")
 	f.DurationVar(&cfg.BackoffCap, "backoff-cap", cfg.BackoffCap, "after a failed round the next waits --cadence, doubled per failure in a row, up to this; cadence … 10m")
 	f.IntVar(&cfg.NotReadyAfter, "not-ready-after", cfg.NotReadyAfter, fmt.Sprintf("failed rounds in a row after which /readyz fails until a round succeeds, 1 … %d", coordinator.MaxNotReadyAfter))
+	f.IntVar(&cfg.InitBatch, "init-batch", cfg.InitBatch, fmt.Sprintf("rows waiting for initialisation (new or republished triggers) claimed and written back per statement, 1 … %d", coordinator.MaxInitBatch))
+	f.IntVar(&cfg.InitBudget, "init-budget", cfg.InitBudget, fmt.Sprintf("rows a round initialises at most (they do not spend --budget), --init-batch … %d; due rows are claimed after them every round", coordinator.MaxInitBudget))
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:9464", "listen address of /healthz, /readyz and /metrics (port 0: any free port, logged)")
 	f.DurationVar(&withdrawGrace, "withdraw-grace", 0, "on stop, how long /readyz fails before the lifecycle stops, 0s … 1m")
 	f.DurationVar(&backlogInterval, "backlog-interval", 5*time.Second, "how often the database gauges (backlog, rows waiting for initialisation) are read in the background, 1s … 10m")

@@ -18,6 +18,9 @@ candidate AS (
     SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover -- takeover: an expired claim
     FROM control_core.trigger_schedules s
     WHERE coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
+      -- from_key: -1, the ADR's whole order; 0, past the uninitialised rows (-1), when this round
+      -- already initialised its bound of them (docs/scheduling.md, Initialisation)
+      AND coalesce(s.next_fire_at_ms, -1) >= @from_key::bigint
       AND control_core.schedule_claimable(
             (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
             (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
@@ -254,6 +257,101 @@ WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text
   AND s.next_fire_at_ms IS NOT DISTINCT FROM sqlc.narg(cursor_ms)::bigint
   AND (s.next_fire_at_ms IS NULL OR @next_fire_at_ms::bigint >= s.next_fire_at_ms)
 RETURNING s.state_version;
+
+-- name: ClaimInit :batchmany
+-- The claim of rows waiting for initialisation (next_fire_at_ms NULL), many in one statement:
+-- the head of ClaimDue's order, its -1 range, which is where the ADR's claim takes rows first.
+-- Fenced, locked and filtered exactly like ClaimDue (the same claimable rule, the same joins, SKIP
+-- LOCKED, database time, a fresh four-part fence and state_version per row), and it returns the
+-- same columns, so a row it claims is a Claim like any other. The decision of such a row needs no
+-- Run (it is init: the first cursor), so the coordinator decides the batch in Go and ends it with
+-- InitClaimed, without spending the round's admission budget (docs/scheduling.md,
+-- Initialisation).
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+candidate AS (
+    -- per-row subqueries, not joins: see ClaimDue (the walk of the claim's index, in order)
+    SELECT s.project_id, s.trigger_id, (s.claim_token IS NOT NULL) AS takeover -- takeover: an expired claim
+    FROM control_core.trigger_schedules s
+    -- below_key is 0 (cursors are never negative): the -1 range. A parameter, not a constant, on
+    -- purpose: the store runs this under a generic plan, where a parameter's selectivity is the
+    -- planner's default, so the plan walks the claim's index in order and stops at the LIMIT.
+    -- With the constant the planner read the statistics (no row waiting, before ANALYZE saw a
+    -- publish) and chose a bitmap scan and a sort of the whole range, every batch.
+    WHERE coalesce(s.next_fire_at_ms, -1) < @below_key::bigint
+      AND control_core.schedule_claimable(
+            (SELECT p.state FROM control_core.projects p WHERE p.project_id = s.project_id),
+            (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
+             WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+            s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms())
+    ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+    FOR UPDATE OF s SKIP LOCKED
+    LIMIT @max_rows::integer
+)
+UPDATE control_core.trigger_schedules s
+SET claim_owner         = @owner::text,
+    claim_token         = gen_random_uuid(),
+    claim_version       = s.claim_version + 1,
+    claim_expires_at_ms = greatest(obs.now_ms, s.updated_at_ms) + @lease_ms::bigint,
+    state_version       = s.state_version + 1,
+    updated_at_ms       = greatest(obs.now_ms, s.updated_at_ms)
+FROM candidate, obs, control_core.projects p, control_core.trigger_revisions tr,
+     control_core.task_revisions kr, control_core.execution_revisions er
+WHERE s.project_id = candidate.project_id AND s.trigger_id = candidate.trigger_id
+  AND p.project_id = s.project_id
+  AND tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+  AND kr.project_id = tr.project_id AND kr.task_id = tr.task_id AND kr.revision = tr.task_revision
+  AND er.execution_revision_id = kr.execution_revision_id
+RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.last_scheduled_at_ms,
+          s.state_version, s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+          s.updated_at_ms AS claimed_at_ms,
+          p.revision AS project_revision, p.content_digest AS project_digest,
+          tr.cron_spec, tr.timezone, tr.misfire_policy, tr.misfire_grace_ms, tr.content_digest AS trigger_digest,
+          tr.task_id, tr.task_revision, kr.content_digest AS task_digest,
+          er.execution_revision_id, er.digest AS execution_digest, candidate.takeover::boolean AS takeover,
+          s.ctid::text AS row_ctid;
+
+-- name: InitClaimed :batchmany
+-- Ends a batch of claimed uninitialised rows with their first cursors, in ONE statement: the
+-- items arrive as parallel arrays (one element per row, like Admit), and each row is written only
+-- under its own fence, exactly as AdvanceClaimed writes one: the full four-part fence against
+-- database time, the schedule as claimed (revision, state_version, still uninitialised), and the
+-- init decision itself (the first cursor after the claim's observation, claimed_at_ms, which is
+-- still the row's updated_at_ms). A row whose fence was lost (another replica took it over after
+-- expiry, a republish reset it) writes nothing and is absent from the result (ord: its 1-based
+-- position in the arrays): a race.
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+item AS (
+    SELECT *
+    FROM ROWS FROM (unnest(@project_ids::text[]),
+                    unnest(@trigger_ids::text[]),
+                    unnest(@claim_owners::text[]),
+                    unnest(@claim_tokens::uuid[]),
+                    unnest(@claim_versions::bigint[]),
+                    unnest(@trigger_revisions::bigint[]),
+                    unnest(@state_versions::bigint[]),
+                    unnest(@claimed_at_ms::bigint[]),
+                    unnest(@next_fire_at_ms::bigint[]))
+         WITH ORDINALITY AS i (project_id, trigger_id, claim_owner, claim_token, claim_version,
+                               trigger_revision, state_version, claimed_at_ms, next_fire_at_ms, ord)
+)
+UPDATE control_core.trigger_schedules s
+SET next_fire_at_ms     = i.next_fire_at_ms,
+    state_version       = s.state_version + 1,
+    claim_owner         = NULL,
+    claim_token         = NULL,
+    claim_expires_at_ms = NULL,
+    updated_at_ms       = greatest(s.updated_at_ms, obs.now_ms)
+FROM item i CROSS JOIN obs
+WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id
+  -- the fence
+  AND control_core.claim_fence_holds(s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
+                                     i.claim_owner, i.claim_token, i.claim_version, obs.now_ms)
+  -- the schedule as claimed: same revision and state, still waiting for initialisation
+  AND s.trigger_revision = i.trigger_revision AND s.state_version = i.state_version
+  AND s.next_fire_at_ms IS NULL
+  -- the init decision, made at the claim's observation: the first cursor lies after it
+  AND s.updated_at_ms = i.claimed_at_ms AND i.next_fire_at_ms > i.claimed_at_ms
+RETURNING i.ord::integer AS ord;
 
 -- name: RecoveryCandidates :many
 -- The startup recovery source: runtime-owned Runs still queued or dispatching, except exactly the
