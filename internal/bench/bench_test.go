@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/qlcontrol/controlcore/internal/testbin"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 )
 
@@ -18,10 +17,7 @@ func TestMain(m *testing.M) { testpg.Main(m) }
 // The bench's bookkeeping, not its speed: every trigger of a backlog is admitted exactly once,
 // the report's counts agree with the database, and both replica kinds report what they measure.
 func TestBacklogReportsWhatTheDatabaseHolds(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "qlsched")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/qlsched").CombinedOutput(); err != nil {
-		t.Fatalf("build qlsched: %v\n%s", err, out)
-	}
+	bin := testbin.Command(t, "qlsched")
 	for _, tc := range []struct {
 		name      string
 		processes bool
