@@ -200,7 +200,7 @@ func printPlan(w io.Writer, plan admin.Plan, check bool) {
 		if check {
 			verb = "to be queued"
 		}
-		fmt.Fprintf(w, "%s %s for initialisation: the replicas give each its first cursor, in batches (docs/operations.md, Mass publish)\n",
+		fmt.Fprintf(w, "%s %s for initialisation: the replicas give each its first cursor, in batches (docs/operations.md, \"A mass publish: initialisation\")\n",
 			triggersCount(n), verb)
 	}
 }
