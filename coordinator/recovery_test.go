@@ -23,7 +23,7 @@ func replica(sql string) string {
 
 // admittedOnce is a database holding one admitted occurrence: a pristine queued Run and its
 // claimed Attempt.
-func admittedOnce(t *testing.T) *fixture {
+func admittedOnce(t testing.TB) *fixture {
 	t.Helper()
 	f := newFixture(t)
 	f.trigger("a", "* * * * *", schedule.MisfireSkip)

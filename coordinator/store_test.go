@@ -15,7 +15,7 @@ import (
 )
 
 // fire claims trigger's row as owner and admits its cursor occurrence.
-func fireOnce(t *testing.T, s *Store, owner string) (*Claim, Admitted, Outcome) {
+func fireOnce(t testing.TB, s *Store, owner string) (*Claim, Admitted, Outcome) {
 	t.Helper()
 	ctx := context.Background()
 	c := must(s.Claim(ctx, owner, 30*time.Second)).of(t)
