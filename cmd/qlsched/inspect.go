@@ -197,10 +197,22 @@ func printMore(out io.Writer, cmd *cobra.Command, shown int, next string) {
 	// the command's own filters only: never the connection flags (a URL may hold a password)
 	cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
 		if f.Changed && f.Name != "after" {
-			line += " --" + f.Name + " " + f.Value.String()
+			line += " --" + f.Name + " " + shellQuote(f.Value.String())
 		}
 	})
-	fmt.Fprintf(out, "more: %d shown, more follow; next page: %s --after %s\n", shown, line, next)
+	fmt.Fprintf(out, "more: %d shown, more follow; next page: %s --after %s\n", shown, line, shellQuote(next))
+}
+
+// shellWord: a value a POSIX shell reads as itself, unquoted.
+var shellWord = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
+
+// shellQuote makes a value one shell word that reads back as itself, so the hint can be pasted
+// (an empty --project printed bare made the shell read the next flag as its value).
+func shellQuote(s string) string {
+	if shellWord.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 const pagingHelp = `
