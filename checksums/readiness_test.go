@@ -80,6 +80,7 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 		"index runs_recovery_drift_idx CREATE INDEX runs_recovery_drift_idx ON control_core.runs USING btree (",
 		"index attempts_recovery_drift_idx CREATE INDEX attempts_recovery_drift_idx ON control_core.attempts USING btree (",
 		"function control_core.attempts_keep_live_run_attempt()",
+		"function control_core.runs_keep_live_attempt()",
 		"constraint runs_idempotency_key_key UNIQUE (project_id, idempotency_key)",
 		"constraint trigger_schedules_claim_fence_check CHECK",
 		"constraint trigger_schedules_pkey PRIMARY KEY (project_id, trigger_id)",

@@ -103,7 +103,9 @@ func TestStartupRecoveryExcludesExactlyThePristineShape(t *testing.T) {
 // The one shape no index of the recovery source finds is a live Run with no Attempt at all, so
 // pg-0020 refuses removing the Attempt of a runtime-owned queued or dispatching Run, even for the
 // owner or a superuser: by DELETE, by moving it to another Run, or by TRUNCATE. Once the Run has
-// left those states its Attempts are history the trigger leaves alone.
+// left those states its Attempts are history the trigger leaves alone, but such a Run cannot be
+// made live again without an Attempt (runs_keep_live_attempt): the pg-0016 source found that
+// Run, the pg-0020 one would not.
 func TestALiveRunsAttemptCannotBeRemoved(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -118,6 +120,13 @@ func TestALiveRunsAttemptCannotBeRemoved(t *testing.T) {
 		{"truncate, run failed", "failed", `TRUNCATE control_core.attempts CASCADE`, false},
 		{"delete, operator-owned run", "operator", `DELETE FROM control_core.attempts`, false},
 		{"other columns still update", "queued", `UPDATE control_core.attempts SET worker_id = 'w1'`, false},
+		// the other door: the Attempt removed while the Run is not live, then the Run made live
+		{"delete while failed, then queued again", "failed",
+			`DELETE FROM control_core.attempts; UPDATE control_core.runs SET state = 'queued'`, true},
+		{"delete while operator-owned, then runtime again", "operator",
+			`DELETE FROM control_core.attempts; UPDATE control_core.runs SET owner = 'runtime'`, true},
+		{"queued again with its Attempt", "failed", `UPDATE control_core.runs SET state = 'queued'`, false},
+		{"a live Run changes state with its Attempt", "queued", `UPDATE control_core.runs SET state = 'dispatching'`, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

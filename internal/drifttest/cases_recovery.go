@@ -24,4 +24,7 @@ var recovery = []Case{
 		SQL: `CREATE OR REPLACE FUNCTION control_core.attempts_keep_live_run_attempt() RETURNS trigger
 		      LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog AS $$ BEGIN RETURN coalesce(NEW, OLD); END $$`,
 		Object: "control_core.attempts_keep_live_run_attempt()", Runtime: true},
+	{Name: "the trigger keeping a Run from going live without an Attempt disabled",
+		SQL:    `ALTER TABLE control_core.runs DISABLE TRIGGER runs_keep_live_attempt`,
+		Object: "runs_keep_live_attempt", Runtime: true},
 }

@@ -76,5 +76,27 @@ CREATE TRIGGER attempts_keep_live_run_attempt BEFORE DELETE OR UPDATE OF run_id 
     FOR EACH ROW EXECUTE FUNCTION control_core.attempts_keep_live_run_attempt();
 CREATE TRIGGER attempts_keep_live_run_attempt_truncate BEFORE TRUNCATE ON control_core.attempts
     FOR EACH STATEMENT EXECUTE FUNCTION control_core.attempts_keep_live_run_attempt();
+-- The same shape by the other door: a Run made live again (back to queued or dispatching, or back
+-- to the runtime owner) after its Attempts were removed while it was not live. A runtime Run that
+-- becomes queued or dispatching by an UPDATE must have an Attempt; a Run already live keeps its
+-- own (the trigger above), so only the change into the live states is checked.
+-- +goose StatementBegin
+CREATE FUNCTION control_core.runs_keep_live_attempt() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog
+AS $$
+BEGIN
+    IF NEW.owner = 'runtime' AND NEW.state IN ('queued', 'dispatching')
+       AND NOT (OLD.owner = 'runtime' AND OLD.state IN ('queued', 'dispatching'))
+       AND NOT EXISTS (SELECT 1 FROM control_core.attempts a WHERE a.run_id = NEW.run_id) THEN
+        RAISE EXCEPTION 'runs: Run % has no Attempt and cannot become a runtime-owned queued or dispatching Run', NEW.run_id
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER runs_keep_live_attempt BEFORE UPDATE OF state, owner ON control_core.runs
+    FOR EACH ROW EXECUTE FUNCTION control_core.runs_keep_live_attempt();
 
 SELECT control_core.advance_capability('control-core', 19, 'bounded_reads', 'pg-0020-bounded-reads');
