@@ -6,6 +6,7 @@ package replica
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -44,11 +45,13 @@ func Start(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Replica, err
 		return nil, err
 	}
 	log := opts.Log.With("owner", opts.Config.Owner) // the coordinator adds it to its own lines
+	began := time.Now()
 	rep, err := coordinator.Recover(ctx, pool, log, opts.Local...)
 	if err != nil {
 		return nil, err
 	}
-	log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped)
+	log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped,
+		"took_ms", time.Since(began).Milliseconds())
 	co := coordinator.New(opts.Config, coordinator.NewStore(pool, opts.Local...), opts.Log)
 	if opts.Wire != nil {
 		opts.Wire(co)
