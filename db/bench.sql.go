@@ -85,6 +85,7 @@ func (q *Queries) BenchDuplicates(ctx context.Context, arg BenchDuplicatesParams
 
 const benchLag = `-- name: BenchLag :one
 SELECT count(*)::bigint AS runs,
+       count(DISTINCT trigger_id)::bigint AS triggers, -- triggers with at least one of them
        coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms), 0)::float8 AS p50_ms,
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms), 0)::float8 AS p99_ms,
        coalesce(max(queued_at_ms) - min(queued_at_ms), 0)::bigint AS span_ms
@@ -99,10 +100,11 @@ type BenchLagParams struct {
 }
 
 type BenchLagRow struct {
-	Runs   int64   `json:"runs"`
-	P50Ms  float64 `json:"p50_ms"`
-	P99Ms  float64 `json:"p99_ms"`
-	SpanMs int64   `json:"span_ms"`
+	Runs     int64   `json:"runs"`
+	Triggers int64   `json:"triggers"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	SpanMs   int64   `json:"span_ms"`
 }
 
 // Admission lag percentiles of a project's real admissions (not the ceiling's, which are
@@ -112,6 +114,7 @@ func (q *Queries) BenchLag(ctx context.Context, arg BenchLagParams) (BenchLagRow
 	var i BenchLagRow
 	err := row.Scan(
 		&i.Runs,
+		&i.Triggers,
 		&i.P50Ms,
 		&i.P99Ms,
 		&i.SpanMs,

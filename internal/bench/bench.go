@@ -311,20 +311,32 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	say("scheduler: %d %s replicas, budget %d, cadence %s, for up to %s", cfg.Replicas, kind, cfg.Budget, cfg.Cadence, cfg.Duration)
 	startMs := dbNow(ctx, admin)
-	allAdmitted := func(admits int64) bool {
-		return cfg.Scenario == Backlog && cfg.Every == "minute" && admits >= int64(cfg.Triggers)
+	// A minute backlog is done when every trigger has admitted a Run, not when the admits reach
+	// the trigger count: a claim left to expire (an admit that failed) holds its trigger back for
+	// a lease while the others may go on to the next minute's occurrence.
+	allAdmitted := func(triggers int64) bool {
+		return cfg.Scenario == Backlog && cfg.Every == "minute" && triggers >= int64(cfg.Triggers)
 	}
 	q := db.New(admin)
+	admittedTriggers := func() (int64, error) {
+		lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs, CeilingFromMs: ceilingEpochMs})
+		return lag.Triggers, err
+	}
 	var res replicaResult
 	var procs []*replicaProcess
 	if cfg.Processes {
-		admitted := func() (int64, error) {
-			lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs, CeilingFromMs: ceilingEpochMs})
-			return lag.Runs, err
-		}
-		res, procs, err = runProcesses(ctx, cfg, cfg.RuntimeURL, admitted, allAdmitted)
+		res, procs, err = runProcesses(ctx, cfg, cfg.RuntimeURL, admittedTriggers, allAdmitted)
 	} else {
-		res, err = runReplicas(ctx, pools, cfg, func(s coordinator.Snapshot) bool { return allAdmitted(s.Admits) })
+		var polled time.Time
+		res, err = runReplicas(ctx, pools, cfg, func(s coordinator.Snapshot) bool {
+			// the database is asked only once the admits could be complete, and at most every 50 ms
+			if !allAdmitted(s.Admits) || time.Since(polled) < 50*time.Millisecond {
+				return false
+			}
+			polled = time.Now()
+			n, err := admittedTriggers()
+			return err == nil && allAdmitted(n)
+		})
 	}
 	if err != nil {
 		return rep, err

@@ -62,6 +62,7 @@ WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id;
 -- Admission lag percentiles of a project's real admissions (not the ceiling's, which are
 -- scheduled at ceiling_from_ms or later) since since_ms.
 SELECT count(*)::bigint AS runs,
+       count(DISTINCT trigger_id)::bigint AS triggers, -- triggers with at least one of them
        coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms), 0)::float8 AS p50_ms,
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY queued_at_ms - scheduled_for_ms), 0)::float8 AS p99_ms,
        coalesce(max(queued_at_ms) - min(queued_at_ms), 0)::bigint AS span_ms
