@@ -1,6 +1,6 @@
 package drifttest
 
-// reads: the indexes pg-0020 adds for the operator reads (issue 37, point 2). Without it, or with
+// reads: the index pg-0020 adds for the operator reads (issue 37, point 2). Without it, or with
 // another definition, `runs list --state` walks a project's whole history again; an altered
 // definition can also change what an admit writes (a unique or a partial index), so each is
 // drift that verify names and --fix-sql rebuilds.
@@ -23,6 +23,4 @@ var reads = []Case{
 	{Name: "the runs-by-state index marked invalid",
 		SQL:    `UPDATE pg_catalog.pg_index SET indisvalid = false WHERE indexrelid = 'control_core.runs_project_state_created_idx'::regclass`,
 		Object: "runs_project_state_created_idx", Runtime: true},
-	{Name: "the per-project due index dropped",
-		SQL: `DROP INDEX control_core.trigger_schedules_project_due_idx`, Object: "trigger_schedules_project_due_idx", Runtime: true},
 }

@@ -12,15 +12,6 @@
 -- predicate names state).
 CREATE INDEX runs_project_state_created_idx ON control_core.runs (project_id, state, created_at_ms, run_id);
 
--- The console overview's per-project backlog: a project's due range in claim order, as one range
--- of this index (ConsoleProjects walks at most its cap of rows per project). Through
--- trigger_schedules_claim_idx, whose first column is the cursor, each project's walk read every
--- project's due rows and kept its own. The cursor is in trigger_schedules_claim_idx already, so
--- an update that moves it (init, admit, skip) was never HOT; a claim, which moves no cursor,
--- stays HOT.
-CREATE INDEX trigger_schedules_project_due_idx
-    ON control_core.trigger_schedules (project_id, (coalesce(next_fire_at_ms, -1)));
-
 -- ---- startup recovery source
 -- The source excludes the pristine shape admission leaves (a queued Run, not cancelled, whose one
 -- Attempt is attempt 1, claimed, remote_worker, every dispatch field NULL), so its cost follows
