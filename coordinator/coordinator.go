@@ -239,10 +239,11 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		// initialised in batches next, so no claim is sent ahead into them, and the waiting rows
 		// of this claim spend no budget either (a batch-mode claim may be all of them, and would
 		// otherwise end the round before its due rows).
-		initNow := !initialised && waitsForInit(got.claims)
+		waits := waiting(got.claims)
+		initNow := !initialised && waits > 0
 		spent := len(got.claims)
 		if initNow {
-			spent -= waiting(got.claims)
+			spent -= waits
 		}
 		claimed += spent
 		c.Stats.Claims.Add(int64(len(got.claims)))
@@ -272,9 +273,6 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 	}
 	return claimed, nil
 }
-
-// waitsForInit reports whether a claim took a row waiting for initialisation (no cursor).
-func waitsForInit(claims []*Claim) bool { return waiting(claims) > 0 }
 
 // waiting counts the claimed rows waiting for initialisation.
 func waiting(claims []*Claim) (n int) {
