@@ -78,26 +78,33 @@ func (f *fixture) setCursor(trigger string, offset time.Duration) int64 {
 }
 
 // bulkSchedules adds n enabled every-minute triggers t1 … tn to project p, with cursors spread one
-// a second over spread seconds, the first due seconds of them in the past, and ANALYZEs. The rows
-// are consistent; replica mode only skips the per-row foreign-key triggers, which would make a
-// million rows take minutes.
+// a second over spread seconds, the first due seconds of them in the past, and ANALYZEs.
 func (f *fixture) bulkSchedules(n, spread, due int) {
+	f.t.Helper()
+	f.bulk("t", n, fmt.Sprintf("control_core.db_now_ms() + (g %% %d - %d) * 1000", spread, due))
+}
+
+// bulk adds n enabled every-minute triggers <prefix>1 … <prefix>n to project p whose schedule rows
+// hold the cursor the SQL expression cursor gives (g: the row's number; NULL: waiting for
+// initialisation), unclaimed at state_version 1, and ANALYZEs. The rows are consistent; replica
+// mode only skips the per-row foreign-key triggers, which would make a million rows take minutes.
+func (f *fixture) bulk(prefix string, n int, cursor string) {
 	f.t.Helper()
 	f.d.Exec(f.t, fmt.Sprintf(`SET session_replication_role = replica;
 		BEGIN;
 		INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
-		    SELECT 'p', 't' || g, 1 FROM generate_series(1, %[1]d) g;
+		    SELECT 'p', '%[2]s' || g, 1 FROM generate_series(1, %[1]d) g;
 		INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
 		        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
-		    SELECT 'p', 't' || g, 1, 'cron', '* * * * *', 'UTC', 'skip', 60000, true, 'task', 1, repeat('a', 64)
+		    SELECT 'p', '%[2]s' || g, 1, 'cron', '* * * * *', 'UTC', 'skip', 60000, true, 'task', 1, repeat('a', 64)
 		    FROM generate_series(1, %[1]d) g;
 		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
 		        state_version, claim_version, updated_at_ms)
-		    SELECT 'p', 't' || g, 1, control_core.db_now_ms() + (g %% %[2]d - %[3]d) * 1000, 1, 0, control_core.db_now_ms()
+		    SELECT 'p', '%[2]s' || g, 1, %[3]s, 1, 0, control_core.db_now_ms()
 		    FROM generate_series(1, %[1]d) g;
 		COMMIT;
 		ANALYZE control_core.triggers, control_core.trigger_schedules, control_core.trigger_revisions, control_core.projects;`,
-		n, spread, due))
+		n, prefix, cursor))
 }
 
 // expireClaim moves a held claim's expiry into the past, as if its lease had run out.

@@ -16,25 +16,8 @@ import (
 )
 
 // bulkUninitialised adds n enabled every-minute triggers u1 … un to project p whose schedule rows
-// wait for initialisation (no cursor, no claim, state_version 1), as a mass publish leaves them,
-// and ANALYZEs (see bulkSchedules: replica mode only skips the per-row foreign-key triggers).
-func (f *fixture) bulkUninitialised(n int) {
-	f.t.Helper()
-	f.d.Exec(f.t, fmt.Sprintf(`SET session_replication_role = replica;
-		BEGIN;
-		INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
-		    SELECT 'p', 'u' || g, 1 FROM generate_series(1, %[1]d) g;
-		INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
-		        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
-		    SELECT 'p', 'u' || g, 1, 'cron', '* * * * *', 'UTC', 'skip', 60000, true, 'task', 1, repeat('a', 64)
-		    FROM generate_series(1, %[1]d) g;
-		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms,
-		        state_version, claim_version, updated_at_ms)
-		    SELECT 'p', 'u' || g, 1, NULL, 1, 0, control_core.db_now_ms()
-		    FROM generate_series(1, %[1]d) g;
-		COMMIT;
-		ANALYZE control_core.triggers, control_core.trigger_schedules, control_core.trigger_revisions;`, n))
-}
+// wait for initialisation, as a mass publish leaves them.
+func (f *fixture) bulkUninitialised(n int) { f.t.Helper(); f.bulk("u", n, "NULL") }
 
 func (f *fixture) uninitialised() int {
 	f.t.Helper()
