@@ -17,11 +17,13 @@ import (
 // snapshot, and each is bounded whatever the size of the tables: counts stop at a cap, lists are
 // pages walked by keyset along an index (sql/queries/console.sql says which).
 
-// ConsoleCountCap bounds the counts of the console's overview (triggers, enabled) and the rows of
-// the due range its backlog and live-claims walks read: a count equal to it means "at least". At
-// 10,000 the overview took 1.8 s at 1,000,000 schedule rows (a probe of the revision per due
-// row, past shared_buffers); at 1,000 its working set stays cached.
-const ConsoleCountCap = 1000
+// CountCap bounds every per-project count and walk of the operator's reads (status, project list,
+// the console's overview): triggers, enabled ones, tasks, and the rows of the due range the
+// backlog and live-claims walks read. A count equal to it means "at least". At 10,000 the overview
+// took 1.8 s at 1,000,000 schedule rows (a probe of the revision per due row, past
+// shared_buffers); at 1,000 its working set stays cached, and at 100,000 triggers exact counts
+// took status seconds on a loaded server (issue 37).
+const CountCap = 1000
 
 // ConsoleWindow is the window of the overview's admissions and lag: the database's last hour.
 const ConsoleWindow = time.Hour
@@ -36,11 +38,11 @@ type Overview struct {
 	NowMs    int64
 }
 
-// ProjectOverview is one project of the Overview. Triggers and Enabled stop at ConsoleCountCap.
-// Backlog and OldestOverdueMs come from the first ConsoleCountCap rows of the due range; when the
+// ProjectOverview is one project of the Overview. Triggers and Enabled stop at CountCap.
+// Backlog and OldestOverdueMs come from the first CountCap rows of the due range; when the
 // walk reached that cap (BacklogPartial) the backlog is a lower bound and an older overdue
 // occurrence may lie beyond it. OldestOverdueMs is 0 when none was found. LiveClaimsByOwner
-// comes from the newest ConsoleCountCap rows of the due range; ClaimsPartial says the range holds
+// comes from the newest CountCap rows of the due range; ClaimsPartial says the range holds
 // more, so a claim may lie beyond the walk and the counts are lower bounds. Minutes holds one entry per
 // minute of the window, oldest first, zero where nothing was admitted; the lag percentiles are
 // over the whole window (0 without admissions).
@@ -83,13 +85,9 @@ func (r *Reader) consoleSnapshot(ctx context.Context, fn func(q *db.Queries) err
 func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 	var out Overview
 	err := r.consoleSnapshot(ctx, func(q *db.Queries) error {
-		projects, err := q.ConsoleProjects(ctx, ConsoleCountCap)
+		projects, err := readProjectFigures(ctx, q)
 		if err != nil {
-			return fmt.Errorf("read projects: %w", err)
-		}
-		claims, err := q.ConsoleLiveClaims(ctx, ConsoleCountCap)
-		if err != nil {
-			return fmt.Errorf("read live claims: %w", err)
+			return err
 		}
 		window := ConsoleWindow.Milliseconds()
 		admissions, err := q.ConsoleAdmissions(ctx, window)
@@ -103,17 +101,12 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 			out.NowMs = p.NowMs
 			index[p.ProjectID] = i
 			po := ProjectOverview{ProjectID: p.ProjectID, State: p.State, Triggers: p.Triggers, Enabled: p.Enabled,
-				Backlog: p.Backlog, BacklogPartial: p.DueWalked >= ConsoleCountCap, ClaimsPartial: p.DueWalked >= ConsoleCountCap, OldestOverdueMs: p.OldestOverdueMs, LiveClaimsByOwner: []OwnerClaims{},
-				Minutes: make([]MinuteAdmissions, n)}
+				Backlog: p.Backlog, BacklogPartial: p.DuePartial, ClaimsPartial: p.DuePartial, OldestOverdueMs: p.OldestOverdueMs,
+				LiveClaimsByOwner: p.ownerClaims(), Minutes: make([]MinuteAdmissions, n)}
 			for m := range po.Minutes {
 				po.Minutes[m].StartMs = p.NowMs - window + int64(m)*60000
 			}
 			out.Projects = append(out.Projects, po)
-		}
-		for _, c := range claims {
-			if i, ok := index[c.ProjectID]; ok {
-				out.Projects[i].LiveClaimsByOwner = append(out.Projects[i].LiveClaimsByOwner, OwnerClaims{c.Owner, c.Claims})
-			}
 		}
 		for _, m := range admissions {
 			i, ok := index[m.ProjectID]

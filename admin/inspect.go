@@ -86,7 +86,8 @@ func (r *Reader) ShowTrigger(ctx context.Context, s TriggerShow) (TriggerDetail,
 	return out, err
 }
 
-// Project is a project with its counts of tasks, triggers and enabled triggers.
+// Project is a project with its counts of tasks, triggers and enabled triggers, each counted up
+// to CountCap (a count at the cap means "at least").
 type Project struct {
 	ProjectID       string `json:"project_id"`
 	State           string `json:"state"`
@@ -102,14 +103,23 @@ type Project struct {
 func (r *Reader) Projects(ctx context.Context) ([]Project, error) {
 	var out []Project
 	err := r.snapshot(ctx, func(q *db.Queries) error {
-		rows, err := q.ListProjects(ctx)
+		rows, err := q.ListProjects(ctx, CountCap)
 		if err != nil {
 			return fmt.Errorf("read projects: %w", err)
 		}
+		counts, err := q.ProjectTriggerCounts(ctx, CountCap)
+		if err != nil {
+			return fmt.Errorf("read trigger counts by project: %w", err)
+		}
+		byProject := make(map[string]db.ProjectTriggerCountsRow, len(counts))
+		for _, c := range counts {
+			byProject[c.ProjectID] = c
+		}
 		out = make([]Project, 0, len(rows))
 		for _, p := range rows {
+			c := byProject[p.ProjectID]
 			out = append(out, Project{ProjectID: p.ProjectID, State: p.State, Revision: p.Revision, Tasks: p.Tasks,
-				Triggers: p.Triggers, EnabledTriggers: p.EnabledTriggers, CreatedAtMs: p.CreatedAtMs, UpdatedAtMs: p.UpdatedAtMs})
+				Triggers: c.Triggers, EnabledTriggers: c.Enabled, CreatedAtMs: p.CreatedAtMs, UpdatedAtMs: p.UpdatedAtMs})
 		}
 		return nil
 	})

@@ -387,14 +387,19 @@ type Status struct {
 
 // ProjectStatus is one project's triggers, backlog, live claims and last admissions. Backlog is
 // as sql/queries/status.sql defines it: the schedule rows a claim would take now (the
-// qlsched_backlog_schedules gauge counts the same). Times are the database's milliseconds; 0 in
-// OldestOverdueMs and LastAdmitMs means none.
+// qlsched_backlog_schedules gauge counts the same). Every count stops at CountCap: Triggers and
+// Enabled at it set CountsPartial; BacklogPartial says the walk of the due range read CountCap
+// rows, so Backlog and the live claims are lower bounds and an older overdue occurrence may lie
+// beyond it. Times are the database's milliseconds; 0 in OldestOverdueMs and LastAdmitMs means
+// none.
 type ProjectStatus struct {
 	ProjectID         string        `json:"project_id"`
 	State             string        `json:"state"`
 	Triggers          int64         `json:"triggers"`
 	Enabled           int64         `json:"enabled"`
+	CountsPartial     bool          `json:"counts_partial"`
 	Backlog           int64         `json:"backlog"`
+	BacklogPartial    bool          `json:"backlog_partial"`
 	OldestOverdueMs   int64         `json:"oldest_overdue_ms"`
 	LiveClaims        int64         `json:"live_claims"`
 	LastAdmitMs       int64         `json:"last_admit_ms"`
@@ -430,36 +435,35 @@ type Admit struct {
 func (r *Reader) Status(ctx context.Context) (Status, error) {
 	var res Status
 	err := r.snapshot(ctx, func(q *db.Queries) error {
-		projects, err := q.ProjectStatus(ctx)
+		projects, err := readProjectFigures(ctx, q)
 		if err != nil {
-			return fmt.Errorf("read project status: %w", err)
+			return err
 		}
-		byProject, err := q.LiveClaimsByProjectOwner(ctx)
+		last, err := q.LastAdmitByProject(ctx)
 		if err != nil {
-			return fmt.Errorf("read live claims by project: %w", err)
+			return fmt.Errorf("read the last admission by project: %w", err)
 		}
 		admits, err := q.LastAdmits(ctx, MaxLastAdmits)
 		if err != nil {
 			return fmt.Errorf("read last admissions: %w", err)
 		}
-		owners, err := q.LiveClaimsByOwner(ctx)
-		if err != nil {
-			return fmt.Errorf("read live claims by owner: %w", err)
-		}
-		res = Status{Projects: make([]ProjectStatus, 0, len(projects)), LiveClaimsByOwner: make([]ReplicaClaims, 0, len(owners))}
+		res = Status{Projects: make([]ProjectStatus, 0, len(projects)), LiveClaimsByOwner: replicaClaims(projects)}
 		index := map[string]int{}
 		for i, p := range projects {
 			index[p.ProjectID] = i
-			// empty, not nil: JSON says "no claims" without a special case
-			res.Projects = append(res.Projects, ProjectStatus{
-				ProjectID: p.ProjectID, State: p.State, Triggers: p.Triggers, Enabled: p.Enabled, Backlog: p.Backlog,
-				OldestOverdueMs: p.OldestOverdueMs, LiveClaims: p.LiveClaims, LastAdmitMs: p.LastAdmitMs, NowMs: p.NowMs,
-				LiveClaimsByOwner: []OwnerClaims{}, LastAdmits: []Admit{},
-			})
+			ps := ProjectStatus{
+				ProjectID: p.ProjectID, State: p.State, Triggers: p.Triggers, Enabled: p.Enabled, CountsPartial: p.countsPartial(),
+				Backlog: p.Backlog, BacklogPartial: p.DuePartial, OldestOverdueMs: p.OldestOverdueMs, NowMs: p.NowMs,
+				LiveClaimsByOwner: p.ownerClaims(), LastAdmits: []Admit{}, // empty, not nil: JSON says "none" without a special case
+			}
+			for _, c := range p.Claims {
+				ps.LiveClaims += c.Claims
+			}
+			res.Projects = append(res.Projects, ps)
 		}
-		for _, c := range byProject {
-			if i, ok := index[c.ProjectID]; ok {
-				res.Projects[i].LiveClaimsByOwner = append(res.Projects[i].LiveClaimsByOwner, OwnerClaims{c.Owner, c.Claims})
+		for _, l := range last {
+			if i, ok := index[l.ProjectID]; ok {
+				res.Projects[i].LastAdmitMs = l.LastAdmitMs
 			}
 		}
 		for _, a := range admits { // newest first within a project
@@ -467,9 +471,6 @@ func (r *Reader) Status(ctx context.Context) (Status, error) {
 				res.Projects[i].LastAdmits = append(res.Projects[i].LastAdmits,
 					Admit{a.TriggerID, a.TriggerRevision, a.ScheduledForMs, a.QueuedAtMs, a.RunID})
 			}
-		}
-		for _, o := range owners {
-			res.LiveClaimsByOwner = append(res.LiveClaimsByOwner, ReplicaClaims{o.Owner, o.Claims, o.SoonestExpiryInMs})
 		}
 		return nil
 	})

@@ -130,33 +130,29 @@ func (q *Queries) ListAttempts(ctx context.Context, runID uuid.UUID) ([]ListAtte
 const listProjects = `-- name: ListProjects :many
 
 SELECT p.project_id, p.state, p.revision, p.created_at_ms, p.updated_at_ms,
-       (SELECT count(*) FROM control_core.tasks t WHERE t.project_id = p.project_id)::bigint AS tasks,
-       (SELECT count(*) FROM control_core.trigger_schedules s WHERE s.project_id = p.project_id)::bigint AS triggers,
-       (SELECT count(*) FROM control_core.trigger_schedules s
-        JOIN control_core.trigger_revisions tr
-          ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-        WHERE s.project_id = p.project_id AND tr.enabled)::bigint AS enabled_triggers
+       (SELECT count(*) FROM (SELECT 1 FROM control_core.tasks t
+                              WHERE t.project_id = p.project_id ORDER BY t.project_id, t.task_id LIMIT $1::integer) x)::bigint AS tasks
 FROM control_core.projects p
 ORDER BY p.project_id
 `
 
 type ListProjectsRow struct {
-	ProjectID       string `json:"project_id"`
-	State           string `json:"state"`
-	Revision        int64  `json:"revision"`
-	CreatedAtMs     int64  `json:"created_at_ms"`
-	UpdatedAtMs     int64  `json:"updated_at_ms"`
-	Tasks           int64  `json:"tasks"`
-	Triggers        int64  `json:"triggers"`
-	EnabledTriggers int64  `json:"enabled_triggers"`
+	ProjectID   string `json:"project_id"`
+	State       string `json:"state"`
+	Revision    int64  `json:"revision"`
+	CreatedAtMs int64  `json:"created_at_ms"`
+	UpdatedAtMs int64  `json:"updated_at_ms"`
+	Tasks       int64  `json:"tasks"`
 }
 
 // Operator reads for the day-2 commands (project list, task list, runs show): read by package
 // admin's Reader in one REPEATABLE READ READ ONLY snapshot, as any role with SELECT on
 // control_core. Nothing here returns an executor spec (it may hold secrets), a claim token or a
 // callback token hash.
-func (q *Queries) ListProjects(ctx context.Context) ([]ListProjectsRow, error) {
-	rows, err := q.db.Query(ctx, listProjects)
+// Every project, with its tasks counted up to @cap (a count at the cap means "at least"); its
+// triggers are counted by ProjectTriggerCounts (status.sql), in the same snapshot.
+func (q *Queries) ListProjects(ctx context.Context, cap int32) ([]ListProjectsRow, error) {
+	rows, err := q.db.Query(ctx, listProjects, cap)
 	if err != nil {
 		return nil, err
 	}
@@ -171,8 +167,6 @@ func (q *Queries) ListProjects(ctx context.Context) ([]ListProjectsRow, error) {
 			&i.CreatedAtMs,
 			&i.UpdatedAtMs,
 			&i.Tasks,
-			&i.Triggers,
-			&i.EnabledTriggers,
 		); err != nil {
 			return nil, err
 		}

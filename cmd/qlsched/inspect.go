@@ -139,7 +139,9 @@ func (a *app) list(use, short, long string, validate func() error, read func(cmd
 func (a *app) projectListCmd() *cobra.Command {
 	return a.list("list", "List projects with their state and counts", `project list shows every project: state
 (active, paused or archived; only an active project's triggers are claimed), revision, tasks, triggers
-and enabled triggers. Read-only, one snapshot, any role with SELECT on control_core.`,
+and enabled triggers, each counted up to `+fmt.Sprint(admin.CountCap)+` ("`+fmt.Sprint(admin.CountCap)+`+" means at least: the counts cost one
+probe per row, so they are bounded like a page). Read-only, one snapshot, any role with SELECT on
+control_core.`,
 		func() error { return nil },
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
 			rows, err := r.Projects(cmd.Context())
@@ -149,8 +151,8 @@ and enabled triggers. Read-only, one snapshot, any role with SELECT on control_c
 					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "PROJECT\tSTATE\tREV\tTASKS\tTRIGGERS\tENABLED\tCREATED")
 					for _, p := range rows {
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", p.ProjectID, p.State, p.Revision, p.Tasks, p.Triggers,
-							p.EnabledTriggers, utc(&p.CreatedAtMs))
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.ProjectID, p.State, p.Revision, atLeast(p.Tasks, admin.CountCap),
+							atLeast(p.Triggers, admin.CountCap), atLeast(p.EnabledTriggers, admin.CountCap), utc(&p.CreatedAtMs))
 					}
 					tw.Flush()
 				}, err
@@ -245,10 +247,7 @@ which may hold secrets) and how many triggers use the task (counted up to `+fmt.
 					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "PROJECT\tTASK\tREV\tEXECUTION REVISION\tEXECUTION SHA256\tTRIGGERS\tUPDATED")
 					for _, t := range rows {
-						triggers := fmt.Sprint(t.Triggers)
-						if t.Triggers >= admin.MaxTaskTriggers {
-							triggers += "+"
-						}
+						triggers := atLeast(t.Triggers, admin.MaxTaskTriggers)
 						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.ProjectID, t.TaskID, t.Revision, t.ExecutionRevisionID,
 							t.ExecutionDigest[:12]+"…", triggers, utc(&t.UpdatedAtMs))
 					}
@@ -534,3 +533,11 @@ func recorded(b bool) string {
 
 // durationShaped matches what time.ParseDuration reads apart from its range: digits with units.
 var durationShaped = regexp.MustCompile(`^([0-9]*\.?[0-9]+(ns|us|µs|ms|s|m|h))+$`)
+
+// atLeast prints a count taken up to limit: "N+" at the limit, where it means at least N.
+func atLeast(n, limit int64) string {
+	if n >= limit {
+		return fmt.Sprintf("%d+", n)
+	}
+	return fmt.Sprint(n)
+}

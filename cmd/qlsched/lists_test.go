@@ -416,11 +416,73 @@ func TestOperatorReadsAreBounded(t *testing.T) {
 		{"runs list", "publish.sql", "ListRuns", map[string]string{"max_rows": "50"}, 4 * 50},
 		{"runs list --since the future", "publish.sql", "ListRuns", map[string]string{"since_ms": "4102444800000", "max_rows": "50"}, 0},
 		// the last admission and the newest five: a probe and five per project
-		{"status: projects", "status.sql", "ProjectStatus", nil, 4 + 102 + 7 + 5},
+		{"status: the last admission", "status.sql", "LastAdmitByProject", nil, 4},
+		// per project a walk of the due range (every schedule row here: none is initialised), at
+		// this size a sequential scan of the 114 rows for each of the 4 projects; no Run
+		{"status: backlog", "status.sql", "ProjectBacklog", map[string]string{"cap": "1000"}, 4 * (102 + 7 + 5)},
 		{"status: last admissions", "status.sql", "LastAdmits", map[string]string{"max_admits": "5"}, 102 + 7 + 5 + 4*5},
 	} {
 		if got := planRows(t, conn, tc.file, tc.stmt, tc.values); got > tc.max {
 			t.Errorf("%s: read %d rows of runs and trigger_schedules; want at most %d", tc.name, got, tc.max)
 		}
+	}
+}
+
+// status and project list count each project's triggers up to admin.CountCap and walk at most
+// CountCap rows of its due range, and say so: 1,200 enabled triggers in "big", all uninitialised
+// (due), print as "1000+" and set the JSON's partial flags; the small project "a" is exact.
+func TestStatusAndProjectListStopAtTheCountCap(t *testing.T) {
+	t.Parallel()
+	d, db := seedLists(t)
+	d.Exec(t, `SET session_replication_role = replica;
+		INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
+		    SELECT 'big', 'u' || g, 1 FROM generate_series(1, 1200) g;
+		INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
+		        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
+		    SELECT 'big', 'u' || g, 1, 'cron', '0 * * * *', 'UTC', 'skip', 60000, true, 'job', 1, repeat('a', 64)
+		    FROM generate_series(1, 1200) g;
+		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, state_version, claim_version, updated_at_ms)
+		    SELECT 'big', 'u' || g, 1, 1, 0, control_core.db_now_ms() FROM generate_series(1, 1200) g;
+		ANALYZE control_core.trigger_schedules, control_core.trigger_revisions`)
+	capped := fmt.Sprintf("%d+", admin.CountCap)
+
+	r := run(t, append([]string{"status"}, db...)...)
+	if r.code != 0 {
+		t.Fatalf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	big := regexp.MustCompile(`(?m)^big\s+active\s+(\S+)\s+(\S+)\s+(\S+)\s`).FindStringSubmatch(r.stdout)
+	if big == nil || big[1] != capped || big[2] != capped || big[3] != capped {
+		t.Errorf("status: big's triggers, enabled and backlog %q; want %s each\n%s", big, capped, r.stdout)
+	}
+	if !regexp.MustCompile(`(?m)^a\s+active\s+7\s+7\s+7\s`).MatchString(r.stdout) {
+		t.Errorf("status: a's counts are not exact (7 7 7)\n%s", r.stdout)
+	}
+	r = run(t, append([]string{"status", "--format", "json"}, db...)...)
+	var st struct {
+		Projects []struct {
+			ProjectID      string `json:"project_id"`
+			Triggers       int64  `json:"triggers"`
+			Backlog        int64  `json:"backlog"`
+			CountsPartial  bool   `json:"counts_partial"`
+			BacklogPartial bool   `json:"backlog_partial"`
+		} `json:"projects"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("status --format json: %v\n%s", err, r.stdout)
+	}
+	for _, p := range st.Projects {
+		want := p.ProjectID == "big"
+		if p.CountsPartial != want || p.BacklogPartial != want || want && (p.Triggers != admin.CountCap || p.Backlog != admin.CountCap) {
+			t.Errorf("status json: %+v; want partial=%v (at the cap %d for big)", p, want, admin.CountCap)
+		}
+	}
+
+	r = run(t, append([]string{"project", "list"}, db...)...)
+	if r.code != 0 {
+		t.Fatalf("project list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	big = regexp.MustCompile(`(?m)^big\s+active\s+\d+\s+(\S+)\s+(\S+)\s+(\S+)\s`).FindStringSubmatch(r.stdout)
+	if big == nil || big[1] != "1" || big[2] != capped || big[3] != capped {
+		t.Errorf("project list: big's tasks, triggers, enabled %q; want 1, %s, %s\n%s", big, capped, capped, r.stdout)
 	}
 }

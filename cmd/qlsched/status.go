@@ -21,7 +21,9 @@ func (a *app) statusCmd() *cobra.Command {
 would take now: due or uninitialised, unclaimed, of an active project and an enabled trigger; the
 same count as the qlsched_backlog_schedules gauge), the oldest overdue occurrence among them, live
 claims by owner, and the last admissions (newest per trigger); then the live claims by owner across
-projects (one line per replica holding claims). Any role with SELECT on control_core can run it
+projects (one line per replica holding claims). Every count stops at ` + fmt.Sprint(admin.CountCap) + ` per project, so the
+read costs the same at any number of triggers: "` + fmt.Sprint(admin.CountCap) + `+" means at least (the backlog and live
+claims count the first ` + fmt.Sprint(admin.CountCap) + ` rows of the project's due range). Any role with SELECT on control_core can run it
 (ql_admin, ql_runtime). It changes nothing, and reads everything in one snapshot (one
 REPEATABLE READ READ ONLY transaction), so its parts agree with each other.`,
 		PreRunE: func(*cobra.Command, []string) error { _, err := a.connConfig(); return err },
@@ -46,7 +48,9 @@ type statusProject struct {
 	State             string              `json:"state"`
 	Triggers          int64               `json:"triggers"`
 	Enabled           int64               `json:"enabled"`
+	CountsPartial     bool                `json:"counts_partial"`
 	Backlog           int64               `json:"backlog"`
+	BacklogPartial    bool                `json:"backlog_partial"`
 	OldestOverdueMs   *int64              `json:"oldest_overdue_ms"`
 	LiveClaims        int64               `json:"live_claims"`
 	LastAdmitMs       *int64              `json:"last_admit_ms"`
@@ -66,7 +70,7 @@ func statusDocument(res admin.Status) document {
 	projects := make([]statusProject, 0, len(res.Projects))
 	for _, p := range res.Projects {
 		sp := statusProject{ProjectID: p.ProjectID, State: p.State, Triggers: p.Triggers, Enabled: p.Enabled,
-			Backlog: p.Backlog, OldestOverdueMs: orNull(p.OldestOverdueMs), LiveClaims: p.LiveClaims,
+			CountsPartial: p.CountsPartial, Backlog: p.Backlog, BacklogPartial: p.BacklogPartial, OldestOverdueMs: orNull(p.OldestOverdueMs), LiveClaims: p.LiveClaims,
 			LastAdmitMs: orNull(p.LastAdmitMs), NowMs: p.NowMs,
 			LiveClaimsByOwner: p.LiveClaimsByOwner, LastAdmits: p.LastAdmits}
 		if sp.LiveClaimsByOwner == nil {
@@ -92,6 +96,11 @@ func printStatus(out io.Writer, res admin.Status) {
 	fmt.Fprintln(tw, "PROJECT\tSTATE\tTRIGGERS\tENABLED\tBACKLOG\tOLDEST OVERDUE\tLIVE CLAIMS\tLAST ADMIT")
 	for _, p := range res.Projects {
 		claims := fmt.Sprint(p.LiveClaims)
+		backlog := fmt.Sprint(p.Backlog)
+		if p.BacklogPartial {
+			claims += "+"
+			backlog += "+"
+		}
 		if len(p.LiveClaimsByOwner) > 0 {
 			var by []string
 			for _, o := range p.LiveClaimsByOwner {
@@ -99,7 +108,8 @@ func printStatus(out io.Writer, res admin.Status) {
 			}
 			claims += " (" + strings.Join(by, ", ") + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", p.ProjectID, p.State, p.Triggers, p.Enabled, p.Backlog,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ProjectID, p.State, atLeast(p.Triggers, admin.CountCap),
+			atLeast(p.Enabled, admin.CountCap), backlog,
 			ago(p.OldestOverdueMs, p.NowMs), claims, ago(p.LastAdmitMs, p.NowMs))
 	}
 	tw.Flush()
@@ -107,8 +117,14 @@ func printStatus(out io.Writer, res admin.Status) {
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OWNER\tLIVE CLAIMS\tSOONEST EXPIRY")
+	partial := "" // a project's walk stopped at the cap: the sums are lower bounds
+	for _, p := range res.Projects {
+		if p.BacklogPartial {
+			partial = "+"
+		}
+	}
 	for _, o := range res.LiveClaimsByOwner {
-		fmt.Fprintf(tw, "%s\t%d\tin %s\n", o.Owner, o.Claims, time.Duration(o.SoonestExpiryInMs)*time.Millisecond)
+		fmt.Fprintf(tw, "%s\t%d%s\tin %s\n", o.Owner, o.Claims, partial, time.Duration(o.SoonestExpiryInMs)*time.Millisecond)
 	}
 	if len(res.LiveClaimsByOwner) == 0 {
 		fmt.Fprintln(tw, "(none)\t0\t-")

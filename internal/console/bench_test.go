@@ -118,8 +118,9 @@ func BenchmarkPages(b *testing.B) {
 			name   string
 			values map[string]string
 		}{
-			{"ConsoleProjects", map[string]string{"cap": "1000"}},
-			{"ConsoleLiveClaims", map[string]string{"cap": "1000"}},
+			{"ProjectTriggerCounts", map[string]string{"cap": "1000"}},
+			{"ProjectBacklog", map[string]string{"cap": "1000"}},
+			{"ProjectLiveClaims", map[string]string{"cap": "1000"}},
 			{"ConsoleAdmissions", map[string]string{"window_ms": "3600000"}},
 			{"ConsoleProjectTriggers", map[string]string{"project_id": "'big'", "after_trigger": "'" + mid + "'", "max_rows": "100"}},
 			{"ConsoleTriggerRevisions", map[string]string{"project_id": "'big'", "trigger_id": "'" + mid + "'", "max_rows": "51"}},

@@ -212,7 +212,7 @@ func TestRunsPagesWalkEveryRunOnce(t *testing.T) {
 	}
 }
 
-// The overview's walks of the due range stop at ConsoleCountCap rows and say so: with 1,500
+// The overview's walks of the due range stop at CountCap rows and say so: with 1,500
 // due rows of disabled triggers an hour and more overdue, the backlog reads ≥ 1 (nightly,
 // uninitialised) and live claims are counted among the newest rows only (replica-a's, on the row
 // that fell due last, as a lower bound), so a claim on the oldest row (replica-b's) lies beyond

@@ -11,18 +11,23 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// explain logs EXPLAIN ANALYZE of one statement of sql/queries/console.sql with the given values
+// explain logs EXPLAIN ANALYZE of one statement of sql/queries/console.sql or status.sql (the
+// per-project reads the overview shares with `qlsched status`) with the given values
 // for its parameters (sqlc.narg: NULL unless given), so the benchmark's log shows the plan each
 // page's statements take at the benchmark's size (QL_CONSOLE_BENCH_EXPLAIN=1).
 func explain(b *testing.B, pool *pgxpool.Pool, name string, values map[string]string) {
 	b.Helper()
-	src, err := os.ReadFile("../../sql/queries/console.sql")
-	if err != nil {
-		b.Fatal(err)
+	var src []byte
+	for _, f := range []string{"console.sql", "status.sql"} {
+		s, err := os.ReadFile("../../sql/queries/" + f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		src = append(src, s...)
 	}
 	_, after, ok := strings.Cut(string(src), "-- name: "+name+" ")
 	if !ok {
-		b.Fatalf("console.sql has no statement %s", name)
+		b.Fatalf("console.sql and status.sql have no statement %s", name)
 	}
 	_, after, _ = strings.Cut(after, "\n") // the rest of the name line: ":many"
 	stmt, _, _ := strings.Cut(after, ";")

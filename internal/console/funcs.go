@@ -19,8 +19,8 @@ func (s *server) funcs() template.FuncMap {
 		"ago":    ago,
 		"dur":    func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() },
 		"capped": func(n int64) string {
-			if n >= admin.ConsoleCountCap {
-				return "≥ " + strconv.FormatInt(admin.ConsoleCountCap, 10)
+			if n >= admin.CountCap {
+				return "≥ " + strconv.FormatInt(admin.CountCap, 10)
 			}
 			return strconv.FormatInt(n, 10)
 		},

@@ -57,7 +57,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		Cap      int64
 		Window   string
 	}{layout: layout{Title: "Overview", Nav: "overview", Refresh: int(s.opts.Refresh / time.Second), NowMs: ov.NowMs},
-		Cap: admin.ConsoleCountCap, Window: "hour"}
+		Cap: admin.CountCap, Window: "hour"}
 	for _, p := range ov.Projects {
 		data.Projects = append(data.Projects, project{p, newChart(p.Minutes)})
 	}

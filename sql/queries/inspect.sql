@@ -4,13 +4,11 @@
 -- callback token hash.
 
 -- name: ListProjects :many
+-- Every project, with its tasks counted up to @cap (a count at the cap means "at least"); its
+-- triggers are counted by ProjectTriggerCounts (status.sql), in the same snapshot.
 SELECT p.project_id, p.state, p.revision, p.created_at_ms, p.updated_at_ms,
-       (SELECT count(*) FROM control_core.tasks t WHERE t.project_id = p.project_id)::bigint AS tasks,
-       (SELECT count(*) FROM control_core.trigger_schedules s WHERE s.project_id = p.project_id)::bigint AS triggers,
-       (SELECT count(*) FROM control_core.trigger_schedules s
-        JOIN control_core.trigger_revisions tr
-          ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-        WHERE s.project_id = p.project_id AND tr.enabled)::bigint AS enabled_triggers
+       (SELECT count(*) FROM (SELECT 1 FROM control_core.tasks t
+                              WHERE t.project_id = p.project_id ORDER BY t.project_id, t.task_id LIMIT @cap::integer) x)::bigint AS tasks
 FROM control_core.projects p
 ORDER BY p.project_id;
 

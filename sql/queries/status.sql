@@ -6,7 +6,7 @@
 -- trigger revision is an enabled cron trigger. A disabled trigger or an archived project can never
 -- be claimed, so it is never backlog: otherwise "due but nothing admitted" alerts would fire for
 -- ever. Everything but "due" is control_core.schedule_claimable (pg-0014), the function ClaimDue
--- uses too; internal/metrics tests that Backlog and ProjectStatus agree with what ClaimDue claims.
+-- uses too; internal/metrics tests that Backlog and ProjectBacklog agree with what ClaimDue claims.
 
 -- name: Backlog :one
 -- The backlog, counted with the claim's index range (coalesce(next_fire_at_ms, -1) <= now, walked in
@@ -40,51 +40,90 @@ SELECT (SELECT count(*) FROM due)::bigint AS due_unclaimed,
        obs.now_ms
 FROM obs;
 
--- name: ProjectStatus :many
--- Per project: triggers, enabled ones, the backlog (the definition above), the oldest overdue
--- occurrence among it, live claims, and the last admission. obs is MATERIALIZED: inlined, the
--- database's time was computed (numeric arithmetic) in every FILTER of every schedule row.
-WITH obs AS MATERIALIZED (SELECT control_core.db_now_ms() AS now_ms)
-SELECT p.project_id, p.state,
-       count(s.trigger_id)::bigint AS triggers,
-       count(s.trigger_id) FILTER (WHERE tr.enabled)::bigint AS enabled,
-       count(s.trigger_id) FILTER (WHERE coalesce(s.next_fire_at_ms, -1) <= obs.now_ms
-                                   AND control_core.schedule_claimable(p.state, control_core.trigger_fires(tr.kind, tr.enabled), s.claim_token,
-                                                                       s.claim_expires_at_ms, obs.now_ms))::bigint AS backlog,
-       coalesce(min(s.next_fire_at_ms) FILTER (WHERE s.next_fire_at_ms <= obs.now_ms
-                                              AND control_core.schedule_claimable(p.state, control_core.trigger_fires(tr.kind, tr.enabled), s.claim_token,
-                                                                                  s.claim_expires_at_ms, obs.now_ms)), 0)::bigint AS oldest_overdue_ms, -- 0: none
-       count(s.trigger_id) FILTER (WHERE s.claim_expires_at_ms > obs.now_ms)::bigint AS live_claims,
-       -- the newest admission: one backward probe of runs_project_created_idx (admission writes
-       -- queued_at_ms = created_at_ms, and nothing moves either later), not a max over every Run
-       coalesce((SELECT r.queued_at_ms FROM control_core.runs r
-                 WHERE r.project_id = p.project_id AND r.owner = 'runtime' AND r.queued_at_ms IS NOT NULL
-                 ORDER BY r.created_at_ms DESC, r.run_id DESC LIMIT 1), 0)::bigint AS last_admit_ms, -- 0: never
-       obs.now_ms
+-- The per-project reads of `qlsched status`, `qlsched project list` and the console's overview:
+-- each bounded by @cap per project, whatever the number of triggers (issue 37: exact counts over
+-- 100,000 schedule rows and a probe of each one's revision cost seconds on a loaded server). A
+-- count equal to @cap means "at least".
+
+-- name: ProjectTriggerCounts :many
+-- Per project: triggers and enabled ones, each counted up to @cap.
+SELECT p.project_id,
+       -- ORDER BY the primary key's order: without it the planner took a sequential scan for a
+       -- small project next to a big one (it expects the LIMIT to stop early), and read the whole
+       -- table to find three rows (BenchmarkPages, EXPLAIN ANALYZE)
+       (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_schedules s
+                              WHERE s.project_id = p.project_id ORDER BY s.project_id, s.trigger_id LIMIT @cap::integer) x)::bigint AS triggers,
+       (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_schedules s
+                              JOIN control_core.trigger_revisions tr
+                                ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
+                              WHERE s.project_id = p.project_id AND tr.project_id = p.project_id AND tr.enabled
+                              ORDER BY s.project_id, s.trigger_id LIMIT @cap::integer) x)::bigint AS enabled
 FROM control_core.projects p
-CROSS JOIN obs
-LEFT JOIN control_core.trigger_schedules s ON s.project_id = p.project_id
-LEFT JOIN control_core.trigger_revisions tr
-  ON tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision
-GROUP BY p.project_id, p.state, obs.now_ms
 ORDER BY p.project_id;
 
--- name: LiveClaimsByOwner :many
-WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
-SELECT s.claim_owner::text AS owner, count(*)::bigint AS claims, min(s.claim_expires_at_ms - obs.now_ms)::bigint AS soonest_expiry_in_ms
-FROM control_core.trigger_schedules s CROSS JOIN obs
-WHERE s.claim_expires_at_ms > obs.now_ms
-GROUP BY s.claim_owner
-ORDER BY s.claim_owner;
+-- name: ProjectBacklog :many
+-- Per project: the backlog (the definition above) and the oldest overdue occurrence among the
+-- first @cap rows of the claim index's due range (as Backlog, with the project as one more
+-- condition), and how many rows that walk read: at the cap the backlog is a lower bound and the
+-- oldest overdue occurrence may lie beyond the walk. The walk is bounded by rows read, not by
+-- rows found, because the due range also holds what can never be claimed (a disabled trigger's
+-- row is uninitialised, so it sits in the range for ever) and each row costs a probe of its
+-- revision.
+SELECT p.project_id, p.state,
+       b.backlog::bigint AS backlog,
+       coalesce(b.oldest_overdue_ms, 0)::bigint AS oldest_overdue_ms, -- 0: none found
+       b.due_walked::bigint AS due_walked,
+       control_core.db_now_ms()::bigint AS now_ms
+FROM control_core.projects p
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE w.claimable) AS backlog,
+           min(w.next_fire_at_ms) FILTER (WHERE w.claimable) AS oldest_overdue_ms,
+           count(*) AS due_walked
+    FROM (SELECT s.next_fire_at_ms,
+                 control_core.schedule_claimable(p.state,
+                     (SELECT control_core.trigger_fires(tr.kind, tr.enabled) FROM control_core.trigger_revisions tr
+                      WHERE tr.project_id = s.project_id AND tr.trigger_id = s.trigger_id AND tr.revision = s.trigger_revision),
+                     s.claim_token, s.claim_expires_at_ms, control_core.db_now_ms()) AS claimable
+          FROM control_core.trigger_schedules s
+          WHERE s.project_id = p.project_id AND coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
+          ORDER BY coalesce(s.next_fire_at_ms, -1)
+          LIMIT @cap::integer) w
+) b
+ORDER BY p.project_id;
 
--- name: LiveClaimsByProjectOwner :many
--- Live claims per project and owner: which replicas hold which project's rows right now.
-WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
-SELECT s.project_id, s.claim_owner::text AS owner, count(*)::bigint AS claims
-FROM control_core.trigger_schedules s CROSS JOIN obs
-WHERE s.claim_expires_at_ms > obs.now_ms
-GROUP BY s.project_id, s.claim_owner
-ORDER BY s.project_id, s.claim_owner;
+-- name: ProjectLiveClaims :many
+-- Live claims per project and owner among the newest @cap rows of the project's due range (the
+-- claim index's range backwards from now), with the soonest expiry among them. A claim is taken
+-- on a due or uninitialised row and every write that advances the cursor ends it, so a live claim
+-- sits in the due range: the walk is bounded by rows read, as the backlog's is, because the range
+-- also holds every disabled trigger's row (reading them all, one heap page each, cost 1.1 s of
+-- the overview at 1M schedule rows). It walks from the newest end: without a backlog the rows in
+-- hand are the ones that fell due last, while the range's oldest end holds the uninitialised
+-- rows. When the project's due range holds @cap rows or more (ProjectBacklog's due_walked) a
+-- claim may lie beyond the walk and the counts are lower bounds.
+SELECT p.project_id, c.owner::text AS owner, c.claims::bigint AS claims, c.soonest_expiry_ms::bigint AS soonest_expiry_ms
+FROM control_core.projects p
+CROSS JOIN LATERAL (
+    SELECT w.claim_owner AS owner, count(*) AS claims, min(w.claim_expires_at_ms) AS soonest_expiry_ms
+    FROM (SELECT s.claim_owner, s.claim_expires_at_ms
+          FROM control_core.trigger_schedules s
+          WHERE s.project_id = p.project_id AND coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
+          ORDER BY coalesce(s.next_fire_at_ms, -1) DESC
+          LIMIT @cap::integer) w
+    WHERE w.claim_expires_at_ms > control_core.db_now_ms()
+    GROUP BY w.claim_owner
+) c
+ORDER BY p.project_id, c.owner;
+
+-- name: LastAdmitByProject :many
+-- Per project, the newest admission: one backward probe of runs_project_created_idx (admission
+-- writes queued_at_ms = created_at_ms, and nothing moves either later), not a max over every Run.
+SELECT p.project_id,
+       coalesce((SELECT r.queued_at_ms FROM control_core.runs r
+                 WHERE r.project_id = p.project_id AND r.owner = 'runtime' AND r.queued_at_ms IS NOT NULL
+                 ORDER BY r.created_at_ms DESC, r.run_id DESC LIMIT 1), 0)::bigint AS last_admit_ms -- 0: never
+FROM control_core.projects p
+ORDER BY p.project_id;
 
 -- name: LastAdmits :many
 -- Per project, the newest admitted Run of each of the @max_admits triggers whose newest
