@@ -378,6 +378,9 @@ func readRuns(ctx context.Context, q *db.Queries, f RunFilter) ([]Run, error) {
 // MaxLastAdmits bounds the admissions a ProjectStatus lists: the newest per trigger, newest first.
 const MaxLastAdmits = 5
 
+// LastAdmitsWalk is how many of a project's newest admitted Runs status reads to find them.
+const LastAdmitsWalk = 200
+
 // Status is what the scheduler is doing, per project and per replica, read in one snapshot.
 type Status struct {
 	Projects []ProjectStatus `json:"projects"`
@@ -439,11 +442,7 @@ func (r *Reader) Status(ctx context.Context) (Status, error) {
 		if err != nil {
 			return err
 		}
-		last, err := q.LastAdmitByProject(ctx)
-		if err != nil {
-			return fmt.Errorf("read the last admission by project: %w", err)
-		}
-		admits, err := q.LastAdmits(ctx, MaxLastAdmits)
+		admits, err := q.LastAdmits(ctx, db.LastAdmitsParams{Walk: LastAdmitsWalk, MaxAdmits: MaxLastAdmits})
 		if err != nil {
 			return fmt.Errorf("read last admissions: %w", err)
 		}
@@ -461,13 +460,11 @@ func (r *Reader) Status(ctx context.Context) (Status, error) {
 			}
 			res.Projects = append(res.Projects, ps)
 		}
-		for _, l := range last {
-			if i, ok := index[l.ProjectID]; ok {
-				res.Projects[i].LastAdmitMs = l.LastAdmitMs
-			}
-		}
-		for _, a := range admits { // newest first within a project
+		for _, a := range admits { // newest first within a project: the first is its last admission
 			if i, ok := index[a.ProjectID]; ok && len(res.Projects[i].LastAdmits) < MaxLastAdmits {
+				if len(res.Projects[i].LastAdmits) == 0 {
+					res.Projects[i].LastAdmitMs = a.QueuedAtMs
+				}
 				res.Projects[i].LastAdmits = append(res.Projects[i].LastAdmits,
 					Admit{a.TriggerID, a.TriggerRevision, a.ScheduledForMs, a.QueuedAtMs, a.RunID})
 			}

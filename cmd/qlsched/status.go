@@ -20,7 +20,8 @@ func (a *app) statusCmd() *cobra.Command {
 		Long: `status shows, per project: triggers and enabled ones, the backlog (the schedule rows a claim
 would take now: due or uninitialised, unclaimed, of an active project and an enabled trigger; the
 same count as the qlsched_backlog_schedules gauge), the oldest overdue occurrence among them, live
-claims by owner, and the last admissions (newest per trigger); then the live claims by owner across
+claims by owner, and the last admissions (the newest per trigger among the project's newest
+` + fmt.Sprint(admin.LastAdmitsWalk) + ` admitted Runs); then the live claims by owner across
 projects (one line per replica holding claims). Every count stops at ` + fmt.Sprint(admin.CountCap) + ` per project, so the
 read costs the same at any number of triggers: "` + fmt.Sprint(admin.CountCap) + `+" means at least (the backlog and live
 claims count the first ` + fmt.Sprint(admin.CountCap) + ` rows of the project's due range). Any role with SELECT on control_core can run it

@@ -115,35 +115,27 @@ CROSS JOIN LATERAL (
 ) c
 ORDER BY p.project_id, c.owner;
 
--- name: LastAdmitByProject :many
--- Per project, the newest admission: one backward probe of runs_project_created_idx (admission
--- writes queued_at_ms = created_at_ms, and nothing moves either later), not a max over every Run.
-SELECT p.project_id,
-       coalesce((SELECT r.queued_at_ms FROM control_core.runs r
-                 WHERE r.project_id = p.project_id AND r.owner = 'runtime' AND r.queued_at_ms IS NOT NULL
-                 ORDER BY r.created_at_ms DESC, r.run_id DESC LIMIT 1), 0)::bigint AS last_admit_ms -- 0: never
-FROM control_core.projects p
-ORDER BY p.project_id;
-
 -- name: LastAdmits :many
--- Per project, the newest admitted Run of each of the @max_admits triggers whose newest
--- occurrence is the latest, newest admission first. The schedule row remembers the occurrence
--- its trigger last admitted (last_scheduled_at_ms: the admit writes it, a new revision keeps it),
--- so the triggers are chosen from the project's schedule rows and only the chosen ones probe
--- runs_occurrence_key: @max_admits probes per project, instead of one per schedule row and every
--- trigger's row sent to be cut to @max_admits in Go.
-SELECT p.project_id, r.trigger_id::text AS trigger_id, r.trigger_revision::bigint AS trigger_revision,
-       r.scheduled_for_ms::bigint AS scheduled_for_ms, r.queued_at_ms::bigint AS queued_at_ms, r.run_id
+-- Per project, the newest admitted Run of each trigger among the project's newest @walk admitted
+-- Runs, newest admission first, at most @max_admits: one backward range of
+-- runs_project_created_idx per project, read up to @walk whatever the history and the number of
+-- triggers hold (choosing the triggers by their schedule rows' last occurrence sorted every row of
+-- the project: 100,000 at the scale of issue 37). The first row of a project is its newest
+-- admission. A trigger that admitted only before the walk's Runs is not listed.
+SELECT p.project_id, a.trigger_id::text AS trigger_id, a.trigger_revision::bigint AS trigger_revision,
+       a.scheduled_for_ms::bigint AS scheduled_for_ms, a.queued_at_ms::bigint AS queued_at_ms, a.run_id
 FROM control_core.projects p
 CROSS JOIN LATERAL (
-    SELECT x.run_id, x.trigger_id, x.trigger_revision, x.scheduled_for_ms, x.queued_at_ms
-    FROM (SELECT s.trigger_id, s.last_scheduled_at_ms
-          FROM control_core.trigger_schedules s
-          WHERE s.project_id = p.project_id AND s.last_scheduled_at_ms IS NOT NULL
-          ORDER BY s.last_scheduled_at_ms DESC, s.trigger_id
-          LIMIT @max_admits::integer) s
-    JOIN control_core.runs x
-      ON x.project_id = p.project_id AND x.trigger_id = s.trigger_id AND x.scheduled_for_ms = s.last_scheduled_at_ms
-    WHERE x.owner = 'runtime'
-) r
-ORDER BY p.project_id, r.queued_at_ms DESC, r.trigger_id;
+    SELECT d.run_id, d.trigger_id, d.trigger_revision, d.scheduled_for_ms, d.queued_at_ms
+    FROM (SELECT DISTINCT ON (w.trigger_id) w.run_id, w.trigger_id, w.trigger_revision, w.scheduled_for_ms, w.queued_at_ms
+          FROM (SELECT r.run_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms, r.queued_at_ms, r.created_at_ms
+                FROM control_core.runs r
+                WHERE r.project_id = p.project_id AND r.owner = 'runtime' AND r.queued_at_ms IS NOT NULL
+                  AND r.trigger_id IS NOT NULL AND r.scheduled_for_ms IS NOT NULL
+                ORDER BY r.created_at_ms DESC, r.run_id DESC
+                LIMIT @walk::integer) w
+          ORDER BY w.trigger_id, w.created_at_ms DESC, w.run_id DESC) d
+    ORDER BY d.queued_at_ms DESC, d.trigger_id
+    LIMIT @max_admits::integer
+) a
+ORDER BY p.project_id, a.queued_at_ms DESC, a.trigger_id;
