@@ -16,22 +16,6 @@ import (
 
 func TestMain(m *testing.M) { testpg.Main(m) }
 
-// audit reads the privileges of the database behind url the way verify does.
-func audit(t *testing.T, url string, names roles.Names) *roles.Audit {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	a, err := roles.ReadAudit(ctx, conn, names, roles.Options{})
-	if err != nil {
-		t.Fatalf("read privileges: %v", err)
-	}
-	return a
-}
-
 // privateNames returns role names under a prefix of the test's own (roles are cluster-wide):
 // when the test ends the database and every role whose name starts with the prefix are dropped
 // (testpg.DB.PrivatePrefix), so a role a test creates is named with the prefix.
@@ -60,7 +44,7 @@ func up(t *testing.T, d *testpg.DB, names roles.Names, to int64) error {
 func TestFreshV17DatabaseMatchesTheModelExactly(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
-	a := audit(t, d.URL(""), d.Names)
+	a := testpg.ReadAudit(t, d.URL(""), d.Names, roles.Options{})
 	if notes := notesExcept(a, "other_database"); !a.OK() || len(notes) != 0 {
 		t.Fatalf("a fresh v19 database drifts from the model: %+v\nnotes: %+v", a.Drift, notes)
 	}
@@ -246,7 +230,7 @@ func TestRolesCreatedByANonSuperuserCreateRoleRoleAreNotDrift(t *testing.T) {
 	if err := up(t, d, names, 0); err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	a := audit(t, d.URL(""), names)
+	a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
 	if !a.OK() {
 		t.Fatalf("drift on a database whose roles a CREATEROLE role created: %+v", a.Drift)
 	}
@@ -267,12 +251,12 @@ func TestRolesCreatedByANonSuperuserCreateRoleRoleAreNotDrift(t *testing.T) {
 	}
 	// A membership that makes one of the four roles a member of another role is drift.
 	d.Exec(t, fmt.Sprintf("CREATE ROLE %s NOLOGIN; GRANT %s TO %s", other, other, names.Admin))
-	a = audit(t, d.URL(""), names)
+	a = testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
 	if len(a.Drift) != 1 || a.Drift[0].Kind != "membership" || a.Drift[0].Grantee != names.Admin {
 		t.Fatalf("want one membership drift for %s, got %+v", names.Admin, a.Drift)
 	}
 	d.Exec(t, strings.Join(a.SQL(), "\n"))
-	if a = audit(t, d.URL(""), names); !a.OK() {
+	if a = testpg.ReadAudit(t, d.URL(""), names, roles.Options{}); !a.OK() {
 		t.Errorf("after the fix %v: %+v", a.SQL(), a.Drift)
 	}
 }

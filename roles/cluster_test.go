@@ -9,33 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/roles"
 )
-
-// auditAs reads the audit the way verify does, connected to url (any role), with opts.
-func auditAs(t *testing.T, url string, names roles.Names, opts roles.Options) *roles.Audit {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var a *roles.Audit
-	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
-			return err
-		}
-		a, err = roles.ReadWith(ctx, db.New(tx), names, opts)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("read the audit: %v", err)
-	}
-	return a
-}
 
 // privateV17 is a database of the test's own, migrated to v19 under role names of its own
 // (role settings, memberships and attributes are cluster-wide). The database and every role
@@ -195,7 +171,7 @@ func TestRoleAndDatabaseDriftIsFoundAndFixed(t *testing.T) {
 			for _, m := range c.allow {
 				opts.AllowedMembers = append(opts.AllowedMembers, names.Prefix+m)
 			}
-			a := auditAs(t, d.URL(""), names, opts)
+			a := testpg.ReadAudit(t, d.URL(""), names, opts)
 			if c.note != "" {
 				found := false
 				for _, n := range a.Notes {
@@ -225,7 +201,7 @@ func TestRoleAndDatabaseDriftIsFoundAndFixed(t *testing.T) {
 			if err := execAs(t, d, "", strings.Join(a.SQL(), "\n")); err != nil {
 				t.Fatalf("the fix %q: %v", a.SQL(), err)
 			}
-			if after := auditAs(t, d.URL(""), names, opts); !after.OK() || len(after.SQL()) != 0 {
+			if after := testpg.ReadAudit(t, d.URL(""), names, opts); !after.OK() || len(after.SQL()) != 0 {
 				t.Fatalf("after the fix %q: %+v", a.SQL(), after.Drift)
 			}
 		})
@@ -238,7 +214,7 @@ func TestAuditAsRuntimeAndOwnerRole(t *testing.T) {
 	t.Parallel()
 	clean := testpg.New(t)
 	for _, role := range []string{clean.Names.Runtime, clean.Names.Owner} {
-		a := auditAs(t, clean.URL(role), clean.Names, roles.Options{})
+		a := testpg.ReadAudit(t, clean.URL(role), clean.Names, roles.Options{})
 		if notes := notesExcept(a, "other_database"); !a.OK() || len(notes) != 0 {
 			t.Errorf("connected as %s, a clean v19 database: drift %+v, notes %+v", role, a.Drift, notes)
 		}
@@ -256,12 +232,12 @@ func TestAuditAsRuntimeAndOwnerRole(t *testing.T) {
 		}
 		return strings.Join(out, "\n")
 	}
-	want := kinds(auditAs(t, d.URL(""), names, roles.Options{}))
+	want := kinds(testpg.ReadAudit(t, d.URL(""), names, roles.Options{}))
 	if strings.Count(want, "\n") != 6 {
 		t.Fatalf("as the superuser: want 7 findings, got\n%s", want)
 	}
 	for _, role := range []string{names.Runtime, names.Owner} {
-		if got := kinds(auditAs(t, d.URL(role), names, roles.Options{})); got != want {
+		if got := kinds(testpg.ReadAudit(t, d.URL(role), names, roles.Options{})); got != want {
 			t.Errorf("connected as %s:\n%s\nwant what the superuser sees:\n%s", role, got, want)
 		}
 	}
@@ -288,7 +264,7 @@ func TestOtherDatabasesAreNotes(t *testing.T) {
 	d.Exec(t, "CREATE DATABASE "+other)
 	d.Exec(t, fmt.Sprintf("REVOKE ALL ON DATABASE %[1]s FROM PUBLIC; GRANT CONNECT, TEMPORARY ON DATABASE %[1]s TO %[2]s; GRANT TEMPORARY ON DATABASE %[1]s TO %[3]s",
 		other, names.Runtime, names.Admin))
-	a := auditAs(t, d.URL(""), names, roles.Options{})
+	a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
 	if !a.OK() {
 		t.Fatalf("privileges elsewhere are not drift: %+v", a.Drift)
 	}
@@ -329,7 +305,7 @@ func TestOtherDatabasesAreNotes(t *testing.T) {
 		t.Logf("%s %s (role %q): %s\n  fix: %s", n.Kind, n.Object, n.Role, n.Message, strings.Join(n.SQL, " "))
 	}
 	d.Exec(t, strings.Join(append(runtime.SQL, admin.SQL...), "\n"))
-	for _, n := range auditAs(t, d.URL(""), names, roles.Options{}).Notes {
+	for _, n := range testpg.ReadAudit(t, d.URL(""), names, roles.Options{}).Notes {
 		if n.Object == "database "+other {
 			t.Errorf("after the REVOKEs: %+v", n)
 		}
@@ -386,7 +362,7 @@ func TestDefinerFunctionsAndPublicLargeObjectsWithOtherDrift(t *testing.T) {
 			if err := execAs(t, d, "", expand(c.sql)); err != nil {
 				t.Fatalf("set-up: %v", err)
 			}
-			a := auditAs(t, d.URL(""), names, roles.Options{})
+			a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
 			var got, want []string
 			for _, dr := range a.Drift {
 				got = append(got, dr.Kind+" "+dr.Role+" "+dr.Object)
@@ -406,7 +382,7 @@ func TestDefinerFunctionsAndPublicLargeObjectsWithOtherDrift(t *testing.T) {
 			if err := execAs(t, d, "", strings.Join(a.SQL(), "\n")); err != nil {
 				t.Fatalf("the fix %q: %v", a.SQL(), err)
 			}
-			if after := auditAs(t, d.URL(""), names, roles.Options{}); !after.OK() {
+			if after := testpg.ReadAudit(t, d.URL(""), names, roles.Options{}); !after.OK() {
 				t.Fatalf("after the fix %q: %+v", a.SQL(), after.Drift)
 			}
 			if strings.Contains(c.name, "runtime role only") || strings.Contains(c.name, "membership") {
@@ -467,7 +443,7 @@ func TestDatabaseNotAllowingConnectionsIsDrift(t *testing.T) {
 	if !a.OK() {
 		t.Fatalf("after the fix: %+v", a.Drift)
 	}
-	if after := auditAs(t, d.URL(names.Runtime), names, roles.Options{}); !after.OK() {
+	if after := testpg.ReadAudit(t, d.URL(names.Runtime), names, roles.Options{}); !after.OK() {
 		t.Fatalf("the runtime role connects again and sees %+v", after.Drift)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/roles"
 )
 
 // Object-privilege drift, found by the audit itself (not only through a binary): "a missing or an
@@ -37,7 +38,7 @@ func TestObjectPrivilegeDriftIsFoundAndFixed(t *testing.T) {
 			t.Parallel()
 			d := testpg.New(t)
 			d.Exec(t, c.sql)
-			a := audit(t, d.URL(""), d.Names)
+			a := testpg.ReadAudit(t, d.URL(""), d.Names, roles.Options{})
 			if len(a.Drift) != 1 {
 				t.Fatalf("want one %s drift, got %d: %+v", c.kind, len(a.Drift), a.Drift)
 			}
@@ -54,7 +55,7 @@ func TestObjectPrivilegeDriftIsFoundAndFixed(t *testing.T) {
 				t.Errorf("no drifted matrix row for %s", c.grantee)
 			}
 			d.Exec(t, strings.Join(a.SQL(), "\n"))
-			if after := audit(t, d.URL(""), d.Names); !after.OK() {
+			if after := testpg.ReadAudit(t, d.URL(""), d.Names, roles.Options{}); !after.OK() {
 				t.Fatalf("after the fix %q: %+v", a.SQL(), after.Drift)
 			}
 		})

@@ -367,6 +367,19 @@ func CheckMisfireGrace(g time.Duration) error {
 	return nil
 }
 
+// Occurrences is all Decide needs of a trigger kind: its occurrences, one at a time. Next returns
+// the first occurrence strictly after afterMs (milliseconds since the epoch), or NoOccurrence when
+// there is none. It must be pure and monotone: a later afterMs never gives an earlier occurrence
+// (the bounded search for the latest missed occurrence bisects on it). *Schedule, a cron spec in a
+// time zone, is the one kind today; a new kind (an interval, say) is another implementation in
+// this package, and the misfire policies, the grace and the step bound of Decide hold for it as
+// they stand (docs/architecture.md, "A new trigger kind").
+type Occurrences interface {
+	Next(afterMs int64) int64
+}
+
+var _ Occurrences = (*Schedule)(nil)
+
 // Decision is the outcome of Decide.
 type Decision struct {
 	Kind DecisionKind
@@ -386,12 +399,13 @@ type Decision struct {
 	CatchUp bool
 }
 
-// Decide decides what to do with one claimed schedule row. It is pure: s, policy
-// and graceMs (the misfire grace in milliseconds) come from the trigger revision,
-// cursor is next_fire_at_ms (nil: waiting for initialisation) and claimedAtMs is
-// the claim's observation of database time (the coordinator's Claim.ClaimedAtMs,
-// claimed_at_ms in SQL; "now" below). Occurrences are those of s.Next, with its
-// rules for DST gaps and repeats.
+// Decide decides what to do with one claimed schedule row. It is pure: s (the
+// trigger's occurrences; a cron *Schedule today), policy and graceMs (the misfire
+// grace in milliseconds) come from the trigger revision, cursor is next_fire_at_ms
+// (nil: waiting for initialisation) and claimedAtMs is the claim's observation of
+// database time (the coordinator's Claim.ClaimedAtMs, claimed_at_ms in SQL; "now"
+// below). Occurrences are those of s.Next (for cron, with its rules for DST gaps
+// and repeats).
 //
 //   - init: cursor nil → DecisionInit, NextFireAtMs = s.Next(claimedAtMs), the first
 //     occurrence strictly after now.
@@ -420,14 +434,14 @@ type Decision struct {
 // log2(span/1 ms) more steps, some 60 for a five-year-old cursor.
 //
 // The cursor is trusted to be an occurrence of s, as every cursor Decide returns is.
-func Decide(s *Schedule, policy MisfirePolicy, graceMs int64, cursor *int64, claimedAtMs int64) Decision {
+func Decide(s Occurrences, policy MisfirePolicy, graceMs int64, cursor *int64, claimedAtMs int64) Decision {
 	d, _ := decide(s, policy, graceMs, cursor, claimedAtMs)
 	return d
 }
 
 // decide is Decide that also reports how many times it called s.Next, so that
 // the step bound is tested rather than assumed.
-func decide(s *Schedule, policy MisfirePolicy, graceMs int64, cursor *int64, claimedAtMs int64) (Decision, int) {
+func decide(s Occurrences, policy MisfirePolicy, graceMs int64, cursor *int64, claimedAtMs int64) (Decision, int) {
 	steps := 0
 	next := func(after int64) int64 {
 		steps++

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -596,58 +595,101 @@ func TestDecideProperties(t *testing.T) {
 		cursor := s.Next(base)
 		spread := []int64{1_000, 3_600_000, 86_400_000, 10 * 86_400_000, 400 * 86_400_000}[r.IntN(5)]
 		now := cursor - spread/10 + r.Int64N(spread)
-		label := func() string {
-			return spec + " in " + zone + " " + string(policy) + " grace=" + strconv.FormatInt(grace, 10) + "ms cursor=" + utc(cursor) + " now=" + utc(now)
-		}
+		checkDecide(t, s, policy, grace, cursor, now, func() string {
+			return fmt.Sprintf("case %d (seed %d) %s in %s %s grace=%dms cursor=%s now=%s", i, seed, spec, zone, policy, grace, utc(cursor), utc(now))
+		})
+	}
+}
 
-		d, steps := decide(s, policy, grace, &cursor, now)
-		if steps > MaxMissedCount+200 {
-			t.Errorf("case %d (seed %d) %s: %d Next calls", i, seed, label(), steps)
+// checkDecide checks one decision of Decide against the invariants the admission relies on and
+// against a plain walk of every due occurrence of s; label names the case.
+func checkDecide(t *testing.T, s Occurrences, policy MisfirePolicy, grace, cursor, now int64, label func() string) {
+	t.Helper()
+	d, steps := decide(s, policy, grace, &cursor, now)
+	if steps > MaxMissedCount+200 {
+		t.Errorf("%s: %d Next calls", label(), steps)
+	}
+	if now < cursor {
+		if d != (Decision{Kind: DecisionNotDue, NextFireAtMs: cursor}) {
+			t.Errorf("%s: got %s, want not_due", label(), decisionString(d))
 		}
-		if now < cursor {
-			if d != (Decision{Kind: DecisionNotDue, NextFireAtMs: cursor}) {
-				t.Errorf("case %d (seed %d) %s: got %s, want not_due", i, seed, label(), decisionString(d))
-			}
-			continue
-		}
-		if d.NextFireAtMs <= cursor || s.Next(d.NextFireAtMs-1) != d.NextFireAtMs {
-			t.Errorf("case %d (seed %d) %s: next %s must be an occurrence after the cursor", i, seed, label(), utc(d.NextFireAtMs))
-		}
-		if d.Kind != DecisionFire && d.NextFireAtMs <= now {
-			t.Errorf("case %d (seed %d) %s: %s must move the cursor past now, to %s", i, seed, label(), d.Kind, utc(d.NextFireAtMs))
-		}
-		if d.Kind == DecisionFire && (d.ScheduledForMs > now || d.ScheduledForMs < cursor || d.NextFireAtMs != s.Next(d.ScheduledForMs)) {
-			t.Errorf("case %d (seed %d) %s: scheduled %s must lie in [cursor, now] and next be its successor", i, seed, label(), utc(d.ScheduledForMs))
-		}
+		return
+	}
+	if d.NextFireAtMs <= cursor || s.Next(d.NextFireAtMs-1) != d.NextFireAtMs {
+		t.Errorf("%s: next %s must be an occurrence after the cursor", label(), utc(d.NextFireAtMs))
+	}
+	if d.Kind != DecisionFire && d.NextFireAtMs <= now {
+		t.Errorf("%s: %s must move the cursor past now, to %s", label(), d.Kind, utc(d.NextFireAtMs))
+	}
+	if d.Kind == DecisionFire && (d.ScheduledForMs > now || d.ScheduledForMs < cursor || d.NextFireAtMs != s.Next(d.ScheduledForMs)) {
+		t.Errorf("%s: scheduled %s must lie in [cursor, now] and next be its successor", label(), utc(d.ScheduledForMs))
+	}
 
-		// The reference: F, the first on-time occurrence, found directly (the first one at or
-		// after now - grace), and the missed ones before it walked one by one.
-		first := s.Next(now - grace - 1)
-		missed, latest := int64(0), int64(0)
-		for o := cursor; o < first && missed <= MaxMissedCount+1; o = s.Next(o) {
-			missed++
-			latest = o
-		}
-		var want Decision
-		switch {
-		case missed == 0:
-			want = Decision{Kind: DecisionFire, ScheduledForMs: cursor, NextFireAtMs: s.Next(cursor)}
-		case policy == MisfireSkip && first <= now:
-			want = Decision{Kind: DecisionFire, ScheduledForMs: first, NextFireAtMs: s.Next(first), Missed: min(missed, MaxMissedCount)}
-		case policy == MisfireSkip:
-			want = Decision{Kind: DecisionSkip, NextFireAtMs: first, Missed: min(missed, MaxMissedCount)}
-		default:
-			if missed > MaxMissedCount+1 {
-				latest = d.ScheduledForMs // the walk was cut short; check L by its successor
-				if s.Next(latest) != first {
-					t.Errorf("case %d (seed %d) %s: fired %s, but the first on-time occurrence %s is not its successor", i, seed, label(), utc(latest), utc(first))
-				}
+	// The reference: F, the first on-time occurrence, found directly (the first one at or
+	// after now - grace), and the missed ones before it walked one by one.
+	first := s.Next(now - grace - 1)
+	missed, latest := int64(0), int64(0)
+	for o := cursor; o < first && missed <= MaxMissedCount+1; o = s.Next(o) {
+		missed++
+		latest = o
+	}
+	var want Decision
+	switch {
+	case missed == 0:
+		want = Decision{Kind: DecisionFire, ScheduledForMs: cursor, NextFireAtMs: s.Next(cursor)}
+	case policy == MisfireSkip && first <= now:
+		want = Decision{Kind: DecisionFire, ScheduledForMs: first, NextFireAtMs: s.Next(first), Missed: min(missed, MaxMissedCount)}
+	case policy == MisfireSkip:
+		want = Decision{Kind: DecisionSkip, NextFireAtMs: first, Missed: min(missed, MaxMissedCount)}
+	default:
+		if missed > MaxMissedCount+1 {
+			latest = d.ScheduledForMs // the walk was cut short; check L by its successor
+			if s.Next(latest) != first {
+				t.Errorf("%s: fired %s, but the first on-time occurrence %s is not its successor", label(), utc(latest), utc(first))
 			}
-			want = Decision{Kind: DecisionFire, ScheduledForMs: latest, NextFireAtMs: first, Missed: min(missed-1, MaxMissedCount), CatchUp: true}
 		}
-		if d != want {
-			t.Errorf("case %d (seed %d) %s:\n got %s\nwant %s", i, seed, label(), decisionString(d), decisionString(want))
+		want = Decision{Kind: DecisionFire, ScheduledForMs: latest, NextFireAtMs: first, Missed: min(missed-1, MaxMissedCount), CatchUp: true}
+	}
+	if d != want {
+		t.Errorf("%s:\n got %s\nwant %s", label(), decisionString(d), decisionString(want))
+	}
+}
+
+// every is a trigger kind that is not cron, for the test below: every periodMs, at the instants
+// phaseMs + k·periodMs.
+type every struct{ periodMs, phaseMs int64 }
+
+func (e every) Next(afterMs int64) int64 {
+	return e.phaseMs + (floorDiv(afterMs-e.phaseMs, e.periodMs)+1)*e.periodMs
+}
+
+// Decide needs of a trigger kind only its Occurrences: over a kind that is not cron (periods
+// from 250 ms to a day, none on whole seconds or minutes) it keeps the same invariants and rules
+// as over cron, so a new kind brings its Next and nothing else of the decision.
+func TestDecideOverAnotherKindOfTrigger(t *testing.T) {
+	t.Parallel()
+	const seed = 20261206
+	r := rand.New(rand.NewPCG(seed, 3))
+	periods := []int64{250, 1_000, 7_001, 90_000, 3_600_000, 86_400_000}
+	for i := range 2000 {
+		e := every{periodMs: periods[r.IntN(len(periods))]}
+		e.phaseMs = r.Int64N(e.periodMs)
+		policy := []MisfirePolicy{MisfireSkip, MisfireFireOnce}[r.IntN(2)]
+		grace := []int64{0, 1_000, 60_000, 3_600_000, 86_400_000}[r.IntN(5)]
+		cursor := e.Next(ms(t, "2024-01-01T00:00:00Z") + r.Int64N(400*86_400_000))
+		spread := []int64{1_000, 3_600_000, 86_400_000, 10 * 86_400_000, 400 * 86_400_000}[r.IntN(5)]
+		now := cursor - spread/10 + r.Int64N(spread)
+		if r.IntN(3) == 0 { // some occurrence exactly the grace late, or 1 ms beyond it
+			now = max(e.Next(now-1), cursor) + grace + r.Int64N(2)
 		}
+		checkDecide(t, e, policy, grace, cursor, now, func() string {
+			return fmt.Sprintf("case %d (seed %d) every %d ms from %d %s grace=%dms cursor=%s now=%s", i, seed, e.periodMs, e.phaseMs, policy, grace, utc(cursor), utc(now))
+		})
+	}
+	// and an init: the first occurrence strictly after now, even when now is one
+	e := every{periodMs: 90_000, phaseMs: 500}
+	if d := Decide(e, MisfireSkip, 0, nil, 90_500); d != (Decision{Kind: DecisionInit, NextFireAtMs: 180_500}) {
+		t.Errorf("init at an occurrence: got %s", decisionString(d))
 	}
 }
 

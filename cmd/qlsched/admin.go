@@ -79,39 +79,61 @@ func (a *app) output(w io.Writer, v any, text func()) error {
 	return nil
 }
 
+// adminCmd gives cmd the shape every day-2 admin command shares: before anything connects,
+// validate checks the input (an admin field error names its flag, adminErr) and the connection
+// flags resolve; then do runs on one pool, and what it returns is printed, as JSON or as its text.
+// validate may be nil.
+func (a *app) adminCmd(cmd *cobra.Command, validate func(*cobra.Command) error, do func(*cobra.Command, *pgxpool.Pool) (any, func(io.Writer), error)) *cobra.Command {
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if validate != nil {
+			if err := adminErr(validate(cmd)); err != nil {
+				return err
+			}
+		}
+		_, err := a.connConfig()
+		return err
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+			doc, text, err := do(cmd, pool)
+			if err := adminErr(err); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			return a.output(out, doc, func() { text(out) })
+		})
+	}
+	return cmd
+}
+
+// publish is an admin command that writes through the publisher (the admin role).
+func (a *app) publish(cmd *cobra.Command, validate func(*cobra.Command) error, write func(*cobra.Command, *admin.Publisher) (any, func(io.Writer), error)) *cobra.Command {
+	return a.adminCmd(cmd, validate, func(cmd *cobra.Command, pool *pgxpool.Pool) (any, func(io.Writer), error) {
+		return write(cmd, admin.NewPublisher(pool, a.conn.LocalSettings()...))
+	})
+}
+
 func (a *app) projectCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "project", Short: "Manage and list projects (admin role)"}
 	var project string
-	create := &cobra.Command{
+	create := a.publish(&cobra.Command{
 		Use:   "create --project ID",
 		Short: "Create an active project (idempotent)",
 		Long: `project create creates an active project at revision 1 in one admin transaction, with an audit row.
 A project that already exists is left as it is: the command says so and exits 0, so a script
 can run it again.`,
-		PreRunE: func(*cobra.Command, []string) error {
-			if err := admin.ValidateID(admin.FieldProject, project); err != nil {
-				return adminErr(err)
+	}, func(*cobra.Command) error {
+		return admin.ValidateID(admin.FieldProject, project)
+	}, func(cmd *cobra.Command, pub *admin.Publisher) (any, func(io.Writer), error) {
+		res, err := pub.CreateProject(cmd.Context(), project)
+		return document{"qlsched.project-create/v1", res}, func(out io.Writer) {
+			if res.Created {
+				fmt.Fprintf(out, "project %s created (revision %d, %s)\n", project, res.Revision, res.State)
+			} else {
+				fmt.Fprintf(out, "project %s unchanged: it exists (revision %d, %s)\n", project, res.Revision, res.State)
 			}
-			_, err := a.connConfig()
-			return err
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				res, err := admin.NewPublisher(pool, a.conn.LocalSettings()...).CreateProject(cmd.Context(), project)
-				if err := adminErr(err); err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				return a.output(out, document{"qlsched.project-create/v1", res}, func() {
-					if res.Created {
-						fmt.Fprintf(out, "project %s created (revision %d, %s)\n", project, res.Revision, res.State)
-					} else {
-						fmt.Fprintf(out, "project %s unchanged: it exists (revision %d, %s)\n", project, res.Revision, res.State)
-					}
-				})
-			})
-		},
-	}
+		}, err
+	})
 	create.Flags().StringVar(&project, "project", "", "project id: "+idRule)
 	cmd.AddCommand(create, a.projectStateCmd("pause"), a.projectStateCmd("resume"), a.projectListCmd())
 	return cmd
@@ -125,7 +147,7 @@ func (a *app) projectStateCmd(action string) *cobra.Command {
 		"pause":  "Pause a project: nothing of it is claimed until it is resumed (idempotent)",
 		"resume": "Resume a paused project: the misfire policy decides about what was missed (idempotent)",
 	}[action]
-	cmd := &cobra.Command{
+	cmd := a.publish(&cobra.Command{
 		Use:   action + " --project ID",
 		Short: short,
 		Long: `project pause sets a project's state to paused and project resume sets it back to active, each in
@@ -140,35 +162,22 @@ into a paused project are allowed; they take effect when it is resumed.
 Idempotent: pausing a paused project (resuming an active one) writes nothing, says "unchanged" and
 exits 0. An archived project is refused (exit 1).`,
 		Example: "  qlsched project " + action + " --project billing",
-		PreRunE: func(*cobra.Command, []string) error {
-			if err := admin.ValidateID(admin.FieldProject, project); err != nil {
-				return adminErr(err)
+	}, func(*cobra.Command) error {
+		return admin.ValidateID(admin.FieldProject, project)
+	}, func(cmd *cobra.Command, pub *admin.Publisher) (any, func(io.Writer), error) {
+		do := pub.PauseProject
+		if action == "resume" {
+			do = pub.ResumeProject
+		}
+		res, err := do(cmd.Context(), project)
+		return document{"qlsched.project-state/v1", res}, func(out io.Writer) {
+			if res.Unchanged {
+				fmt.Fprintf(out, "project %s unchanged: already %s (revision %d)\n", project, res.State, res.Revision)
+			} else {
+				fmt.Fprintf(out, "project %s %s (revision %d)\n", project, res.State, res.Revision)
 			}
-			_, err := a.connConfig()
-			return err
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub := admin.NewPublisher(pool, a.conn.LocalSettings()...)
-				do := pub.PauseProject
-				if action == "resume" {
-					do = pub.ResumeProject
-				}
-				res, err := do(cmd.Context(), project)
-				if err := adminErr(err); err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				return a.output(out, document{"qlsched.project-state/v1", res}, func() {
-					if res.Unchanged {
-						fmt.Fprintf(out, "project %s unchanged: already %s (revision %d)\n", project, res.State, res.Revision)
-					} else {
-						fmt.Fprintf(out, "project %s %s (revision %d)\n", project, res.State, res.Revision)
-					}
-				})
-			})
-		},
-	}
+		}, err
+	})
 	cmd.Flags().StringVar(&project, "project", "", "project id: "+idRule)
 	return cmd
 }
@@ -181,7 +190,7 @@ func (a *app) taskCmd() *cobra.Command {
 		t    admin.TaskSpec
 		spec string
 	)
-	publish := &cobra.Command{
+	publish := a.publish(&cobra.Command{
 		Use:   "publish --project ID --task ID --executor-spec JSON",
 		Short: "Publish a new task revision pinned to a remote_worker execution revision",
 		Long: `task publish creates the next revision of a task in one admin transaction. The revision pins
@@ -192,34 +201,22 @@ digest, so a spec edited behind its digest admits nothing.
 Idempotent: a spec equal to the head revision's (same canonical form) writes nothing, says
 "unchanged" and exits 0.`,
 		Example: `  qlsched task publish --project billing --task invoice --executor-spec '{"image":"billing/invoice:1.4"}'`,
-		PreRunE: func(*cobra.Command, []string) error {
-			// the publisher's own checks, before connecting (every rule jsonb and the size
-			// bound hold; the message names the position and the rule, never the spec's content)
-			t.ExecutorSpec = []byte(spec)
-			if err := t.Validate(); err != nil {
-				return adminErr(err)
+	}, func(*cobra.Command) error {
+		// the publisher's own checks, before connecting (every rule jsonb and the size
+		// bound hold; the message names the position and the rule, never the spec's content)
+		t.ExecutorSpec = []byte(spec)
+		return t.Validate()
+	}, func(cmd *cobra.Command, p *admin.Publisher) (any, func(io.Writer), error) {
+		pub, err := p.PublishTask(cmd.Context(), t)
+		return document{"qlsched.task-publish/v1", pub}, func(out io.Writer) {
+			verb := "published"
+			if pub.Unchanged {
+				verb = "unchanged: the head revision holds this spec"
 			}
-			_, err := a.connConfig()
-			return err
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub, err := admin.NewPublisher(pool, a.conn.LocalSettings()...).PublishTask(cmd.Context(), t)
-				if err := adminErr(err); err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				return a.output(out, document{"qlsched.task-publish/v1", pub}, func() {
-					verb := "published"
-					if pub.Unchanged {
-						verb = "unchanged: the head revision holds this spec"
-					}
-					fmt.Fprintf(out, "task %s/%s revision %d %s; execution revision %s (sha256 %s)\n",
-						t.Project, t.Task, pub.Revision, verb, pub.ExecutionRevisionID, pub.ExecutionDigest)
-				})
-			})
-		},
-	}
+			fmt.Fprintf(out, "task %s/%s revision %d %s; execution revision %s (sha256 %s)\n",
+				t.Project, t.Task, pub.Revision, verb, pub.ExecutionRevisionID, pub.ExecutionDigest)
+		}, err
+	})
 	fl := publish.Flags()
 	fl.StringVar(&t.Project, "project", "", "project id")
 	fl.StringVar(&t.Task, "task", "", "task id: "+idRule)
@@ -236,7 +233,7 @@ func (a *app) triggerCmd() *cobra.Command {
 		grace                     time.Duration
 		disabled                  bool
 	)
-	publish := &cobra.Command{
+	publish := a.publish(&cobra.Command{
 		Use:   "publish --project ID --trigger ID [--task ID] [--cron SPEC] [--timezone ZONE] [--misfire POLICY] [--misfire-grace DURATION] [--disabled]",
 		Short: "Publish a cron trigger revision, changing only the flags given",
 		Long: `trigger publish creates the next revision of a cron trigger and in the same admin transaction
@@ -267,42 +264,35 @@ duration, 1s to 24h, whole milliseconds; default 60s, Quartz's misfire threshold
 never a backlog (docs/scheduling.md has the exact rule).`,
 		Example: `  qlsched trigger publish --project billing --trigger nightly --task invoice --cron "0 3 * * *" --timezone Europe/Berlin --misfire fire_once
   qlsched trigger publish --project billing --trigger nightly --cron "30 3 * * *"   # only the time changes`,
-		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			c = admin.TriggerChange{Project: c.Project, Trigger: c.Trigger}
-			given := cmd.Flags().Changed
-			if given("task") {
-				c.Task = &task
-			}
-			if given("cron") {
-				c.Cron = &cron
-			}
-			if given("timezone") {
-				c.TimeZone = &zone
-			}
-			if given("misfire") {
-				m := schedule.MisfirePolicy(misfire)
-				c.Misfire = &m
-			}
-			if given("misfire-grace") {
-				c.MisfireGrace = &grace
-			}
-			if given("disabled") {
-				enabled := !disabled
-				c.Enabled = &enabled
-			}
-			if err := c.Validate(); err != nil {
-				return adminErr(err)
-			}
-			_, err := a.connConfig()
-			return err
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub, err := admin.NewPublisher(pool, a.conn.LocalSettings()...).ChangeTrigger(cmd.Context(), c)
-				return a.printTriggerPublished(cmd, "qlsched.trigger-publish/v1", "published", pub, err)
-			})
-		},
-	}
+	}, func(cmd *cobra.Command) error {
+		c = admin.TriggerChange{Project: c.Project, Trigger: c.Trigger}
+		given := cmd.Flags().Changed
+		if given("task") {
+			c.Task = &task
+		}
+		if given("cron") {
+			c.Cron = &cron
+		}
+		if given("timezone") {
+			c.TimeZone = &zone
+		}
+		if given("misfire") {
+			m := schedule.MisfirePolicy(misfire)
+			c.Misfire = &m
+		}
+		if given("misfire-grace") {
+			c.MisfireGrace = &grace
+		}
+		if given("disabled") {
+			enabled := !disabled
+			c.Enabled = &enabled
+		}
+		return c.Validate()
+	}, func(cmd *cobra.Command, p *admin.Publisher) (any, func(io.Writer), error) {
+		pub, err := p.ChangeTrigger(cmd.Context(), c)
+		doc, text := triggerPublished("qlsched.trigger-publish/v1", "published", pub)
+		return doc, text, err
+	})
 	fl := publish.Flags()
 	fl.StringVar(&c.Project, "project", "", "project id")
 	fl.StringVar(&c.Trigger, "trigger", "", "trigger id: "+idRule)
@@ -333,41 +323,29 @@ one after the next claim, so nothing that fell while it was disabled is admitted
 project resume, where the misfire policy decides). An already enabled trigger is "unchanged"
 (exit 0).`
 	}
-	cmd := &cobra.Command{
+	cmd := a.publish(&cobra.Command{
 		Use:   name + " --project ID --trigger ID",
 		Short: strings.ToUpper(name[:1]) + name[1:] + " a trigger: a new revision that flips only enabled",
 		Long:  long,
-		PreRunE: func(*cobra.Command, []string) error {
-			if err := (admin.TriggerChange{Project: project, Trigger: trigger}).Validate(); err != nil {
-				return adminErr(err)
-			}
-			_, err := a.connConfig()
-			return err
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				pub := admin.NewPublisher(pool, a.conn.LocalSettings()...)
-				do := pub.DisableTrigger
-				if enable {
-					do = pub.EnableTrigger
-				}
-				res, err := do(cmd.Context(), project, trigger)
-				return a.printTriggerPublished(cmd, "qlsched.trigger-"+name+"/v1", name+"d", res, err)
-			})
-		},
-	}
+	}, func(*cobra.Command) error {
+		return admin.TriggerChange{Project: project, Trigger: trigger}.Validate()
+	}, func(cmd *cobra.Command, pub *admin.Publisher) (any, func(io.Writer), error) {
+		do := pub.DisableTrigger
+		if enable {
+			do = pub.EnableTrigger
+		}
+		res, err := do(cmd.Context(), project, trigger)
+		doc, text := triggerPublished("qlsched.trigger-"+name+"/v1", name+"d", res)
+		return doc, text, err
+	})
 	cmd.Flags().StringVar(&project, "project", "", "project id")
 	cmd.Flags().StringVar(&trigger, "trigger", "", "trigger id")
 	return cmd
 }
 
-// printTriggerPublished reports a publish, disable or enable.
-func (a *app) printTriggerPublished(cmd *cobra.Command, schema, verb string, pub admin.TriggerPublished, err error) error {
-	if err := adminErr(err); err != nil {
-		return err
-	}
-	out := cmd.OutOrStdout()
-	return a.output(out, document{schema, pub}, func() {
+// triggerPublished is the report of a publish, disable or enable.
+func triggerPublished(schema, verb string, pub admin.TriggerPublished) (document, func(io.Writer)) {
+	return document{schema, pub}, func(out io.Writer) {
 		what := fmt.Sprintf("revision %d %s (changed: %s)", pub.Revision, verb, strings.Join(pub.Changed, ", "))
 		if pub.Unchanged {
 			what = fmt.Sprintf("unchanged: revision %d already holds this content; nothing written, cursor kept", pub.Revision)
@@ -378,5 +356,5 @@ func (a *app) printTriggerPublished(cmd *cobra.Command, schema, verb string, pub
 		if pub.QueuedForInitialisation {
 			fmt.Fprintln(out, "  1 trigger queued for initialisation: a replica gives it its first cursor, Next(now)")
 		}
-	})
+	}
 }

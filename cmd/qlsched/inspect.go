@@ -112,28 +112,14 @@ func deref(s *string) string {
 	return *s
 }
 
-// list is the shape of every list command: validate the filter before connecting, read, print.
+// list is an admin command that reads (a list or a show): validate the filter before connecting,
+// read through the reader, print (adminCmd).
 func (a *app) list(use, short, long string, validate func() error, read func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error)) *cobra.Command {
-	return &cobra.Command{
-		Use: use, Short: short, Long: long,
-		PreRunE: func(*cobra.Command, []string) error {
-			if err := adminErr(validate()); err != nil {
-				return err
-			}
-			_, err := a.connConfig()
-			return err
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				doc, text, err := read(cmd, admin.NewReader(pool, a.conn.LocalSettings()...))
-				if err := adminErr(err); err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				return a.output(out, doc, func() { text(out) })
-			})
-		},
-	}
+	return a.adminCmd(&cobra.Command{Use: use, Short: short, Long: long},
+		func(*cobra.Command) error { return validate() },
+		func(cmd *cobra.Command, pool *pgxpool.Pool) (any, func(io.Writer), error) {
+			return read(cmd, admin.NewReader(pool, a.conn.LocalSettings()...))
+		})
 }
 
 func (a *app) projectListCmd() *cobra.Command {

@@ -7,17 +7,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/admin"
 )
 
 func (a *app) statusCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "status",
-		Short: "What the scheduler is doing: backlog, overdue occurrences, live claims, last admits",
-		Long: `status shows, per project: triggers and enabled ones, the backlog (the schedule rows a claim
+	return a.list("status", "What the scheduler is doing: backlog, overdue occurrences, live claims, last admits",
+		`status shows, per project: triggers and enabled ones, the backlog (the schedule rows a claim
 would take now: due or uninitialised, unclaimed, of an active project and an enabled trigger; the
 same count as the qlsched_backlog_schedules gauge), the oldest overdue occurrence among them, live
 claims by owner, and the last admissions (the newest per trigger among the project's newest
@@ -27,18 +24,14 @@ read costs the same at any number of triggers: "` + fmt.Sprint(admin.CountCap) +
 claims count the first ` + fmt.Sprint(admin.CountCap) + ` rows of the project's due range). Any role with SELECT on control_core can run it
 (ql_admin, ql_runtime). It changes nothing, and reads everything in one snapshot (one
 REPEATABLE READ READ ONLY transaction), so its parts agree with each other.`,
-		PreRunE: func(*cobra.Command, []string) error { _, err := a.connConfig(); return err },
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				res, err := admin.NewReader(pool, a.conn.LocalSettings()...).Status(cmd.Context())
-				if err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				return a.output(out, statusDocument(res), func() { printStatus(out, res) })
-			})
-		},
-	}
+		func() error { return nil },
+		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
+			res, err := r.Status(cmd.Context())
+			if err != nil {
+				return document{}, nil, err
+			}
+			return statusDocument(res), func(out io.Writer) { printStatus(out, res) }, nil
+		})
 }
 
 // statusProject is one project of qlsched.status/v1 (docs/json.md): the admin package's

@@ -532,7 +532,15 @@ const ceilingEpochMs int64 = 10_000_000_000_000
 // how many seconds. Each worker claims up to batch rows (the ADR's claim when batch is 1) and
 // writes them in one READ COMMITTED statement (CeilingAdmit), their occurrences shifted by offset;
 // like a replica's round, with batches it claims the next rows while it writes the ones before.
-// The loop mirrors coordinator.Round's claiming on purpose: change them together.
+//
+// What it shares with a replica it takes from the coordinator: the claim (Store.ClaimBatch, the
+// statement, its fence and its order) and the run identities (RunIDs). The loop around the claim
+// is its own on purpose, not a copy of coordinator.Round's: the ceiling has no budget, no round
+// and no initialisation (setDue gave every row a cursor), it ends at the first empty claim where
+// a round ends at a short one, and it writes CeilingAdmit (no decision, no fence, no SERIALIZABLE)
+// where a round decides and admits. Running it through Round would take a write hook on the
+// coordinator, bench machinery in the production scheduler. Keep in step with Round the one rule
+// that moves the figure: only in batch mode is the next claim sent while a batch is written.
 func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int, offset, upTo int64) (int64, float64, error) {
 	var n atomic.Int64
 	var firstErr error

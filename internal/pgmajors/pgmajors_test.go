@@ -22,22 +22,6 @@ import (
 
 func TestMain(m *testing.M) { testpg.Main(m) }
 
-// readAudit reads the privilege audit of the database behind url the way `qlmigrate verify` does.
-func readAudit(t *testing.T, url string, names roles.Names) *roles.Audit {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	a, err := roles.ReadAudit(ctx, conn, names, roles.Options{})
-	if err != nil {
-		t.Fatalf("read privileges: %v", err)
-	}
-	return a
-}
-
 func driftKinds(a *roles.Audit) []string {
 	var out []string
 	for _, d := range a.Drift {
@@ -131,7 +115,7 @@ func TestMaintainPrivilegeFollowsTheServerMajor(t *testing.T) {
 	ctx := context.Background()
 	d := testpg.New(t)
 	names := d.Names
-	if a := readAudit(t, d.URL(""), names); !a.OK() {
+	if a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{}); !a.OK() {
 		t.Fatalf("a fresh database drifts: %v", driftKinds(a))
 	}
 	super := d.Pool(t, "")
@@ -178,24 +162,24 @@ func TestMaintainPrivilegeFollowsTheServerMajor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", grant, err)
 	}
-	a := readAudit(t, d.URL(""), names)
+	a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
 	if len(a.Drift) != 1 || a.Drift[0].Kind != "extra_privilege" || a.Drift[0].Grantee != names.Runtime ||
 		a.Drift[0].Object != table || !strings.Contains(strings.Join(a.SQL(), "\n"), "REVOKE MAINTAIN ON TABLE "+table) {
 		t.Fatalf("after %s: drift %+v, fix %v; want one extra MAINTAIN for %s", grant, a.Drift, a.SQL(), names.Runtime)
 	}
 	d.Exec(t, strings.Join(a.SQL(), "\n"))
-	if a := readAudit(t, d.URL(""), names); !a.OK() {
+	if a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{}); !a.OK() {
 		t.Fatalf("after the fix %v: %v", a.SQL(), driftKinds(a))
 	}
 
 	// The owner's own MAINTAIN is part of the model on 17+: losing it is drift too.
 	d.Exec(t, fmt.Sprintf("SET ROLE %s; REVOKE MAINTAIN ON %s FROM %s; RESET ROLE", names.Owner, table, names.Owner))
-	a = readAudit(t, d.URL(""), names)
+	a = testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
 	if len(a.Drift) != 1 || a.Drift[0].Kind != "missing_privilege" || a.Drift[0].Grantee != names.Owner {
 		t.Fatalf("after the owner's MAINTAIN was revoked: drift %+v; want one missing MAINTAIN for %s", a.Drift, names.Owner)
 	}
 	d.Exec(t, strings.Join(a.SQL(), "\n"))
-	if a := readAudit(t, d.URL(""), names); !a.OK() {
+	if a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{}); !a.OK() {
 		t.Fatalf("after the fix %v: %v", a.SQL(), driftKinds(a))
 	}
 }
@@ -212,7 +196,7 @@ func TestPgMaintainMembershipIsDrift(t *testing.T) {
 		predefined = "pg_read_all_data" // the same rule, on a major without pg_maintain
 	}
 	d.Exec(t, fmt.Sprintf("GRANT %s TO %s", predefined, names.Runtime))
-	a := readAudit(t, d.URL(""), names)
+	a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
 	var got []roles.Drift
 	for _, dr := range a.Drift {
 		if dr.Kind == "membership" {
@@ -227,7 +211,7 @@ func TestPgMaintainMembershipIsDrift(t *testing.T) {
 		t.Errorf("PostgreSQL %d keeps one membership per grantor: the fix %q should name it", major, fix)
 	}
 	d.Exec(t, fix)
-	for _, dr := range readAudit(t, d.URL(""), names).Drift {
+	for _, dr := range testpg.ReadAudit(t, d.URL(""), names, roles.Options{}).Drift {
 		if dr.Kind == "membership" {
 			t.Errorf("after %q: %+v", fix, dr)
 		}
@@ -285,7 +269,7 @@ func TestRolesCreateByACreateRoleRoleAcrossMajors(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("PostgreSQL %d: %s's memberships after roles create: %+v, want %+v", major, dba, got, want)
 	}
-	a := readAudit(t, d.URL(""), names)
+	a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
 	for _, dr := range a.Drift {
 		if dr.Kind == "membership" {
 			t.Errorf("PostgreSQL %d: the creator's membership counted as drift: %+v", major, dr)
