@@ -151,11 +151,9 @@ func TestBatchModeReplicasAdmitEachOccurrenceOnce(t *testing.T) {
 		f.trigger(fmt.Sprintf("t%02d", i), "@yearly", schedule.MisfireFireOnce)
 	}
 	batch := func(c *Config) { c.Budget, c.AdmitBatch = 16, 8 }
-	a, b := f.coordinator("replica-a", f.d.Pool(t, "ql_runtime"), batch), f.coordinator("replica-b", f.d.Pool(t, "ql_runtime"), batch)
 	var allocated sync.Map
-	for _, co := range []*Coordinator{a, b} {
-		co.NewRunID = func() uuid.UUID { id := uuid.New(); allocated.Store(id, true); return id }
-	}
+	ids := []Option{WithRunIDs(func() uuid.UUID { id := uuid.New(); allocated.Store(id, true); return id })}
+	a, b := f.coordinatorWith("replica-a", f.d.Pool(t, "ql_runtime"), ids, batch), f.coordinatorWith("replica-b", f.d.Pool(t, "ql_runtime"), ids, batch)
 	rounds := func() {
 		for a.Stats.Claims.Load()+b.Stats.Claims.Load() < n {
 			var wg sync.WaitGroup

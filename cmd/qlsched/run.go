@@ -187,11 +187,9 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	}
 	defer pool.Close()
 	var ready readiness
-	var m *metrics.Metrics
+	measured := metrics.NewMeasurements(cfg.Owner) // fed by the coordinator from its first round
 	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: a.logger(), Local: a.conn.LocalSettings(),
-		Wire: func(co *coordinator.Coordinator) {
-			m = metrics.New(co, cfg.Owner, ready.ready, metrics.DatabaseBacklog(pool), opts.backlogInterval)
-		}})
+		Observer: measured.Observer()})
 	if err != nil {
 		var notReady *verify.NotReadyError
 		if errors.As(err, &notReady) {
@@ -201,6 +199,7 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	}
 	co, lc := r.Coordinator, r.Lifecycle
 	ready.lc.Store(lc)
+	m := metrics.New(co, measured, ready.ready, metrics.DatabaseBacklog(pool), opts.backlogInterval)
 	// The database gauges are read in the background, never inside a scrape.
 	if err := m.Start(ctx); err != nil {
 		_ = lc.Stop(context.Background())
