@@ -31,12 +31,7 @@ func items(claims []*Claim, period int64) []AdmitItem {
 func TestBatchAdmitVerifiesEachRowOnItsOwn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	for _, id := range []string{"a", "b", "c"} {
-		f.trigger(id, "* * * * *", schedule.MisfireSkip)
-		f.setCursor(id, -time.Second)
-	}
-	s := NewStore(f.rt)
+	f, s := dueFixture(t, time.Second, "a", "b", "c")
 	claims := must(s.ClaimBatch(ctx, "batcher", 30*time.Second, 10)).of(t)
 	if len(claims) != 3 {
 		t.Fatalf("batch claimed %d rows, want 3", len(claims))
@@ -115,13 +110,8 @@ func TestBatchAdmitChecksEachItemsOwnRevisionsAcrossProjectsAndTasks(t *testing.
 func TestBatchAdmitIsolatesAWriteFault(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	for _, id := range []string{"a", "b", "c"} {
-		f.trigger(id, "* * * * *", schedule.MisfireSkip)
-		f.setCursor(id, -time.Second)
-	}
+	f, s := dueFixture(t, time.Second, "a", "b", "c")
 	f.exec(`ALTER TABLE control_core.runs ADD CONSTRAINT injected_fault CHECK (trigger_id <> 'b')`)
-	s := NewStore(f.rt)
 	claims := must(s.ClaimBatch(ctx, "batcher", 30*time.Second, 3)).of(t)
 	res := s.AdmitBatch(ctx, items(claims, 60_000), 3)
 	for i, r := range res {

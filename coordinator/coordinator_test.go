@@ -362,14 +362,11 @@ func TestTwoPoolsSingleClaimAndExactlyOneRun(t *testing.T) {
 func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	f.trigger("a", "* * * * *", schedule.MisfireSkip)
-	f.setCursor("a", -time.Second)
+	f, taker := dueFixture(t, time.Second, "a")
 	holderPool := f.d.Pool(t, "ql_runtime")
 	held := must(NewStore(holderPool).Claim(ctx, "holder", 2*time.Second)).of(t)
 	holderPool.Close()
 
-	taker := NewStore(f.rt)
 	var took *Claim
 	eventually.True(t, 30*time.Second, "a takeover of the 2 s lease", func() bool {
 		took = must(taker.Claim(ctx, "taker", 30*time.Second)).of(t)

@@ -186,3 +186,15 @@ func (r result[T]) of(t testing.TB) T {
 	}
 	return r.v
 }
+
+// dueFixture is a fixture with an enabled every-minute skip trigger per id, each due since ago
+// (its cursor at db-now − ago), and a store on the runtime pool: what most store tests start from.
+func dueFixture(t testing.TB, ago time.Duration, ids ...string) (*fixture, *Store) {
+	t.Helper()
+	f := newFixture(t)
+	for _, id := range ids {
+		f.trigger(id, "* * * * *", schedule.MisfireSkip)
+		f.setCursor(id, -ago)
+	}
+	return f, NewStore(f.rt)
+}
