@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // An item's claimed task (the key of the admit's task set) must be its trigger revision's: one
@@ -18,12 +16,7 @@ func TestAdmitRefusesAClaimedTaskOtherThanTheTriggerRevisions(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t)
-			for _, id := range []string{"a", "b"} {
-				f.trigger(id, "* * * * *", schedule.MisfireSkip)
-				f.setCursor(id, -2*time.Second)
-			}
-			s := NewStore(f.rt)
+			_, s := dueFixture(t, 2*time.Second, "a", "b")
 			claims := claimAll(t, s, "replica", 30*time.Second, 2)
 			its := items(claims, 60_000)
 			forged := *claims[0]

@@ -30,7 +30,7 @@ func newStepped(t *testing.T, f *fixture, cfg Config) *stepped {
 		t.Fatal(err)
 	}
 	s := &stepped{log: &lockedBuffer{}, waits: make(chan time.Duration), proceed: make(chan struct{})}
-	s.co = New(cfg, NewStore(f.rt), slog.New(slog.NewTextHandler(s.log, nil)))
+	s.co = New(cfg, NewStore(f.rt), WithLogger(slog.New(slog.NewTextHandler(s.log, nil))))
 	s.lc = NewLifecycle(s.co, cfg)
 	var clock atomic.Int64
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -188,7 +188,7 @@ func TestARoundCutByStopIsNoFailure(t *testing.T) {
 	var log lockedBuffer
 	cfg := DefaultConfig("r1")
 	cfg.DrainTimeout = time.Second
-	co := New(cfg, NewStore(f.rt), slog.New(slog.NewTextHandler(&log, nil)))
+	co := New(cfg, NewStore(f.rt), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	lc := NewLifecycle(co, cfg)
 	if err := lc.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -31,12 +31,7 @@ func items(claims []*Claim, period int64) []AdmitItem {
 func TestBatchAdmitVerifiesEachRowOnItsOwn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	for _, id := range []string{"a", "b", "c"} {
-		f.trigger(id, "* * * * *", schedule.MisfireSkip)
-		f.setCursor(id, -time.Second)
-	}
-	s := NewStore(f.rt)
+	f, s := dueFixture(t, time.Second, "a", "b", "c")
 	claims := must(s.ClaimBatch(ctx, "batcher", 30*time.Second, 10)).of(t)
 	if len(claims) != 3 {
 		t.Fatalf("batch claimed %d rows, want 3", len(claims))
@@ -115,13 +110,8 @@ func TestBatchAdmitChecksEachItemsOwnRevisionsAcrossProjectsAndTasks(t *testing.
 func TestBatchAdmitIsolatesAWriteFault(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	for _, id := range []string{"a", "b", "c"} {
-		f.trigger(id, "* * * * *", schedule.MisfireSkip)
-		f.setCursor(id, -time.Second)
-	}
+	f, s := dueFixture(t, time.Second, "a", "b", "c")
 	f.exec(`ALTER TABLE control_core.runs ADD CONSTRAINT injected_fault CHECK (trigger_id <> 'b')`)
-	s := NewStore(f.rt)
 	claims := must(s.ClaimBatch(ctx, "batcher", 30*time.Second, 3)).of(t)
 	res := s.AdmitBatch(ctx, items(claims, 60_000), 3)
 	for i, r := range res {
@@ -151,11 +141,9 @@ func TestBatchModeReplicasAdmitEachOccurrenceOnce(t *testing.T) {
 		f.trigger(fmt.Sprintf("t%02d", i), "@yearly", schedule.MisfireFireOnce)
 	}
 	batch := func(c *Config) { c.Budget, c.AdmitBatch = 16, 8 }
-	a, b := f.coordinator("replica-a", f.d.Pool(t, "ql_runtime"), batch), f.coordinator("replica-b", f.d.Pool(t, "ql_runtime"), batch)
 	var allocated sync.Map
-	for _, co := range []*Coordinator{a, b} {
-		co.NewRunID = func() uuid.UUID { id := uuid.New(); allocated.Store(id, true); return id }
-	}
+	ids := []Option{WithRunIDs(func() uuid.UUID { id := uuid.New(); allocated.Store(id, true); return id })}
+	a, b := f.coordinatorWith("replica-a", f.d.Pool(t, "ql_runtime"), ids, batch), f.coordinatorWith("replica-b", f.d.Pool(t, "ql_runtime"), ids, batch)
 	rounds := func() {
 		for a.Stats.Claims.Load()+b.Stats.Claims.Load() < n {
 			var wg sync.WaitGroup

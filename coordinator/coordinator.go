@@ -69,8 +69,8 @@ func (s *Stats) Snapshot() Snapshot {
 	return out
 }
 
-// Observer receives measurements as they happen (for metrics); nil fields are skipped. Set it
-// before the lifecycle starts.
+// Observer receives measurements as they happen (for metrics); nil fields are skipped. It is
+// given to New (WithObserver), so it is in place before the first round and never changes.
 type Observer struct {
 	Round func(d time.Duration, claimed int)
 	Claim func(d time.Duration)
@@ -87,15 +87,14 @@ type Observer struct {
 
 // Coordinator runs rounds for one replica.
 type Coordinator struct {
-	// Observe receives measurements.
-	Observe Observer
+	observe Observer
 	cfg     Config
 	store   *Store
 	log     *slog.Logger
 	Stats   Stats
-	// NewRunID, when set, allocates every Run identity instead of a RunIDs source per
-	// admission (tests count the allocations); it is called only for an admit.
-	NewRunID func() uuid.UUID
+	// newRunID, when set, allocates every Run identity instead of a RunIDs source per admission;
+	// it is called only for an admit.
+	newRunID func() uuid.UUID
 
 	schedMu   sync.Mutex
 	schedules map[[2]string]*schedule.Schedule // parsed (spec, zone) pairs
@@ -130,14 +129,35 @@ func RunIDs() func() uuid.UUID {
 	}
 }
 
-// New returns a coordinator; cfg must have passed Validate. log is the low-sensitivity
-// diagnostic sink: it receives identifiers and outcomes, never DSNs, passwords or payloads.
-func New(cfg Config, store *Store, log *slog.Logger) *Coordinator {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// Option sets up a Coordinator at construction: what New takes besides the bounds and the store.
+// Nothing of a Coordinator is set after New, so nothing races with its rounds.
+type Option func(*Coordinator)
+
+// WithLogger sets the low-sensitivity diagnostic sink: it receives identifiers and outcomes,
+// never DSNs, passwords or payloads. Without it (or with nil) nothing is logged.
+func WithLogger(log *slog.Logger) Option {
+	return func(c *Coordinator) {
+		if log != nil {
+			c.log = log
+		}
 	}
-	return &Coordinator{cfg: cfg, store: store, log: log.With("owner", cfg.Owner),
-		schedules: map[[2]string]*schedule.Schedule{}}
+}
+
+// WithObserver sets the receiver of measurements (metrics, the bench).
+func WithObserver(o Observer) Option { return func(c *Coordinator) { c.observe = o } }
+
+// WithRunIDs makes next allocate every Run identity instead of a RunIDs source per admission
+// (tests count or refuse the allocations); it is called only for an admit.
+func WithRunIDs(next func() uuid.UUID) Option { return func(c *Coordinator) { c.newRunID = next } }
+
+// New returns a coordinator; cfg must have passed Validate.
+func New(cfg Config, store *Store, opts ...Option) *Coordinator {
+	c := &Coordinator{cfg: cfg, store: store, log: slog.New(slog.DiscardHandler), schedules: map[[2]string]*schedule.Schedule{}}
+	for _, o := range opts {
+		o(c)
+	}
+	c.log = c.log.With("owner", cfg.Owner)
+	return c
 }
 
 // Capacity is the most occurrences per second this replica can admit: a round that claims its
@@ -182,9 +202,9 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 			c.Stats.Saturated.Add(1)
 		}
 	}()
-	if c.Observe.Round != nil {
+	if c.observe.Round != nil {
 		start := time.Now()
-		defer func() { c.Observe.Round(time.Since(start), claimed) }()
+		defer func() { c.observe.Round(time.Since(start), claimed) }()
 	}
 	// initialised: this round ran its initialisation (at most once a round); past: it stopped at
 	// its bound with rows still waiting, so the claims that follow start past them.
@@ -232,8 +252,8 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		if got.err != nil {
 			return claimed, c.claimFailed(got.err)
 		}
-		if c.Observe.Claim != nil {
-			c.Observe.Claim(got.took)
+		if c.observe.Claim != nil {
+			c.observe.Claim(got.took)
 		}
 		// The claim reached the rows waiting for initialisation (first in its order): they are
 		// initialised in batches next, so no claim is sent ahead into them, and the waiting rows
@@ -312,8 +332,8 @@ func (c *Coordinator) initialise(ctx context.Context, stop <-chan struct{}) (dra
 		}
 		c.Stats.Claims.Add(int64(len(claims)))
 		inits := c.initBatch(ctx, claims)
-		if c.Observe.Init != nil && len(claims) > 0 {
-			c.Observe.Init(time.Since(start), len(claims), inits)
+		if c.observe.Init != nil && len(claims) > 0 {
+			c.observe.Init(time.Since(start), len(claims), inits)
 		}
 		done += len(claims)
 		if len(claims) < n {
@@ -389,7 +409,7 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 		fires     []AdmitItem
 		decisions []schedule.Decision
 	)
-	newRunID := c.NewRunID
+	newRunID := c.newRunID
 	if newRunID == nil {
 		var ids func() uuid.UUID
 		newRunID = func() uuid.UUID { // one source per admission, made at its first Run
@@ -430,8 +450,8 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 	}
 	start := time.Now()
 	results := c.store.AdmitBatch(ctx, fires, c.cfg.AdmitRetries)
-	if c.Observe.AdmitCall != nil {
-		c.Observe.AdmitCall(time.Since(start))
+	if c.observe.AdmitCall != nil {
+		c.observe.AdmitCall(time.Since(start))
 	}
 	retries := 0
 	for i, r := range results {
@@ -479,8 +499,8 @@ func (c *Coordinator) admitted(ctx context.Context, it AdmitItem, d schedule.Dec
 	case r.Outcome == Written:
 		c.Stats.Admits.Add(1)
 		lag := time.Duration(r.AdmittedAtMs-it.ScheduledFor) * time.Millisecond
-		if c.Observe.Admitted != nil {
-			c.Observe.Admitted(lag)
+		if c.observe.Admitted != nil {
+			c.observe.Admitted(lag)
 		}
 		if c.log.Enabled(ctx, slog.LevelDebug) {
 			log().Debug("admitted", "run_id", r.RunID, "lag_ms", lag.Milliseconds(), "catch_up", d.CatchUp, "missed", d.Missed)
@@ -522,8 +542,8 @@ func (c *Coordinator) fail(what string, err error, attrs ...any) {
 		return // stopping
 	}
 	c.Stats.Errors.Add(1)
-	if c.Observe.Error != nil {
-		c.Observe.Error(what)
+	if c.observe.Error != nil {
+		c.observe.Error(what)
 	}
 	c.log.Error(what+" failed", append(attrs, "err", err)...)
 }
@@ -534,16 +554,16 @@ func (c *Coordinator) claimFailed(err error) error {
 		return nil
 	}
 	c.Stats.Errors.Add(1)
-	if c.Observe.Error != nil {
-		c.Observe.Error("claim")
+	if c.observe.Error != nil {
+		c.observe.Error("claim")
 	}
 	return err
 }
 
 func (c *Coordinator) corrupt() {
 	c.Stats.Corrupt.Add(1)
-	if c.Observe.Error != nil {
-		c.Observe.Error("corrupt")
+	if c.observe.Error != nil {
+		c.observe.Error("corrupt")
 	}
 }
 

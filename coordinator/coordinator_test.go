@@ -180,8 +180,8 @@ func TestAPanickingHandleLeavesNoClaimInFlight(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	f.dueOnce("t0", "t1", "t2", "t3")
-	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget, c.AdmitBatch = 4, 2 })
-	co.NewRunID = func() uuid.UUID { panic("no run identity") }
+	co := f.coordinatorWith("r1", f.rt, []Option{WithRunIDs(func() uuid.UUID { panic("no run identity") })},
+		func(c *Config) { c.Budget, c.AdmitBatch = 4, 2 })
 	func() {
 		defer func() { _ = recover() }()
 		co.Round(ctx, nil)
@@ -213,9 +213,9 @@ func TestRunIdentityOnlyForAnAdmit(t *testing.T) {
 	f.setCursor("due", -time.Second)
 	f.setCursor("skipped", -time.Hour)
 	f.setCursor("catchup", -time.Hour)
-	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 10 })
 	var allocated atomic.Int64
-	co.NewRunID = func() uuid.UUID { allocated.Add(1); return uuid.New() }
+	co := f.coordinatorWith("r1", f.rt, []Option{WithRunIDs(func() uuid.UUID { allocated.Add(1); return uuid.New() })},
+		func(c *Config) { c.Budget = 10 })
 	co.Round(ctx, nil)
 	st := co.Stats.Snapshot()
 	if st.Claims != 4 || st.Admits != 2 || st.Skips != 1 || st.Releases != 1 {
@@ -362,14 +362,11 @@ func TestTwoPoolsSingleClaimAndExactlyOneRun(t *testing.T) {
 func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	f.trigger("a", "* * * * *", schedule.MisfireSkip)
-	f.setCursor("a", -time.Second)
+	f, taker := dueFixture(t, time.Second, "a")
 	holderPool := f.d.Pool(t, "ql_runtime")
 	held := must(NewStore(holderPool).Claim(ctx, "holder", 2*time.Second)).of(t)
 	holderPool.Close()
 
-	taker := NewStore(f.rt)
 	var took *Claim
 	eventually.True(t, 30*time.Second, "a takeover of the 2 s lease", func() bool {
 		took = must(taker.Claim(ctx, "taker", 30*time.Second)).of(t)
@@ -396,15 +393,14 @@ func TestLifecycleStartStopDoubleStop(t *testing.T) {
 	// minute boundary during the rounds made it due again)
 	f.trigger("a", "0 0 1 1 *", schedule.MisfireSkip)
 	co := f.coordinator("r1", f.rt, func(c *Config) { c.Cadence = 10 * time.Millisecond })
-	lc := NewLifecycle(co, DefaultConfig("r1"))
-	lc.cadence = 10 * time.Millisecond
 	rounds := make(chan int, 100)
-	lc.OnRound = func(n int) {
+	lc := NewLifecycle(co, DefaultConfig("r1"), AfterRound(func(n int) {
 		select {
 		case rounds <- n:
 		default:
 		}
-	}
+	}))
+	lc.cadence = 10 * time.Millisecond
 	if err := lc.Stop(context.Background()); err != nil {
 		t.Errorf("stop before start: %v", err)
 	}
@@ -441,20 +437,19 @@ func TestLifecycleRoundsNeverOverlap(t *testing.T) {
 		f.trigger(fmt.Sprintf("t%d", i), "* * * * *", schedule.MisfireSkip)
 	}
 	co := f.coordinator("r1", f.rt, func(c *Config) { c.Budget = 1 })
-	lc := NewLifecycle(co, DefaultConfig("r1"))
-	lc.cadence = time.Millisecond // far below one round's duration
 	var inRound, maxInRound atomic.Int32
+	rounds := make(chan struct{}, 1000)
+	lc := NewLifecycle(co, DefaultConfig("r1"), AfterRound(func(int) {
+		inRound.Add(-1)
+		rounds <- struct{}{}
+	}))
+	lc.cadence = time.Millisecond // far below one round's duration
 	lc.onRoundStart = func() {
 		n := inRound.Add(1)
 		if n > maxInRound.Load() {
 			maxInRound.Store(n)
 		}
 		time.Sleep(2 * time.Millisecond) // the thing under test: each round outlasts the cadence
-	}
-	rounds := make(chan struct{}, 1000)
-	lc.OnRound = func(int) {
-		inRound.Add(-1)
-		rounds <- struct{}{}
 	}
 	if err := lc.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -76,12 +76,7 @@ func TestAnExpiredClaimAdmitsNothingEvenUntakenOver(t *testing.T) {
 	for _, p := range admitPaths {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t)
-			for _, id := range []string{"a", "b"} {
-				f.trigger(id, "* * * * *", schedule.MisfireSkip)
-				f.setCursor(id, -time.Second)
-			}
-			s := NewStore(f.rt)
+			f, s := dueFixture(t, time.Second, "a", "b")
 			claims := claimAll(t, s, "replica", 300*time.Millisecond, 2) // the lease runs out by itself
 			var expires int64
 			for _, c := range claims {
@@ -188,12 +183,7 @@ func TestEveryVerifiedItemOnItsOwn(t *testing.T) {
 			t.Run(p.name+"/"+fg.name, func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
-				f := newFixture(t)
-				for _, id := range []string{"a", "b"} {
-					f.trigger(id, "* * * * *", schedule.MisfireSkip)
-					f.setCursor(id, -2*time.Second)
-				}
-				s := NewStore(f.rt)
+				f, s := dueFixture(t, 2*time.Second, "a", "b")
 				claims := claimAll(t, s, "replica", 30*time.Second, 2)
 				its := items(claims, 60_000)
 				forged := *claims[0]
@@ -265,10 +255,7 @@ func splitStatements(sql string) []string {
 // AdvanceClaimed never moves a cursor backwards, under a claim that holds in every other respect.
 func TestAdvanceNeverMovesTheCursorBack(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	f.trigger("a", "* * * * *", schedule.MisfireSkip)
-	f.setCursor("a", -time.Second)
-	s := NewStore(f.rt)
+	_, s := dueFixture(t, time.Second, "a")
 	c := claimAll(t, s, "replica", 30*time.Second, 1)[0]
 	if out, err := s.Advance(context.Background(), c, *c.CursorMs-60_000); err != nil || out != Race {
 		t.Errorf("advance to before the cursor: %s, %v; want a race", out, err)
@@ -347,12 +334,7 @@ func TestBatchAdmitRefusesCorruptRevisions(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t)
-			for _, id := range []string{"a", "b"} {
-				f.trigger(id, "* * * * *", schedule.MisfireSkip)
-				f.setCursor(id, -time.Second)
-			}
-			s := NewStore(f.rt)
+			f, s := dueFixture(t, time.Second, "a", "b")
 			claims := claimAll(t, s, "replica", 30*time.Second, 2)
 			f.exec(tamper)
 			for i, r := range admitEach(t, s, admitPath{"batch admit", true}, items(claims, 60_000)) {

@@ -148,6 +148,12 @@ func (f *fixture) audit() int {
 // coordinator returns a coordinator for owner on its own runtime pool.
 func (f *fixture) coordinator(owner string, pool *pgxpool.Pool, mutate ...func(*Config)) *Coordinator {
 	f.t.Helper()
+	return f.coordinatorWith(owner, pool, nil, mutate...)
+}
+
+// coordinatorWith is coordinator with options besides the test logger.
+func (f *fixture) coordinatorWith(owner string, pool *pgxpool.Pool, opts []Option, mutate ...func(*Config)) *Coordinator {
+	f.t.Helper()
 	cfg := DefaultConfig(owner)
 	for _, m := range mutate {
 		m(&cfg)
@@ -155,7 +161,7 @@ func (f *fixture) coordinator(owner string, pool *pgxpool.Pool, mutate ...func(*
 	if err := cfg.Validate(); err != nil {
 		f.t.Fatal(err)
 	}
-	return New(cfg, NewStore(pool), testLogger())
+	return New(cfg, NewStore(pool), append([]Option{WithLogger(testLogger())}, opts...)...)
 }
 
 func testLogger() *slog.Logger {
@@ -179,4 +185,16 @@ func (r result[T]) of(t testing.TB) T {
 		t.Fatal(r.err)
 	}
 	return r.v
+}
+
+// dueFixture is a fixture with an enabled every-minute skip trigger per id, each due since ago
+// (its cursor at db-now − ago), and a store on the runtime pool: what most store tests start from.
+func dueFixture(t testing.TB, ago time.Duration, ids ...string) (*fixture, *Store) {
+	t.Helper()
+	f := newFixture(t)
+	for _, id := range ids {
+		f.trigger(id, "* * * * *", schedule.MisfireSkip)
+		f.setCursor(id, -ago)
+	}
+	return f, NewStore(f.rt)
 }

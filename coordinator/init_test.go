@@ -37,9 +37,10 @@ func TestARoundInitialisesABatchAndAdmitsTheDueTrigger(t *testing.T) {
 			f.bulkUninitialised(300)
 			f.trigger("running", "* * * * * *", schedule.MisfireSkip)
 			cursor := f.setCursor("running", -500*time.Millisecond)
-			c := f.coordinator("r1", f.rt, func(cfg *Config) { cfg.AdmitBatch, cfg.InitBatch, cfg.InitBudget = batch, 100, 1000 })
 			var batches, claimedInBatches int
-			c.Observe.Init = func(_ time.Duration, claimed, _ int) { batches, claimedInBatches = batches+1, claimedInBatches+claimed }
+			observe := Observer{Init: func(_ time.Duration, claimed, _ int) { batches, claimedInBatches = batches+1, claimedInBatches+claimed }}
+			c := f.coordinatorWith("r1", f.rt, []Option{WithObserver(observe)},
+				func(cfg *Config) { cfg.AdmitBatch, cfg.InitBatch, cfg.InitBudget = batch, 100, 1000 })
 			claimed := c.Round(context.Background(), nil)
 			if n := f.uninitialised(); n != 0 {
 				t.Errorf("%d rows still wait for initialisation after one round; want 0", n)

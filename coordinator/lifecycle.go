@@ -33,8 +33,8 @@ type Lifecycle struct {
 	stop    chan struct{} // closed by Stop: finish the claims in hand, claim nothing more
 	done    chan struct{} // closed when the loop has exited
 	cancel  context.CancelFunc
-	// OnRound, when set, is called after every round with the number of rows it claimed.
-	OnRound func(claimed int)
+	// afterRound, when set, is called after every round with the number of rows it claimed.
+	afterRound func(claimed int)
 	// onRoundStart is a test seam called as each round begins.
 	onRoundStart func()
 	// wait and now are the loop's clock: wait returns after d, or false as soon as stop closes.
@@ -62,10 +62,22 @@ type Health struct {
 // a long outage's log would otherwise find nothing, nor learn that the error changed.
 const failingReminder = 10 * time.Minute
 
-// NewLifecycle wraps c with the cadence, drain, backoff and readiness bounds of cfg.
-func NewLifecycle(c *Coordinator, cfg Config) *Lifecycle {
-	return &Lifecycle{c: c, cadence: cfg.Cadence, drain: cfg.DrainTimeout, backoffCap: cfg.BackoffCap,
+// LifecycleOption sets up a Lifecycle at construction (NewLifecycle): nothing of it is set after.
+type LifecycleOption func(*Lifecycle)
+
+// AfterRound has f called after every round, on the loop's goroutine, with the number of rows
+// the round claimed.
+func AfterRound(f func(claimed int)) LifecycleOption { return func(l *Lifecycle) { l.afterRound = f } }
+
+// NewLifecycle wraps c with the cadence, drain, backoff and readiness bounds of cfg. It logs to
+// c's logger.
+func NewLifecycle(c *Coordinator, cfg Config, opts ...LifecycleOption) *Lifecycle {
+	l := &Lifecycle{c: c, cadence: cfg.Cadence, drain: cfg.DrainTimeout, backoffCap: cfg.BackoffCap,
 		notReadyAfter: max(cfg.NotReadyAfter, 1), log: c.log, wait: sleepUnlessStopped, now: time.Now, health: Health{Ready: true}}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
 }
 
 func sleepUnlessStopped(d time.Duration, stop <-chan struct{}) bool {
@@ -114,8 +126,8 @@ func (l *Lifecycle) loop(ctx context.Context, stop <-chan struct{}, done chan<- 
 	for delay := time.Duration(0); l.wait(delay, stop); {
 		started := l.now()
 		claimed, err := l.round(ctx, stop)
-		if l.OnRound != nil {
-			l.OnRound(claimed)
+		if l.afterRound != nil {
+			l.afterRound(claimed)
 		}
 		sat.observe(l.log, l.c.cfg, started, claimed)
 		if failed := l.record(started, err); failed > 0 {

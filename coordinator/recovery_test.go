@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/qlcontrol/controlcore/internal/testpg"
-	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // replica runs sql with the foreign-key triggers off (superuser test set-up).
@@ -25,10 +24,8 @@ func replica(sql string) string {
 // claimed Attempt.
 func admittedOnce(t testing.TB) *fixture {
 	t.Helper()
-	f := newFixture(t)
-	f.trigger("a", "* * * * *", schedule.MisfireSkip)
-	f.setCursor("a", -time.Second)
-	if _, _, out := fireOnce(t, NewStore(f.rt), "r1"); out != Written {
+	f, s := dueFixture(t, time.Second, "a")
+	if _, _, out := fireOnce(t, s, "r1"); out != Written {
 		t.Fatalf("admit: %s", out)
 	}
 	return f

@@ -109,10 +109,7 @@ func TestExpiryTakeoverConditions(t *testing.T) {
 func TestFullFenceRaceSameOwnerName(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	f.trigger("a", "* * * * *", schedule.MisfireSkip)
-	f.setCursor("a", -time.Second)
-	s := NewStore(f.rt)
+	f, s := dueFixture(t, time.Second, "a")
 	old := must(s.Claim(ctx, "replica", 30*time.Second)).of(t)
 	f.expireClaim("a")
 	fresh := must(s.Claim(ctx, "replica", 30*time.Second)).of(t)
@@ -181,11 +178,8 @@ func TestAdmitWritesRunAttemptEventsAndAdvancesAtomically(t *testing.T) {
 func TestAdmitRollsBackOnAnInjectedWriteFault(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	f.trigger("a", "* * * * *", schedule.MisfireSkip)
-	f.setCursor("a", -time.Second)
+	f, s := dueFixture(t, time.Second, "a")
 	f.exec(`ALTER TABLE control_core.run_events ADD CONSTRAINT injected_fault CHECK (type <> 'run.queued')`)
-	s := NewStore(f.rt)
 	c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
 	_, _, err := s.Admit(ctx, c, *c.CursorMs, *c.CursorMs+60_000, uuid.New(), 3)
 	var pgErr *pgconn.PgError
@@ -353,10 +347,7 @@ func TestClaimFiltersAndTieBreak(t *testing.T) {
 func TestAdmitChecksTokenAndVersionOnTheirOwn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	f.trigger("a", "* * * * *", schedule.MisfireSkip)
-	f.setCursor("a", -time.Second)
-	s := NewStore(f.rt)
+	f, s := dueFixture(t, time.Second, "a")
 	live := must(s.Claim(ctx, "replica", 30*time.Second)).of(t)
 	otherToken, otherVersion := *live, *live
 	otherToken.Fence.Token = uuid.New()
@@ -401,10 +392,7 @@ func TestAdmitVerifiesTheDecisionsObservation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			f := newFixture(t)
-			f.trigger("a", "* * * * *", schedule.MisfireSkip)
-			f.setCursor("a", -2*time.Second)
-			s := NewStore(f.rt)
+			f, s := dueFixture(t, 2*time.Second, "a")
 			claim := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
 			c := *claim
 			scheduled, next := tc.forge(&c)
@@ -467,10 +455,7 @@ func TestSameTriggerIDInTwoProjectsAdmitsBoth(t *testing.T) {
 func TestAdmitRetriesASerializationFailure(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newFixture(t)
-	f.trigger("a", "* * * * *", schedule.MisfireSkip)
-	f.setCursor("a", -time.Second)
-	s := NewStore(f.rt)
+	f, s := dueFixture(t, time.Second, "a")
 	c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
 	tx := must(f.su.Begin(ctx)).of(t)
 	defer tx.Rollback(ctx)

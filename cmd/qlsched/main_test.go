@@ -803,9 +803,9 @@ func publish(t *testing.T, admin []string, commands ...[]string) {
 	}
 }
 
-// metrics.New sets the coordinator's Observer; it must happen before the lifecycle's first
-// round reads it. A race-detector build of the replica, running many rounds while /metrics is
-// scraped, reports any such race (and exits 66).
+// The coordinator takes the metrics' Observer at construction, and the rounds feed it while
+// /metrics is scraped. A race-detector build of the replica, running many rounds while /metrics
+// is scraped, reports any race between them (and exits 66).
 func TestRunStartsWithoutADataRace(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)

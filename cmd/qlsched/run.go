@@ -103,8 +103,9 @@ database. The log has one line when rounds start failing, one when readiness is 
 recovery (with how many rounds failed and for how long), and a reminder at most every 10 minutes.
 
 SIGTERM or SIGINT withdraws admission first (/readyz fails), waits --withdraw-grace so load
-balancers and probes notice, then stops the lifecycle (the round in progress finishes its claim
-in hand; at most --drain-timeout), closes the pool and exits 0.
+balancers and probes notice (a second SIGTERM or SIGINT ends the wait at once), then stops the
+lifecycle (the round in progress finishes its claim in hand; at most --drain-timeout), closes the
+pool and exits 0.
 
 Any number of replicas may run against one database; there is no leader.
 
@@ -187,11 +188,9 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	}
 	defer pool.Close()
 	var ready readiness
-	var m *metrics.Metrics
+	measured := metrics.NewMeasurements(cfg.Owner) // fed by the coordinator from its first round
 	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: a.logger(), Local: a.conn.LocalSettings(),
-		Wire: func(co *coordinator.Coordinator) {
-			m = metrics.New(co, cfg.Owner, ready.ready, metrics.DatabaseBacklog(pool), opts.backlogInterval)
-		}})
+		Observer: measured.Observer()})
 	if err != nil {
 		var notReady *verify.NotReadyError
 		if errors.As(err, &notReady) {
@@ -201,32 +200,58 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	}
 	co, lc := r.Coordinator, r.Lifecycle
 	ready.lc.Store(lc)
+	m := metrics.New(co, measured, ready.ready, metrics.DatabaseBacklog(pool), opts.backlogInterval)
 	// The database gauges are read in the background, never inside a scrape.
 	if err := m.Start(ctx); err != nil {
 		_ = lc.Stop(context.Background())
 		return err
 	}
 	defer func() { _ = m.Stop(context.Background()) }()
-	srv := &http.Server{Handler: httpHandler(ready.check, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	hs := serveHTTP(&http.Server{Handler: httpHandler(ready.check, m.Handler()), ReadHeaderTimeout: 5 * time.Second}, ln)
 	ready.admitting.Store(true)
 	log.Info("replica running", "http_addr", ln.Addr().String(), "budget", cfg.Budget, "cadence", cfg.Cadence.String(),
 		"lease", cfg.Lease.String(), "database", a.conn.Describe())
 
-	<-ctx.Done()
+	// A replica whose /readyz and /metrics are gone is one no probe can see: it stops as on
+	// SIGTERM, and exits with the server's error.
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case <-hs.Failed():
+		serveErr = hs.Err()
+		log.Error("stopping: the HTTP server failed", "err", serveErr)
+	}
 	// Stop in reverse: withdraw admission, stop and drain the scheduler, then the rest.
 	ready.admitting.Store(false)
 	log.Info("stopping: admission withdrawn", "withdraw_grace", opts.withdrawGrace.String())
-	time.Sleep(opts.withdrawGrace) // let probes and load balancers see /readyz fail
+	if serveErr == nil { // with the server gone nobody sees /readyz fail
+		withdrawGrace(ctx, log, opts.withdrawGrace)
+	}
 	log.Info("draining", "drain_timeout", cfg.DrainTimeout.String())
 	stopErr := lc.Stop(context.Background())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutdownCtx)
+	if err := hs.Shutdown(2 * time.Second); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
 	st := co.Stats.Snapshot()
 	log.Info("stopped", "claims", st.Claims, "admits", st.Admits, "skips", st.Skips, "releases", st.Releases,
 		"races", st.Races, "retries", st.Retries, "errors", st.Errors, "drain_error", errString(stopErr))
-	return nil
+	return serveErr
+}
+
+// withdrawGrace waits grace, so that probes and load balancers see /readyz fail, unless a second
+// SIGINT or SIGTERM asks to stop at once.
+func withdrawGrace(ctx context.Context, log *slog.Logger, grace time.Duration) {
+	if grace <= 0 {
+		return
+	}
+	began := time.Now()
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-cli.SecondSignal(ctx):
+		log.Warn("second signal: withdraw grace cut short", "waited", time.Since(began).Round(time.Millisecond).String())
+	}
 }
 
 // readiness is what /readyz and qlsched_ready report: the replica admits (from the lifecycle's

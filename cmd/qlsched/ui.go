@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"regexp"
@@ -114,10 +113,8 @@ func (a *app) ui(ctx context.Context, httpAddr string, allowHosts []string, name
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	hs := serveHTTP(&http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}, ln)
 	addr := ln.Addr().(*net.TCPAddr)
 	if addr.IP.IsLoopback() {
 		log.Info("console serving on loopback only", "url", "http://"+addr.String()+"/", "database", a.conn.Describe())
@@ -127,12 +124,10 @@ func (a *app) ui(ctx context.Context, httpAddr string, allowHosts []string, name
 	}
 	select {
 	case <-ctx.Done():
-	case err := <-served:
-		return err
+	case <-hs.Failed():
+		return hs.Err()
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := hs.Shutdown(5 * time.Second); err != nil {
 		log.Warn("console shutdown", "err", err)
 	}
 	log.Info("console stopped")

@@ -635,11 +635,11 @@ func runReplicas(ctx context.Context, pools []*pgxpool.Pool, cfg Config, done fu
 	for i, pool := range pools {
 		cc := coordinator.DefaultConfig(fmt.Sprintf("bench-replica-%d", i))
 		cc.Budget, cc.Cadence, cc.AdmitBatch = cfg.Budget, cfg.Cadence, max(cfg.Batch, 1)
-		co := coordinator.New(cc, coordinator.NewStore(pool), cfg.Log)
-		co.Observe = coordinator.Observer{
-			Claim:     func(d time.Duration) { res.claims.add(d) },
-			AdmitCall: func(d time.Duration) { res.admits.add(d) },
-		}
+		co := coordinator.New(cc, coordinator.NewStore(pool), coordinator.WithLogger(cfg.Log),
+			coordinator.WithObserver(coordinator.Observer{
+				Claim:     func(d time.Duration) { res.claims.add(d) },
+				AdmitCall: func(d time.Duration) { res.admits.add(d) },
+			}))
 		coords, lifecycles = append(coords, co), append(lifecycles, coordinator.NewLifecycle(co, cc))
 	}
 	start := time.Now()

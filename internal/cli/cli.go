@@ -3,15 +3,11 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"regexp"
 	"strconv"
-	"syscall"
 	"unicode/utf8"
 
 	"github.com/jackc/pgerrcode"
@@ -80,14 +76,15 @@ func ExitCode(err error) int {
 }
 
 // Run executes root with args, prints the error (redacted by redact when given) to stderr and
-// returns the exit code. SIGINT and SIGTERM cancel the command's context.
+// returns the exit code. SIGINT and SIGTERM cancel the command's context; a second one closes
+// its SecondSignal.
 func Run(root *cobra.Command, args []string, stderr io.Writer, redact func(string) string) int {
 	root.SilenceErrors, root.SilenceUsage = true, true
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &UsageError{Err: fmt.Errorf("%s (see %s --help)", flagError(err), c.CommandPath())}
 	})
 	wrapArgs(root)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

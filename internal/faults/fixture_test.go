@@ -147,7 +147,7 @@ func coordinatorFor(t *testing.T, owner string, pool *pgxpool.Pool, lease time.D
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return coordinator.New(cfg, coordinator.NewStore(pool), testLogger(owner))
+	return coordinator.New(cfg, coordinator.NewStore(pool), coordinator.WithLogger(testLogger(owner)))
 }
 
 func testLogger(owner string) *slog.Logger {

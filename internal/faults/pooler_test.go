@@ -96,7 +96,7 @@ func TestGatePoolerCommitResponseLoss(t *testing.T) {
 	dropped := proxy.DropNextCommit()
 	cc := coordinator.DefaultConfig("pooled-1")
 	cc.Cadence = 100 * time.Millisecond
-	co := coordinator.New(cc, coordinator.NewStore(pool, local...), testLogger("pooled-1"))
+	co := coordinator.New(cc, coordinator.NewStore(pool, local...), coordinator.WithLogger(testLogger("pooled-1")))
 	co.Round(ctx, nil)
 	drop := receive(t, dropped)
 	t.Logf("COMMIT response swallowed between the replica and PgBouncer on connection %d; tags seen: %q", drop.Conn, drop.Tags)

@@ -18,8 +18,8 @@ import (
 // exported returns every sample name a replica's /metrics carries, histogram series included.
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
-	co := coordinator.New(coordinator.DefaultConfig("alerts-test"), nil, nil) // never runs a round
-	m := metrics.New(co, "alerts-test", func() bool { return true }, nil, time.Minute)
+	co := coordinator.New(coordinator.DefaultConfig("alerts-test"), nil) // never runs a round
+	m := metrics.New(co, metrics.NewMeasurements("alerts-test"), func() bool { return true }, nil, time.Minute)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	names := map[string]bool{}

@@ -18,8 +18,8 @@ var buildInfoLine = regexp.MustCompile(`(?m)^qlsched_build_info\{(.*)\} (\S+)$`)
 // owner, like every other series.
 func TestBuildInfoGauge(t *testing.T) {
 	t.Parallel()
-	co := coordinator.New(coordinator.DefaultConfig("build-info-test"), nil, nil) // never runs a round
-	m := metrics.New(co, "replica-b", func() bool { return true }, nil, time.Minute)
+	co := coordinator.New(coordinator.DefaultConfig("build-info-test"), nil) // never runs a round
+	m := metrics.New(co, metrics.NewMeasurements("replica-b"), func() bool { return true }, nil, time.Minute)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	match := buildInfoLine.FindStringSubmatch(rec.Body.String())

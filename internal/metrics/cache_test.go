@@ -30,8 +30,8 @@ func TestScrapeServesTheLastBackgroundReading(t *testing.T) {
 		}
 		return Backlog{Due: 10 * n, OldestAge: time.Duration(n) * time.Second, Uninitialised: n}, nil
 	}
-	co := coordinator.New(coordinator.DefaultConfig("cache-test"), nil, nil)
-	m := New(co, "cache-test", func() bool { return true }, fn, 20*time.Millisecond)
+	co := coordinator.New(coordinator.DefaultConfig("cache-test"), nil)
+	m := New(co, NewMeasurements("cache-test"), func() bool { return true }, fn, 20*time.Millisecond)
 	scrape := func() string {
 		t.Helper()
 		rec := httptest.NewRecorder()

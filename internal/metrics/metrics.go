@@ -30,31 +30,50 @@ type Metrics struct {
 	backlog *backlogCache
 }
 
-// New registers the metrics of co. backlog is read by the loop Start runs, once per interval
-// (nil: never, the gauges stay 0).
-func New(co *coordinator.Coordinator, owner string, ready func() bool, backlog BacklogFunc, interval time.Duration) *Metrics {
-	reg := prometheus.NewRegistry()
-	constLabels := prometheus.Labels{"owner": owner}
-	reg.MustRegister(newStatsCollector(co, constLabels))
+// Measurements are the histograms and the errors by class that a coordinator's Observer feeds.
+// They exist before the coordinator, which takes their Observer at construction
+// (coordinator.WithObserver), and New registers them.
+type Measurements struct {
+	owner                                  string
+	errorsByClass                          *prometheus.CounterVec
+	roundSeconds, claimSeconds, lagSeconds prometheus.Histogram
+}
 
-	errorsByClass := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qlsched_errors_total", ConstLabels: constLabels,
+// NewMeasurements makes the measurements of the replica owner.
+func NewMeasurements(owner string) *Measurements {
+	constLabels := prometheus.Labels{"owner": owner}
+	m := &Measurements{owner: owner}
+	m.errorsByClass = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qlsched_errors_total", ConstLabels: constLabels,
 		Help: "Counted errors by class: claim, admit, init, release, skip, decide, corrupt."}, []string{"class"})
 	for _, class := range []string{"claim", "admit", "init", "release", "skip", "decide", "corrupt"} {
-		errorsByClass.WithLabelValues(class) // present at 0 from the start
+		m.errorsByClass.WithLabelValues(class) // present at 0 from the start
 	}
-	roundSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_round_duration_seconds", ConstLabels: constLabels,
+	m.roundSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_round_duration_seconds", ConstLabels: constLabels,
 		Help: "Duration of a coordinator round.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
-	claimSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_claim_duration_seconds", ConstLabels: constLabels,
+	m.claimSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_claim_duration_seconds", ConstLabels: constLabels,
 		Help: "Duration of one claim statement.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)})
-	lagSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_admission_lag_seconds", ConstLabels: constLabels,
+	m.lagSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_admission_lag_seconds", ConstLabels: constLabels,
 		Help: "Admit database time minus the occurrence's scheduled time.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)})
-	reg.MustRegister(errorsByClass, roundSeconds, claimSeconds, lagSeconds)
-	co.Observe = coordinator.Observer{
-		Round:    func(d time.Duration, _ int) { roundSeconds.Observe(d.Seconds()) },
-		Claim:    func(d time.Duration) { claimSeconds.Observe(d.Seconds()) },
-		Admitted: func(lag time.Duration) { lagSeconds.Observe(lag.Seconds()) },
-		Error:    func(class string) { errorsByClass.WithLabelValues(class).Inc() },
+	return m
+}
+
+// Observer is what the coordinator calls with each measurement.
+func (m *Measurements) Observer() coordinator.Observer {
+	return coordinator.Observer{
+		Round:    func(d time.Duration, _ int) { m.roundSeconds.Observe(d.Seconds()) },
+		Claim:    func(d time.Duration) { m.claimSeconds.Observe(d.Seconds()) },
+		Admitted: func(lag time.Duration) { m.lagSeconds.Observe(lag.Seconds()) },
+		Error:    func(class string) { m.errorsByClass.WithLabelValues(class).Inc() },
 	}
+}
+
+// New registers the metrics of co, whose Observer feeds meas (the owner label is meas's). backlog
+// is read by the loop Start runs, once per interval (nil: never, the gauges stay 0).
+func New(co *coordinator.Coordinator, meas *Measurements, ready func() bool, backlog BacklogFunc, interval time.Duration) *Metrics {
+	reg := prometheus.NewRegistry()
+	constLabels := prometheus.Labels{"owner": meas.owner}
+	reg.MustRegister(newStatsCollector(co, constLabels))
+	reg.MustRegister(meas.errorsByClass, meas.roundSeconds, meas.claimSeconds, meas.lagSeconds)
 
 	b := &backlogCache{fn: backlog, interval: interval, since: time.Now(),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "qlsched_backlog_reading_errors_total", ConstLabels: constLabels,

@@ -46,8 +46,8 @@ func BenchmarkScrapeAtScale(b *testing.B) {
 		}
 		t.Logf("Backlog statement %d: %s, %+v", i+1, time.Since(start).Round(time.Millisecond), b)
 	}
-	co := coordinator.New(coordinator.DefaultConfig("scale"), nil, nil)
-	m := metrics.New(co, "scale", func() bool { return true }, read, time.Second)
+	co := coordinator.New(coordinator.DefaultConfig("scale"), nil)
+	m := metrics.New(co, metrics.NewMeasurements("scale"), func() bool { return true }, read, time.Second)
 	if err := m.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -25,9 +25,8 @@ type Options struct {
 	// pooled mode): behind a transaction pooler, what every transaction of readiness, recovery
 	// and the store sets first. Nil on a direct connection.
 	Local []string
-	// Wire, when set, runs after the coordinator exists and before its first round (metrics set
-	// the coordinator's observer here: set later, it would race with the first round).
-	Wire func(*coordinator.Coordinator)
+	// Observer receives the coordinator's measurements from its first round (metrics' histograms).
+	Observer coordinator.Observer
 }
 
 // Replica is one started replica.
@@ -52,10 +51,8 @@ func Start(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Replica, err
 	}
 	log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped,
 		"took_ms", time.Since(began).Milliseconds())
-	co := coordinator.New(opts.Config, coordinator.NewStore(pool, opts.Local...), opts.Log)
-	if opts.Wire != nil {
-		opts.Wire(co)
-	}
+	co := coordinator.New(opts.Config, coordinator.NewStore(pool, opts.Local...), coordinator.WithLogger(opts.Log),
+		coordinator.WithObserver(opts.Observer))
 	lc := coordinator.NewLifecycle(co, opts.Config)
 	if err := lc.Start(ctx); err != nil {
 		return nil, err

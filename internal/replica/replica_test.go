@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/eventually"
 	"github.com/qlcontrol/controlcore/internal/replica"
 	"github.com/qlcontrol/controlcore/internal/testpg"
 	"github.com/qlcontrol/controlcore/internal/verify"
@@ -15,7 +18,9 @@ import (
 func TestMain(m *testing.M) { testpg.Main(m) }
 
 // A replica starts only on a ready schema: drift fails it before recovery or any round (no claim
-// is ever written), and a ready schema gets recovery, the wiring hook, then running rounds.
+// is ever written), and a ready schema gets recovery, then running rounds, every one of them
+// measured by the observer the options name (from the first: it is the coordinator's from its
+// construction).
 func TestStartIsReadinessThenRecoveryThenLifecycle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -23,25 +28,26 @@ func TestStartIsReadinessThenRecoveryThenLifecycle(t *testing.T) {
 
 	drifted := testpg.New(t)
 	drifted.Exec(t, "ALTER TABLE control_core.trigger_schedules ADD COLUMN forged integer NOT NULL DEFAULT 0")
-	wired := false
+	var rounds atomic.Int64
+	observer := coordinator.Observer{Round: func(time.Duration, int) { rounds.Add(1) }}
 	_, err := replica.Start(ctx, drifted.Pool(t, "ql_runtime"), replica.Options{Config: coordinator.DefaultConfig("r1"),
-		Names: drifted.Names, Log: log, Wire: func(*coordinator.Coordinator) { wired = true }})
+		Names: drifted.Names, Log: log, Observer: observer})
 	var notReady *verify.NotReadyError
-	if !errors.As(err, &notReady) || wired {
-		t.Fatalf("on a drifted schema: err %v, wired %v; want a *verify.NotReadyError before the coordinator exists", err, wired)
+	if !errors.As(err, &notReady) || rounds.Load() != 0 {
+		t.Fatalf("on a drifted schema: err %v, %d rounds observed; want a *verify.NotReadyError before any round", err, rounds.Load())
 	}
 
 	ready := testpg.New(t)
-	var wiredTo *coordinator.Coordinator
 	r, err := replica.Start(ctx, ready.Pool(t, "ql_runtime"), replica.Options{Config: coordinator.DefaultConfig("r2"),
-		Names: ready.Names, Log: log, Wire: func(co *coordinator.Coordinator) { wiredTo = co }})
+		Names: ready.Names, Log: log, Observer: observer})
 	if err != nil {
 		t.Fatal(err)
 	}
+	eventually.True(t, 10*time.Second, "a round observed", func() bool { return rounds.Load() > 0 })
 	if err := r.Lifecycle.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	if wiredTo == nil || wiredTo != r.Coordinator || r.Recovery.Candidates != 0 {
-		t.Fatalf("wired %p, coordinator %p, recovery %+v; want the hook called with the replica's coordinator, nothing to recover", wiredTo, r.Coordinator, r.Recovery)
+	if ran := r.Coordinator.Stats.Rounds.Load(); rounds.Load() != ran || r.Recovery.Candidates != 0 {
+		t.Fatalf("%d rounds observed of %d run, recovery %+v; want the observer to see every round, nothing to recover", rounds.Load(), ran, r.Recovery)
 	}
 }
