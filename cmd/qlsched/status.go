@@ -18,11 +18,11 @@ func (a *app) statusCmd() *cobra.Command {
 would take now: due or uninitialised, unclaimed, of an active project and an enabled trigger; the
 same count as the qlsched_backlog_schedules gauge), the oldest overdue occurrence among them, live
 claims by owner, and the last admissions (the newest per trigger among the project's newest
-` + fmt.Sprint(admin.LastAdmitsWalk) + ` admitted Runs); then the live claims by owner across
-projects (one line per replica holding claims). Every count stops at ` + fmt.Sprint(admin.CountCap) + ` per project, so the
-read costs the same at any number of triggers: "` + fmt.Sprint(admin.CountCap) + `+" means at least (the backlog and live
-claims count the first ` + fmt.Sprint(admin.CountCap) + ` rows of the project's due range). Any role with SELECT on control_core can run it
-(ql_admin, ql_runtime). It changes nothing, and reads everything in one snapshot (one
+`+fmt.Sprint(admin.LastAdmitsWalk)+` admitted Runs); then the live claims by owner across projects (one line
+per replica holding claims). Every count stops at `+fmt.Sprint(admin.CountCap)+` per project, so the read costs
+the same at any number of triggers: "`+fmt.Sprint(admin.CountCap)+`+" means at least (the backlog and the live
+claims count among the first `+fmt.Sprint(admin.CountCap)+` rows of the project's due range). Any role with
+SELECT on control_core can run it (ql_admin, ql_runtime). It changes nothing, and reads everything in one snapshot (one
 REPEATABLE READ READ ONLY transaction), so its parts agree with each other.`,
 		func() error { return nil },
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
