@@ -22,8 +22,8 @@ claims by owner, and the last admissions (the newest per trigger among the proje
 per replica holding claims). Every count stops at `+fmt.Sprint(admin.CountCap)+` per project, so the read costs
 the same at any number of triggers: "`+fmt.Sprint(admin.CountCap)+`+" means at least (the backlog and the live
 claims count among the first `+fmt.Sprint(admin.CountCap)+` rows of the project's due range). Any role with
-SELECT on control_core can run it (ql_admin, ql_runtime). It changes nothing, and reads everything in one snapshot (one
-REPEATABLE READ READ ONLY transaction), so its parts agree with each other.`,
+SELECT on control_core can run it (ql_admin, ql_runtime). It changes nothing, and reads everything
+in one snapshot (one REPEATABLE READ READ ONLY transaction), so its parts agree with each other.`,
 		func() error { return nil },
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
 			res, err := r.Status(cmd.Context())
