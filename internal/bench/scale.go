@@ -182,8 +182,9 @@ type scaleRead struct {
 // connection with one small read.
 var scaleReads = []scaleRead{
 	{"qlsched --version (floor: the process, no database)", readCLI, []string{"--version"}, 0},
-	{"qlsched project list (floor: a connection, one small read)", readCLI, []string{"project", "list"}, 0},
+	{"qlsched runs list --project none-such (floor: a connection, one empty read)", readCLI, []string{"runs", "list", "--project", "none-such"}, 0},
 	{"qlsched status", readCLI, []string{"status"}, 200},
+	{"qlsched project list", readCLI, []string{"project", "list"}, 100},
 	{"qlsched runs list", readCLI, []string{"runs", "list"}, 100},
 	{"qlsched runs list --project P", readCLI, []string{"runs", "list", "--project", "{project}"}, 100},
 	{"qlsched runs list --project P --state failed (none)", readCLI, []string{"runs", "list", "--project", "{project}", "--state", "failed"}, 100},
