@@ -55,9 +55,9 @@ final log line, claim latency from their /metrics histograms, CPU and RSS from /
            and run.queued), one INSERT … SELECT generate_series per table. The data set's rows
            are initialised first (in-process replicas at budget 256, cadence 10 ms, up to
            --init-wait). Then each read, --samples times, as an operator meets it: the built
-           binary's status, project list, runs list (with and without --project, with a state filter that
-           matches nothing), trigger list, task list (as ql_admin, wall time from exec to
-           exit); the console's overview and a project's pages (GET against ` + "`qlsched ui`" + `);
+           binary's status, project list, runs list (with and without --project, with a
+           state filter that matches nothing), trigger list, task list (as ql_admin, wall
+           time from exec to exit); the console's overview and a project's pages (GET against ` + "`qlsched ui`" + `);
            a replica process's /metrics (--backlog-interval 1s, scraped every 1.1 s so each
            scrape runs the backlog statement) and its start until "startup recovery done"
            (readiness included). Then the mass publish: two in-process replicas at the

@@ -202,7 +202,7 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	ready.lc.Store(lc)
 	m := metrics.New(co, measured, ready.ready, metrics.DatabaseBacklog(pool), opts.backlogInterval)
 	// The database gauges are read in the background, never inside a scrape.
-	if err := m.Start(ctx); err != nil {
+	if err := m.Start(ctx, log); err != nil {
 		_ = lc.Stop(context.Background())
 		return err
 	}

@@ -1,10 +1,13 @@
 package metrics
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,7 +18,8 @@ import (
 
 // A scrape never waits on the database: the gauges are read by Start's loop, once per interval,
 // and a scrape serves the last reading, whatever its rate and however slow the read is. A failed
-// read keeps the last values, counts, and lets their age grow; Stop ends the loop.
+// read keeps the last values, counts, and lets their age grow; the first of a streak is logged
+// with its error, and the read that ends it; Stop ends the loop.
 func TestScrapeServesTheLastBackgroundReading(t *testing.T) {
 	var calls atomic.Int64
 	var fail atomic.Bool
@@ -51,10 +55,11 @@ func TestScrapeServesTheLastBackgroundReading(t *testing.T) {
 	if body := scrape(); calls.Load() != 0 || !strings.Contains(body, "qlsched_backlog_schedules{owner=\"cache-test\"} 0") {
 		t.Fatalf("before Start: %d reads; the scrape must not read the database", calls.Load())
 	}
-	if err := m.Start(context.Background()); err != nil {
+	var logs lockedBuffer
+	if err := m.Start(context.Background(), slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err == nil {
+	if err := m.Start(context.Background(), nil); err == nil {
 		t.Error("a second Start succeeded")
 	}
 	// the first read lands; the second blocks, and scrapes keep serving the first
@@ -72,6 +77,11 @@ func TestScrapeServesTheLastBackgroundReading(t *testing.T) {
 	})
 	if m.backlog.get().Due != 10 || m.backlog.age() < 20*time.Millisecond {
 		t.Errorf("after failed reads: %+v, reading age %s; want the last values (10) growing older", m.backlog.get(), m.backlog.age())
+	}
+	fail.Store(false)
+	eventually.True(t, 5*time.Second, "a read to succeed again", func() bool { return strings.Contains(logs.String(), "read again") })
+	if got := strings.Count(logs.String(), "read failed"); got != 1 || !strings.Contains(logs.String(), "database down") {
+		t.Errorf("a streak of failed reads logged %d lines; want one, with its error:\n%s", got, logs.String())
 	}
 	if err := m.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -96,4 +106,22 @@ func grep(body string, names ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// lockedBuffer is a log destination the loop writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

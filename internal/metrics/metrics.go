@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -115,9 +116,10 @@ func New(co *coordinator.Coordinator, meas *Measurements, ready func() bool, bac
 }
 
 // Start starts the loop that reads the database gauges: once now, then once per interval, until
-// Stop. Each read is bounded (30 s). A second Start is an error.
-func (m *Metrics) Start(ctx context.Context) error {
-	return m.backlog.start(ctx)
+// Stop. Each read is bounded (30 s). log (nil: none) hears the first failed read of a streak, with
+// its error, and the read that ends it; the counter counts every one. A second Start is an error.
+func (m *Metrics) Start(ctx context.Context, log *slog.Logger) error {
+	return m.backlog.start(ctx, log)
 }
 
 // Stop stops the loop and waits for it, at most until ctx ends. Stopping twice, or a Metrics
@@ -191,6 +193,9 @@ type backlogCache struct {
 	interval time.Duration
 	errors   prometheus.Counter
 
+	log     *slog.Logger // set by start; only the loop reads it
+	failing int          // failed reads in a row; only the loop touches it
+
 	mu     sync.Mutex
 	since  time.Time // the last successful reading, or the cache's creation
 	val    Backlog
@@ -211,7 +216,9 @@ func (b *backlogCache) age() time.Duration {
 	return time.Since(b.since)
 }
 
-// refresh reads the gauges once; a failed read keeps the last values (their age grows) and counts.
+// refresh reads the gauges once; a failed read keeps the last values (their age grows), counts,
+// and is logged when it starts a streak of failures (a database away for an hour logs one line,
+// not one per interval).
 func (b *backlogCache) refresh(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
@@ -219,20 +226,28 @@ func (b *backlogCache) refresh(ctx context.Context) {
 	if err != nil {
 		if ctx.Err() == nil { // not the loop being stopped
 			b.errors.Inc()
+			if b.failing++; b.failing == 1 && b.log != nil {
+				b.log.Warn("database gauges: read failed; /metrics serves the last values (qlsched_backlog_reading_age_seconds grows)", "err", err)
+			}
 		}
 		return
 	}
+	if b.failing > 0 && b.log != nil {
+		b.log.Info("database gauges: read again", "failed_reads", b.failing)
+	}
+	b.failing = 0
 	b.mu.Lock()
 	b.val, b.since = v, time.Now()
 	b.mu.Unlock()
 }
 
-func (b *backlogCache) start(ctx context.Context) error {
+func (b *backlogCache) start(ctx context.Context, log *slog.Logger) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done != nil {
 		return errors.New("metrics: already started")
 	}
+	b.log = log
 	ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	b.done = make(chan struct{})
 	go func(done chan struct{}) {

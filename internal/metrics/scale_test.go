@@ -48,7 +48,7 @@ func BenchmarkScrapeAtScale(b *testing.B) {
 	}
 	co := coordinator.New(coordinator.DefaultConfig("scale"), nil)
 	m := metrics.New(co, metrics.NewMeasurements("scale"), func() bool { return true }, read, time.Second)
-	if err := m.Start(ctx); err != nil {
+	if err := m.Start(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = m.Stop(ctx) }()
