@@ -54,7 +54,7 @@ final log line, claim latency from their /metrics histograms, CPU and RSS from /
            the rows admission writes (queued Run, claimed remote_worker Attempt, run.created
            and run.queued), one INSERT … SELECT generate_series per table. The data set's rows
            are initialised first (in-process replicas at budget 256, cadence 10 ms, up to
-           --init-wait). Then each read, --samples times, as an operator meets it: the built
+           --init-wait), and the tables vacuumed and checkpointed. Then each read, --samples times, as an operator meets it: the built
            binary's status, project list, runs list (with and without --project, with a
            state filter that matches nothing), trigger list, task list (as ql_admin, wall
            time from exec to exit); the console's overview and a project's pages (GET against ` + "`qlsched ui`" + `);

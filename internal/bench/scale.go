@@ -293,7 +293,7 @@ func runScale(ctx context.Context, cfg Config, adminURL, runtimeURL string, pool
 	}
 	// settled again: the initialisation rewrote every schedule row, and its dead versions, an
 	// autovacuum of them and the checkpoint of the history's writes would otherwise run beside
-	// the timed reads (status measured 299 ms in one such sitting, 125 ms settled)
+	// the timed reads (status took 299 ms in one such sitting, 149 ms settled)
 	say("vacuuming the initialised schedules and checkpointing")
 	if err := settleLong(ctx, pool); err != nil {
 		say("reads start unsettled: %v", err)
