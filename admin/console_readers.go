@@ -89,6 +89,10 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 		if err != nil {
 			return err
 		}
+		claims, err := q.ProjectLiveClaims(ctx, CountCap)
+		if err != nil {
+			return fmt.Errorf("read live claims: %w", err)
+		}
 		window := ConsoleWindow.Milliseconds()
 		admissions, err := q.ConsoleAdmissions(ctx, window)
 		if err != nil {
@@ -102,11 +106,16 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 			index[p.ProjectID] = i
 			po := ProjectOverview{ProjectID: p.ProjectID, State: p.State, Triggers: p.Triggers, Enabled: p.Enabled,
 				Backlog: p.Backlog, BacklogPartial: p.DuePartial, ClaimsPartial: p.DuePartial, OldestOverdueMs: p.OldestOverdueMs,
-				LiveClaimsByOwner: p.ownerClaims(), Minutes: make([]MinuteAdmissions, n)}
+				LiveClaimsByOwner: []OwnerClaims{}, Minutes: make([]MinuteAdmissions, n)}
 			for m := range po.Minutes {
 				po.Minutes[m].StartMs = p.NowMs - window + int64(m)*60000
 			}
 			out.Projects = append(out.Projects, po)
+		}
+		for _, c := range claims {
+			if i, ok := index[c.ProjectID]; ok {
+				out.Projects[i].LiveClaimsByOwner = append(out.Projects[i].LiveClaimsByOwner, OwnerClaims{c.Owner, c.Claims})
+			}
 		}
 		for _, m := range admissions {
 			i, ok := index[m.ProjectID]

@@ -390,11 +390,12 @@ type Status struct {
 
 // ProjectStatus is one project's triggers, backlog, live claims and last admissions. Backlog is
 // as sql/queries/status.sql defines it: the schedule rows a claim would take now (the
-// qlsched_backlog_schedules gauge counts the same). Every count stops at CountCap: Triggers and
-// Enabled at it set CountsPartial; BacklogPartial says the walk of the due range read CountCap
-// rows, so Backlog and the live claims are lower bounds and an older overdue occurrence may lie
-// beyond it. Times are the database's milliseconds; 0 in OldestOverdueMs and LastAdmitMs means
-// none.
+// qlsched_backlog_schedules gauge counts the same, uncapped up to its own cap). Triggers and
+// Enabled stop at CountCap (CountsPartial); Backlog counts among the first CountCap rows of the
+// due range, oldest first (BacklogPartial: the walk reached that cap, so Backlog is a lower bound;
+// an OldestOverdueMs it found is the oldest, but 0 then does not mean none). The live claims are
+// exact. Times are the database's milliseconds; 0 in OldestOverdueMs and LastAdmitMs means none
+// (found).
 type ProjectStatus struct {
 	ProjectID         string        `json:"project_id"`
 	State             string        `json:"state"`
@@ -442,23 +443,30 @@ func (r *Reader) Status(ctx context.Context) (Status, error) {
 		if err != nil {
 			return err
 		}
+		claims, err := q.LiveClaimsByProjectOwner(ctx)
+		if err != nil {
+			return fmt.Errorf("read live claims: %w", err)
+		}
 		admits, err := q.LastAdmits(ctx, db.LastAdmitsParams{Walk: LastAdmitsWalk, MaxAdmits: MaxLastAdmits})
 		if err != nil {
 			return fmt.Errorf("read last admissions: %w", err)
 		}
-		res = Status{Projects: make([]ProjectStatus, 0, len(projects)), LiveClaimsByOwner: replicaClaims(projects)}
+		res = Status{Projects: make([]ProjectStatus, 0, len(projects)), LiveClaimsByOwner: replicaClaims(claims)}
 		index := map[string]int{}
 		for i, p := range projects {
 			index[p.ProjectID] = i
 			ps := ProjectStatus{
 				ProjectID: p.ProjectID, State: p.State, Triggers: p.Triggers, Enabled: p.Enabled, CountsPartial: p.countsPartial(),
 				Backlog: p.Backlog, BacklogPartial: p.DuePartial, OldestOverdueMs: p.OldestOverdueMs, NowMs: p.NowMs,
-				LiveClaimsByOwner: p.ownerClaims(), LastAdmits: []Admit{}, // empty, not nil: JSON says "none" without a special case
-			}
-			for _, c := range p.Claims {
-				ps.LiveClaims += c.Claims
+				LiveClaimsByOwner: []OwnerClaims{}, LastAdmits: []Admit{}, // empty, not nil: JSON says "none" without a special case
 			}
 			res.Projects = append(res.Projects, ps)
+		}
+		for _, c := range claims { // by project, then owner
+			if i, ok := index[c.ProjectID]; ok {
+				res.Projects[i].LiveClaims += c.Claims
+				res.Projects[i].LiveClaimsByOwner = append(res.Projects[i].LiveClaimsByOwner, OwnerClaims{c.Owner, c.Claims})
+			}
 		}
 		for _, a := range admits { // newest first within a project: the first is its last admission
 			if i, ok := index[a.ProjectID]; ok && len(res.Projects[i].LastAdmits) < MaxLastAdmits {

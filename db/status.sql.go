@@ -142,6 +142,53 @@ func (q *Queries) LastAdmits(ctx context.Context, arg LastAdmitsParams) ([]LastA
 	return items, nil
 }
 
+const liveClaimsByProjectOwner = `-- name: LiveClaimsByProjectOwner :many
+WITH obs AS MATERIALIZED (SELECT control_core.db_now_ms() AS now_ms)
+SELECT s.project_id, s.claim_owner::text AS owner, count(*)::bigint AS claims,
+       (min(s.claim_expires_at_ms) - obs.now_ms)::bigint AS soonest_expiry_in_ms
+FROM control_core.trigger_schedules s CROSS JOIN obs
+WHERE s.claim_expires_at_ms > obs.now_ms
+GROUP BY s.project_id, s.claim_owner, obs.now_ms
+ORDER BY s.project_id, s.claim_owner
+`
+
+type LiveClaimsByProjectOwnerRow struct {
+	ProjectID         string `json:"project_id"`
+	Owner             string `json:"owner"`
+	Claims            int64  `json:"claims"`
+	SoonestExpiryInMs int64  `json:"soonest_expiry_in_ms"`
+}
+
+// Every live claim, by project and owner, with the soonest expiry among them (a duration from
+// the database's time): `qlsched status`, exact, because the replicas working a backlog hold
+// claims at its oldest end, beyond any bounded walk, and that is when an operator asks. One pass
+// over the schedule rows; obs is MATERIALIZED so the database's time is
+// computed once, not in every row's condition.
+func (q *Queries) LiveClaimsByProjectOwner(ctx context.Context) ([]LiveClaimsByProjectOwnerRow, error) {
+	rows, err := q.db.Query(ctx, liveClaimsByProjectOwner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LiveClaimsByProjectOwnerRow{}
+	for rows.Next() {
+		var i LiveClaimsByProjectOwnerRow
+		if err := rows.Scan(
+			&i.ProjectID,
+			&i.Owner,
+			&i.Claims,
+			&i.SoonestExpiryInMs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const projectBacklog = `-- name: ProjectBacklog :many
 SELECT p.project_id, p.state,
        b.backlog::bigint AS backlog,
@@ -210,10 +257,10 @@ func (q *Queries) ProjectBacklog(ctx context.Context, cap int32) ([]ProjectBackl
 }
 
 const projectLiveClaims = `-- name: ProjectLiveClaims :many
-SELECT p.project_id, c.owner::text AS owner, c.claims::bigint AS claims, c.soonest_expiry_ms::bigint AS soonest_expiry_ms
+SELECT p.project_id, c.owner::text AS owner, c.claims::bigint AS claims
 FROM control_core.projects p
 CROSS JOIN LATERAL (
-    SELECT w.claim_owner AS owner, count(*) AS claims, min(w.claim_expires_at_ms) AS soonest_expiry_ms
+    SELECT w.claim_owner AS owner, count(*) AS claims
     FROM (SELECT s.claim_owner, s.claim_expires_at_ms
           FROM control_core.trigger_schedules s
           WHERE s.project_id = p.project_id AND coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
@@ -226,21 +273,21 @@ ORDER BY p.project_id, c.owner
 `
 
 type ProjectLiveClaimsRow struct {
-	ProjectID       string `json:"project_id"`
-	Owner           string `json:"owner"`
-	Claims          int64  `json:"claims"`
-	SoonestExpiryMs int64  `json:"soonest_expiry_ms"`
+	ProjectID string `json:"project_id"`
+	Owner     string `json:"owner"`
+	Claims    int64  `json:"claims"`
 }
 
 // Live claims per project and owner among the newest @cap rows of the project's due range (the
-// claim index's range backwards from now), with the soonest expiry among them. A claim is taken
-// on a due or uninitialised row and every write that advances the cursor ends it, so a live claim
-// sits in the due range: the walk is bounded by rows read, as the backlog's is, because the range
-// also holds every disabled trigger's row (reading them all, one heap page each, cost 1.1 s of
-// the overview at 1M schedule rows). It walks from the newest end: without a backlog the rows in
-// hand are the ones that fell due last, while the range's oldest end holds the uninitialised
-// rows. When the project's due range holds @cap rows or more (ProjectBacklog's due_walked) a
-// claim may lie beyond the walk and the counts are lower bounds.
+// claim index's range backwards from now): the console's overview. A claim is taken on a due or
+// uninitialised row and every write that advances the cursor ends it, so a live claim sits in the
+// due range: the walk is bounded by rows read, as the backlog's is, because the range also holds
+// every disabled trigger's row (reading them all, one heap page each, cost 1.1 s of the overview
+// at 1M schedule rows). It walks from the newest end: without a backlog the rows in hand are the
+// ones that fell due last, while the range's oldest end holds the uninitialised rows. When the
+// project's due range holds @cap rows or more (ProjectBacklog's due_walked) a claim may lie
+// beyond the walk (during a backlog, the claims sit at its oldest end) and the counts are lower
+// bounds; `qlsched status` counts them exactly with LiveClaimsByProjectOwner.
 func (q *Queries) ProjectLiveClaims(ctx context.Context, cap int32) ([]ProjectLiveClaimsRow, error) {
 	rows, err := q.db.Query(ctx, projectLiveClaims, cap)
 	if err != nil {
@@ -250,12 +297,7 @@ func (q *Queries) ProjectLiveClaims(ctx context.Context, cap int32) ([]ProjectLi
 	items := []ProjectLiveClaimsRow{}
 	for rows.Next() {
 		var i ProjectLiveClaimsRow
-		if err := rows.Scan(
-			&i.ProjectID,
-			&i.Owner,
-			&i.Claims,
-			&i.SoonestExpiryMs,
-		); err != nil {
+		if err := rows.Scan(&i.ProjectID, &i.Owner, &i.Claims); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -428,8 +428,11 @@ func TestOperatorReadsAreBounded(t *testing.T) {
 }
 
 // status and project list count each project's triggers up to admin.CountCap and walk at most
-// CountCap rows of its due range, and say so: 1,200 enabled triggers in "big", all uninitialised
-// (due), print as "1000+" and set the JSON's partial flags; the small project "a" is exact.
+// CountCap rows of its due range, and say so: 1,200 enabled triggers in "big", all due, print as
+// "1000+" and set the JSON's partial flags; the small project "a" is exact. The live claims stay
+// exact: a replica working the backlog holds its oldest rows, which a walk from the newest end
+// never reaches. In "c", 1,100 disabled triggers fill the walk before its one overdue trigger:
+// the oldest overdue occurrence is "?", not "-".
 func TestStatusAndProjectListStopAtTheCountCap(t *testing.T) {
 	t.Parallel()
 	d, db := seedLists(t)
@@ -440,8 +443,21 @@ func TestStatusAndProjectListStopAtTheCountCap(t *testing.T) {
 		        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
 		    SELECT 'big', 'u' || g, 1, 'cron', '0 * * * *', 'UTC', 'skip', 60000, true, 'job', 1, repeat('a', 64)
 		    FROM generate_series(1, 1200) g;
+		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms, state_version, claim_version, updated_at_ms)
+		    SELECT 'big', 'u' || g, 1, control_core.db_now_ms() - 600000 + g, 1, 0, control_core.db_now_ms() FROM generate_series(1, 1200) g;
+		UPDATE control_core.trigger_schedules SET claim_owner = 'replica-old', claim_token = gen_random_uuid(), claim_version = 1,
+		    claim_expires_at_ms = control_core.db_now_ms() + 600000
+		WHERE project_id = 'big' AND trigger_id IN (SELECT 'u' || g FROM generate_series(1, 30) g);
+		INSERT INTO control_core.triggers (project_id, trigger_id, head_revision)
+		    SELECT 'c', 'off' || g, 1 FROM generate_series(1, 1100) g;
+		INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
+		        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
+		    SELECT 'c', 'off' || g, 1, 'cron', '0 * * * *', 'UTC', 'skip', 60000, false, 'job', 1, repeat('a', 64)
+		    FROM generate_series(1, 1100) g;
 		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, state_version, claim_version, updated_at_ms)
-		    SELECT 'big', 'u' || g, 1, 1, 0, control_core.db_now_ms() FROM generate_series(1, 1200) g;
+		    SELECT 'c', 'off' || g, 1, 1, 0, control_core.db_now_ms() FROM generate_series(1, 1100) g;
+		UPDATE control_core.trigger_schedules SET next_fire_at_ms = control_core.db_now_ms() - 60000
+		WHERE project_id = 'c' AND trigger_id = 't1';
 		ANALYZE control_core.trigger_schedules, control_core.trigger_revisions`)
 	capped := fmt.Sprintf("%d+", admin.CountCap)
 
@@ -450,11 +466,19 @@ func TestStatusAndProjectListStopAtTheCountCap(t *testing.T) {
 		t.Fatalf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	big := regexp.MustCompile(`(?m)^big\s+active\s+(\S+)\s+(\S+)\s+(\S+)\s`).FindStringSubmatch(r.stdout)
-	if big == nil || big[1] != capped || big[2] != capped || big[3] != capped {
-		t.Errorf("status: big's triggers, enabled and backlog %q; want %s each\n%s", big, capped, r.stdout)
+	// the backlog: the walk's 1,000 rows less the 30 claimed ones, and more beyond
+	if big == nil || big[1] != capped || big[2] != capped || big[3] != fmt.Sprintf("%d+", admin.CountCap-30) {
+		t.Errorf("status: big's triggers, enabled and backlog %q; want %s, %s, %d+\n%s", big, capped, capped, admin.CountCap-30, r.stdout)
 	}
 	if !regexp.MustCompile(`(?m)^a\s+active\s+7\s+7\s+7\s`).MatchString(r.stdout) {
 		t.Errorf("status: a's counts are not exact (7 7 7)\n%s", r.stdout)
+	}
+	if !regexp.MustCompile(`(?m)^big\s.*\s30 \(replica-old: 30\)\s`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^replica-old\s+30\s+in `).MatchString(r.stdout) {
+		t.Errorf("status: the 30 claims on big's oldest due rows are not counted exactly\n%s", r.stdout)
+	}
+	if !regexp.MustCompile(`(?m)^c\s+active\s+1000\+\s+5\s+\d+\+\s+\? \(none in the first 1000 due rows\)`).MatchString(r.stdout) {
+		t.Errorf("status: c's overdue trigger beyond 1,100 disabled rows is not marked as possibly there\n%s", r.stdout)
 	}
 	r = run(t, append([]string{"status", "--format", "json"}, db...)...)
 	var st struct {
@@ -470,9 +494,9 @@ func TestStatusAndProjectListStopAtTheCountCap(t *testing.T) {
 		t.Fatalf("status --format json: %v\n%s", err, r.stdout)
 	}
 	for _, p := range st.Projects {
-		want := p.ProjectID == "big"
-		if p.CountsPartial != want || p.BacklogPartial != want || want && (p.Triggers != admin.CountCap || p.Backlog != admin.CountCap) {
-			t.Errorf("status json: %+v; want partial=%v (at the cap %d for big)", p, want, admin.CountCap)
+		want := p.ProjectID == "big" || p.ProjectID == "c"
+		if p.CountsPartial != want || p.BacklogPartial != want || p.ProjectID == "big" && (p.Triggers != admin.CountCap || p.Backlog != admin.CountCap-30) {
+			t.Errorf("status json: %+v; want partial=%v (big: at the cap %d, 30 of its walk claimed)", p, want, admin.CountCap)
 		}
 	}
 

@@ -16,12 +16,13 @@ func (a *app) statusCmd() *cobra.Command {
 	return a.list("status", "What the scheduler is doing: backlog, overdue occurrences, live claims, last admits",
 		`status shows, per project: triggers and enabled ones, the backlog (the schedule rows a claim
 would take now: due or uninitialised, unclaimed, of an active project and an enabled trigger; the
-same count as the qlsched_backlog_schedules gauge), the oldest overdue occurrence among them, live
+same definition as the qlsched_backlog_schedules gauge), the oldest overdue occurrence among them, live
 claims by owner, and the last admissions (the newest per trigger among the project's newest
 `+fmt.Sprint(admin.LastAdmitsWalk)+` admitted Runs); then the live claims by owner across projects (one line
-per replica holding claims). Every count stops at `+fmt.Sprint(admin.CountCap)+` per project, so the read costs
-the same at any number of triggers: "`+fmt.Sprint(admin.CountCap)+`+" means at least (the backlog and the live
-claims count among the first `+fmt.Sprint(admin.CountCap)+` rows of the project's due range). Any role with
+per replica holding claims). The triggers and enabled counts stop at `+fmt.Sprint(admin.CountCap)+` per project
+and the backlog counts among the first `+fmt.Sprint(admin.CountCap)+` rows of the project's due range, oldest first,
+so the read costs the same at any number of triggers: "`+fmt.Sprint(admin.CountCap)+`+" means at least, and "?" an
+overdue occurrence that may lie beyond those rows. Live claims are exact. Any role with
 SELECT on control_core can run it (ql_admin, ql_runtime). It changes nothing, and reads everything
 in one snapshot (one REPEATABLE READ READ ONLY transaction), so its parts agree with each other.`,
 		func() error { return nil },
@@ -90,10 +91,12 @@ func printStatus(out io.Writer, res admin.Status) {
 	fmt.Fprintln(tw, "PROJECT\tSTATE\tTRIGGERS\tENABLED\tBACKLOG\tOLDEST OVERDUE\tLIVE CLAIMS\tLAST ADMIT")
 	for _, p := range res.Projects {
 		claims := fmt.Sprint(p.LiveClaims)
-		backlog := fmt.Sprint(p.Backlog)
+		backlog, overdue := fmt.Sprint(p.Backlog), ago(p.OldestOverdueMs, p.NowMs)
 		if p.BacklogPartial {
-			claims += "+"
 			backlog += "+"
+			if p.OldestOverdueMs == 0 { // the walk read no claimable row: one may lie beyond it
+				overdue = fmt.Sprintf("? (none in the first %d due rows)", admin.CountCap)
+			}
 		}
 		if len(p.LiveClaimsByOwner) > 0 {
 			var by []string
@@ -103,22 +106,15 @@ func printStatus(out io.Writer, res admin.Status) {
 			claims += " (" + strings.Join(by, ", ") + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ProjectID, p.State, atLeast(p.Triggers, admin.CountCap),
-			atLeast(p.Enabled, admin.CountCap), backlog,
-			ago(p.OldestOverdueMs, p.NowMs), claims, ago(p.LastAdmitMs, p.NowMs))
+			atLeast(p.Enabled, admin.CountCap), backlog, overdue, claims, ago(p.LastAdmitMs, p.NowMs))
 	}
 	tw.Flush()
 
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OWNER\tLIVE CLAIMS\tSOONEST EXPIRY")
-	partial := "" // a project's walk stopped at the cap: the sums are lower bounds
-	for _, p := range res.Projects {
-		if p.BacklogPartial {
-			partial = "+"
-		}
-	}
 	for _, o := range res.LiveClaimsByOwner {
-		fmt.Fprintf(tw, "%s\t%d%s\tin %s\n", o.Owner, o.Claims, partial, time.Duration(o.SoonestExpiryInMs)*time.Millisecond)
+		fmt.Fprintf(tw, "%s\t%d\tin %s\n", o.Owner, o.Claims, time.Duration(o.SoonestExpiryInMs)*time.Millisecond)
 	}
 	if len(res.LiveClaimsByOwner) == 0 {
 		fmt.Fprintln(tw, "(none)\t0\t-")

@@ -83,6 +83,11 @@ func TestScrapeServesTheLastBackgroundReading(t *testing.T) {
 	if got := strings.Count(logs.String(), "read failed"); got != 1 || !strings.Contains(logs.String(), "database down") {
 		t.Errorf("a streak of failed reads logged %d lines; want one, with its error:\n%s", got, logs.String())
 	}
+	// a second streak is logged again, and its end too: one line each per streak
+	fail.Store(true)
+	eventually.True(t, 5*time.Second, "a second streak to be logged", func() bool { return strings.Count(logs.String(), "read failed") == 2 })
+	fail.Store(false)
+	eventually.True(t, 5*time.Second, "the second streak to end", func() bool { return strings.Count(logs.String(), "read again") == 2 })
 	if err := m.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}

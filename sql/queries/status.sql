@@ -93,18 +93,19 @@ ORDER BY p.project_id;
 
 -- name: ProjectLiveClaims :many
 -- Live claims per project and owner among the newest @cap rows of the project's due range (the
--- claim index's range backwards from now), with the soonest expiry among them. A claim is taken
--- on a due or uninitialised row and every write that advances the cursor ends it, so a live claim
--- sits in the due range: the walk is bounded by rows read, as the backlog's is, because the range
--- also holds every disabled trigger's row (reading them all, one heap page each, cost 1.1 s of
--- the overview at 1M schedule rows). It walks from the newest end: without a backlog the rows in
--- hand are the ones that fell due last, while the range's oldest end holds the uninitialised
--- rows. When the project's due range holds @cap rows or more (ProjectBacklog's due_walked) a
--- claim may lie beyond the walk and the counts are lower bounds.
-SELECT p.project_id, c.owner::text AS owner, c.claims::bigint AS claims, c.soonest_expiry_ms::bigint AS soonest_expiry_ms
+-- claim index's range backwards from now): the console's overview. A claim is taken on a due or
+-- uninitialised row and every write that advances the cursor ends it, so a live claim sits in the
+-- due range: the walk is bounded by rows read, as the backlog's is, because the range also holds
+-- every disabled trigger's row (reading them all, one heap page each, cost 1.1 s of the overview
+-- at 1M schedule rows). It walks from the newest end: without a backlog the rows in hand are the
+-- ones that fell due last, while the range's oldest end holds the uninitialised rows. When the
+-- project's due range holds @cap rows or more (ProjectBacklog's due_walked) a claim may lie
+-- beyond the walk (during a backlog, the claims sit at its oldest end) and the counts are lower
+-- bounds; `qlsched status` counts them exactly with LiveClaimsByProjectOwner.
+SELECT p.project_id, c.owner::text AS owner, c.claims::bigint AS claims
 FROM control_core.projects p
 CROSS JOIN LATERAL (
-    SELECT w.claim_owner AS owner, count(*) AS claims, min(w.claim_expires_at_ms) AS soonest_expiry_ms
+    SELECT w.claim_owner AS owner, count(*) AS claims
     FROM (SELECT s.claim_owner, s.claim_expires_at_ms
           FROM control_core.trigger_schedules s
           WHERE s.project_id = p.project_id AND coalesce(s.next_fire_at_ms, -1) <= control_core.db_now_ms()
@@ -114,6 +115,20 @@ CROSS JOIN LATERAL (
     GROUP BY w.claim_owner
 ) c
 ORDER BY p.project_id, c.owner;
+
+-- name: LiveClaimsByProjectOwner :many
+-- Every live claim, by project and owner, with the soonest expiry among them (a duration from
+-- the database's time): `qlsched status`, exact, because the replicas working a backlog hold
+-- claims at its oldest end, beyond any bounded walk, and that is when an operator asks. One pass
+-- over the schedule rows; obs is MATERIALIZED so the database's time is
+-- computed once, not in every row's condition.
+WITH obs AS MATERIALIZED (SELECT control_core.db_now_ms() AS now_ms)
+SELECT s.project_id, s.claim_owner::text AS owner, count(*)::bigint AS claims,
+       (min(s.claim_expires_at_ms) - obs.now_ms)::bigint AS soonest_expiry_in_ms
+FROM control_core.trigger_schedules s CROSS JOIN obs
+WHERE s.claim_expires_at_ms > obs.now_ms
+GROUP BY s.project_id, s.claim_owner, obs.now_ms
+ORDER BY s.project_id, s.claim_owner;
 
 -- name: LastAdmits :many
 -- Per project, the newest admitted Run of each trigger among the project's newest @walk admitted
