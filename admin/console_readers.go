@@ -40,8 +40,8 @@ type Overview struct {
 
 // ProjectOverview is one project of the Overview. Triggers and Enabled stop at CountCap.
 // Backlog and OldestOverdueMs come from the first CountCap rows of the due range; when the
-// walk reached that cap (BacklogPartial) the backlog is a lower bound and an older overdue
-// occurrence may lie beyond it. OldestOverdueMs is 0 when none was found. LiveClaimsByOwner
+// walk reached that cap (BacklogPartial) the backlog is a lower bound; the walk is oldest first,
+// so an OldestOverdueMs it found is the oldest, but 0 (none found) does not then mean none. LiveClaimsByOwner
 // comes from the newest CountCap rows of the due range; ClaimsPartial says the range holds
 // more, so a claim may lie beyond the walk and the counts are lower bounds. Minutes holds one entry per
 // minute of the window, oldest first, zero where nothing was admitted; the lag percentiles are

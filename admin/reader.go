@@ -390,7 +390,7 @@ type Status struct {
 
 // ProjectStatus is one project's triggers, backlog, live claims and last admissions. Backlog is
 // as sql/queries/status.sql defines it: the schedule rows a claim would take now (the
-// qlsched_backlog_schedules gauge counts the same, uncapped up to its own cap). Triggers and
+// qlsched_backlog_schedules gauge has the same definition, database-wide). Triggers and
 // Enabled stop at CountCap (CountsPartial); Backlog counts among the first CountCap rows of the
 // due range, oldest first (BacklogPartial: the walk reached that cap, so Backlog is a lower bound;
 // an OldestOverdueMs it found is the oldest, but 0 then does not mean none). The live claims are
