@@ -8,7 +8,7 @@
 // sql/migrations/migrations.sum (an edited, added, removed or renamed migration is caught in the
 // repository and in the binary), the comparison of the ledger and goose's versions with the
 // binary's migrations (edited checksum, unknown applied version, pending migration), and the
-// readiness contract of control-core v19 (readiness_contract.txt) with its comparison against the
+// readiness contract of control-core v20 (readiness_contract.txt) with its comparison against the
 // catalogs: the schema's shape and everything that changes what a statement on it does
 // (triggers and their enabled state, row-level security, rules, persistence, function
 // attributes and owners, the database's event triggers), each difference naming the object,

@@ -66,7 +66,7 @@ func TestReadinessContractMatchesAFreshMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	if drift := checksums.CompareReadiness(contract, readFacts(t, testpg.New(t)), checksums.Locator{}); len(drift) != 0 {
-		t.Fatalf("a fresh v19 database drifts from the contract: %+v", drift)
+		t.Fatalf("a fresh v20 database drifts from the contract: %+v", drift)
 	}
 }
 
@@ -110,7 +110,7 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 		}
 	}
 	if tables != 21 {
-		t.Errorf("the contract lists %d tables, want the 20 of control-core v19 and goose's version table", tables)
+		t.Errorf("the contract lists %d tables, want the 20 of control-core v20 and goose's version table", tables)
 	}
 }
 

@@ -1,6 +1,6 @@
 package roles
 
-// The expected privilege model of control-core v19, as data a DBA can read against
+// The expected privilege model of control-core v20, as data a DBA can read against
 // sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql,
 // 0019_audit_by_database.sql and
 // `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
@@ -91,7 +91,7 @@ var (
 	si  = []string{"SELECT", "INSERT"}
 )
 
-// Tables is every table of control_core (v19, 21 with goose's version table).
+// Tables is every table of control_core (v20, 21 with goose's version table).
 var Tables = []TableGrant{
 	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
 	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},

@@ -35,8 +35,8 @@ func TestCIGates(t *testing.T) {
 		t.Fatalf("up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	st := run(t, nil, "status", "--exit-code", "--database-url", su)
-	if st.code != 0 || !regexp.MustCompile(`(?m)^20\s+pg-0020-bounded-reads\s+\S+\s+postgres\s+\S+\s+ok$`).MatchString(st.stdout) {
-		t.Errorf("status --exit-code after up: exit %d, want 0 and pg-0020 applied by postgres\n%s%s", st.code, st.stdout, st.stderr)
+	if st.code != 0 || !regexp.MustCompile(`(?m)^21\s+pg-0021-live-attempt-guard\s+\S+\s+postgres\s+\S+\s+ok$`).MatchString(st.stdout) {
+		t.Errorf("status --exit-code after up: exit %d, want 0 and pg-0021 applied by postgres\n%s%s", st.code, st.stdout, st.stderr)
 	}
 	if r := run(t, nil, "status", "--format", "json", "--database-url", su); !strings.Contains(r.stdout, `"schema": "qlmigrate.status/v1"`) || !strings.Contains(r.stdout, `"applied_by": "postgres"`) {
 		t.Errorf("status --format json: no schema or applied_by\n%s", r.stdout)
@@ -53,7 +53,7 @@ func TestCIGates(t *testing.T) {
 		t.Errorf("accept of a statement change: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	d.Exec(t, "UPDATE control_core.capabilities SET version = 16 WHERE component = 'control-core'")
-	if r := run(t, nil, "probe", "--database-url", d.URL(d.Names.Runtime)); r.code != 1 || !strings.Contains(r.stdout, "capability_changed") && !strings.Contains(r.stdout, "expects v19") {
+	if r := run(t, nil, "probe", "--database-url", d.URL(d.Names.Runtime)); r.code != 1 || !strings.Contains(r.stdout, "capability_changed") && !strings.Contains(r.stdout, "expects v20") {
 		t.Errorf("probe on capability v16: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -61,8 +61,8 @@ func TestHashCheckNamesEveryChangedFile(t *testing.T) {
 			rename(t, dir, "0007_attempts.sql", "0007_attempt_rows.sql")
 		}, []string{"renamed", "0007_attempts.sql was renamed to 0007_attempt_rows.sql"}},
 		{"reordered", func(t *testing.T, dir string) {
-			rename(t, dir, "0020_bounded_reads.sql", "0021_bounded_reads.sql")
-		}, []string{"0020_bounded_reads.sql was renamed to 0021_bounded_reads.sql"}},
+			rename(t, dir, "0021_live_attempt_guard.sql", "0022_live_attempt_guard.sql")
+		}, []string{"0021_live_attempt_guard.sql was renamed to 0022_live_attempt_guard.sql"}},
 		{"sum edited by hand", func(t *testing.T, dir string) {
 			b, err := os.ReadFile(filepath.Join(dir, "migrations.sum"))
 			if err != nil {

@@ -166,7 +166,7 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 	}
 
 	r = run(t, nil, append([]string{"--database-url", owner, "up"}, prefix...)...)
-	if r.code != 0 || !strings.Contains(r.stdout, "20 applied; control-core is at v19") || strings.Count(r.stdout, "applied pg-") != 20 {
+	if r.code != 0 || !strings.Contains(r.stdout, "21 applied; control-core is at v20") || strings.Count(r.stdout, "applied pg-") != 21 {
 		t.Fatalf("up as %s: exit %d\n%s%s", names.Owner, r.code, r.stdout, r.stderr)
 	}
 
@@ -185,8 +185,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 			t.Errorf("status has no line for %s with an applied time and checksum ok:\n%s", m.Name, r.stdout)
 		}
 	}
-	if !strings.Contains(r.stdout, "capability v19") || !strings.Contains(r.stdout, "20 of 20 applied") || strings.Contains(r.stdout, "pending") {
-		t.Errorf("status does not show all 20 applied at v19:\n%s", r.stdout)
+	if !strings.Contains(r.stdout, "capability v20") || !strings.Contains(r.stdout, "21 of 21 applied") || strings.Contains(r.stdout, "pending") {
+		t.Errorf("status does not show all 21 applied at v20:\n%s", r.stdout)
 	}
 
 	if r = run(t, nil, append([]string{"--database-url", owner, "verify"}, prefix...)...); r.code != 0 || !strings.Contains(r.stdout, "OK: no drift") {

@@ -59,12 +59,12 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if len(applied) != 20 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[19].Migration.Name != "pg-0020-bounded-reads" {
-		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0020-bounded-reads", len(applied), applied)
+	if len(applied) != 21 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[20].Migration.Name != "pg-0021-live-attempt-guard" {
+		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0021-live-attempt-guard", len(applied), applied)
 	}
 	capability, err := db.New(r.Pool).Capability(ctx, "control-core")
-	if err != nil || capability.Version != 19 || capability.Name != "bounded_reads" {
-		t.Fatalf("capability = %+v, %v; want v19 bounded_reads", capability, err)
+	if err != nil || capability.Version != 20 || capability.Name != "live_attempt_guard" {
+		t.Fatalf("capability = %+v, %v; want v20 live_attempt_guard", capability, err)
 	}
 
 	su := d.Pool(t, "")
