@@ -24,14 +24,14 @@ func TestCIGates(t *testing.T) {
 	if r := run(t, nil, "up", "--to", "14", "--database-url", su); r.code != 0 {
 		t.Fatalf("up --to 14: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := run(t, nil, "status", "--exit-code", "--database-url", su); r.code != 1 || !strings.Contains(r.stderr, "6 migration(s) pending") {
-		t.Errorf("status --exit-code with 6 pending: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
+	if r := run(t, nil, "status", "--exit-code", "--database-url", su); r.code != 1 || !strings.Contains(r.stderr, "7 migration(s) pending") {
+		t.Errorf("status --exit-code with 7 pending: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	dry := run(t, nil, "up", "--dry-run", "--database-url", su)
-	if dry.code != 0 || strings.Count(dry.stdout, "\n"+migrate.BeginSQL+"\n") != 6 || !strings.Contains(dry.stdout, "-- pg-0015-database-time") {
-		t.Errorf("up --dry-run: exit %d, want 6 transactions from pg-0015\n%s%s", dry.code, dry.stdout, dry.stderr)
+	if dry.code != 0 || strings.Count(dry.stdout, "\n"+migrate.BeginSQL+"\n") != 7 || !strings.Contains(dry.stdout, "-- pg-0015-database-time") {
+		t.Errorf("up --dry-run: exit %d, want 7 transactions from pg-0015\n%s%s", dry.code, dry.stdout, dry.stderr)
 	}
-	if r := run(t, nil, "up", "--database-url", su); r.code != 0 || strings.Count(r.stdout, "applied pg-") != 6 {
+	if r := run(t, nil, "up", "--database-url", su); r.code != 0 || strings.Count(r.stdout, "applied pg-") != 7 {
 		t.Fatalf("up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	st := run(t, nil, "status", "--exit-code", "--database-url", su)
@@ -111,8 +111,8 @@ func TestConcurrentUpThroughPgBouncerAppliesOnce(t *testing.T) {
 		applied += strings.Count(p.res.stdout, "applied pg-")
 		t.Logf("up #%d through PgBouncer:\n%s%s", i, p.res.stdout, p.res.stderr)
 	}
-	if applied != 20 {
-		t.Errorf("the two runs applied %d migrations between them, want 20", applied)
+	if applied != 21 {
+		t.Errorf("the two runs applied %d migrations between them, want 21", applied)
 	}
 	conn, err := pgx.Connect(ctx, d.URL(""))
 	if err != nil {
@@ -122,8 +122,8 @@ func TestConcurrentUpThroughPgBouncerAppliesOnce(t *testing.T) {
 	var versions, rows, ledger int
 	err = conn.QueryRow(ctx, `SELECT count(DISTINCT version_id), count(*),
 		(SELECT count(*) FROM control_core.migration_ledger) FROM control_core.goose_db_version WHERE version_id > 0`).Scan(&versions, &rows, &ledger)
-	if err != nil || versions != 20 || rows != 20 || ledger != 20 {
-		t.Errorf("goose versions %d, version rows %d, ledger rows %d (%v); want 20 each", versions, rows, ledger, err)
+	if err != nil || versions != 21 || rows != 21 || ledger != 21 {
+		t.Errorf("goose versions %d, version rows %d, ledger rows %d (%v); want 21 each", versions, rows, ledger, err)
 	}
 	for _, args := range [][]string{{"status", "--exit-code"}, {"probe"}, {"up", "--dry-run"}} {
 		if r := run(t, nil, append(args, "--database-url", bouncer)...); r.code != 0 {

@@ -50,8 +50,8 @@ func TestHashCheckNamesEveryChangedFile(t *testing.T) {
 			appendTo(t, filepath.Join(dir, "0005_triggers.sql"), "-- a late edit\n")
 		}, []string{"edited", "0005_triggers.sql was edited"}},
 		{"added", func(t *testing.T, dir string) {
-			write(t, filepath.Join(dir, "0021_more.sql"), "-- +goose Up\nSELECT 1;\n")
-		}, []string{"added", "0021_more.sql was added"}},
+			write(t, filepath.Join(dir, "0022_more.sql"), "-- +goose Up\nSELECT 1;\n")
+		}, []string{"added", "0022_more.sql was added"}},
 		{"removed", func(t *testing.T, dir string) {
 			if err := os.Remove(filepath.Join(dir, "0007_attempts.sql")); err != nil {
 				t.Fatal(err)
@@ -105,8 +105,8 @@ func TestHashCheckNamesEveryChangedFile(t *testing.T) {
 func TestHashRewritesAndThenChecksClean(t *testing.T) {
 	t.Parallel()
 	dir := copyMigrations(t)
-	write(t, filepath.Join(dir, "0021_more.sql"), "-- +goose Up\nSELECT 1;\n")
-	if r := run(t, nil, "hash", "--dir", dir); r.code != 0 || !strings.Contains(r.stdout, "21 migrations") {
+	write(t, filepath.Join(dir, "0022_more.sql"), "-- +goose Up\nSELECT 1;\n")
+	if r := run(t, nil, "hash", "--dir", dir); r.code != 0 || !strings.Contains(r.stdout, "22 migrations") {
 		t.Fatalf("hash: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := run(t, nil, "hash", "--check", "--dir", dir, "--format", "json")

@@ -64,11 +64,11 @@ func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
 		{"unknown flag", []string{"up", "--frobnicate"}, "unknown flag: --frobnicate"},
 		{"bad format", []string{"status", "--format", "yaml"}, `invalid argument "yaml" for "--format" flag: want text or json`},
 		{"negative --to", []string{"up", "--to", "-3"}, "--to -3"},
-		{"--to beyond the last migration", []string{"up", "--to", "21"}, "--to 21: the stream has versions 1 … 20"},
-		{"--to beyond the last migration, dry run", []string{"up", "--dry-run", "--to", "21"}, "--to 21: the stream has versions 1 … 20"},
+		{"--to beyond the last migration", []string{"up", "--to", "22"}, "--to 22: the stream has versions 1 … 21"},
+		{"--to beyond the last migration, dry run", []string{"up", "--dry-run", "--to", "22"}, "--to 22: the stream has versions 1 … 21"},
 		{"--lock-timeout too short", []string{"up", "--lock-timeout", "10ms"}, "--lock-timeout 10ms: want 100ms … 24h0m0s"},
 		{"accept --version 0", []string{"accept", "--version", "0", "--reason", "x"}, "--version 0: want a migration version, 1 or more"},
-		{"accept --version beyond the last migration", []string{"accept", "--version", "21", "--reason", "x"}, "--version 21: the stream has versions 1 … 20"},
+		{"accept --version beyond the last migration", []string{"accept", "--version", "22", "--reason", "x"}, "--version 22: the stream has versions 1 … 21"},
 		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, `--role-prefix "Robert'); DROP": want a lower-case identifier prefix`},
 		{"extra argument", []string{"status", "now"}, "unknown command"},
 		{"unparseable URL", []string{"status", "--database-url", "postgres://u:hunter2@127.0.0.1:1/x%zz"}, "cannot parse"},
@@ -175,8 +175,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 		t.Fatalf("status: exit %d\n%s", r.code, r.stderr)
 	}
 	stream, err := checksums.Load(migrations.FS)
-	if err != nil || len(stream) != 20 {
-		t.Fatalf("embedded stream: %d migrations, %v; want 20", len(stream), err)
+	if err != nil || len(stream) != 21 {
+		t.Fatalf("embedded stream: %d migrations, %v; want 21", len(stream), err)
 	}
 	for _, m := range stream {
 		// VERSION NAME APPLIED-AT APPLIED-BY DURATION CHECKSUM, the time in RFC 3339.
@@ -342,8 +342,8 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 		}
 		applied += strings.Count(p.res.stdout, "applied pg-")
 	}
-	if applied != 20 {
-		t.Errorf("the two runs applied %d migrations between them, want 20", applied)
+	if applied != 21 {
+		t.Errorf("the two runs applied %d migrations between them, want 21", applied)
 	}
 	var versions, rows, ledger int
 	err = holder.QueryRow(ctx, `SELECT count(DISTINCT version_id), count(*),
@@ -351,8 +351,8 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if versions != 20 || rows != 20 || ledger != 20 {
-		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 20 each", versions, rows, ledger)
+	if versions != 21 || rows != 21 || ledger != 21 {
+		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 21 each", versions, rows, ledger)
 	}
 }
 
