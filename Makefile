@@ -22,10 +22,10 @@ lint: check-generated
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
-	go vet -tags faults ./internal/faults/  # the fault gates: ./... leaves out their build tag
+	go vet -tags faults ./internal/testkit/faults/  # the fault gates: ./... leaves out their build tag
 	cd bench/river && go vet .
 	go run ./cmd/qlmigrate hash --check
-	go test -count=1 ./internal/archrules  # the package rules of docs/architecture.md
+	go test -count=1 ./internal/testkit/archrules  # the package rules of docs/architecture.md
 
 # Every package test, against real PostgreSQL servers the tests start themselves.
 test:
@@ -42,7 +42,7 @@ test-matrix:
 demo:
 	go run ./cmd/qlsched demo
 
-# Mutation testing (docs/testing.md): each mutation of internal/mutate/mutations.txt, applied one
+# Mutation testing (docs/testing.md): each mutation of internal/testkit/mutate/mutations.txt, applied one
 # at a time to a copy of HEAD (commit first; MUTATE_FLAGS="-tree worktree" takes the checkout as it
 # is), with the tests that must kill it; fails unless every one is killed. MUTATE_SUBSET=ci, or
 # `make mutate-fast`, runs the fast list CI runs. MUTATE_FLAGS="-doc docs/testing.md" writes the
@@ -51,12 +51,12 @@ demo:
 MUTATE_SUBSET ?=
 MUTATE_FLAGS ?=
 mutate:
-	go run ./internal/mutate -subset "$(MUTATE_SUBSET)" $(MUTATE_FLAGS)
+	go run ./internal/testkit/mutate -subset "$(MUTATE_SUBSET)" $(MUTATE_FLAGS)
 
 mutate-fast:
 	@$(MAKE) --no-print-directory mutate MUTATE_SUBSET=ci
 
-# The fault and HA gates of issue #5 (internal/faults, build tag "faults", so `make test` does not
+# The fault and HA gates of issue #5 (internal/testkit/faults, build tag "faults", so `make test` does not
 # run them twice) and the fault proxy's own tests: backend termination, physical promotion,
 # raw-wire COMMIT-response loss, network partition, the same faults through PgBouncer in
 # transaction and session pooling (TestGatePooler*), and a short chaos soak (the CI_CHAOS
@@ -65,8 +65,8 @@ mutate-fast:
 FAULTS_TEST_FLAGS ?= -count=1 -timeout 30m -v
 CI_CHAOS ?= QL_CHAOS_DURATION=75s QL_CHAOS_REPLICAS=3 QL_CHAOS_TRIGGERS=100
 test-faults:
-	go vet -tags faults ./internal/faults/
-	@bash -o pipefail -c 'log=$$(mktemp); $(CI_CHAOS) go test -tags faults $(FAULTS_TEST_FLAGS) ./internal/faultproxy/ ./internal/faults/ 2>&1 | tee "$$log"; status=$$?; \
+	go vet -tags faults ./internal/testkit/faults/
+	@bash -o pipefail -c 'log=$$(mktemp); $(CI_CHAOS) go test -tags faults $(FAULTS_TEST_FLAGS) ./internal/testkit/faultproxy/ ./internal/testkit/faults/ 2>&1 | tee "$$log"; status=$$?; \
 	  if grep -q -- "--- SKIP" "$$log"; then echo "test-faults: a gate was skipped, and a skip is not a pass"; status=1; fi; rm -f "$$log"; exit $$status'
 
 # The fault gates once per PostgreSQL major (MAJORS), each on that major's server binaries
@@ -80,7 +80,7 @@ test-faults-matrix:
 
 # The long chaos soak: CHAOS_REPLICAS `qlsched run` processes, CHAOS_TRIGGERS every-second
 # triggers, random SIGKILL / SIGSTOP+SIGCONT / restarts for CHAOS_DURATION, then the audit and its
-# summary. QL_CHAOS_SEED=N fixes the fault plan (internal/chaos: times from the start, kinds, hold
+# summary. QL_CHAOS_SEED=N fixes the fault plan (internal/testkit/chaos: times from the start, kinds, hold
 # times), not which replica holds a claim when an aimed fault lands.
 # CHAOS_BATCHES is each replica's --admit-batch (cycled over the replicas). 500 every-second
 # triggers are more than one-row admission carries on a 2-core machine with margin (four
@@ -93,7 +93,7 @@ CHAOS_TRIGGERS ?= 500
 CHAOS_BATCHES ?= 16
 chaos:
 	QL_CHAOS_DURATION=$(CHAOS_DURATION) QL_CHAOS_REPLICAS=$(CHAOS_REPLICAS) QL_CHAOS_TRIGGERS=$(CHAOS_TRIGGERS) QL_CHAOS_BATCHES=$(CHAOS_BATCHES) \
-	  nice go test -tags faults -count=1 -timeout 120m -v -run '^TestChaosSoak$$' ./internal/faults/
+	  nice go test -tags faults -count=1 -timeout 120m -v -run '^TestChaosSoak$$' ./internal/testkit/faults/
 
 # The performance figures of docs/performance.md, each run on a throwaway PostgreSQL (fsync on).
 # First, in about 5 minutes: the 4-replica backlog against its ceiling, the below-capacity lag,
@@ -112,7 +112,7 @@ bench-river:
 # jobs every second, then as many `qlsched run` processes with as many every-second triggers, put
 # through one fault plan (seed PEER_SEED; 0 draws one and prints it) for PEER_DURATION on one
 # throwaway server, and one audit by scheduled second, printed as one table (bench/river chaos,
-# internal/chaos). PEER_SYSTEMS=river-plain,river,qlsched adds River on its defaults. The
+# internal/testkit/chaos). PEER_SYSTEMS=river-plain,river,qlsched adds River on its defaults. The
 # docs/performance.md sitting: PEER_JOBS=100 and 500, PEER_DURATION=5m. peer-chaos-short is the
 # CI-sized run (N = 50, D = 45 s, seed 22): about 2 minutes (124 s here, build included).
 .PHONY: peer-chaos peer-chaos-short
@@ -163,7 +163,7 @@ bench-burst:
 # table it prints is the one of docs/performance.md, "Scale". About 40 minutes on the 2-core
 # machine, most of it writing the data set; SCALE_FLAGS scales it (--triggers, --projects,
 # --history-runs, --mass-publish, --init-wait, --samples). The CI-sized check of the same reads is
-# TestScaleReadsDoNotGrowWithHistory (internal/bench), which make test runs.
+# TestScaleReadsDoNotGrowWithHistory (internal/app/bench), which make test runs.
 SCALE_FLAGS ?= --samples 5 --init-wait 4m
 bench-scale:
 	go build -o bin/qlsched ./cmd/qlsched

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/qlcontrol/controlcore/admin"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 

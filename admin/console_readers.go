@@ -13,7 +13,7 @@ import (
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
-// The readers of the web console (`qlsched ui`, internal/console). Each reads one page in one
+// The readers of the web console (`qlsched ui`, internal/app/console). Each reads one page in one
 // snapshot, and each is bounded whatever the size of the tables: counts stop at a cap, lists are
 // pages walked by keyset along an index (sql/queries/console.sql says which).
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/qlcontrol/controlcore/internal/limits"
+	"github.com/qlcontrol/controlcore/internal/base/limits"
 )
 
 // The input fields a FieldError names. A command-line tool maps them onto its flags.

@@ -15,7 +15,7 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
-	"github.com/qlcontrol/controlcore/internal/limits"
+	"github.com/qlcontrol/controlcore/internal/base/limits"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 

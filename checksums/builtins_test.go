@@ -9,7 +9,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 func readBuiltins(t *testing.T, d *testpg.DB) []checksums.Builtin {

@@ -1,5 +1,5 @@
 // Package checksums knows the migration files by version, name and sha256, and records that
-// sha256 and the sha256 of its normal form (internal/sqlfile) in the database's checksum ledger
+// sha256 and the sha256 of its normal form (internal/base/sqlfile) in the database's checksum ledger
 // inside the same transaction as the migration itself (RecordSQL; for a NO TRANSACTION migration,
 // in one transaction with its version row), so a version is never recorded as applied without the
 // exact bytes that ran, and an edit of comments or whitespace can be told from one of statements.

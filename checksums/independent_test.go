@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // readiness_contract.txt is regenerated from a database's catalogs (-update) and

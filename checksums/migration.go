@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/qlcontrol/controlcore/internal/sqlfile"
+	"github.com/qlcontrol/controlcore/internal/base/sqlfile"
 )
 
 // Migration is one migration file as the binary knows it.
@@ -19,7 +19,7 @@ type Migration struct {
 	File    string // 0014_cluster_scheduler_admission.sql
 	Name    string // pg-0014-cluster-scheduler-admission
 	SHA256  string // hex sha256 of the file's bytes, as committed
-	// Normal is the hex sha256 of the file's normal form (internal/sqlfile): equal for two
+	// Normal is the hex sha256 of the file's normal form (internal/base/sqlfile): equal for two
 	// files that differ only in comments and whitespace, different when a statement differs.
 	Normal string
 }

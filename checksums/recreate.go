@@ -3,7 +3,7 @@ package checksums
 import (
 	"strings"
 
-	"github.com/qlcontrol/controlcore/internal/sqlfile"
+	"github.com/qlcontrol/controlcore/internal/base/sqlfile"
 )
 
 // A function's body, language or settings turn back without losing anything by running its

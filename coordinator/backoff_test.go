@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 )
 
 // stepped is a lifecycle on a simulated clock: the loop blocks in each wait until the test has

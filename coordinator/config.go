@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/limits"
+	"github.com/qlcontrol/controlcore/internal/base/limits"
 )
 
 // Defaults and bounds of the ADR's bounded lifecycle.

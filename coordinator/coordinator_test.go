@@ -16,7 +16,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/db"
-	"github.com/qlcontrol/controlcore/internal/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // addPristine adds n pristine queued Runs to f, set-based as admission writes them (the Admit

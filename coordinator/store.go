@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
-	"github.com/qlcontrol/controlcore/internal/dbconn"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // Outcome classifies how a fenced write ended.

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/internal/dbconn"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // Every value shape a uuid.UUID can take, bound to every parameter type it can meet, in every

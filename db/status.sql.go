@@ -50,7 +50,7 @@ type BacklogRow struct {
 // trigger revision is an enabled cron trigger. A disabled trigger or an archived project can never
 // be claimed, so it is never backlog: otherwise "due but nothing admitted" alerts would fire for
 // ever. Everything but "due" is control_core.schedule_claimable (pg-0014), the function ClaimDue
-// uses too; internal/metrics tests that Backlog and ProjectBacklog agree with what ClaimDue claims.
+// uses too; internal/app/metrics tests that Backlog and ProjectBacklog agree with what ClaimDue claims.
 // The backlog, counted with the claim's index range (coalesce(next_fire_at_ms, -1) <= now, walked in
 // index order) and capped, so a huge backlog costs a bounded scan; with the oldest due occurrence.
 // The project and trigger conditions are per-row subqueries, as in ClaimDue and for the same

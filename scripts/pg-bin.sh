@@ -35,7 +35,7 @@ esac
 
 has_server() { [[ -x $1/initdb && -x $1/postgres ]]; }
 
-# The OS user the tests run the server as when they run as root (internal/pgcluster: postgres,
+# The OS user the tests run the server as when they run as root (internal/app/pgcluster: postgres,
 # else nobody); empty when not root.
 server_user() {
   [[ $(id -u) -eq 0 ]] || return 0

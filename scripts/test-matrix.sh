@@ -2,7 +2,7 @@
 # scripts/test-matrix.sh [MAJOR…] — the whole `go test ./...` suite once per PostgreSQL major
 # (default: 15 16 17 18), each on throwaway clusters started from that major's server binaries
 # (scripts/pg-bin.sh MAJOR → QL_PG_BIN), one major after the other. Prints a table: major, exact
-# server version (SELECT version(), recorded by internal/testpg in every test binary), passed,
+# server version (SELECT version(), recorded by internal/testkit/testpg in every test binary), passed,
 # failed, skipped tests (subtests included, as `--- PASS/FAIL/SKIP` lines of go test -v), time.
 #
 # Exit 0 only when every major passed with no failed and no skipped test, and every test binary
@@ -60,7 +60,7 @@ for major in "${majors[@]}"; do
       result=FAIL
     fi
   else
-    echo "   no test binary recorded its server (internal/testpg did not start one)"
+    echo "   no test binary recorded its server (internal/testkit/testpg did not start one)"
     result=FAIL
   fi
   if ((status != 0 || failed != 0 || skipped != 0)); then

@@ -19,8 +19,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/qlcontrol/controlcore/internal/chaos"
-	"github.com/qlcontrol/controlcore/internal/pgcluster"
+	"github.com/qlcontrol/controlcore/internal/app/pgcluster"
+	"github.com/qlcontrol/controlcore/internal/testkit/chaos"
 )
 
 type chaosConfig struct {

@@ -11,7 +11,7 @@
 //
 // `river chaos` (chaos.go) is the peer under faults: R River client processes (`river
 // chaos-client`) and R `qlsched run` processes put through one seeded fault plan on one server,
-// and one audit by scheduled second (internal/chaos):
+// and one audit by scheduled second (internal/testkit/chaos):
 //
 //	go build -o bin/ ./cmd/qlsched && cd bench/river && go run . chaos --qlsched ../../bin/qlsched --jobs 50 --duration 45s
 package main
@@ -34,7 +34,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/qlcontrol/controlcore/internal/pgcluster"
+	"github.com/qlcontrol/controlcore/internal/app/pgcluster"
 )
 
 // nopArgs is the periodic job; it is inserted into a queue no client works, so the measurement

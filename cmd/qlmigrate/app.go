@@ -6,9 +6,9 @@ import (
 	"errors"
 	"io"
 
-	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/dbconn"
-	"github.com/qlcontrol/controlcore/internal/migrate"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/app/migrate"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
@@ -44,7 +44,7 @@ func (a *app) resolveConn() error {
 	return nil
 }
 
-// flagOf names the flag that sets each field internal/migrate names in a *migrate.FieldError.
+// flagOf names the flag that sets each field internal/app/migrate names in a *migrate.FieldError.
 var flagOf = map[string]string{"To": "--to", "LockTimeout": "--lock-timeout", "Version": "--version"}
 
 // flagError turns a *migrate.FieldError into the usage error the user reads, naming the flag.

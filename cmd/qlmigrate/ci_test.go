@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/internal/migrate"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/app/migrate"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // The CI gates as a pipeline runs them: status --exit-code while pending, the dry run, up,

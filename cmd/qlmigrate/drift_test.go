@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/internal/drifttest"
+	"github.com/qlcontrol/controlcore/internal/testkit/drifttest"
 )
 
 // Every class of catalog change that alters behaviour (issue 16, points 1 and 2) fails verify,

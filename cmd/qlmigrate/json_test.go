@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // Every JSON document qlmigrate prints carries its schema identifier, and docs/json.md lists it.

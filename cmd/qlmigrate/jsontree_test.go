@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qlcontrol/controlcore/internal/jsondoc"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/jsondoc"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // Every qlmigrate command, taken from the cobra tree (a command added later without a case here

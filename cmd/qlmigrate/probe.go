@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/verify"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/app/verify"
 )
 
 func (a *app) probeCmd() *cobra.Command {

@@ -3,8 +3,8 @@ package main
 import (
 	"log/slog"
 
-	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/dbconn"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // app holds the global flags.

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/admin"
-	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
 )
 
 func (a *app) applyCmd() *cobra.Command {

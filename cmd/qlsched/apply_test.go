@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/eventually"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // tickProject is appended to the example: an every-second trigger, so that occurrences come due

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/eventually"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // readyz returns /readyz's status and body.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/qlcontrol/controlcore/internal/bench"
-	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/app/bench"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
 )
 
 func (a *app) benchCmd() *cobra.Command {

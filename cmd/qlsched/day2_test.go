@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/eventually"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // jsonDoc runs a command with --format json and decodes its document; it fails unless the exit

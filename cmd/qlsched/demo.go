@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/demo"
-	"github.com/qlcontrol/controlcore/internal/verify"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/app/demo"
+	"github.com/qlcontrol/controlcore/internal/app/verify"
 )
 
 func (a *app) demoCmd() *cobra.Command {

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/drifttest"
-	"github.com/qlcontrol/controlcore/internal/eventually"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/drifttest"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // Readiness is verify for the runtime's needs: every catalog change of drifttest that touches

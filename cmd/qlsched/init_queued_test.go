@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // queuedFile declares three enabled triggers and one disabled: an apply queues the three for

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/qlcontrol/controlcore/admin"
-	"github.com/qlcontrol/controlcore/internal/cli"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
 )
 
 // document is a JSON output: the body's fields after a schema field naming the document and its

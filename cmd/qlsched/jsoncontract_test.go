@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qlcontrol/controlcore/internal/jsondoc"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/jsondoc"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // Every qlsched command either prints, with --format json, exactly one JSON document whose

@@ -23,13 +23,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/dbconn/dbconntest"
-	"github.com/qlcontrol/controlcore/internal/eventually"
-	"github.com/qlcontrol/controlcore/internal/limits"
-	"github.com/qlcontrol/controlcore/internal/migrate"
-	"github.com/qlcontrol/controlcore/internal/testbin"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/app/migrate"
+	"github.com/qlcontrol/controlcore/internal/base/limits"
+	"github.com/qlcontrol/controlcore/internal/testkit/dbconntest"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/testbin"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 func TestMain(m *testing.M) { testpg.Main(m) }

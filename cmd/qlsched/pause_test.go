@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/eventually"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // Issue 17 point 2 with a replica running: two every-second triggers (skip, fire_once) admit;

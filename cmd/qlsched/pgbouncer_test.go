@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/eventually"
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // Through a real PgBouncer (Debian's 1.18 in CI) in transaction pooling with nothing in the URL

@@ -15,10 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/coordinator"
-	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/metrics"
-	"github.com/qlcontrol/controlcore/internal/replica"
-	"github.com/qlcontrol/controlcore/internal/verify"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/app/metrics"
+	"github.com/qlcontrol/controlcore/internal/app/replica"
+	"github.com/qlcontrol/controlcore/internal/app/verify"
 	"github.com/qlcontrol/controlcore/roles"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // A second SIGTERM or SIGINT during the withdraw grace ends the grace at once: the replica drains

@@ -11,10 +11,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/admin"
-	"github.com/qlcontrol/controlcore/internal/cli"
-	"github.com/qlcontrol/controlcore/internal/console"
-	"github.com/qlcontrol/controlcore/internal/dbconn"
-	"github.com/qlcontrol/controlcore/internal/verify"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/app/console"
+	"github.com/qlcontrol/controlcore/internal/app/verify"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/roles"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qlcontrol/controlcore/internal/testpg"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // startUI starts `qlsched ui` with args and follows its log, as startReplica does for run.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qlcontrol/controlcore/internal/jsondoc"
+	"github.com/qlcontrol/controlcore/internal/testkit/jsondoc"
 )
 
 // stampedLine is the --version line `go version -m` implies for a binary: the same build

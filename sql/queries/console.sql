@@ -1,4 +1,4 @@
--- The read-only web console (`qlsched ui`, internal/console): read by package admin's Reader in
+-- The read-only web console (`qlsched ui`, internal/app/console): read by package admin's Reader in
 -- one REPEATABLE READ READ ONLY snapshot per page, as any role with SELECT on control_core.
 -- Every statement is bounded by an index and a cap or a page size, so a page costs the same at
 -- 1,000,000 schedule rows and 10,000,000 Runs as at ten (docs/console.md). Nothing here returns

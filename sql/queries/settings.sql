@@ -1,5 +1,5 @@
 -- The effective value, in this session, of each setting that changes what control-core's
--- statements do (internal/verify, check "settings"), and where it came from. pg_settings shows
+-- statements do (internal/app/verify, check "settings"), and where it came from. pg_settings shows
 -- every role its own session's values and sources; sourcefile and sourceline are NULL unless the
 -- role is a superuser or a member of pg_read_all_settings.
 

@@ -6,7 +6,7 @@
 -- trigger revision is an enabled cron trigger. A disabled trigger or an archived project can never
 -- be claimed, so it is never backlog: otherwise "due but nothing admitted" alerts would fire for
 -- ever. Everything but "due" is control_core.schedule_claimable (pg-0014), the function ClaimDue
--- uses too; internal/metrics tests that Backlog and ProjectBacklog agree with what ClaimDue claims.
+-- uses too; internal/app/metrics tests that Backlog and ProjectBacklog agree with what ClaimDue claims.
 
 -- name: Backlog :one
 -- The backlog, counted with the claim's index range (coalesce(next_fire_at_ms, -1) <= now, walked in

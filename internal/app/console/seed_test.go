@@ -1,0 +1,106 @@
+package console_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/internal/app/console"
+	"github.com/qlcontrol/controlcore/internal/app/verify"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
+	"github.com/qlcontrol/controlcore/roles"
+	"github.com/qlcontrol/controlcore/schedule"
+)
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+// secret is in an executor spec of the seeded database: no page may show it.
+const secret = "s3cret-token-4711"
+
+// seeded is a database with what every page shows, and the console serving it as the admin role.
+type seeded struct {
+	d   *testpg.DB
+	srv *httptest.Server
+}
+
+// seed publishes two projects as the admin role: billing (active) with nightly (Europe/Berlin,
+// fire_once, three revisions: the cron changed, then the misfire grace), hourly (claimed by replica-a, 30 Runs admitted in
+// the last hour with 250 ms lag) and off (disabled); ops (paused) with one trigger, sweep.
+func seed(t *testing.T) *seeded {
+	t.Helper()
+	ctx := context.Background()
+	d := testpg.New(t)
+	pub := admin.NewPublisher(d.Pool(t, "ql_admin"))
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"billing", "ops"} {
+		must(pub.CreateProject(ctx, p))
+		must(pub.PublishTask(ctx, admin.TaskSpec{Project: p, Task: "job",
+			ExecutorSpec: []byte(`{"image":"example/job:1","env":{"TOKEN":"` + secret + `"}}`)}))
+	}
+	trig := func(project, trigger, cron, zone string, misfire schedule.MisfirePolicy, enabled bool) admin.TriggerSpec {
+		return admin.TriggerSpec{Project: project, Trigger: trigger, Task: "job", Cron: cron, TimeZone: zone, Misfire: misfire, Enabled: enabled}
+	}
+	must(pub.PublishTrigger(ctx, trig("billing", "nightly", "0 3 * * *", "Europe/Berlin", schedule.MisfireFireOnce, true)))
+	must(pub.PublishTrigger(ctx, trig("billing", "nightly", "30 3 * * *", "Europe/Berlin", schedule.MisfireFireOnce, true)))
+	graced := trig("billing", "nightly", "30 3 * * *", "Europe/Berlin", schedule.MisfireFireOnce, true)
+	graced.MisfireGrace = 15 * time.Minute // a third revision that changes the grace only
+	must(pub.PublishTrigger(ctx, graced))
+	must(pub.PublishTrigger(ctx, trig("billing", "hourly", "0 * * * *", "UTC", schedule.MisfireSkip, true)))
+	must(pub.PublishTrigger(ctx, trig("billing", "off", "*/5 * * * *", "UTC", schedule.MisfireSkip, false)))
+	must(pub.PublishTrigger(ctx, trig("ops", "sweep", "15 * * * *", "America/New_York", schedule.MisfireSkip, true)))
+	must(pub.PauseProject(ctx, "ops"))
+	// a replica's claim on hourly, and 30 admissions of it in the last hour, one a minute
+	d.Exec(t, `UPDATE control_core.trigger_schedules SET next_fire_at_ms = control_core.db_now_ms() - 1000, claim_owner = 'replica-a',
+		claim_token = gen_random_uuid(), claim_version = claim_version + 1, updated_at_ms = control_core.db_now_ms(),
+		claim_expires_at_ms = control_core.db_now_ms() + 600000 WHERE project_id = 'billing' AND trigger_id = 'hourly'`)
+	insertRuns(t, d, 30, 60000)
+	return &seeded{d: d, srv: serve(t, d.Pool(t, "ql_admin"))}
+}
+
+// insertRuns inserts n Runs of billing/hourly as a replica admits them, one every step ms back
+// from now, each queued 250 ms after its scheduled time.
+func insertRuns(t *testing.T, d *testpg.DB, n, step int) {
+	t.Helper()
+	d.Exec(t, `
+		INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
+		        trigger_revision, scheduled_for_ms, idempotency_key, state, owner, queued_at_ms, created_at_ms, updated_at_ms)
+		SELECT gen_random_uuid(), 'billing', 'job', 1, kr.execution_revision_id, 'hourly', 1, x.at - 250,
+		       control_core.cron_idempotency_key('hourly', 1, x.at - 250),
+		       CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'succeeded' END, 'runtime', x.at, x.at, x.at
+		FROM generate_series(1, $1::integer) g
+		CROSS JOIN LATERAL (SELECT control_core.db_now_ms() - g * $2::bigint AS at) x
+		JOIN control_core.task_revisions kr ON kr.project_id = 'billing' AND kr.task_id = 'job' AND kr.revision = 1`, n, step)
+}
+
+// serve starts the console on a loopback port over pool, as `qlsched ui` wires it.
+func serve(t testing.TB, pool *pgxpool.Pool) *httptest.Server {
+	t.Helper()
+	names, err := roles.NewNames(roles.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := console.Handler(console.Options{
+		Reader: admin.NewReader(pool),
+		Log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Health: func(ctx context.Context) (*verify.Report, error) {
+			return verify.Run(ctx, pool, verify.Options{Names: names, Scope: verify.ScopeProbe})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}

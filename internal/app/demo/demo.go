@@ -1,0 +1,412 @@
+// Package demo runs the whole stack once, for a person watching: a PostgreSQL (a throwaway one it
+// starts, or a database of its own on a given server), the four roles, the migration stream,
+// verify, a published project, and replicas composed as `qlsched run` composes one (readiness,
+// startup recovery, lifecycle), then the admitted Runs and the exactly-once audit. It removes
+// everything it started, also when its context is cancelled.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/app/migrate"
+	"github.com/qlcontrol/controlcore/internal/app/pgcluster"
+	replicapkg "github.com/qlcontrol/controlcore/internal/app/replica"
+	"github.com/qlcontrol/controlcore/internal/app/verify"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
+	"github.com/qlcontrol/controlcore/roles"
+	"github.com/qlcontrol/controlcore/schedule"
+)
+
+// Bounds of Options.
+const (
+	MaxReplicas = 8
+	MinDuration = time.Second
+	MaxDuration = 10 * time.Minute
+)
+
+// Options configure one demo.
+type Options struct {
+	// Replicas is how many replicas run, each with its own pool and owner (1 … MaxReplicas).
+	Replicas int
+	// Duration is how long they run (MinDuration … MaxDuration).
+	Duration time.Duration
+	// Server, when not nil, is a superuser connection to run the demo on, in a database the demo
+	// creates and drops; nil starts a throwaway PostgreSQL from this machine's server binaries.
+	Server *dbconn.Config
+	// Out receives the progress, one line at a time.
+	Out io.Writer
+}
+
+// Validate checks the bounds; its error names the field.
+func (o Options) Validate() error {
+	if o.Replicas < 1 || o.Replicas > MaxReplicas {
+		return fmt.Errorf("replicas %d: want 1 … %d", o.Replicas, MaxReplicas)
+	}
+	if o.Duration < MinDuration || o.Duration > MaxDuration {
+		return fmt.Errorf("duration %s: want %s … %s", o.Duration, MinDuration, MaxDuration)
+	}
+	return nil
+}
+
+// Problems the demo found (a command maps them to "a check found a problem").
+var (
+	ErrNotSuperuser = errors.New("not a superuser: the demo creates a database and the four roles")
+	ErrDrift        = errors.New("verify found drift on a fresh database")
+	ErrNotExactOnce = errors.New("exactly-once audit failed")
+)
+
+// Triggers are the sample triggers: every second, every 2 s catching up once, every 5 s skipping
+// after an outage, and a daily one that initialises and waits.
+var Triggers = []admin.TriggerSpec{
+	{Trigger: "every-second", Cron: "* * * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip},
+	{Trigger: "every-2s", Cron: "*/2 * * * * *", TimeZone: "Europe/Berlin", Misfire: schedule.MisfireFireOnce},
+	{Trigger: "every-5s", Cron: "*/5 * * * * *", TimeZone: "America/New_York", Misfire: schedule.MisfireSkip},
+	{Trigger: "nightly", Cron: "0 3 * * *", TimeZone: "Asia/Tokyo", Misfire: schedule.MisfireFireOnce},
+}
+
+// cadence is the replicas' round cadence: short, so that a few seconds show many rounds.
+const cadence = 250 * time.Millisecond
+
+// Run runs the demo. Every role's work goes through su.For(database, role): the superuser acting
+// as that role.
+func Run(ctx context.Context, opts Options) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	d := &demo{Options: opts, database: "control"}
+	if err := d.run(ctx); err != nil {
+		return err
+	}
+	d.nextSteps()
+	return nil
+}
+
+// nextStepCommands is what the demo suggests at its end: the README's path from here to a real database
+// and a replica of one's own.
+var nextStepCommands = []string{
+	"go install ./cmd/...    # qlmigrate and qlsched into $(go env GOPATH)/bin: put that on PATH (or make build: ./bin)",
+	"psql postgres://postgres@HOST/postgres -c 'CREATE DATABASE control'",
+	"qlmigrate roles create --database-url postgres://postgres@HOST/control",
+	"qlmigrate up --database-url postgres://ql_owner@HOST/control",
+	"export QL_DATABASE_URL=postgres://ql_admin@HOST/control",
+	"qlsched apply -f examples/schedules.yaml --check; qlsched apply -f examples/schedules.yaml",
+	"QL_DATABASE_URL=postgres://ql_runtime@HOST/control qlsched run --owner \"$(hostname)\"    # on every replica",
+	"qlsched status; qlsched trigger list; qlsched runs list --state queued",
+}
+
+// nextSteps prints nextStepCommands and where the admitted Runs go.
+func (d *demo) nextSteps() {
+	d.step("next steps (README.md)")
+	for _, s := range nextStepCommands {
+		fmt.Fprintf(d.Out, "    %s\n", s)
+	}
+	fmt.Fprintln(d.Out, "    The Runs stay queued, each with one claimed remote_worker Attempt: the scheduler only admits")
+	fmt.Fprintln(d.Out, "    them; a dispatcher outside this project takes the Attempt (README.md, \"Where Runs go after admission\").")
+}
+
+type demo struct {
+	Options
+	su       *dbconn.Config
+	database string
+}
+
+func (d *demo) step(format string, args ...any) { fmt.Fprintf(d.Out, "==> "+format+"\n", args...) }
+
+func (d *demo) run(ctx context.Context) error {
+	if d.Server == nil {
+		d.step("starting a throwaway PostgreSQL")
+		cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+		if err != nil {
+			return &dbconn.ConnectError{Err: err}
+		}
+		defer func() {
+			d.step("stopping PostgreSQL and removing %s", cluster.DataDir())
+			_ = cluster.Stop()
+		}()
+		d.step("PostgreSQL from %s on 127.0.0.1:%d", cluster.BinDir, cluster.Port)
+		su, err := dbconn.Resolve(cluster.URL("postgres", "postgres"))
+		if err != nil {
+			return err
+		}
+		d.su = su
+	} else {
+		d.su, d.database = d.Server, fmt.Sprintf("qlsched_demo_%d", time.Now().UnixMilli())
+		d.step("using the server of --database-url, %s, in a new database %s", d.Server.Describe(), d.database)
+	}
+	if err := d.createDatabase(ctx); err != nil {
+		return err
+	}
+	if d.Server != nil {
+		defer d.dropDatabase()
+	}
+
+	names, err := roles.NewNames(roles.DefaultPrefix)
+	if err != nil {
+		return err
+	}
+	if err := d.prepare(ctx, names); err != nil {
+		return err
+	}
+	adminPool, err := d.su.For(d.database, names.Admin).Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer adminPool.Close()
+	if err := d.publish(ctx, adminPool, names); err != nil {
+		return err
+	}
+	if err := d.runReplicas(ctx, names); err != nil {
+		return err
+	}
+	return d.report(ctx, adminPool)
+}
+
+// createDatabase checks that su is a superuser and creates the demo's database.
+func (d *demo) createDatabase(ctx context.Context) error {
+	conn, err := d.su.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var superuser bool
+	if err := conn.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&superuser); err != nil {
+		return d.su.RedactError(err)
+	}
+	if !superuser {
+		return fmt.Errorf("%s: %w", d.su.Pool.ConnConfig.User, ErrNotSuperuser)
+	}
+	// template0: a fresh database whatever an administrator put into template1, and no conflict
+	// with sessions connected to template1
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{d.database}.Sanitize()+" TEMPLATE template0"); err != nil {
+		return d.su.RedactError(err)
+	}
+	return nil
+}
+
+// dropDatabase drops the demo's database on a given server, also after a cancellation; when it
+// cannot, it says how to.
+func (d *demo) dropDatabase() {
+	d.step("dropping database %s", d.database)
+	drop := "DROP DATABASE IF EXISTS " + pgx.Identifier{d.database}.Sanitize() + " WITH (FORCE)"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := d.su.Connect(ctx)
+	if err == nil {
+		_, err = conn.Exec(ctx, drop)
+		conn.Close(ctx)
+	}
+	if err != nil {
+		fmt.Fprintf(d.Out, "    could not drop it (%v): run %s\n", d.su.RedactError(err), drop)
+	}
+}
+
+// prepare does what a DBA and a CI pipeline do before a replica starts: roles create, up as the
+// owner role, and verify (checksums, capability, readiness, exact privileges).
+func (d *demo) prepare(ctx context.Context, names roles.Names) error {
+	d.step("qlmigrate roles create")
+	conn, err := d.su.For(d.database, "").Connect(ctx)
+	if err != nil {
+		return err
+	}
+	report, err := roles.Create(ctx, conn, names)
+	conn.Close(context.Background())
+	if err != nil {
+		return err
+	}
+	for _, r := range report.Roles {
+		fmt.Fprintf(d.Out, "    %s\n", r)
+	}
+
+	d.step("qlmigrate up (as %s)", names.Owner)
+	r, err := migrate.Open(ctx, d.su.For(d.database, ""), migrate.Options{Names: names, AsOwner: true})
+	if err != nil {
+		return err
+	}
+	applied, err := r.Up(ctx, 0)
+	r.Close()
+	if err != nil {
+		return err
+	}
+	if len(applied) > 0 {
+		d.step("applied %d migrations: %s … %s", len(applied), applied[0].Migration.Name, applied[len(applied)-1].Migration.Name)
+	}
+
+	d.step("qlmigrate verify (as %s)", names.Owner)
+	ownerPool, err := d.su.For(d.database, names.Owner).Open(ctx)
+	if err != nil {
+		return err
+	}
+	verified, err := verify.Run(ctx, ownerPool, verify.Options{Names: names})
+	ownerPool.Close()
+	if err != nil {
+		return err
+	}
+	for _, c := range verified.Checks {
+		fmt.Fprintf(d.Out, "    %-17s %s\n", c.Name, c.Status)
+	}
+	if !verified.OK {
+		return fmt.Errorf("%d finding(s): %w", verified.Summary.Drift, ErrDrift)
+	}
+	d.step("%s is at v%d / %s", verified.Expected.Component, verified.Expected.Capability, verified.Expected.Name)
+	return nil
+}
+
+func (d *demo) publish(ctx context.Context, pool *pgxpool.Pool, names roles.Names) error {
+	d.step("publishing project demo, task hello and %d triggers (as %s)", len(Triggers), names.Admin)
+	pub := admin.NewPublisher(pool)
+	if _, err := pub.CreateProject(ctx, "demo"); err != nil {
+		return err
+	}
+	task := admin.TaskSpec{Project: "demo", Task: "hello", ExecutorSpec: []byte(`{"image":"example/hello:1","args":["--greet","world"]}`)}
+	if _, err := pub.PublishTask(ctx, task); err != nil {
+		return err
+	}
+	for _, t := range Triggers {
+		t.Project, t.Task, t.Enabled = "demo", "hello", true
+		if _, err := pub.PublishTrigger(ctx, t); err != nil {
+			return err
+		}
+		fmt.Fprintf(d.Out, "    %-14s %-16q %-18s misfire %s\n", t.Trigger, t.Cron, t.TimeZone, t.Misfire)
+	}
+	return nil
+}
+
+// replica is one running replica of the demo.
+type replica struct {
+	co *coordinator.Coordinator
+	lc *coordinator.Lifecycle
+}
+
+// startReplica starts one replica the way `qlsched run` does (package replica: readiness on the
+// runtime role's own connection, startup recovery, then the lifecycle).
+func startReplica(ctx context.Context, pool *pgxpool.Pool, names roles.Names, owner string) (*replica, coordinator.RecoveryReport, error) {
+	cfg := coordinator.DefaultConfig(owner)
+	cfg.Cadence = cadence
+	if err := cfg.Validate(); err != nil {
+		return nil, coordinator.RecoveryReport{}, err
+	}
+	r, err := replicapkg.Start(ctx, pool, replicapkg.Options{Config: cfg, Names: names, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, coordinator.RecoveryReport{}, err
+	}
+	return &replica{co: r.Coordinator, lc: r.Lifecycle}, r.Recovery, nil
+}
+
+func (d *demo) runReplicas(ctx context.Context, names roles.Names) error {
+	d.step("running %d replicas for %s (as %s, cadence %s): readiness, startup recovery, rounds", d.Replicas, d.Duration, names.Runtime, cadence)
+	var (
+		replicas []*replica
+		pools    []*pgxpool.Pool
+	)
+	// On every way out, in reverse: the lifecycles stop (again: a second Stop returns nil), then
+	// the pools close, so no round is left running on a closed pool when a later start fails.
+	defer func() {
+		for _, r := range replicas {
+			_ = r.lc.Stop(context.Background())
+		}
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	for i := range d.Replicas {
+		pool, err := d.su.For(d.database, names.Runtime).Open(ctx)
+		if err != nil {
+			return err
+		}
+		pools = append(pools, pool)
+		owner := fmt.Sprintf("demo-replica-%d", i+1)
+		r, rep, err := startReplica(ctx, pool, names, owner)
+		if err != nil {
+			return fmt.Errorf("%s: %w", owner, err)
+		}
+		fmt.Fprintf(d.Out, "    %s: ready; startup recovery: %d candidates, %d failed closed\n", owner, rep.Candidates, rep.FailedClosed)
+		replicas = append(replicas, r)
+	}
+
+	runCtx, stopRun := context.WithTimeout(ctx, d.Duration)
+	defer stopRun()
+	started := time.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for done := false; !done; {
+		select {
+		case <-runCtx.Done():
+			done = true
+		case <-tick.C:
+		}
+		var sum coordinator.Snapshot
+		for _, r := range replicas {
+			st := r.co.Stats.Snapshot()
+			sum.Claims += st.Claims
+			sum.Admits += st.Admits
+			sum.Skips += st.Skips
+			sum.Releases += st.Releases
+			sum.Races += st.Races
+			sum.Errors += st.Errors
+		}
+		// one line each: a log or a pipe gets lines, not one long line of carriage returns
+		fmt.Fprintf(d.Out, "    %4.0fs  claims %-5d admits %-5d skips %-3d releases %-3d races %-3d errors %d\n",
+			time.Since(started).Seconds(), sum.Claims, sum.Admits, sum.Skips, sum.Releases, sum.Races, sum.Errors)
+	}
+	for _, r := range replicas {
+		if err := r.lc.Stop(context.Background()); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	for i, r := range replicas {
+		st := r.co.Stats.Snapshot()
+		fmt.Fprintf(d.Out, "    replica %d: claims %d, admits %d, skips %d, releases %d, races %d, retries %d, errors %d\n",
+			i+1, st.Claims, st.Admits, st.Skips, st.Releases, st.Races, st.Retries, st.Errors)
+	}
+	return nil
+}
+
+// report prints the newest Runs and the exactly-once audit.
+func (d *demo) report(ctx context.Context, pool *pgxpool.Pool) error {
+	d.step("admitted runs (newest 8)")
+	runs, err := admin.NewReader(pool).Runs(ctx, admin.RunFilter{Limit: 8})
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		trigger, at := "", "-"
+		if r.TriggerID != nil {
+			trigger = *r.TriggerID
+		}
+		if r.ScheduledForMs != nil {
+			at = time.UnixMilli(*r.ScheduledForMs).UTC().Format("15:04:05.000")
+		}
+		lag, _ := r.LagMs()
+		fmt.Fprintf(d.Out, "    %s  %-13s scheduled %s  lag %4dms  %s  attempts %d events %d\n", r.RunID, trigger, at, lag,
+			r.State, r.Attempts, r.Events)
+	}
+	d.step("exactly-once audit")
+	audit, err := admin.NewReader(pool).ExactlyOnce(ctx)
+	if err != nil {
+		return err
+	}
+	var problems int64
+	for _, a := range audit {
+		fmt.Fprintf(d.Out, "    %-13s runs %-4d occurrences %-4d duplicates %d  misshapen %d  lag p50 %4.0fms max %4dms\n",
+			a.TriggerID, a.Runs, a.Occurrences, a.Duplicates, a.Misshapen, a.LagP50Ms, a.LagMaxMs)
+		problems += a.Problems()
+	}
+	if problems != 0 {
+		return fmt.Errorf("%d duplicate or misshapen runs: %w", problems, ErrNotExactOnce)
+	}
+	fmt.Fprintln(d.Out, "    every occurrence admitted exactly once: 1 Run, 1 Attempt, 2 Events each")
+	return nil
+}
