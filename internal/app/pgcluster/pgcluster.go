@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // ErrNoBinaries means no PostgreSQL server binaries were found.
@@ -206,12 +208,22 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 			return fmt.Errorf("postgres not ready: %w (last: %v)", ctx.Err(), lastErr)
 		case <-time.After(50 * time.Millisecond):
 		}
-		conn, err := pgx.Connect(ctx, c.URL("postgres", "postgres"))
+		conn, err := c.connect(ctx)
 		if err == nil {
 			return conn.Close(ctx)
 		}
 		lastErr = err
 	}
+}
+
+// connect opens a superuser session on the postgres database through dbconn, the one
+// connection route.
+func (c *Cluster) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := dbconn.Resolve(c.URL("postgres", "postgres"))
+	if err != nil {
+		return nil, err
+	}
+	return cfg.Connect(ctx)
 }
 
 // URL returns a connection URL for user on database, over TCP on loopback.

@@ -66,7 +66,7 @@ func (c *Cluster) startStandby(ctx context.Context, primary *Cluster, opts Optio
 
 // superuser runs f on a superuser connection to the cluster's postgres database.
 func (c *Cluster) superuser(ctx context.Context, f func(*pgx.Conn) error) error {
-	conn, err := pgx.Connect(ctx, c.URL("postgres", "postgres"))
+	conn, err := c.connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -25,21 +25,21 @@ func TestStandbyStreamsThePrimary(t *testing.T) {
 			t.Fatalf("port %d: %s: %v", c.Port, sql, err)
 		}
 	}
-	exec(primary, "CREATE TABLE t (n int); INSERT INTO t SELECT generate_series(1, 1000)")
+	exec(primary, "CREATE TABLE public.t (n int); INSERT INTO public.t SELECT generate_series(1, 1000)")
 
 	for _, lowLevel := range []bool{false, true} {
 		standby, err := startStandby(ctx, primary, Options{}, lowLevel)
 		if err != nil {
 			t.Fatalf("low-level %v: %v", lowLevel, err)
 		}
-		exec(primary, "INSERT INTO t VALUES (-1)")
+		exec(primary, "INSERT INTO public.t VALUES (-1)")
 		if _, err := WaitReplayed(ctx, primary, standby); err != nil {
 			t.Fatalf("low-level %v: %v", lowLevel, err)
 		}
 		var rows int
 		var inRecovery bool
 		if err := standby.superuser(ctx, func(conn *pgx.Conn) error {
-			return conn.QueryRow(ctx, "SELECT count(*), pg_is_in_recovery() FROM t").Scan(&rows, &inRecovery)
+			return conn.QueryRow(ctx, "SELECT count(*), pg_is_in_recovery() FROM public.t").Scan(&rows, &inRecovery)
 		}); err != nil {
 			t.Fatalf("low-level %v: %v", lowLevel, err)
 		}

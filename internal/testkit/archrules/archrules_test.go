@@ -2,26 +2,42 @@ package archrules
 
 import (
 	"encoding/json"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 const module = "github.com/qlcontrol/controlcore"
 
+var update = flag.Bool("update", false, "rewrite the package map of docs/architecture.md from the import graph")
+
+// root is the repository, from this package's folder.
+const root = "../../.."
+
 // pkg is what `go list -json` says about one package.
 type pkg struct {
 	ImportPath string
+	Dir        string
+	GoFiles    []string
 	Imports    []string
 	Deps       []string
+	Module     *struct{ Path string }
 }
 
 func list(t *testing.T, patterns ...string) map[string]pkg {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Imports,Deps"}, patterns...)...)
-	cmd.Dir = "../../.."
+	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Dir,GoFiles,Imports,Deps,Module"}, patterns...)...)
+	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list %v: %v", patterns, err)
@@ -43,22 +59,58 @@ func list(t *testing.T, patterns ...string) map[string]pkg {
 	return pkgs
 }
 
-// testOnly are the packages that exist for tests; a binary that links one ships test code.
-func testOnly(path string) bool {
-	switch {
-	case path == "testing", strings.HasPrefix(path, "testing/"),
-		strings.HasPrefix(path, "github.com/testcontainers/"):
-		return true
+// rel is path inside the module ("" for a path outside it).
+func rel(path string) string {
+	if r, ok := strings.CutPrefix(path, module+"/"); ok {
+		return r
 	}
-	for _, p := range []string{"internal/testkit/testpg", "internal/testkit/eventually", "internal/testkit/drifttest",
-		"internal/testkit/dbconntest", "internal/testkit/faultproxy", "internal/testkit/mutate", "internal/testkit/jsondoc", "internal/testkit/testbin"} {
-		if path == module+"/"+p {
-			return true
-		}
-	}
-	return false
+	return ""
 }
 
+// Floors, bottom up: a package imports only from its own floor or below (rule 2 of
+// docs/architecture.md). The test kit stands beside the house: it may use every floor, and
+// nothing else imports it.
+const (
+	floorBase = iota
+	floorDomain
+	floorApp
+	floorCmd
+	floorTestkit
+)
+
+var floorNames = []string{"internal/base", "domain", "internal/app", "cmd", "internal/testkit"}
+
+func floorOf(r string) int {
+	switch {
+	case strings.HasPrefix(r, "internal/base/"):
+		return floorBase
+	case strings.HasPrefix(r, "internal/app/"):
+		return floorApp
+	case strings.HasPrefix(r, "internal/testkit/"):
+		return floorTestkit
+	case strings.HasPrefix(r, "cmd/"):
+		return floorCmd
+	}
+	return floorDomain
+}
+
+// testOnly is what a binary must not link: the test kit, the testing package, and the modules
+// only tests use (the container harness, the Kubernetes manifests' schema).
+func testOnly(path string) bool {
+	r := rel(path)
+	return strings.HasPrefix(r, "internal/testkit/") || path == "testing" || strings.HasPrefix(path, "testing/") ||
+		strings.HasPrefix(path, "github.com/testcontainers/") || strings.HasPrefix(path, "k8s.io/") ||
+		strings.HasPrefix(path, "sigs.k8s.io/")
+}
+
+// production are the binaries an operator deploys; the bench and the demo are tools beside them.
+var production = []string{"cmd/qlsched", "cmd/qlmigrate"}
+
+// notInProduction is what the production binaries do not link beyond test code: the bench, the
+// demo, and throwaway clusters (they spawn initdb).
+var notInProduction = []string{"internal/app/bench", "internal/app/demo", "internal/app/pgcluster"}
+
+// Rule 1.
 func TestCommandsAreWiringOnly(t *testing.T) {
 	for path, p := range list(t, "./cmd/...") {
 		if slices.Contains(p.Imports, module+"/db") {
@@ -68,19 +120,43 @@ func TestCommandsAreWiringOnly(t *testing.T) {
 }
 
 // dbImporters are the packages rule 1 of docs/architecture.md lets import db.
-var dbImporters = []string{"coordinator", "admin", "checksums", "roles", "internal/app/migrate", "internal/app/verify",
-	"internal/app/metrics", "internal/app/bench"}
+var dbImporters = []string{"coordinator", "admin", "checksums", "readiness", "roles", "internal/app/migrate",
+	"internal/app/verify", "internal/app/metrics", "internal/app/bench"}
 
+// Rule 1.
 func TestGeneratedRowsStayBehindTheStores(t *testing.T) {
 	for path, p := range list(t, "./...") {
-		if slices.Contains(p.Imports, module+"/db") && !slices.ContainsFunc(dbImporters, func(allowed string) bool {
-			return path == module+"/"+allowed
-		}) {
+		if slices.Contains(p.Imports, module+"/db") && !slices.Contains(dbImporters, rel(path)) {
 			t.Errorf("%s imports %s/db: only %v may (rule 1 of docs/architecture.md)", path, module, dbImporters)
 		}
 	}
 }
 
+// Rule 2.
+func TestNoImportRunsUpAFloor(t *testing.T) {
+	pkgs := list(t, "./...")
+	if len(pkgs) < 30 {
+		t.Fatalf("go list ./... listed %d packages; want the whole module", len(pkgs))
+	}
+	for path, p := range pkgs {
+		from := floorOf(rel(path))
+		for _, imp := range p.Imports {
+			r := rel(imp)
+			if r == "" {
+				continue
+			}
+			to := floorOf(r)
+			switch {
+			case to == floorTestkit && from != floorTestkit:
+				t.Errorf("%s imports %s: only tests use the test kit", rel(path), r)
+			case to > from && from != floorTestkit:
+				t.Errorf("%s (%s) imports %s (%s): no import runs up a floor", rel(path), floorNames[from], r, floorNames[to])
+			}
+		}
+	}
+}
+
+// Rule 3.
 func TestTheDecisionKnowsNoDatabase(t *testing.T) {
 	p := list(t, "./schedule")[module+"/schedule"]
 	for _, dep := range p.Deps {
@@ -90,12 +166,162 @@ func TestTheDecisionKnowsNoDatabase(t *testing.T) {
 	}
 }
 
+// Rule 4.
 func TestBinariesShipNoTestCode(t *testing.T) {
-	for path, p := range list(t, "./cmd/...") {
+	cmds := list(t, "./cmd/...")
+	for _, c := range production {
+		if _, ok := cmds[module+"/"+c]; !ok {
+			t.Errorf("%s: no such command; the list of production binaries is stale", c)
+		}
+	}
+	for path, p := range cmds {
 		for _, dep := range p.Deps {
 			if testOnly(dep) {
-				t.Errorf("%s links %s, a test-only package", path, dep)
+				t.Errorf("%s links %s, a test-only package", rel(path), dep)
+			}
+			if slices.Contains(production, rel(path)) && slices.Contains(notInProduction, rel(dep)) {
+				t.Errorf("%s links %s: a production binary ships no bench, demo or throwaway cluster", rel(path), rel(dep))
 			}
 		}
 	}
+}
+
+// opens are the functions that open a database connection; only internal/base/dbconn calls
+// them, so every connection gets its bounds, its pooler mode and its redaction (rule 5).
+var opens = map[string][]string{
+	"github.com/jackc/pgx/v5":         {"Connect", "ConnectConfig", "ConnectWithOptions"},
+	"github.com/jackc/pgx/v5/pgxpool": {"New", "NewWithConfig"},
+	"github.com/jackc/pgx/v5/pgconn":  {"Connect", "ConnectConfig", "ConnectWithOptions"},
+	"github.com/jackc/pgx/v5/stdlib":  {"OpenDB", "OpenDBFromPool", "GetDefaultDriver"},
+	"database/sql":                    {"Open", "OpenDB"},
+}
+
+// Rule 5.
+func TestOneConnectionRoute(t *testing.T) {
+	linked := map[string]bool{}
+	for _, p := range list(t, "./cmd/...") {
+		for _, dep := range p.Deps {
+			linked[dep] = true
+		}
+	}
+	pkgs := list(t, "./...")
+	checked := 0
+	for path, p := range pkgs {
+		if !linked[path] || rel(path) == "internal/base/dbconn" {
+			continue
+		}
+		for _, f := range p.GoFiles {
+			checked++
+			for _, line := range connectionCalls(t, filepath.Join(p.Dir, f)) {
+				t.Errorf("%s:%d opens a connection; go through internal/base/dbconn", filepath.Join(rel(path), f), line)
+			}
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("checked %d files; want every file the binaries link", checked)
+	}
+}
+
+// connectionCalls returns the lines in file that name a function of opens.
+func connectionCalls(t *testing.T, file string) []int {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatalf("parse %s: %v", file, err)
+	}
+	names := map[string]string{} // local name → import path
+	for _, imp := range f.Imports {
+		path, _ := strconv.Unquote(imp.Path.Value)
+		if _, ok := opens[path]; !ok {
+			continue
+		}
+		name := filepath.Base(path)
+		if path == "github.com/jackc/pgx/v5" {
+			name = "pgx"
+		}
+		if imp.Name != nil {
+			name = imp.Name.Name
+		}
+		names[name] = path
+	}
+	var found []int
+	ast.Inspect(f, func(n ast.Node) bool {
+		sel, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		if id, ok := sel.X.(*ast.Ident); ok && slices.Contains(opens[names[id.Name]], sel.Sel.Name) {
+			found = append(found, fset.Position(sel.Pos()).Line)
+		}
+		return true
+	})
+	return found
+}
+
+// The package map of docs/architecture.md is the import graph: each package of the module, its
+// floor and what it imports of the module, between the two markers. -update rewrites it.
+func TestThePackageMapIsTheImportGraph(t *testing.T) {
+	const begin, end = "<!-- package map: begin (go test ./internal/testkit/archrules -update) -->", "<!-- package map: end -->"
+	docPath := filepath.Join(root, "docs/architecture.md")
+	doc, err := os.ReadFile(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, rest, ok1 := strings.Cut(string(doc), begin)
+	_, tail, ok2 := strings.Cut(rest, end)
+	if !ok1 || !ok2 {
+		t.Fatalf("docs/architecture.md lacks the package map's markers %q … %q", begin, end)
+	}
+	want := packageMap(list(t, "./..."))
+	if *update {
+		if err := os.WriteFile(docPath, []byte(head+begin+want+end+tail), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if got, _, _ := strings.Cut(rest, end); got != want {
+		t.Errorf("docs/architecture.md's package map is not the import graph; run go test ./internal/testkit/archrules -update and review the diff\nwant:%s", want)
+	}
+	// every package has a row in the table of what it holds
+	for path := range list(t, "./...") {
+		r := rel(path)
+		if floorOf(r) == floorTestkit || r == "sql/migrations" || r == "deploy/kubernetes" {
+			continue
+		}
+		if !strings.Contains(string(doc), "| `"+r+"` |") {
+			t.Errorf("docs/architecture.md: no row says what %s holds", r)
+		}
+	}
+}
+
+// packageMap renders the module's packages floor by floor, top down.
+func packageMap(pkgs map[string]pkg) string {
+	byFloor := make([][]string, len(floorNames))
+	for path, p := range pkgs {
+		r := rel(path)
+		var imps []string
+		for _, imp := range p.Imports {
+			if ri := rel(imp); ri != "" {
+				imps = append(imps, ri)
+			}
+		}
+		slices.Sort(imps)
+		line := r
+		if len(imps) > 0 {
+			line += " ──► " + strings.Join(imps, ", ")
+		}
+		byFloor[floorOf(r)] = append(byFloor[floorOf(r)], line)
+	}
+	var b strings.Builder
+	b.WriteString("\n```\n")
+	for _, f := range []int{floorCmd, floorApp, floorDomain, floorBase, floorTestkit} {
+		slices.Sort(byFloor[f])
+		fmt.Fprintf(&b, "%s\n", floorNames[f])
+		for _, l := range byFloor[f] {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
+	b.WriteString("```\n")
+	return b.String()
 }
