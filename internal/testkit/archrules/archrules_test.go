@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -259,7 +260,7 @@ func connectionCalls(t *testing.T, file string) []int {
 	return found
 }
 
-// The package map of docs/architecture.md is the import graph: each package of the module, its
+// Rule 6. The package map of docs/architecture.md is the import graph: each package of the module, its
 // floor and what it imports of the module, between the two markers. -update rewrites it.
 func TestThePackageMapIsTheImportGraph(t *testing.T) {
 	const begin, end = "<!-- package map: begin (go test ./internal/testkit/archrules -update) -->", "<!-- package map: end -->"
@@ -283,8 +284,14 @@ func TestThePackageMapIsTheImportGraph(t *testing.T) {
 	if got, _, _ := strings.Cut(rest, end); got != want {
 		t.Errorf("docs/architecture.md's package map is not the import graph; run go test ./internal/testkit/archrules -update and review the diff\nwant:%s", want)
 	}
-	// every package has a row in the table of what it holds
-	for path := range list(t, "./...") {
+	// every package has a row in the table of what it holds, and every row a package
+	pkgs := list(t, "./...")
+	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
+		if _, ok := pkgs[module+"/"+m[1]]; !ok {
+			t.Errorf("docs/architecture.md has a row for %s, which is no package", m[1])
+		}
+	}
+	for path := range pkgs {
 		r := rel(path)
 		if floorOf(r) == floorTestkit || r == "sql/migrations" || r == "deploy/kubernetes" {
 			continue
@@ -294,6 +301,9 @@ func TestThePackageMapIsTheImportGraph(t *testing.T) {
 		}
 	}
 }
+
+// row is a line of the table of what each package holds.
+var row = regexp.MustCompile("(?m)^\\| `([a-z0-9/]+)` \\|")
 
 // packageMap renders the module's packages floor by floor, top down.
 func packageMap(pkgs map[string]pkg) string {
