@@ -27,7 +27,7 @@ CREATE TABLE control_core.capabilities (
 -- The checksum ledger: one row per applied migration, written by the migration runner inside the
 -- migration's own transaction, so a version is never recorded without the sha256 of what ran.
 -- normalized_sha256 hashes the file's normal form (no comments, whitespace reduced: see
--- internal/base/sqlfile), so an edit of comments or whitespace can be told from one of statements.
+-- internal/sqlfile), so an edit of comments or whitespace can be told from one of statements.
 -- sha256 is the file the ledger vouches for now: `qlmigrate accept` may move it to a cosmetic edit
 -- of the same statements, never to other statements, and keeps the old one in
 -- migration_acceptances.

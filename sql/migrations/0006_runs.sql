@@ -76,7 +76,7 @@ CREATE TRIGGER runs_identity_guard BEFORE UPDATE ON control_core.runs
 CREATE INDEX runs_task_revision_idx ON control_core.runs (project_id, task_id, task_revision);
 CREATE INDEX runs_execution_revision_idx ON control_core.runs (execution_revision_id);
 -- A project's Runs by admission time: the console's runs pages (keyset, newest first) and its
--- admissions per minute of the last hour (internal/app/console, sql/queries/console.sql).
+-- admissions per minute of the last hour (internal/console, sql/queries/console.sql).
 CREATE INDEX runs_project_created_idx ON control_core.runs (project_id, created_at_ms, run_id);
 
 SELECT control_core.advance_capability('control-core', 5, 'runs', 'pg-0006-runs');
