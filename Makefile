@@ -40,7 +40,7 @@ test-matrix:
 
 # The whole thing on an embedded throwaway PostgreSQL; cleans up after itself.
 demo:
-	go run ./cmd/qlsched demo
+	go run ./cmd/qldemo
 
 # Mutation testing (docs/testing.md): each mutation of internal/testkit/mutate/mutations.txt, applied one
 # at a time to a copy of HEAD (commit first; MUTATE_FLAGS="-tree worktree" takes the checkout as it
@@ -131,11 +131,11 @@ peer-chaos-short:
 
 bench:
 	scripts/bench-pooler.sh --check # its last part, before the long runs
-	go build -o bin/qlsched ./cmd/qlsched
-	bin/qlsched bench --scenario backlog --triggers 10000 --replicas 4 --budget 256 --cadence 10ms --duration 30s
-	bin/qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 65s
-	bin/qlsched bench --scenario backlog --every second --triggers 20000 --replicas 4 --budget 256 --cadence 10ms --admit-batch 128 --duration 20s
-	bin/qlsched bench --scenario backlog --triggers 5000 --replicas 1 --budget 256 --cadence 10ms --duration 20s --processes
+	go build -o bin/ ./cmd/...
+	bin/qlbench --scenario backlog --triggers 10000 --replicas 4 --budget 256 --cadence 10ms --duration 30s
+	bin/qlbench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 65s
+	bin/qlbench --scenario backlog --every second --triggers 20000 --replicas 4 --budget 256 --cadence 10ms --admit-batch 128 --duration 20s
+	bin/qlbench --scenario backlog --triggers 5000 --replicas 1 --budget 256 --cadence 10ms --duration 20s --processes
 	go test -count=1 -run '^$$' -bench BenchmarkClaim -benchtime 3000x ./coordinator/
 	@$(MAKE) --no-print-directory bench-burst
 	@$(MAKE) --no-print-directory bench-pooler
@@ -147,15 +147,15 @@ bench:
 # burst (single mode at 50,000 takes longer than the minute between bursts here).
 BURST_FLAGS ?= --bursts 2 --budget 256 --cadence 10ms
 bench-burst:
-	go build -o bin/qlsched ./cmd/qlsched
-	bin/qlsched bench --scenario burst --triggers 10000 --replicas 1 $(BURST_FLAGS) --duration 1m
-	bin/qlsched bench --scenario burst --triggers 10000 --replicas 4 $(BURST_FLAGS) --duration 1m
-	bin/qlsched bench --scenario burst --triggers 10000 --replicas 1 $(BURST_FLAGS) --admit-batch 128 --duration 1m
-	bin/qlsched bench --scenario burst --triggers 10000 --replicas 4 $(BURST_FLAGS) --admit-batch 128 --duration 1m
-	bin/qlsched bench --scenario burst --triggers 50000 --replicas 1 $(BURST_FLAGS) --duration 3m
-	bin/qlsched bench --scenario burst --triggers 50000 --replicas 4 $(BURST_FLAGS) --duration 3m
-	bin/qlsched bench --scenario burst --triggers 50000 --replicas 1 $(BURST_FLAGS) --admit-batch 128 --duration 1m
-	bin/qlsched bench --scenario burst --triggers 50000 --replicas 4 $(BURST_FLAGS) --admit-batch 128 --duration 1m
+	go build -o bin/ ./cmd/...
+	bin/qlbench --scenario burst --triggers 10000 --replicas 1 $(BURST_FLAGS) --duration 1m
+	bin/qlbench --scenario burst --triggers 10000 --replicas 4 $(BURST_FLAGS) --duration 1m
+	bin/qlbench --scenario burst --triggers 10000 --replicas 1 $(BURST_FLAGS) --admit-batch 128 --duration 1m
+	bin/qlbench --scenario burst --triggers 10000 --replicas 4 $(BURST_FLAGS) --admit-batch 128 --duration 1m
+	bin/qlbench --scenario burst --triggers 50000 --replicas 1 $(BURST_FLAGS) --duration 3m
+	bin/qlbench --scenario burst --triggers 50000 --replicas 4 $(BURST_FLAGS) --duration 3m
+	bin/qlbench --scenario burst --triggers 50000 --replicas 1 $(BURST_FLAGS) --admit-batch 128 --duration 1m
+	bin/qlbench --scenario burst --triggers 50000 --replicas 4 $(BURST_FLAGS) --admit-batch 128 --duration 1m
 
 # Issue 37's scale: 20 projects, 100,000 triggers through apply, 2,000,000 Runs of history written
 # set-based (outside the product path), every operator read timed against its target, and a mass
@@ -166,15 +166,15 @@ bench-burst:
 # TestScaleReadsDoNotGrowWithHistory (internal/app/bench), which make test runs.
 SCALE_FLAGS ?= --samples 5 --init-wait 4m
 bench-scale:
-	go build -o bin/qlsched ./cmd/qlsched
-	bin/qlsched bench --scenario scale $(SCALE_FLAGS)
+	go build -o bin/ ./cmd/...
+	bin/qlbench --scenario scale $(SCALE_FLAGS)
 
 # The replica-count curve of docs/operations.md (Sizing): the same backlog with 1, 2, 4 and 8
 # in-process replicas, single and batch admission, each against its ceiling of the same run.
 bench-replicas:
-	go build -o bin/qlsched ./cmd/qlsched
-	for r in 1 2 4 8; do bin/qlsched bench --scenario backlog --triggers 10000 --replicas $$r --budget 256 --cadence 10ms --duration 20s || exit 1; done
-	for r in 1 2 4 8; do bin/qlsched bench --scenario backlog --every second --triggers 20000 --replicas $$r --budget 256 --cadence 10ms --admit-batch 128 --duration 15s || exit 1; done
+	go build -o bin/ ./cmd/...
+	for r in 1 2 4 8; do bin/qlbench --scenario backlog --triggers 10000 --replicas $$r --budget 256 --cadence 10ms --duration 20s || exit 1; done
+	for r in 1 2 4 8; do bin/qlbench --scenario backlog --every second --triggers 20000 --replicas $$r --budget 256 --cadence 10ms --admit-batch 128 --duration 15s || exit 1; done
 
 # The bench through PgBouncer against direct, in one sitting (docs/performance.md, Through
 # PgBouncer): a throwaway server, PgBouncer in transaction and in session pooling in front of it,

@@ -154,7 +154,7 @@ type BenchSetDueParams struct {
 	ProjectID string `json:"project_id"`
 }
 
-// Queries of `qlsched bench` only.
+// Queries of `qlbench` only.
 // Put every schedule row of a project at the occurrence due_ms (on time, not missed), unclaimed: a
 // backlog of due rows. Also ends the claims the ceiling phase was holding when its time ran out
 // (its workers have stopped), so the replicas do not wait out their leases. Run as the runtime

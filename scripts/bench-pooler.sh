@@ -21,7 +21,7 @@
 #   QL_PG_BIN     the PostgreSQL server binaries (default as the bench finds them: pg_config
 #                 --bindir, then the newest /usr/lib/postgresql/*/bin)
 #
-# Needs bin/qlsched and bin/qlmigrate (make bench-pooler builds them), pgbouncer and psql
+# Needs bin/qlbench, bin/qlsched and bin/qlmigrate (make bench-pooler builds them), pgbouncer and psql
 # (Debian's pgbouncer and postgresql-client). As root, PostgreSQL and PgBouncer run as the postgres
 # user. Both are stopped on every exit, and their files removed, except after a failure: then the
 # folder (server and PgBouncer logs, the bench's stderr) is kept and named.
@@ -68,7 +68,7 @@ case "${1:-}" in
   --check) exit 0 ;;
   *) die "unknown argument \"$1\" (the only one is --check; the settings are environment variables)" ;;
 esac
-for b in bin/qlsched bin/qlmigrate; do
+for b in bin/qlbench bin/qlsched bin/qlmigrate; do
   [[ -x $b ]] || die "$b is missing (run it as make bench-pooler)"
 done
 
@@ -148,6 +148,6 @@ for run in $order; do
   bin/qlmigrate up --database-url "$server/$db" >/dev/null
   echo
   echo "== $run: replicas connect to $runtime"
-  bin/qlsched bench "${flag_words[@]}" --processes --database-url "$server/$db" --runtime-url "$runtime" 2>>"$dir/bench.log" \
+  bin/qlbench "${flag_words[@]}" --processes --database-url "$server/$db" --runtime-url "$runtime" 2>>"$dir/bench.log" \
     || { keep=1; tail -20 "$dir/bench.log" >&2; die "the $run run failed"; }
 done

@@ -1,7 +1,7 @@
 // Command river measures the peer users would pick instead of qlsched: River's periodic jobs
 // (github.com/riverqueue/river), N jobs every second enqueued by one client's elected leader, on a
 // throwaway PostgreSQL started from the same server binaries and with the same settings (fsync
-// on) as `qlsched bench`, so the two rates come from one machine in one sitting.
+// on) as `qlbench`, so the two rates come from one machine in one sitting.
 //
 // It is a separate module so River's dependencies stay out of control-core's go.mod. It prints
 // jobs inserted per second over the measured window and the lag from each job's scheduled time
@@ -38,7 +38,7 @@ import (
 )
 
 // nopArgs is the periodic job; it is inserted into a queue no client works, so the measurement
-// is the enqueue path alone, as in qlsched bench (which admits Runs and dispatches nothing).
+// is the enqueue path alone, as in qlbench (which admits Runs and dispatches nothing).
 type nopArgs struct{}
 
 func (nopArgs) Kind() string { return "nop" }

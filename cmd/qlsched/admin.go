@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -70,13 +69,7 @@ func (a *app) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) error 
 
 // output prints v as JSON (a document whose schema field names it, docs/json.md) or runs text.
 func (a *app) output(w io.Writer, v any, text func()) error {
-	if a.format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
-	}
-	text()
-	return nil
+	return cli.Output(w, a.format, v, text)
 }
 
 // adminCmd gives cmd the shape every day-2 admin command shares: before anything connects,

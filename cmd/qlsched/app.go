@@ -20,13 +20,9 @@ type app struct {
 }
 
 func (a *app) validate() error {
-	if a.logFormat != "text" && a.logFormat != "json" {
-		return cli.Usagef("--log-format %q: want text or json", a.logFormat)
-	}
-	if err := a.logLevel.UnmarshalText([]byte(a.logLevelStr)); err != nil {
-		return cli.Usagef("--log-level %q: want debug, info, warn or error", a.logLevelStr)
-	}
-	return nil
+	var err error
+	a.logLevel, err = cli.LogLevel(a.logFormat, a.logLevelStr)
+	return err
 }
 
 // connConfig resolves the connection settings (commands that need a database call it before

@@ -5,24 +5,25 @@ import (
 	"testing"
 
 	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
 )
 
-// Every field of coordinator.Config has its flag in configFlags, and qlsched run defines that
+// Every field of coordinator.Config has its flag in cli.ConfigFlags, and qlsched run defines that
 // flag: a ConfigError is always reported with the flag the user typed.
 func TestEveryConfigFieldHasItsFlag(t *testing.T) {
 	t.Parallel()
 	run := (&app{}).runCmd()
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[coordinator.Config]()) {
-		flag, ok := configFlags[f.Name]
+		flag, ok := cli.ConfigFlags[f.Name]
 		if !ok {
-			t.Errorf("coordinator.Config.%s has no flag in configFlags", f.Name)
+			t.Errorf("coordinator.Config.%s has no flag in cli.ConfigFlags", f.Name)
 			continue
 		}
 		if run.Flags().Lookup(flag[2:]) == nil {
-			t.Errorf("configFlags maps %s to %s, which qlsched run does not define", f.Name, flag)
+			t.Errorf("cli.ConfigFlags maps %s to %s, which qlsched run does not define", f.Name, flag)
 		}
 	}
-	if len(configFlags) != reflect.TypeFor[coordinator.Config]().NumField() {
-		t.Errorf("configFlags has %d entries for %d Config fields", len(configFlags), reflect.TypeFor[coordinator.Config]().NumField())
+	if len(cli.ConfigFlags) != reflect.TypeFor[coordinator.Config]().NumField() {
+		t.Errorf("cli.ConfigFlags has %d entries for %d Config fields", len(cli.ConfigFlags), reflect.TypeFor[coordinator.Config]().NumField())
 	}
 }

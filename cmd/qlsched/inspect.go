@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -20,30 +19,14 @@ import (
 )
 
 // document is a JSON output: the body's fields after a schema field naming the document and its
-// version (docs/json.md).
+// version (docs/json.md), marshalled as cli.Document.
 type document struct {
 	schema string
 	body   any
 }
 
 func (d document) MarshalJSON() ([]byte, error) {
-	head, err := json.Marshal(struct {
-		Schema string `json:"schema"`
-	}{d.schema})
-	if err != nil {
-		return nil, err
-	}
-	body, err := json.Marshal(d.body)
-	if err != nil {
-		return nil, err
-	}
-	if len(body) < 2 || body[0] != '{' {
-		return nil, fmt.Errorf("document %s: the body is not a JSON object", d.schema)
-	}
-	if string(body) == "{}" {
-		return head, nil
-	}
-	return append(append(head[:len(head)-1], ','), body[1:]...), nil
+	return cli.Document{Schema: d.schema, Body: d.body}.MarshalJSON()
 }
 
 // The one time format of the admin commands: RFC 3339, with milliseconds only where there are

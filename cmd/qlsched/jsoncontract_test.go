@@ -68,18 +68,10 @@ projects:
 	for i := range cases {
 		cases[i].args = append(cases[i].args, admin...)
 	}
-	// bench publishes and claims as a superuser, as its --help says, in a database of its own:
-	// its ceiling claims whatever is due, other projects' triggers included
-	cases = append(cases, jsonCase{"bench", []string{"bench", "--database-url", testpg.New(t).URL(""), "--triggers", "20",
-		"--replicas", "1", "--duration", "1s", "--budget", "16"}, "qlsched.bench/v1"})
-	// the burst scenario's document nests one object per burst (waits for a minute boundary)
-	cases = append(cases, jsonCase{"bench", []string{"bench", "--scenario", "burst", "--database-url", testpg.New(t).URL(""),
-		"--triggers", "20", "--replicas", "1", "--bursts", "1", "--duration", "10s", "--budget", "16", "--cadence", "100ms"}, "qlsched.bench/v1"})
 	// commands that print no document refuse --format json (exit 2) before they start anything
 	refused := map[string][]string{
-		"run":  {"run", "--http-addr", "127.0.0.1:0", "--database-url", d.URL("ql_runtime")},
-		"demo": {"demo", "--duration", "5s"},
-		"ui":   {"ui", "--http-addr", "127.0.0.1:0", "--database-url", d.URL("ql_admin")},
+		"run": {"run", "--http-addr", "127.0.0.1:0", "--database-url", d.URL("ql_runtime")},
+		"ui":  {"ui", "--http-addr", "127.0.0.1:0", "--database-url", d.URL("ql_admin")},
 	}
 
 	leaves := jsondoc.Commands(t, (&app{}).rootCmd())

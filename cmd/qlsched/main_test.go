@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -79,7 +78,6 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"run", "--cadence", "2s", "--backoff-cap", "1s"}, "--backoff-cap 1s: want cadence (2s) … 10m0s"},
 		{[]string{"run", "--backoff-cap", "11m"}, "--backoff-cap 11m0s"},
 		{[]string{"run", "--not-ready-after", "0"}, "--not-ready-after 0: want 1 … 100 failed rounds in a row"},
-		{[]string{"bench", "--budget", "300"}, "--budget 300: want 1 … 256"},
 		{[]string{"run", "--http-addr", "nonsense"}, "--http-addr"},
 		{[]string{"run", "--http-addr", "127.0.0.1:99999"}, "not a number in 0 … 65535"},
 		{[]string{"run", "--http-addr", "127.0.0.1:-1"}, "not a number in 0 … 65535"},
@@ -96,7 +94,6 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"runs", "list", "--limit", "0"}, "--limit: 0 is out of range"},
 		{[]string{"runs", "list", "--trigger", "T T"}, "--trigger: trigger id"},
 		{[]string{"trigger", "list", "--project", "P!"}, "--project: project id"},
-		{[]string{"demo", "--replicas", "9"}, "--replicas 9"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -361,89 +358,6 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		values[m[1]] += v
 	}
 	return values
-}
-
-var removingDir = regexp.MustCompile(`removing (\S+)`)
-
-// Given --database-url, the demo runs on that server in a database of its own, as each of the four
-// roles, and drops that database at the end; QL_DATABASE_URL alone never sends it there.
-func TestDemoOnAGivenServer(t *testing.T) {
-	t.Parallel()
-	d := testpg.NewEmpty(t)
-	r := run(t, "demo", "--duration", "3s", "--database-url", d.URL(""))
-	if r.code != 0 || !strings.Contains(r.stdout, "every occurrence admitted exactly once") {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	}
-	m := regexp.MustCompile(`in a new database (qlsched_demo_\d+)`).FindStringSubmatch(r.stdout)
-	if m == nil || strings.Contains(r.stdout, "starting a throwaway PostgreSQL") {
-		t.Fatalf("the demo did not use the given server:\n%s", r.stdout)
-	}
-	conn, err := pgx.Connect(context.Background(), d.URL(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var left int
-	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_database WHERE datname = $1", m[1]).Scan(&left); err != nil || left != 0 {
-		t.Errorf("database %s: %d left (%v); want it dropped", m[1], left, err)
-	}
-
-	// an empty flag is a usage error, not a fall-back to QL_DATABASE_URL or PG*
-	if r := run(t, "demo", "--database-url", ""); r.code != 2 || !strings.Contains(r.stderr, "--database-url is empty") {
-		t.Errorf("--database-url '': exit %d, stderr %q; want exit 2 saying it is empty", r.code, r.stderr)
-	}
-
-	// the environment is not a given URL: the demo starts a throwaway server of its own
-	cmd := exec.Command(qlsched(t), "demo", "--duration", "1s")
-	cmd.Env = append(os.Environ(), "QL_DATABASE_URL="+d.URL(""))
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "starting a throwaway PostgreSQL") {
-		t.Errorf("with QL_DATABASE_URL only: %v; want exit 0 from a demo on a server of its own:\n%s", err, out)
-	}
-}
-
-// The demo runs end to end on its own throwaway PostgreSQL and leaves nothing behind: not when it
-// finishes, not when it is interrupted.
-func TestDemoCleansUpAfterItselfAlsoOnCtrlC(t *testing.T) {
-	t.Parallel()
-	for _, interrupt := range []bool{false, true} {
-		cmd := exec.Command(qlsched(t), "demo", "--duration", "4s")
-		out := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if interrupt {
-			eventually.NoError(t, 60*time.Second, "the demo to start its replicas", func() error {
-				if o := out.String(); !strings.Contains(o, "running 2 replicas") {
-					return fmt.Errorf("output so far:\n%s", o)
-				}
-				return nil
-			})
-			if err := cmd.Process.Signal(os.Interrupt); err != nil {
-				t.Fatalf("interrupt the demo: %v", err)
-			}
-		}
-		err := cmd.Wait()
-		code := cmd.ProcessState.ExitCode()
-		switch {
-		case !interrupt && (err != nil || !strings.Contains(out.String(), "every occurrence admitted exactly once")):
-			t.Fatalf("demo: exit %d\n%s", code, out.String())
-		case interrupt && code != 130:
-			t.Fatalf("interrupted demo: exit %d, want 130\n%s", code, out.String())
-		}
-		m := removingDir.FindStringSubmatch(out.String())
-		if m == nil {
-			t.Fatalf("the demo did not say what it removed:\n%s", out.String())
-		}
-		cluster := filepath.Dir(m[1])
-		if _, err := os.Stat(cluster); !os.IsNotExist(err) {
-			t.Errorf("interrupt=%v: %s still exists (%v)", interrupt, cluster, err)
-		}
-		if ps, _ := exec.Command("pgrep", "-f", m[1]).Output(); len(bytes.TrimSpace(ps)) > 0 {
-			t.Errorf("interrupt=%v: a process still runs on %s: %s", interrupt, m[1], ps)
-		}
-	}
 }
 
 // syncBuffer is a bytes.Buffer the test may read while the child process writes to it.

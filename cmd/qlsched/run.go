@@ -30,28 +30,6 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
-// configFlags is the flag of each coordinator.Config field: the library's errors name fields
-// (coordinator.ConfigError), the command line names flags. run sets every field; bench the ones
-// it has flags for.
-var configFlags = map[string]string{
-	"Owner": "--owner", "Budget": "--budget", "Lease": "--lease", "Cadence": "--cadence",
-	"DrainTimeout": "--drain-timeout", "AdmitRetries": "--admit-retries", "AdmitBatch": "--admit-batch",
-	"BackoffCap": "--backoff-cap", "NotReadyAfter": "--not-ready-after",
-	"InitBatch": "--init-batch", "InitBudget": "--init-budget",
-}
-
-// configUsageError is a usage error (exit 2) for a coordinator configuration that Validate
-// refused, naming the flag that sets the field.
-func configUsageError(err error) error {
-	var ce *coordinator.ConfigError
-	if errors.As(err, &ce) {
-		if flag, ok := configFlags[ce.Field]; ok {
-			return cli.Usagef("%s %s: want %s", flag, ce.Value, ce.Want)
-		}
-	}
-	return &cli.UsageError{Err: err}
-}
-
 func (a *app) runCmd() *cobra.Command {
 	cfg := coordinator.DefaultConfig(defaultOwner())
 	var (
@@ -124,7 +102,7 @@ that claim less) show it. To carry more, raise
 				return cli.Usagef("--format %s: run prints no document, only logs on stderr (--log-format json for collectors)", a.format)
 			}
 			if err := cfg.Validate(); err != nil {
-				return configUsageError(err)
+				return cli.ConfigUsageError(err)
 			}
 			if err := validateHTTPAddr(httpAddr); err != nil {
 				return err
@@ -314,10 +292,4 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func (a *app) logger() *slog.Logger {
-	opts := &slog.HandlerOptions{Level: a.logLevel}
-	if a.logFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
-}
+func (a *app) logger() *slog.Logger { return cli.Logger(a.logFormat, a.logLevel) }

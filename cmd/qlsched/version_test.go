@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/qlcontrol/controlcore/internal/testkit/jsondoc"
+	"github.com/qlcontrol/controlcore/internal/testkit/testbin"
 )
 
 // stampedLine is the --version line `go version -m` implies for a binary: the same build
@@ -43,11 +44,17 @@ func stampedLine(t *testing.T, name, bin string) string {
 	return line + ") " + goVersion
 }
 
-// --version on both binaries prints the build information and exits 0, reading no connection
+// --version on every binary prints the build information and exits 0, reading no connection
 // setting (a broken QL_DATABASE_URL does not matter) and opening nothing.
-func TestVersionOnBothBinaries(t *testing.T) {
+// everyBinary is each command of cmd/: the production binaries and the bench and the demo.
+func everyBinary(t *testing.T) []struct{ name, bin string } {
+	return []struct{ name, bin string }{{"qlsched", qlsched(t)}, {"qlmigrate", buildQlmigrate(t)},
+		{"qlbench", testbin.Command(t, "qlbench")}, {"qldemo", testbin.Command(t, "qldemo")}}
+}
+
+func TestVersionOnEveryBinary(t *testing.T) {
 	t.Parallel()
-	for _, b := range []struct{ name, bin string }{{"qlsched", qlsched(t)}, {"qlmigrate", buildQlmigrate(t)}} {
+	for _, b := range everyBinary(t) {
 		cmd := exec.Command(b.bin, "--version")
 		cmd.Env = append(cmd.Environ(), "QL_DATABASE_URL=postgres://u:pw-never-shown@127.0.0.1:1/x?sslmode=nonsense")
 		var stdout, stderr bytes.Buffer
@@ -66,7 +73,7 @@ func TestVersionOnBothBinaries(t *testing.T) {
 // line; --format takes text or json only, and --version does not escape that check.
 func TestVersionAsJSONAndItsFormatCheck(t *testing.T) {
 	t.Parallel()
-	for _, b := range []struct{ name, bin string }{{"qlsched", qlsched(t)}, {"qlmigrate", buildQlmigrate(t)}} {
+	for _, b := range everyBinary(t) {
 		out, err := exec.Command(b.bin, "--version", "--format", "json").Output()
 		if err != nil {
 			t.Fatalf("%s --version --format json: %v", b.name, err)

@@ -1,4 +1,4 @@
--- Queries of `qlsched bench` only.
+-- Queries of `qlbench` only.
 
 -- name: BenchSetDue :execrows
 -- Put every schedule row of a project at the occurrence due_ms (on time, not missed), unclaimed: a

@@ -60,8 +60,8 @@ type Config struct {
 	Batch    int          // rows per claim and admit transaction; 1: the ADR's single mode
 	Bursts   int          // burst: how many minute boundaries to measure (1 … 10)
 	Log      *slog.Logger // the replicas' diagnostics; nil discards them
-	// Processes runs the replicas as real `qlsched run` processes (the binary Exe), connected as
-	// the runtime role: RuntimeURL, or the throwaway cluster's ql_runtime.
+	// Processes runs the replicas as real `qlsched run` processes (the binary Exe, qlbench's
+	// --qlsched), connected as the runtime role: RuntimeURL, or the throwaway cluster's ql_runtime.
 	Processes  bool
 	Exe        string
 	RuntimeURL string

@@ -1,4 +1,4 @@
--- The scale scenario's history (`qlsched bench --scenario scale` and its CI test), written
+-- The scale scenario's history (`qlbench --scenario scale` and its CI test), written
 -- set-based, as a superuser outside the product path, exactly as admission writes it (the Admit
 -- statement of sql/queries/scheduler.sql): a queued runtime Run keyed by its occurrence, its
 -- claimed remote_worker Attempt, the events run.created and run.queued, one INSERT … SELECT

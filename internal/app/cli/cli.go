@@ -1,5 +1,5 @@
-// Package cli holds what both binaries share at their edge: the exit-code contract, usage
-// errors, and running a cobra command tree with them.
+// Package cli holds what the binaries share at their edge: the exit-code contract, usage
+// errors, --version, JSON documents and logs, and running a cobra command tree with them.
 package cli
 
 import (

@@ -1,6 +1,6 @@
 // Package replica composes one scheduler replica in the order ADR-0105 fixes for the cluster
 // composition root: schema readiness (fail closed), then startup recovery, then the lifecycle.
-// `qlsched run` and `qlsched demo` start their replicas through it, so neither can skip a step.
+// `qlsched run` and `qldemo` start their replicas through it, so neither can skip a step.
 package replica
 
 import (

@@ -52,7 +52,7 @@ import (
 //
 // The driver keeps at most QL_CHAOS_MAX_FAULTED (1) replicas killed, stopped or restarting at
 // a time, apart from the deliberate stops of every replica at once: the soak tests exactly-once
-// delivery and takeover under faults, not how few replicas can carry the load (qlsched bench
+// delivery and takeover under faults, not how few replicas can carry the load (qlbench
 // measures capacity). Losses while replicas were down but some were live are not excused by that:
 // they count as unexplained, and the summary says how many fell in such degraded periods.
 //

@@ -1,23 +1,50 @@
+// Command qldemo runs the whole scheduler stack on a throwaway PostgreSQL (or a given server),
+// shows it admitting, and removes what it started. It is a binary of its own so that qlsched, the
+// production binary, links nothing that spawns initdb. See `qldemo --help`.
 package main
 
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
+	_ "time/tzdata" // every binary resolves zones identically, also in minimal containers
 
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/internal/app/cli"
 	"github.com/qlcontrol/controlcore/internal/app/demo"
 	"github.com/qlcontrol/controlcore/internal/app/verify"
+	"github.com/qlcontrol/controlcore/internal/base/buildinfo"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
-func (a *app) demoCmd() *cobra.Command {
+func main() {
+	a := &app{}
+	os.Exit(cli.Run(a.rootCmd(), os.Args[1:], os.Stderr, a.redact))
+}
+
+// app holds the global flags.
+type app struct {
+	databaseURL string
+	format      cli.Format
+
+	conn *dbconn.Config
+}
+
+func (a *app) redact(s string) string {
+	if a.conn == nil {
+		return s
+	}
+	return a.conn.Redact(s)
+}
+
+func (a *app) rootCmd() *cobra.Command {
 	opts := demo.Options{Replicas: 2, Duration: 20 * time.Second}
-	cmd := &cobra.Command{
-		Use:   "demo [--replicas 2] [--duration 20s] [--database-url URL]",
+	root := &cobra.Command{
+		Use:   "qldemo [--replicas 2] [--duration 20s] [--database-url URL]",
 		Short: "Run the whole stack on an embedded throwaway PostgreSQL, then remove it",
-		Long: `demo starts a throwaway PostgreSQL from this machine's server binaries (QL_PG_BIN,
+		Long: `qldemo starts a throwaway PostgreSQL from this machine's server binaries (QL_PG_BIN,
 pg_config or /usr/lib/postgresql/*/bin), creates the four roles, applies the migration stream as
 the owner role, verifies it (checksums, capability, readiness, exact privileges), publishes a
 project, a task and a few cron triggers as the admin role, and runs --replicas scheduler replicas
@@ -34,11 +61,14 @@ creates a database of its own there (qlsched_demo_<time>), creates the four role
 database at the end.
 
 The output is plain lines, one per step or second (no carriage returns, so a log keeps them
-apart), and ends with the next steps: the README's commands for a real database. demo prints no
-JSON document: --format json is refused (exit 2) before anything starts.`,
+apart), and ends with the next steps: the README's commands for a real database. qldemo prints no
+JSON document: --format json is refused (exit 2) before anything starts.
+
+Exit codes: 0 success, 1 the server is unfit or the stack misbehaved, 2 bad usage (nothing was
+started), 3 cannot connect or the database failed, 130 interrupted (what it started is removed).`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if a.format != "text" {
-				return cli.Usagef("--format %s: demo prints progress lines for a reader, no document; run it without --format", a.format)
+				return cli.Usagef("--format %s: qldemo prints progress lines for a reader, no document; run it without --format", a.format)
 			}
 			if opts.Replicas < 1 || opts.Replicas > demo.MaxReplicas {
 				return cli.Usagef("--replicas %d: want 1 … %d", opts.Replicas, demo.MaxReplicas)
@@ -47,25 +77,33 @@ JSON document: --format json is refused (exit 2) before anything starts.`,
 				return cli.Usagef("--duration %s: want %s … %s", opts.Duration, demo.MinDuration, demo.MaxDuration)
 			}
 			// an empty flag would fall back to QL_DATABASE_URL and PG*, which the demo never uses
-			if f := cmd.Flag("database-url"); f != nil && f.Changed && f.Value.String() == "" {
+			if f := cmd.Flag("database-url"); f.Changed && f.Value.String() == "" {
 				return cli.Usagef("--database-url is empty: give the URL of a server to run the demo on, or leave the flag out")
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Out = cmd.OutOrStdout()
-			if f := cmd.Flag("database-url"); f != nil && f.Changed {
+			if cmd.Flag("database-url").Changed {
 				var err error
-				if opts.Server, err = a.connConfig(); err != nil {
+				if a.conn, err = dbconn.Resolve(a.databaseURL); err != nil {
 					return err
 				}
+				opts.Server = a.conn
 			}
 			return demoErr(demo.Run(cmd.Context(), opts))
 		},
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	cmd.Flags().IntVar(&opts.Replicas, "replicas", opts.Replicas, fmt.Sprintf("scheduler replicas to run (1 … %d)", demo.MaxReplicas))
-	cmd.Flags().DurationVar(&opts.Duration, "duration", opts.Duration, fmt.Sprintf("how long the replicas run (%s … %s)", demo.MinDuration, demo.MaxDuration))
-	return cmd
+	cli.AddVersion(root, buildinfo.Read())
+	pf := root.PersistentFlags()
+	// only the flag: QL_DATABASE_URL and PG* never send the demo to a server (--help says why)
+	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL of a server to run on, as a superuser (default: a throwaway server of its own)")
+	cli.FormatVar(pf, &a.format)
+	f := root.Flags()
+	f.IntVar(&opts.Replicas, "replicas", opts.Replicas, fmt.Sprintf("scheduler replicas to run (1 … %d)", demo.MaxReplicas))
+	f.DurationVar(&opts.Duration, "duration", opts.Duration, fmt.Sprintf("how long the replicas run (%s … %s)", demo.MinDuration, demo.MaxDuration))
+	return root
 }
 
 // demoErr maps what the demo found onto the exit-code contract: a problem (exit 1) when the

@@ -1,25 +1,59 @@
+// Command qlbench measures the scheduler's admission throughput, latency and lag against the
+// database's own ceiling, and times the operator's reads at scale (docs/performance.md). It is a
+// binary of its own so that qlsched, the production binary, links no bench machinery and
+// nothing that spawns initdb. See `qlbench --help`.
 package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"time"
+	_ "time/tzdata" // every binary resolves zones identically, also in minimal containers
 
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/internal/app/bench"
 	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/base/buildinfo"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
-func (a *app) benchCmd() *cobra.Command {
+func main() {
+	a := &app{}
+	os.Exit(cli.Run(a.rootCmd(), os.Args[1:], os.Stderr, a.redact))
+}
+
+// app holds the global flags.
+type app struct {
+	databaseURL string
+	format      cli.Format
+	logFormat   string
+	logLevelStr string
+	qlsched     string
+
+	logLevel slog.Level
+	conn     *dbconn.Config
+}
+
+func (a *app) redact(s string) string {
+	if a.conn == nil {
+		return s
+	}
+	return a.conn.Redact(s)
+}
+
+func (a *app) rootCmd() *cobra.Command {
 	cfg := bench.Config{Scenario: bench.Backlog, Triggers: 10000, Every: "minute", Replicas: 4,
 		Duration: 30 * time.Second, Budget: 256, Cadence: 10 * time.Millisecond, Batch: 1, Bursts: 2,
 		Projects: bench.DefaultScaleProjects, HistoryRuns: bench.DefaultScaleHistoryRuns, Samples: 5,
 		MassPublish: bench.DefaultScaleMassPublish, InitWait: 2 * time.Minute}
-	cmd := &cobra.Command{
-		Use:   "bench [--scenario backlog|steady|burst|scale] [--triggers N] [--replicas R] [--duration D]",
+	root := &cobra.Command{
+		Use:   "qlbench [--scenario backlog|steady|burst|scale] [--triggers N] [--replicas R] [--duration D]",
 		Short: "Measure admission throughput against the database's ceiling, latency and lag",
-		Long: `bench starts a throwaway PostgreSQL with fsync on (or uses --database-url: a migrated database
+		Long: `qlbench starts a throwaway PostgreSQL with fsync on (or uses --database-url: a migrated database
 and a role that may publish and claim, e.g. a superuser; QL_DATABASE_URL and the PG* variables
 are not read, so a shell set up for production never benchmarks it by accident), publishes --triggers cron triggers in a
 new project and runs --replicas replicas (separate pools, distinct owners): in-process, or with
@@ -78,40 +112,50 @@ their next rows while they write, as a batch-mode round does.
 Reported: admits/s, rounds and the rounds that claimed their whole budget (saturated), claim and admit latency p50/p99, admission lag p50/p99 (admit database time
 minus scheduled time), serialization retries, races, releases, duplicates (must be 0), process
 CPU and RSS. --format json prints one qlsched.bench/v1 document (docs/json.md); the progress
-goes to stderr.`,
-		Example: `  qlsched bench --scenario backlog --replicas 4 --budget 256 --cadence 10ms
-  qlsched bench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 70s
-  qlsched bench --scenario burst --triggers 10000 --replicas 4 --admit-batch 128 --bursts 2
-  qlsched bench --scenario scale --triggers 100000 --projects 20 --history-runs 2000000`,
+goes to stderr.
+
+The replica processes (--processes) and the scale scenario's reads run the qlsched binary:
+--qlsched, else qlsched beside this binary, else qlsched on PATH. Build both with
+go build -o bin/ ./cmd/... and run bin/qlbench.
+
+Exit codes: 0 success, 1 duplicate occurrences, 2 bad usage or configuration (nothing was
+started), 3 cannot connect or the database failed, 130 interrupted.`,
+		Example: `  qlbench --scenario backlog --replicas 4 --budget 256 --cadence 10ms
+  qlbench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 70s
+  qlbench --scenario burst --triggers 10000 --replicas 4 --admit-batch 128 --bursts 2
+  qlbench --scenario scale --triggers 100000 --projects 20 --history-runs 2000000`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if a.logLevel, err = cli.LogLevel(a.logFormat, a.logLevelStr); err != nil {
+				return err
+			}
 			if cfg.Scenario == bench.Scale && !cmd.Flags().Changed("triggers") {
 				cfg.Triggers = bench.DefaultScaleTriggers
 			}
 			if a.databaseURL != "" {
-				if _, err := a.connConfig(); err != nil {
+				if a.conn, err = dbconn.Resolve(a.databaseURL); err != nil {
 					return err
 				}
 				cfg.URL = a.databaseURL
 			}
-			if cfg.Processes || cfg.Scenario == bench.Scale {
-				exe, err := os.Executable()
-				if err != nil {
-					return fmt.Errorf("--processes: find this binary: %w", err)
+			if cfg.Processes || cfg.Scenario == bench.Scale || cmd.Flags().Changed("qlsched") {
+				if cfg.Exe, err = qlschedBinary(a.qlsched); err != nil {
+					return err
 				}
-				cfg.Exe = exe
 			}
 			if err := cfg.Validate(); err != nil {
-				return configUsageError(err)
+				return cli.ConfigUsageError(err)
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg.Log = a.logger()
+			cfg.Log = cli.Logger(a.logFormat, a.logLevel)
 			rep, err := bench.Run(cmd.Context(), cfg, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			if err := a.output(cmd.OutOrStdout(), document{schema: "qlsched.bench/v1", body: rep}, func() { fmt.Fprint(cmd.OutOrStdout(), rep.Text()) }); err != nil {
+			doc := cli.Document{Schema: "qlsched.bench/v1", Body: rep} // the schema predates qlbench (docs/json.md)
+			if err := cli.Output(cmd.OutOrStdout(), a.format, doc, func() { fmt.Fprint(cmd.OutOrStdout(), rep.Text()) }); err != nil {
 				return err
 			}
 			if rep.Duplicates != 0 {
@@ -119,8 +163,16 @@ goes to stderr.`,
 			}
 			return nil
 		},
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	f := cmd.Flags()
+	cli.AddVersion(root, buildinfo.Read())
+	pf := root.PersistentFlags()
+	// only the flag: QL_DATABASE_URL and PG* are never read (--help says why)
+	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL of a migrated database to run on (default: a throwaway server of its own)")
+	cli.FormatVar(pf, &a.format)
+	pf.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text (terminals) or json (collectors)")
+	pf.StringVar(&a.logLevelStr, "log-level", "info", "log level: debug, info, warn or error")
+	f := root.Flags()
 	f.StringVar(&cfg.Scenario, "scenario", cfg.Scenario, "backlog, steady, burst or scale")
 	f.IntVar(&cfg.Triggers, "triggers", cfg.Triggers, "cron triggers to publish")
 	f.StringVar(&cfg.Every, "every", cfg.Every, "backlog: triggers due once (minute) or every second (second)")
@@ -138,5 +190,31 @@ goes to stderr.`,
 	f.IntVar(&cfg.MassPublish, "mass-publish", cfg.MassPublish, "scale: new triggers in the mass publish (0: none)")
 	f.DurationVar(&cfg.InitWait, "init-wait", cfg.InitWait, "scale: how long to wait for an initialisation (the data set's, the mass publish's)")
 	f.StringVar(&cfg.AdminURL, "admin-url", "", "scale with --database-url: the URL the timed reads connect with (the admin role; default --database-url)")
-	return cmd
+	f.StringVar(&a.qlsched, "qlsched", "", "the qlsched binary --processes and scale run (default: qlsched beside qlbench, else on PATH)")
+	return root
+}
+
+// qlschedBinary finds the qlsched binary the replica processes and the scale reads run: flag (a
+// path, or a name looked up on PATH), else qlsched beside this binary, else qlsched on PATH. Not
+// finding it is a usage error, reported before anything starts.
+func qlschedBinary(flag string) (string, error) {
+	if flag != "" {
+		p, err := exec.LookPath(flag)
+		if err != nil {
+			return "", cli.Usagef("--qlsched %s: %v", flag, err)
+		}
+		return filepath.Abs(p)
+	}
+	var self string
+	if exe, err := os.Executable(); err == nil {
+		self = filepath.Dir(exe)
+		if p, err := exec.LookPath(filepath.Join(self, "qlsched")); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("qlsched"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", cli.Usagef("--processes and --scenario scale run qlsched: none beside qlbench (%s) nor on PATH; "+
+		"build it: go build -o bin/ ./cmd/... and run bin/qlbench, or give --qlsched PATH", self)
 }

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/qlcontrol/controlcore/internal/testkit/dbconntest"
+	"github.com/qlcontrol/controlcore/internal/testkit/jsondoc"
+	"github.com/qlcontrol/controlcore/internal/testkit/testbin"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
+)
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runBin runs the qlbench at bin with args; env, when given, replaces the environment.
+func runBin(t *testing.T, bin string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run qlbench %v: %v", args, err)
+	}
+	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+}
+
+func run(t *testing.T, args ...string) result {
+	t.Helper()
+	return runBin(t, testbin.Command(t, "qlbench"), nil, args...)
+}
+
+// Bad input is exit 2 before anything starts: no connection to the given server (the listener
+// counts them), no throwaway server, no replica. That includes a qlsched binary the scenario
+// needs and cannot find: the test binary's qlbench has none beside it, and PATH holds none.
+func TestBadInputExits2BeforeConnecting(t *testing.T) {
+	t.Parallel()
+	noPath := []string{"PATH=" + t.TempDir(), "HOME=" + os.Getenv("HOME")}
+	cases := []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"--budget", "300"}, nil, "--budget 300: want 1 … 256"},
+		{[]string{"--cadence", "1ms"}, nil, "--cadence 1ms"},
+		{[]string{"--scenario", "nope"}, nil, `--scenario "nope": want backlog, steady, burst or scale`},
+		{[]string{"--scenario", "burst", "--bursts", "11"}, nil, "--bursts 11"},
+		{[]string{"--log-format", "xml"}, nil, "--log-format"},
+		{[]string{"--processes", "--qlsched", "/bin/true"}, nil, "--processes with --database-url needs --runtime-url"},
+		{[]string{"--scenario", "scale", "--qlsched", "/nonexistent/qlsched"}, nil, "--qlsched /nonexistent/qlsched"},
+		{[]string{"--processes", "--qlsched", "/nonexistent/qlsched"}, nil, "--qlsched /nonexistent/qlsched"},
+		{[]string{"--scenario", "scale"}, noPath, "build it: go build -o bin/ ./cmd/... and run bin/qlbench"},
+		{[]string{"--processes"}, noPath, "nor on PATH"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " ")+map[bool]string{true: " (no qlsched on PATH)"}[c.env != nil], func(t *testing.T) {
+			t.Parallel()
+			ln := dbconntest.Listen(t)
+			args := append(c.args, "--database-url", "postgres://u:pw-never-shown@"+ln.Addr()+"/x?connect_timeout=2")
+			r := runBin(t, testbin.Command(t, "qlbench"), c.env, args...)
+			if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 mentioning %q and nothing on stdout", r.code, r.stdout, r.stderr, c.want)
+			}
+			if n := ln.Accepted(); n != 0 {
+				t.Errorf("%d connection(s) opened; want none", n)
+			}
+			if strings.Contains(r.stdout+r.stderr, "pw-never-shown") {
+				t.Error("the password leaked")
+			}
+		})
+	}
+}
+
+// Without --qlsched, qlbench runs the qlsched beside its own executable (bin/ after go build -o
+// bin/ ./cmd/...), even when PATH has none: the scale scenario then gets past the binary to the
+// next check of its configuration.
+func TestFindsTheQlschedBesideIt(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, name := range []string{"qlbench", "qlsched"} {
+		b, err := os.ReadFile(testbin.Command(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// a copy, not a symlink: os.Executable resolves links to the build folder
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln := dbconntest.Listen(t)
+	r := runBin(t, filepath.Join(dir, "qlbench"), []string{"PATH=" + t.TempDir()},
+		"--scenario", "scale", "--database-url", "postgres://u@"+ln.Addr()+"/x?connect_timeout=2")
+	if r.code != 2 || !strings.Contains(r.stderr, "--scenario scale with --database-url needs --runtime-url") {
+		t.Errorf("exit %d, stderr %q; want exit 2 about --runtime-url (the qlsched beside it found)", r.code, r.stderr)
+	}
+	if n := ln.Accepted(); n != 0 {
+		t.Errorf("%d connection(s) opened; want none", n)
+	}
+}
+
+// qlbench --format json prints exactly one qlsched.bench/v1 document (the schema keeps the name it
+// had as qlsched bench), listed in docs/json.md, with snake_case keys only.
+func TestJSONDocumentCarriesItsSchema(t *testing.T) {
+	t.Parallel()
+	docs, err := os.ReadFile("../../docs/json.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const schema = "qlsched.bench/v1"
+	if !strings.Contains(string(docs), "`"+schema+"`") {
+		t.Errorf("docs/json.md does not list %s", schema)
+	}
+	// the bench publishes and claims as a superuser, as its --help says, in a database of its own:
+	// its ceiling claims whatever is due
+	cases := map[string][]string{
+		"backlog": {"--database-url", testpg.New(t).URL(""), "--triggers", "20", "--replicas", "1", "--duration", "1s", "--budget", "16"},
+		// the burst scenario's document nests one object per burst (waits for a minute boundary)
+		"burst": {"--scenario", "burst", "--database-url", testpg.New(t).URL(""), "--triggers", "20", "--replicas", "1",
+			"--bursts", "1", "--duration", "10s", "--budget", "16", "--cadence", "100ms"},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := run(t, append(args, "--format", "json")...)
+			if r.code != 0 {
+				t.Fatalf("exit %d; want 0\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			var doc any
+			dec := json.NewDecoder(strings.NewReader(r.stdout))
+			if err := dec.Decode(&doc); err != nil {
+				t.Fatalf("not JSON: %v\n%s", err, r.stdout)
+			}
+			if dec.More() {
+				t.Errorf("more than one document\n%s", r.stdout)
+			}
+			obj, ok := doc.(map[string]any)
+			if !ok {
+				t.Fatalf("not a JSON object\n%s", r.stdout)
+			}
+			if obj["schema"] != schema {
+				t.Errorf("schema %v, want %q", obj["schema"], schema)
+			}
+			if bad := jsondoc.NotSnakeCase("", obj); len(bad) > 0 {
+				sort.Strings(bad)
+				t.Errorf("keys not snake_case: %v", bad)
+			}
+		})
+	}
+}

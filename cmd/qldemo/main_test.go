@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/qlcontrol/controlcore/internal/testkit/dbconntest"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/testbin"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
+)
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+func qldemo(t *testing.T) string { return testbin.Command(t, "qldemo") }
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func run(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(qldemo(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run qldemo %v: %v", args, err)
+	}
+	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+}
+
+// Bad input is exit 2 before anything starts: no connection to a given server (the listener
+// counts them), nothing on stdout, so no throwaway server either.
+func TestBadInputExits2BeforeConnecting(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--replicas", "9"}, "--replicas 9: want 1 … 8"},
+		{[]string{"--replicas", "0"}, "--replicas 0"},
+		{[]string{"--duration", "0s"}, "--duration 0s"},
+		{[]string{"--duration", "11m"}, "--duration 11m0s"},
+		{[]string{"--format", "json"}, "--format json: qldemo prints progress lines"},
+		{[]string{"extra"}, "takes no arguments"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Parallel()
+			ln := dbconntest.Listen(t)
+			r := run(t, append(c.args, "--database-url", "postgres://u:pw-never-shown@"+ln.Addr()+"/x?connect_timeout=2")...)
+			if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 mentioning %q and nothing on stdout", r.code, r.stdout, r.stderr, c.want)
+			}
+			if n := ln.Accepted(); n != 0 {
+				t.Errorf("%d connection(s) opened; want none", n)
+			}
+			if strings.Contains(r.stdout+r.stderr, "pw-never-shown") {
+				t.Error("the password leaked")
+			}
+		})
+	}
+}
+
+// Given --database-url, the demo runs on that server in a database of its own, as each of the four
+// roles, and drops that database at the end; QL_DATABASE_URL alone never sends it there.
+func TestDemoOnAGivenServer(t *testing.T) {
+	t.Parallel()
+	d := testpg.NewEmpty(t)
+	r := run(t, "--duration", "3s", "--database-url", d.URL(""))
+	if r.code != 0 || !strings.Contains(r.stdout, "every occurrence admitted exactly once") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	m := regexp.MustCompile(`in a new database (qlsched_demo_\d+)`).FindStringSubmatch(r.stdout)
+	if m == nil || strings.Contains(r.stdout, "starting a throwaway PostgreSQL") {
+		t.Fatalf("the demo did not use the given server:\n%s", r.stdout)
+	}
+	conn, err := pgx.Connect(context.Background(), d.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var left int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_database WHERE datname = $1", m[1]).Scan(&left); err != nil || left != 0 {
+		t.Errorf("database %s: %d left (%v); want it dropped", m[1], left, err)
+	}
+
+	// an empty flag is a usage error, not a fall-back to QL_DATABASE_URL or PG*
+	if r := run(t, "--database-url", ""); r.code != 2 || !strings.Contains(r.stderr, "--database-url is empty") {
+		t.Errorf("--database-url '': exit %d, stderr %q; want exit 2 saying it is empty", r.code, r.stderr)
+	}
+
+	// the environment is not a given URL: the demo starts a throwaway server of its own
+	cmd := exec.Command(qldemo(t), "--duration", "1s")
+	cmd.Env = append(os.Environ(), "QL_DATABASE_URL="+d.URL(""))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "starting a throwaway PostgreSQL") {
+		t.Errorf("with QL_DATABASE_URL only: %v; want exit 0 from a demo on a server of its own:\n%s", err, out)
+	}
+}
+
+var removingDir = regexp.MustCompile(`removing (\S+)`)
+
+// The demo runs end to end on its own throwaway PostgreSQL and leaves nothing behind: not when it
+// finishes, not when it is interrupted.
+func TestDemoCleansUpAfterItselfAlsoOnCtrlC(t *testing.T) {
+	t.Parallel()
+	for _, interrupt := range []bool{false, true} {
+		cmd := exec.Command(qldemo(t), "--duration", "4s")
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if interrupt {
+			eventually.NoError(t, 60*time.Second, "the demo to start its replicas", func() error {
+				if o := out.String(); !strings.Contains(o, "running 2 replicas") {
+					return fmt.Errorf("output so far:\n%s", o)
+				}
+				return nil
+			})
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatalf("interrupt the demo: %v", err)
+			}
+		}
+		err := cmd.Wait()
+		code := cmd.ProcessState.ExitCode()
+		switch {
+		case !interrupt && (err != nil || !strings.Contains(out.String(), "every occurrence admitted exactly once")):
+			t.Fatalf("demo: exit %d\n%s", code, out.String())
+		case interrupt && code != 130:
+			t.Fatalf("interrupted demo: exit %d, want 130\n%s", code, out.String())
+		}
+		m := removingDir.FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("the demo did not say what it removed:\n%s", out.String())
+		}
+		cluster := filepath.Dir(m[1])
+		if _, err := os.Stat(cluster); !os.IsNotExist(err) {
+			t.Errorf("interrupt=%v: %s still exists (%v)", interrupt, cluster, err)
+		}
+		if ps, _ := exec.Command("pgrep", "-f", m[1]).Output(); len(bytes.TrimSpace(ps)) > 0 {
+			t.Errorf("interrupt=%v: a process still runs on %s: %s", interrupt, m[1], ps)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer the test may read while the child process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
