@@ -170,7 +170,7 @@ func ReadAudit(ctx context.Context, conn Beginner, names Names, opts Options) (*
 }
 
 // ReadWith compares the model with the catalogs. q must run on a transaction whose search_path
-// is pg_catalog only (see checksums.ReadReadiness). Every catalog it reads is readable by any
+// is pg_catalog only (see readiness.ReadFacts). Every catalog it reads is readable by any
 // role: the runtime and the owner role get the same audit as a superuser.
 func ReadWith(ctx context.Context, q *db.Queries, names Names, opts Options) (*Audit, error) {
 	info, err := q.ControlCoreObjects(ctx)

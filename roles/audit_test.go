@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/internal/app/migrate"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
+	"github.com/qlcontrol/controlcore/readiness"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
@@ -117,7 +117,7 @@ func samePrivileges(a, b string) bool {
 // The model names every table of the readiness contract (plus goose's), and nothing else.
 func TestModelNamesEveryTableOfTheContract(t *testing.T) {
 	t.Parallel()
-	contract, err := checksums.Contract()
+	contract, err := readiness.Contract()
 	if err != nil {
 		t.Fatal(err)
 	}
