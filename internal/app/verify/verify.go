@@ -74,7 +74,7 @@ type Options struct {
 	// readiness and privileges, defined for the complete stream, are skipped.
 	AllowPending bool
 	// AllowMembers are LOGIN roles that may be members of the four roles (--allow-member):
-	// notes instead of login_member drift (roles.Options.AllowedMembers).
+	// notes instead of login_member drift (roles.AuditOptions.AllowedMembers).
 	AllowMembers []string
 	// FS holds the migrations and their integrity file; nil means the stream embedded in the binary.
 	FS fs.FS
@@ -320,7 +320,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		r.skip(CheckReadiness, "schema control_core does not exist (run `qlmigrate up`)")
 		r.skip(CheckPrivileges, "schema control_core does not exist (run `qlmigrate up`)")
 	default:
-		audit, err := roles.ReadWith(ctx, q, opts.Names, roles.Options{AllowedMembers: opts.AllowMembers})
+		audit, err := roles.ReadAuditIn(ctx, q, opts.Names, roles.AuditOptions{AllowedMembers: opts.AllowMembers})
 		if err != nil {
 			return nil, fmt.Errorf("privileges: %w", err)
 		}
