@@ -4,13 +4,9 @@
 // in one transaction with its version row), so a version is never recorded as applied without the
 // exact bytes that ran, and an edit of comments or whitespace can be told from one of statements.
 //
-// It also holds what verify checks about the stream and the schema: the integrity file
+// It also holds what verify checks about the stream: the integrity file
 // sql/migrations/migrations.sum (an edited, added, removed or renamed migration is caught in the
-// repository and in the binary), the comparison of the ledger and goose's versions with the
-// binary's migrations (edited checksum, unknown applied version, pending migration), and the
-// readiness contract of control-core v20 (readiness_contract.txt) with its comparison against the
-// catalogs: the schema's shape and everything that changes what a statement on it does
-// (triggers and their enabled state, row-level security, rules, persistence, function
-// attributes and owners, the database's event triggers), each difference naming the object,
-// classified as drift or an inert note, with the statements that remove it (Drift.SQL).
+// repository and in the binary), and the comparison of the ledger and goose's versions with the
+// binary's migrations (edited checksum, unknown applied version, pending migration). What the
+// schema must hold once migrated, the readiness contract, is package readiness's.
 package checksums

@@ -10,8 +10,8 @@ import (
 // fix it. Reports print the Object before the Message ("pg-0003-…: changed (statements): …"), so
 // the Message does not repeat it. A Note is reported but is not drift (it does not fail verify).
 type Drift struct {
-	Kind    string // e.g. edited_file, changed_checksum, unknown_version, pending, missing_column
-	Object  string // the file, migration or schema object, named as a DBA looks it up
+	Kind    string // e.g. file_edited, changed_checksum, unknown_version, pending
+	Object  string // the file, migration or version, named as a DBA looks it up
 	Message string
 	Fix     string // what to do, in words (it holds SQL's statements too, where there are any)
 	// SQL holds the statements that remove the drift, each ending in ";", for a superuser to run

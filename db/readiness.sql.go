@@ -926,7 +926,7 @@ type ReadinessTablesRow struct {
 	ReplicaIdentity  string `json:"replica_identity"`
 }
 
-// Catalog reads of the readiness contract (checksums.ReadReadiness): what schema control_core
+// Catalog reads of the readiness contract (readiness.ReadFacts): what schema control_core
 // holds and everything in the catalogs that changes what a statement on its tables does, or who
 // may do it. Read-only; they run inside verify's (and readiness's) one read-only transaction,
 // after SET LOCAL search_path = pg_catalog, so every name the server deparses comes out

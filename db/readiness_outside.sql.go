@@ -29,7 +29,7 @@ type BuiltinCastsRow struct {
 	Method    string        `json:"method"`
 }
 
-// Every cast initdb created (a cast created later is checksums.CastDrift's): UPDATE pg_cast can
+// Every cast initdb created (a cast created later is readiness.CastDrift's): UPDATE pg_cast can
 // make bigint to integer implicit, or point a cast at another function. Keyed by the two types.
 func (q *Queries) BuiltinCasts(ctx context.Context) ([]BuiltinCastsRow, error) {
 	rows, err := q.db.Query(ctx, builtinCasts)
@@ -399,8 +399,8 @@ type OutsideSubscriptionsRow struct {
 	ControlCoreTables string `json:"control_core_tables"`
 }
 
-// Catalog reads of writes that arrive from outside the roles (checksums.OutsideDrift) and of the
-// built-ins the schema depends on (checksums.BuiltinDrift). Read-only, inside verify's one
+// Catalog reads of writes that arrive from outside the roles (readiness.SubscriptionDrift) and of the
+// built-ins the schema depends on (readiness.BuiltinDrift). Read-only, inside verify's one
 // read-only transaction with search_path pg_catalog; every column named here is readable by
 // PUBLIC on PostgreSQL 15 to 18 (pg_subscription's conninfo is not, and is not read).
 // The logical-replication subscriptions of this database (a subscription applies rows only into

@@ -22,7 +22,7 @@ type Audit struct {
 	Rows             []Row   `json:"rows"`
 	Drift            []Drift `json:"drift"`
 	Notes            []Drift `json:"notes"`
-	// AllowedMembers are the LOGIN roles the operator allowed as members (Options).
+	// AllowedMembers are the LOGIN roles the operator allowed as members (AuditOptions).
 	AllowedMembers []string `json:"allowed_members"`
 	bootstrap      string   // the bootstrap superuser: the database's owner when DatabaseOwnerAllowed fails
 }
@@ -36,8 +36,8 @@ func DatabaseOwnerAllowed(names Names, owner string) bool {
 	return owner != names.Admin && owner != names.Runtime && owner != names.WorkerIngress
 }
 
-// Options are what the operator adds to the model for one audit.
-type Options struct {
+// AuditOptions are what the operator adds to the model for one audit.
+type AuditOptions struct {
 	// AllowedMembers names LOGIN roles that may be members, directly or through other roles, of
 	// the four roles (a DBA, a pooler): each such membership is a note naming AllowMemberFlag
 	// instead of login_member drift. Only the member itself is matched, never a group it is in,
@@ -45,7 +45,7 @@ type Options struct {
 	AllowedMembers []string
 }
 
-// AllowMemberFlag is the qlmigrate flag that fills Options.AllowedMembers; notes name it.
+// AllowMemberFlag is the qlmigrate flag that fills AuditOptions.AllowedMembers; notes name it.
 const AllowMemberFlag = "--allow-member"
 
 // Row is one line of the matrix: what one grantee holds on one object, expected and actual.
@@ -152,27 +152,27 @@ type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// ReadAudit reads the catalogs and compares them with the model (ReadWith) in one read-only
+// ReadAudit reads the catalogs and compares them with the model (ReadAuditIn) in one read-only
 // repeatable-read transaction of its own, so every section comes from one snapshot, with
 // search_path pg_catalog only, so the server names every object schema-qualified whatever the
 // role's settings. It only reads.
-func ReadAudit(ctx context.Context, conn Beginner, names Names, opts Options) (*Audit, error) {
+func ReadAudit(ctx context.Context, conn Beginner, names Names, opts AuditOptions) (*Audit, error) {
 	var audit *Audit
 	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
 			return err
 		}
 		var err error
-		audit, err = ReadWith(ctx, db.New(tx), names, opts)
+		audit, err = ReadAuditIn(ctx, db.New(tx), names, opts)
 		return err
 	})
 	return audit, err
 }
 
-// ReadWith compares the model with the catalogs. q must run on a transaction whose search_path
-// is pg_catalog only (see checksums.ReadReadiness). Every catalog it reads is readable by any
-// role: the runtime and the owner role get the same audit as a superuser.
-func ReadWith(ctx context.Context, q *db.Queries, names Names, opts Options) (*Audit, error) {
+// ReadAuditIn compares the model with the catalogs inside the caller's transaction: q must run on
+// one whose search_path is pg_catalog only (see readiness.ReadFacts). Every catalog it reads is
+// readable by any role: the runtime and the owner role get the same audit as a superuser.
+func ReadAuditIn(ctx context.Context, q *db.Queries, names Names, opts AuditOptions) (*Audit, error) {
 	info, err := q.ControlCoreObjects(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read server: %w", err)
@@ -299,8 +299,7 @@ func (a *Audit) compareAttributes(names Names, attrs []db.RoleAttributesRow) {
 				SQL:     []string{fmt.Sprintf("CREATE ROLE %s %s;", ident(role), strings.Join(want, " "))}}, phaseCreateRole)
 			continue
 		}
-		have := map[string]bool{"LOGIN": r.CanLogin.Bool, "SUPERUSER": r.Superuser.Bool, "CREATEDB": r.CreateDb.Bool,
-			"CREATEROLE": r.CreateRole.Bool, "REPLICATION": r.Replication.Bool, "BYPASSRLS": r.BypassRls.Bool}
+		have := attributesOf(r)
 		for _, at := range Attributes {
 			row.Actual = append(row.Actual, attrWord(at.Name, have[at.Name]))
 			if have[at.Name] == at.Want {
@@ -329,13 +328,6 @@ func (a *Audit) compareAttributes(names Names, attrs []db.RoleAttributesRow) {
 		}
 		a.Rows = append(a.Rows, row)
 	}
-}
-
-func attrWord(name string, on bool) string {
-	if on {
-		return name
-	}
-	return "NO" + name
 }
 
 func connLimitWord(n int32) string { return fmt.Sprintf("CONNECTION LIMIT %d", n) }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/internal/app/migrate"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 	"github.com/qlcontrol/controlcore/roles"
@@ -44,7 +43,7 @@ func up(t *testing.T, d *testpg.DB, names roles.Names, to int64) error {
 func TestFreshV17DatabaseMatchesTheModelExactly(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
-	a := testpg.ReadAudit(t, d.URL(""), d.Names, roles.Options{})
+	a := testpg.ReadAudit(t, d.URL(""), d.Names, roles.AuditOptions{})
 	if notes := notesExcept(a, "other_database"); !a.OK() || len(notes) != 0 {
 		t.Fatalf("a fresh v20 database drifts from the model: %+v\nnotes: %+v", a.Drift, notes)
 	}
@@ -112,151 +111,4 @@ func samePrivileges(a, b string) bool {
 		}
 	}
 	return true
-}
-
-// The model names every table of the readiness contract (plus goose's), and nothing else.
-func TestModelNamesEveryTableOfTheContract(t *testing.T) {
-	t.Parallel()
-	contract, err := checksums.Contract()
-	if err != nil {
-		t.Fatal(err)
-	}
-	inContract := map[string]bool{"goose_db_version": true}
-	for _, f := range contract {
-		if f.Kind == "table" {
-			inContract[strings.TrimPrefix(f.Def, "control_core.")] = true
-		}
-	}
-	inModel := map[string]bool{}
-	for _, tg := range roles.Tables {
-		if inModel[tg.Table] {
-			t.Errorf("roles.Tables lists %s twice", tg.Table)
-		}
-		inModel[tg.Table] = true
-		if !inContract[tg.Table] {
-			t.Errorf("roles.Tables lists %s, which the readiness contract does not have", tg.Table)
-		}
-	}
-	for table := range inContract {
-		if !inModel[table] {
-			t.Errorf("table %s of the readiness contract is not in roles.Tables", table)
-		}
-	}
-	for _, f := range roles.Functions {
-		found := false
-		for _, c := range contract {
-			found = found || (c.Kind == "function" && c.Def == f.Function)
-		}
-		if !found {
-			t.Errorf("roles.Functions names %s, which the readiness contract does not have", f.Function)
-		}
-	}
-}
-
-// pg-0017 re-verifies the four roles inside the migration and aborts, naming the role, when one
-// is missing or privileged; nothing of pg-0017 is applied then.
-func TestMigration0017AbortsOnAMissingOrPrivilegedRole(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		name  string
-		alter func(n roles.Names) string
-		want  func(n roles.Names) string
-	}{
-		{"missing", func(n roles.Names) string { return "DROP ROLE " + n.WorkerIngress },
-			func(n roles.Names) string {
-				return fmt.Sprintf("pg-0017-exact-grants: role %s is missing; run \"qlmigrate roles create\" first", n.WorkerIngress)
-			}},
-		{"superuser", func(n roles.Names) string { return "ALTER ROLE " + n.Runtime + " SUPERUSER" },
-			func(n roles.Names) string {
-				return fmt.Sprintf("pg-0017-exact-grants: role %s must be NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS", n.Runtime)
-			}},
-		{"createrole", func(n roles.Names) string { return "ALTER ROLE " + n.Admin + " CREATEROLE" },
-			func(n roles.Names) string { return fmt.Sprintf("role %s must be NOSUPERUSER", n.Admin) }},
-		{"bypassrls", func(n roles.Names) string { return "ALTER ROLE " + n.Owner + " BYPASSRLS" },
-			func(n roles.Names) string { return fmt.Sprintf("role %s must be NOSUPERUSER", n.Owner) }},
-		{"nologin", func(n roles.Names) string { return "ALTER ROLE " + n.Admin + " NOLOGIN" },
-			func(n roles.Names) string {
-				return fmt.Sprintf("pg-0017-exact-grants: role %s must be a LOGIN role", n.Admin)
-			}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			d := testpg.NewEmpty(t)
-			names := privateNames(t, d)
-			if err := d.Server.BootstrapNames(context.Background(), d.Name, names); err != nil {
-				t.Fatal(err)
-			}
-			if err := up(t, d, names, 16); err != nil {
-				t.Fatalf("up to 16: %v", err)
-			}
-			d.Exec(t, c.alter(names))
-			err := up(t, d, names, 0)
-			if err == nil || !strings.Contains(err.Error(), c.want(names)) {
-				t.Fatalf("up: %v; want an abort saying %q", err, c.want(names))
-			}
-			var version int
-			pool := d.Pool(t, "")
-			if err := pool.QueryRow(context.Background(), "SELECT version FROM control_core.capabilities").Scan(&version); err != nil || version != 15 {
-				t.Errorf("capability after the abort: v%d (%v); want v15, nothing of pg-0017 applied", version, err)
-			}
-		})
-	}
-}
-
-// Since PostgreSQL 16 a non-superuser CREATEROLE role that creates a role is granted membership
-// in it (grantor: the bootstrap superuser). Those memberships are the creator's: the four roles
-// stay exactly as modelled, and the audit lists the memberships as notes, not drift. On older
-// servers there is no such membership and the audit is simply clean.
-func TestRolesCreatedByANonSuperuserCreateRoleRoleAreNotDrift(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	d := testpg.NewEmpty(t)
-	names := privateNames(t, d)
-	dba := names.Prefix + "dba"
-	other := dba + "_other"
-	d.Exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN CREATEROLE PASSWORD '%s'; ALTER DATABASE %s OWNER TO %s",
-		dba, testpg.Password, pgx.Identifier{d.Name}.Sanitize(), dba))
-	conn, err := pgx.Connect(ctx, d.Server.URL(dba, d.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	report, err := roles.Create(ctx, conn, names)
-	conn.Close(ctx)
-	if err != nil || !report.OK() {
-		t.Fatalf("roles create as %s: %+v, %v", dba, report, err)
-	}
-	d.Exec(t, fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'", names.Owner, testpg.Password))
-	if err := up(t, d, names, 0); err != nil {
-		t.Fatalf("up: %v", err)
-	}
-	a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
-	if !a.OK() {
-		t.Fatalf("drift on a database whose roles a CREATEROLE role created: %+v", a.Drift)
-	}
-	var version int
-	if err := d.Pool(t, "").QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
-		t.Fatal(err)
-	}
-	if version >= 160000 {
-		notes := notesExcept(a, "other_database")
-		if len(notes) != 4 {
-			t.Fatalf("PostgreSQL %d: want 4 notes (%s's membership in each role), got %+v", version, dba, notes)
-		}
-		for _, n := range notes {
-			if n.Grantee != dba || n.Kind != "member_of_model_role" {
-				t.Errorf("note %+v: want %s's membership", n, dba)
-			}
-		}
-	}
-	// A membership that makes one of the four roles a member of another role is drift.
-	d.Exec(t, fmt.Sprintf("CREATE ROLE %s NOLOGIN; GRANT %s TO %s", other, other, names.Admin))
-	a = testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
-	if len(a.Drift) != 1 || a.Drift[0].Kind != "membership" || a.Drift[0].Grantee != names.Admin {
-		t.Fatalf("want one membership drift for %s, got %+v", names.Admin, a.Drift)
-	}
-	d.Exec(t, strings.Join(a.SQL(), "\n"))
-	if a = testpg.ReadAudit(t, d.URL(""), names, roles.Options{}); !a.OK() {
-		t.Errorf("after the fix %v: %+v", a.SQL(), a.Drift)
-	}
 }

@@ -10,26 +10,26 @@ import (
 	"github.com/qlcontrol/controlcore/db"
 )
 
-// Status is what Create found or did for one role.
-type Status string
+// CreateStatus is what Create found or did for one role.
+type CreateStatus string
 
 const (
-	Created    Status = "created"
-	Exists     Status = "exists"     // present with exactly the required attributes
-	Privileged Status = "privileged" // present but with an attribute it must not have; left alone
+	Created    CreateStatus = "created"
+	Exists     CreateStatus = "exists"     // present with exactly the required attributes
+	Privileged CreateStatus = "privileged" // present but with an attribute it must not have; left alone
 )
 
-// RoleResult is one line of the Create report.
-type RoleResult struct {
-	Name     string   `json:"name"`
-	Status   Status   `json:"status"`
-	Problems []string `json:"problems,omitempty"` // e.g. SUPERUSER, NOLOGIN
+// CreateResult is one line of the Create report.
+type CreateResult struct {
+	Name     string       `json:"name"`
+	Status   CreateStatus `json:"status"`
+	Problems []string     `json:"problems,omitempty"` // e.g. SUPERUSER, NOLOGIN
 }
 
 // CreateReport says what Create did.
 type CreateReport struct {
-	Database string       `json:"database"`
-	Roles    []RoleResult `json:"roles"`
+	Database string         `json:"database"`
+	Roles    []CreateResult `json:"roles"`
 }
 
 // OK reports whether every role is now usable as it is.
@@ -86,14 +86,14 @@ func Create(ctx context.Context, conn *pgx.Conn, names Names) (CreateReport, err
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return report, fmt.Errorf("create role %s: %w", name, err)
 			}
-			report.Roles = append(report.Roles, RoleResult{Name: name, Status: Created})
+			report.Roles = append(report.Roles, CreateResult{Name: name, Status: Created})
 			continue
 		}
-		if problems := AttributeProblems(attrs); len(problems) > 0 {
-			report.Roles = append(report.Roles, RoleResult{Name: name, Status: Privileged, Problems: problems})
+		if problems := attributeProblems(attrs); len(problems) > 0 {
+			report.Roles = append(report.Roles, CreateResult{Name: name, Status: Privileged, Problems: problems})
 			continue
 		}
-		report.Roles = append(report.Roles, RoleResult{Name: name, Status: Exists})
+		report.Roles = append(report.Roles, CreateResult{Name: name, Status: Exists})
 	}
 	if err := GrantDatabase(ctx, tx, names, me.Database); err != nil {
 		return report, err
@@ -117,29 +117,21 @@ func GrantDatabase(ctx context.Context, tx pgx.Tx, names Names, database string)
 	return nil
 }
 
-// AttributeProblems lists the attributes of a role that the model forbids (or requires and it lacks).
-func AttributeProblems(r db.RoleAttributesRow) []string {
+// attributeProblems lists what r is that the model's Attributes forbid or lack, in their order,
+// as CREATE ROLE words (SUPERUSER, NOLOGIN).
+func attributeProblems(r db.RoleAttributesRow) []string {
 	var p []string
-	for _, c := range []struct {
-		bad  bool
-		name string
-	}{
-		{!r.CanLogin.Bool, "NOLOGIN"},
-		{r.Superuser.Bool, "SUPERUSER"},
-		{r.CreateDb.Bool, "CREATEDB"},
-		{r.CreateRole.Bool, "CREATEROLE"},
-		{r.Replication.Bool, "REPLICATION"},
-		{r.BypassRls.Bool, "BYPASSRLS"},
-	} {
-		if c.bad {
-			p = append(p, c.name)
+	have := attributesOf(r)
+	for _, at := range Attributes {
+		if have[at.Name] != at.Want {
+			p = append(p, attrWord(at.Name, have[at.Name]))
 		}
 	}
 	return p
 }
 
 // String renders a result as one report line, with the statement that would fix a problem.
-func (r RoleResult) String() string {
+func (r CreateResult) String() string {
 	if len(r.Problems) == 0 {
 		return fmt.Sprintf("%-24s %s", r.Name, r.Status)
 	}

@@ -1,5 +1,7 @@
 package roles
 
+import "github.com/qlcontrol/controlcore/db"
+
 // The expected privilege model of control-core v20, as data a DBA can read against
 // sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql,
 // 0019_audit_by_database.sql and
@@ -38,9 +40,9 @@ package roles
 //     DBA or a connection pooler may be made a member of ql_owner to run migrations. Those belong
 //     to the creator or the DBA; `grants` lists them so that they are seen. A LOGIN member that
 //     may use the role (inherit or SET ROLE), directly or through other roles, is drift unless
-//     the operator allows it by name (Options.AllowedMembers, --allow-member): whoever logs in
+//     the operator allows it by name (AuditOptions.AllowedMembers, --allow-member): whoever logs in
 //     as it acts as the role.
-//   - Settings, large objects, other databases: see cluster.go.
+//   - Settings, large objects, other databases: see audit_cluster.go.
 
 // Part is a grantee by its part in the model, independent of the role prefix.
 type Part string
@@ -184,6 +186,20 @@ var Attributes = []struct {
 	{"CREATEROLE", false},
 	{"REPLICATION", false},
 	{"BYPASSRLS", false},
+}
+
+// attributesOf says which of the model's Attributes r has, by name.
+func attributesOf(r db.RoleAttributesRow) map[string]bool {
+	return map[string]bool{"LOGIN": r.CanLogin.Bool, "SUPERUSER": r.Superuser.Bool, "CREATEDB": r.CreateDb.Bool,
+		"CREATEROLE": r.CreateRole.Bool, "REPLICATION": r.Replication.Bool, "BYPASSRLS": r.BypassRls.Bool}
+}
+
+// attrWord is name as CREATE ROLE writes it on, or its NO<name> opposite.
+func attrWord(name string, on bool) string {
+	if on {
+		return name
+	}
+	return "NO" + name
 }
 
 // Role returns the name of part under names ("PUBLIC" for Public).

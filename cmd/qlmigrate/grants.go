@@ -57,7 +57,7 @@ It only reads. Exit codes: 0 no drift, 1 drift, 2 bad usage, 3 cannot connect.`,
 				return err
 			}
 			defer conn.Close(ctx)
-			audit, err := roles.ReadAudit(ctx, conn, a.names, roles.Options{AllowedMembers: allowMembers})
+			audit, err := roles.ReadAudit(ctx, conn, a.names, roles.AuditOptions{AllowedMembers: allowMembers})
 			if err != nil {
 				return err
 			}

@@ -1,5 +1,5 @@
--- Catalog reads of writes that arrive from outside the roles (checksums.OutsideDrift) and of the
--- built-ins the schema depends on (checksums.BuiltinDrift). Read-only, inside verify's one
+-- Catalog reads of writes that arrive from outside the roles (readiness.SubscriptionDrift) and of the
+-- built-ins the schema depends on (readiness.BuiltinDrift). Read-only, inside verify's one
 -- read-only transaction with search_path pg_catalog; every column named here is readable by
 -- PUBLIC on PostgreSQL 15 to 18 (pg_subscription's conninfo is not, and is not read).
 
@@ -157,7 +157,7 @@ JOIN pg_catalog.pg_am a ON a.oid = f.opfmethod
 WHERE f.oid < 16384;
 
 -- name: BuiltinCasts :many
--- Every cast initdb created (a cast created later is checksums.CastDrift's): UPDATE pg_cast can
+-- Every cast initdb created (a cast created later is readiness.CastDrift's): UPDATE pg_cast can
 -- make bigint to integer implicit, or point a cast at another function. Keyed by the two types.
 SELECT c.oid::oid AS oid,
        ('(' || pg_catalog.format_type(c.castsource, NULL) || ' AS ' || pg_catalog.format_type(c.casttarget, NULL) || ')')::text AS signature,

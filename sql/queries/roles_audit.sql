@@ -108,7 +108,7 @@ ORDER BY 1, 2, 3, 4, 5;
 
 -- name: DefinerFunctions :many
 -- SECURITY DEFINER routines (functions and procedures) outside pg_catalog, information_schema
--- and control_core (control_core's are the contract's, audited by checksums) that one of the four
+-- and control_core (control_core's are the contract's, audited by readiness) that one of the four
 -- roles may execute (EXECUTE on the routine and USAGE on its schema, through PUBLIC, a grant of
 -- its own or a membership) and whose owner may change control_core's data: a superuser, a role
 -- holding INSERT, UPDATE, DELETE or TRUNCATE on (or owning) a control_core table, or one of the

@@ -1,7 +1,7 @@
 // Package verify runs every check of `qlmigrate verify` on one database and reports each finding
 // with the object it names and its fix. The checks themselves live with what they check:
-// checksums (integrity file, ledger, migration stream, readiness contract) and roles (the exact
-// privilege model); this package only orders them, reads the catalogs once, in one read-only
+// checksums (integrity file, ledger, migration stream), readiness (the readiness contract) and
+// roles (the exact privilege model); this package only orders them, reads the catalogs once, in one read-only
 // transaction, and renders the report (text, or the JSON of docs/verify-json.md).
 package verify
 
@@ -20,6 +20,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/readiness"
 	"github.com/qlcontrol/controlcore/roles"
 	"github.com/qlcontrol/controlcore/sql/migrations"
 )
@@ -73,7 +74,7 @@ type Options struct {
 	// readiness and privileges, defined for the complete stream, are skipped.
 	AllowPending bool
 	// AllowMembers are LOGIN roles that may be members of the four roles (--allow-member):
-	// notes instead of login_member drift (roles.Options.AllowedMembers).
+	// notes instead of login_member drift (roles.AuditOptions.AllowedMembers).
 	AllowMembers []string
 	// FS holds the migrations and their integrity file; nil means the stream embedded in the binary.
 	FS fs.FS
@@ -210,18 +211,18 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 	// pg_catalog's operators, operator families and casts, so a redefined one makes them report
 	// what is not there (and their fixes fail). When the built-ins differ, only they are reported
 	// and fixed; the fix applied, the next verify checks the rest.
-	var builtins []checksums.Drift
+	var builtins []readiness.Drift
 	if opts.Scope == ScopeAll || opts.Scope == ScopeRuntime {
-		if builtins, err = checksums.BuiltinDrift(ctx, q); err != nil {
+		if builtins, err = readiness.BuiltinDrift(ctx, q); err != nil {
 			return nil, fmt.Errorf("readiness: %w", err)
 		}
-		if slices.ContainsFunc(builtins, func(d checksums.Drift) bool { return !d.Note }) {
+		if slices.ContainsFunc(builtins, func(d readiness.Drift) bool { return !d.Note }) {
 			why := "not run: pg_catalog's built-ins differ from a fresh server's (the readiness check names them), and this check's catalog queries " +
 				"compare and sort with them; apply their fix, then verify again"
 			for _, c := range []string{CheckLedger, CheckUnknown, CheckPending, CheckCapability} {
 				r.skip(c, why)
 			}
-			r.add(CheckReadiness, "the built-ins only: the rest of readiness is checked once they match a fresh server", fromChecksums(builtins))
+			r.add(CheckReadiness, "the built-ins only: the rest of readiness is checked once they match a fresh server", fromReadiness(builtins))
 			r.skip(CheckPrivileges, why)
 			r.skip(CheckSettings, why)
 			return r, nil
@@ -319,7 +320,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		r.skip(CheckReadiness, "schema control_core does not exist (run `qlmigrate up`)")
 		r.skip(CheckPrivileges, "schema control_core does not exist (run `qlmigrate up`)")
 	default:
-		audit, err := roles.ReadWith(ctx, q, opts.Names, roles.Options{AllowedMembers: opts.AllowMembers})
+		audit, err := roles.ReadAuditIn(ctx, q, opts.Names, roles.AuditOptions{AllowedMembers: opts.AllowMembers})
 		if err != nil {
 			return nil, fmt.Errorf("privileges: %w", err)
 		}
@@ -331,21 +332,21 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 			// migration): their attributes and memberships are checked while migrations are pending.
 			audit, privileges = audit.RolesOnly(), why+"; checked: the roles' attributes and memberships only"
 		} else {
-			drift, err := checksums.ReadinessDrift(ctx, q, checksums.NewLocator(fsys, list).WithOwner(opts.Names.Owner))
+			drift, err := readiness.ContractDrift(ctx, q, readiness.NewLocator(fsys, list).WithOwner(opts.Names.Owner))
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
-			casts, err := checksums.CastDrift(ctx, q)
+			casts, err := readiness.CastDrift(ctx, q)
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
 			drift = append(drift, casts...)
-			subs, err := checksums.SubscriptionDrift(ctx, q)
+			subs, err := readiness.SubscriptionDrift(ctx, q)
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
 			drift = append(append(drift, subs...), builtins...) // the built-ins' notes: read first, above
-			r.add(CheckReadiness, "", fromChecksums(drift))
+			r.add(CheckReadiness, "", fromReadiness(drift))
 		}
 		findings := fromRoles(audit, opts.Names)
 		if opts.Scope == ScopeRuntime {
@@ -433,6 +434,18 @@ func permission(names roles.Names, err error) error {
 }
 
 func fromChecksums(ds []checksums.Drift) []Finding {
+	out := make([]Finding, 0, len(ds))
+	for _, d := range ds {
+		sev := SeverityDrift
+		if d.Note {
+			sev = SeverityNote
+		}
+		out = append(out, Finding{Severity: sev, Kind: d.Kind, Object: d.Object, Message: d.Message, Fix: d.Fix, SQL: d.SQL})
+	}
+	return out
+}
+
+func fromReadiness(ds []readiness.Drift) []Finding {
 	out := make([]Finding, 0, len(ds))
 	for _, d := range ds {
 		sev := SeverityDrift

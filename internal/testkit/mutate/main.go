@@ -331,13 +331,13 @@ func (m Mutation) apply(dir, sqlc string) (restore func() error, err error) {
 }
 
 // derivedFromMigrations are the files derivingCommands rewrite from sql/migrations (paths in the tree).
-var derivedFromMigrations = []string{"sql/migrations/migrations.sum", "checksums/readiness_contract.txt"}
+var derivedFromMigrations = []string{"sql/migrations/migrations.sum", "readiness/readiness_contract.txt"}
 
 // derivingCommands rewrite the integrity file and the readiness contract (docs/testing.md), run
 // with "go" in the copy.
 var derivingCommands = [][]string{
 	{"run", "./cmd/qlmigrate", "hash"},
-	{"test", "-count=1", "-run", "^TestReadinessContractMatchesAFreshMigration$", "./checksums", "-update"},
+	{"test", "-count=1", "-run", "^TestReadinessContractMatchesAFreshMigration$", "./readiness", "-update"},
 }
 
 // Status is how a mutation ended.

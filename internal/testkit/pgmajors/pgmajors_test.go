@@ -115,7 +115,7 @@ func TestMaintainPrivilegeFollowsTheServerMajor(t *testing.T) {
 	ctx := context.Background()
 	d := testpg.New(t)
 	names := d.Names
-	if a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{}); !a.OK() {
+	if a := testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{}); !a.OK() {
 		t.Fatalf("a fresh database drifts: %v", driftKinds(a))
 	}
 	super := d.Pool(t, "")
@@ -162,24 +162,24 @@ func TestMaintainPrivilegeFollowsTheServerMajor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", grant, err)
 	}
-	a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
+	a := testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{})
 	if len(a.Drift) != 1 || a.Drift[0].Kind != "extra_privilege" || a.Drift[0].Grantee != names.Runtime ||
 		a.Drift[0].Object != table || !strings.Contains(strings.Join(a.SQL(), "\n"), "REVOKE MAINTAIN ON TABLE "+table) {
 		t.Fatalf("after %s: drift %+v, fix %v; want one extra MAINTAIN for %s", grant, a.Drift, a.SQL(), names.Runtime)
 	}
 	d.Exec(t, strings.Join(a.SQL(), "\n"))
-	if a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{}); !a.OK() {
+	if a := testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{}); !a.OK() {
 		t.Fatalf("after the fix %v: %v", a.SQL(), driftKinds(a))
 	}
 
 	// The owner's own MAINTAIN is part of the model on 17+: losing it is drift too.
 	d.Exec(t, fmt.Sprintf("SET ROLE %s; REVOKE MAINTAIN ON %s FROM %s; RESET ROLE", names.Owner, table, names.Owner))
-	a = testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
+	a = testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{})
 	if len(a.Drift) != 1 || a.Drift[0].Kind != "missing_privilege" || a.Drift[0].Grantee != names.Owner {
 		t.Fatalf("after the owner's MAINTAIN was revoked: drift %+v; want one missing MAINTAIN for %s", a.Drift, names.Owner)
 	}
 	d.Exec(t, strings.Join(a.SQL(), "\n"))
-	if a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{}); !a.OK() {
+	if a := testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{}); !a.OK() {
 		t.Fatalf("after the fix %v: %v", a.SQL(), driftKinds(a))
 	}
 }
@@ -196,7 +196,7 @@ func TestPgMaintainMembershipIsDrift(t *testing.T) {
 		predefined = "pg_read_all_data" // the same rule, on a major without pg_maintain
 	}
 	d.Exec(t, fmt.Sprintf("GRANT %s TO %s", predefined, names.Runtime))
-	a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
+	a := testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{})
 	var got []roles.Drift
 	for _, dr := range a.Drift {
 		if dr.Kind == "membership" {
@@ -211,7 +211,7 @@ func TestPgMaintainMembershipIsDrift(t *testing.T) {
 		t.Errorf("PostgreSQL %d keeps one membership per grantor: the fix %q should name it", major, fix)
 	}
 	d.Exec(t, fix)
-	for _, dr := range testpg.ReadAudit(t, d.URL(""), names, roles.Options{}).Drift {
+	for _, dr := range testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{}).Drift {
 		if dr.Kind == "membership" {
 			t.Errorf("after %q: %+v", fix, dr)
 		}
@@ -269,7 +269,7 @@ func TestRolesCreateByACreateRoleRoleAcrossMajors(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("PostgreSQL %d: %s's memberships after roles create: %+v, want %+v", major, dba, got, want)
 	}
-	a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
+	a := testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{})
 	for _, dr := range a.Drift {
 		if dr.Kind == "membership" {
 			t.Errorf("PostgreSQL %d: the creator's membership counted as drift: %+v", major, dr)

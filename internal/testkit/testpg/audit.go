@@ -11,7 +11,7 @@ import (
 
 // ReadAudit reads the privilege audit of the database behind url (connected as whichever role
 // url names) the way `qlmigrate verify` does, with opts; the test fails if it cannot.
-func ReadAudit(t testing.TB, url string, names roles.Names, opts roles.Options) *roles.Audit {
+func ReadAudit(t testing.TB, url string, names roles.Names, opts roles.AuditOptions) *roles.Audit {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)

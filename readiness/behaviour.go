@@ -1,4 +1,4 @@
-package checksums
+package readiness
 
 import (
 	"fmt"

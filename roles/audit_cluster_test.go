@@ -75,7 +75,7 @@ func TestRoleAndDatabaseDriftIsFoundAndFixed(t *testing.T) {
 		name  string
 		as    string // "runtime": the set-up runs connected as the runtime role
 		sql   string
-		allow []string // Options.AllowedMembers, without the prefix
+		allow []string // AuditOptions.AllowedMembers, without the prefix
 		kind  string   // the one drift; "" none
 		// object and role of the drift; message holds, notMessage does not; fix starts the
 		// drift's SQL; note is a note's kind and message.
@@ -167,7 +167,7 @@ func TestRoleAndDatabaseDriftIsFoundAndFixed(t *testing.T) {
 			if err := execAs(t, d, as, expand(c.sql)); err != nil {
 				t.Fatalf("set-up as %q: %v", as, err)
 			}
-			var opts roles.Options
+			var opts roles.AuditOptions
 			for _, m := range c.allow {
 				opts.AllowedMembers = append(opts.AllowedMembers, names.Prefix+m)
 			}
@@ -214,7 +214,7 @@ func TestAuditAsRuntimeAndOwnerRole(t *testing.T) {
 	t.Parallel()
 	clean := testpg.New(t)
 	for _, role := range []string{clean.Names.Runtime, clean.Names.Owner} {
-		a := testpg.ReadAudit(t, clean.URL(role), clean.Names, roles.Options{})
+		a := testpg.ReadAudit(t, clean.URL(role), clean.Names, roles.AuditOptions{})
 		if notes := notesExcept(a, "other_database"); !a.OK() || len(notes) != 0 {
 			t.Errorf("connected as %s, a clean v20 database: drift %+v, notes %+v", role, a.Drift, notes)
 		}
@@ -232,12 +232,12 @@ func TestAuditAsRuntimeAndOwnerRole(t *testing.T) {
 		}
 		return strings.Join(out, "\n")
 	}
-	want := kinds(testpg.ReadAudit(t, d.URL(""), names, roles.Options{}))
+	want := kinds(testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{}))
 	if strings.Count(want, "\n") != 6 {
 		t.Fatalf("as the superuser: want 7 findings, got\n%s", want)
 	}
 	for _, role := range []string{names.Runtime, names.Owner} {
-		if got := kinds(testpg.ReadAudit(t, d.URL(role), names, roles.Options{})); got != want {
+		if got := kinds(testpg.ReadAudit(t, d.URL(role), names, roles.AuditOptions{})); got != want {
 			t.Errorf("connected as %s:\n%s\nwant what the superuser sees:\n%s", role, got, want)
 		}
 	}
@@ -264,7 +264,7 @@ func TestOtherDatabasesAreNotes(t *testing.T) {
 	d.Exec(t, "CREATE DATABASE "+other)
 	d.Exec(t, fmt.Sprintf("REVOKE ALL ON DATABASE %[1]s FROM PUBLIC; GRANT CONNECT, TEMPORARY ON DATABASE %[1]s TO %[2]s; GRANT TEMPORARY ON DATABASE %[1]s TO %[3]s",
 		other, names.Runtime, names.Admin))
-	a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
+	a := testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{})
 	if !a.OK() {
 		t.Fatalf("privileges elsewhere are not drift: %+v", a.Drift)
 	}
@@ -305,7 +305,7 @@ func TestOtherDatabasesAreNotes(t *testing.T) {
 		t.Logf("%s %s (role %q): %s\n  fix: %s", n.Kind, n.Object, n.Role, n.Message, strings.Join(n.SQL, " "))
 	}
 	d.Exec(t, strings.Join(append(runtime.SQL, admin.SQL...), "\n"))
-	for _, n := range testpg.ReadAudit(t, d.URL(""), names, roles.Options{}).Notes {
+	for _, n := range testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{}).Notes {
 		if n.Object == "database "+other {
 			t.Errorf("after the REVOKEs: %+v", n)
 		}
@@ -362,7 +362,7 @@ func TestDefinerFunctionsAndPublicLargeObjectsWithOtherDrift(t *testing.T) {
 			if err := execAs(t, d, "", expand(c.sql)); err != nil {
 				t.Fatalf("set-up: %v", err)
 			}
-			a := testpg.ReadAudit(t, d.URL(""), names, roles.Options{})
+			a := testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{})
 			var got, want []string
 			for _, dr := range a.Drift {
 				got = append(got, dr.Kind+" "+dr.Role+" "+dr.Object)
@@ -382,7 +382,7 @@ func TestDefinerFunctionsAndPublicLargeObjectsWithOtherDrift(t *testing.T) {
 			if err := execAs(t, d, "", strings.Join(a.SQL(), "\n")); err != nil {
 				t.Fatalf("the fix %q: %v", a.SQL(), err)
 			}
-			if after := testpg.ReadAudit(t, d.URL(""), names, roles.Options{}); !after.OK() {
+			if after := testpg.ReadAudit(t, d.URL(""), names, roles.AuditOptions{}); !after.OK() {
 				t.Fatalf("after the fix %q: %+v", a.SQL(), after.Drift)
 			}
 			if strings.Contains(c.name, "runtime role only") || strings.Contains(c.name, "membership") {
@@ -421,7 +421,7 @@ func TestDatabaseNotAllowingConnectionsIsDrift(t *testing.T) {
 	})
 	var a *roles.Audit
 	read := func() {
-		a, err = roles.ReadAudit(ctx, conn, names, roles.Options{})
+		a, err = roles.ReadAudit(ctx, conn, names, roles.AuditOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,7 +443,7 @@ func TestDatabaseNotAllowingConnectionsIsDrift(t *testing.T) {
 	if !a.OK() {
 		t.Fatalf("after the fix: %+v", a.Drift)
 	}
-	if after := testpg.ReadAudit(t, d.URL(names.Runtime), names, roles.Options{}); !after.OK() {
+	if after := testpg.ReadAudit(t, d.URL(names.Runtime), names, roles.AuditOptions{}); !after.OK() {
 		t.Fatalf("the runtime role connects again and sees %+v", after.Drift)
 	}
 }

@@ -1,4 +1,4 @@
-package checksums
+package readiness
 
 import (
 	"bufio"
@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
 )
 
@@ -32,7 +33,7 @@ import (
 // so a reviewer reads it against sql/migrations and a test proves it equals the catalogs of a
 // freshly migrated database. After a new migration, regenerate it with
 //
-//	go test ./checksums -run TestReadinessContractMatchesAFreshMigration -update
+//	go test ./readiness -run TestReadinessContractMatchesAFreshMigration -update
 //
 // and review the diff like any other change of the schema.
 
@@ -40,7 +41,7 @@ import (
 var contractText []byte
 
 // ContractFile is the contract's file name, for messages.
-const ContractFile = "checksums/readiness_contract.txt"
+const ContractFile = "readiness/readiness_contract.txt"
 
 // Fact is one line of the contract: an object header (table, function) or one property of it.
 type Fact struct {
@@ -49,7 +50,7 @@ type Fact struct {
 	Name   string // the column, constraint, index, trigger … name; "" for headers and plain properties
 	Def    string // the rendered definition
 
-	// Set only on facts read from the catalogs, never on the contract's: what CompareReadiness
+	// Set only on facts read from the catalogs, never on the contract's: what Compare
 	// needs for a fact the contract lacks or holds differently. The zero value classifies an
 	// unknown extra fact as drift without a fix, so a fact nobody classified fails closed.
 	inert  bool       // beyond the contract, it cannot change what a statement does: a note
@@ -60,6 +61,21 @@ type Fact struct {
 }
 
 func (f Fact) key() string { return f.Object + "\x00" + f.Kind + "\x00" + f.Name }
+
+// Drift is one difference between the catalogs and the contract (or the built-ins of a fresh
+// server): what is wrong, naming the object, and how to fix it. Reports print the Object before
+// the Message, so the Message does not repeat it. A Note is reported but is not drift (it does not
+// fail verify).
+type Drift struct {
+	Kind    string // e.g. missing_column, changed_function, extra_trigger, extra_builtin, subscription
+	Object  string // the schema object, named as a DBA looks it up
+	Message string
+	Fix     string // what to do, in words (it holds SQL's statements too, where there are any)
+	// SQL holds the statements that remove the drift, each ending in ";", for a superuser to run
+	// in one transaction in this order; empty where no safe statement exists (Fix says why).
+	SQL  []string
+	Note bool
+}
 
 // databaseObject is the Object of facts about the whole database (its event triggers), which
 // the contract holds none of: there is no header to list them under.
@@ -119,7 +135,7 @@ func RenderContract(facts []Fact) []byte {
 	var b bytes.Buffer
 	b.WriteString(`# control-core v20 readiness contract: what schema control_core must have.
 # Generated from the catalogs of a freshly migrated database and reviewed against sql/migrations:
-#   go test ./checksums -run TestReadinessContractMatchesAFreshMigration -update
+#   go test ./readiness -run TestReadinessContractMatchesAFreshMigration -update
 # qlmigrate verify reads the same catalogs; a missing or different line is drift naming the object.
 # Objects the contract does not list are drift where they can change what a statement does (a
 # trigger, policy, rule, constraint, unique or expression index, a column with a default or NOT
@@ -156,9 +172,9 @@ func RenderContract(facts []Fact) []byte {
 	return b.Bytes()
 }
 
-// ReadReadiness reads the facts of schema control_core from the catalogs. q must run on a
+// ReadFacts reads the facts of schema control_core from the catalogs. q must run on a
 // transaction whose search_path is pg_catalog only, so that every name comes out qualified.
-func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
+func ReadFacts(ctx context.Context, q *db.Queries) ([]Fact, error) {
 	tables, err := q.ReadinessTables(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read tables: %w", err)
@@ -347,26 +363,26 @@ func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
 
 func tableObject(table string) string { return "table control_core." + table }
 
-// ReadinessDrift reads the catalogs through q (which must run with search_path pg_catalog, so
+// ContractDrift reads the catalogs through q (which must run with search_path pg_catalog, so
 // every name comes back schema-qualified as the contract writes it) and compares them with the
 // contract.
-func ReadinessDrift(ctx context.Context, q *db.Queries, loc Locator) ([]Drift, error) {
+func ContractDrift(ctx context.Context, q *db.Queries, loc Locator) ([]Drift, error) {
 	contract, err := Contract()
 	if err != nil {
 		return nil, err
 	}
-	facts, err := ReadReadiness(ctx, q)
+	facts, err := ReadFacts(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	return CompareReadiness(contract, facts, loc), nil
+	return Compare(contract, facts, loc), nil
 }
 
-// CompareReadiness lists what the catalogs (actual) lack or hold differently from the contract,
+// Compare lists what the catalogs (actual) lack or hold differently from the contract,
 // and what they hold beyond it: as drift where it can change what a statement on a control_core
 // table does (or what a migration does), else as a note. loc names the migration that defines
 // a missing object, for the fix.
-func CompareReadiness(contract, actual []Fact, loc Locator) []Drift {
+func Compare(contract, actual []Fact, loc Locator) []Drift {
 	have := make(map[string]Fact, len(actual))
 	for _, f := range actual {
 		have[f.key()] = f
@@ -759,7 +775,7 @@ func internalDrift(object string, changes []internalChange) Drift {
 
 // Locator finds the migration that defines an object, for the fix of a missing one.
 type Locator struct {
-	migrations []Migration
+	migrations []checksums.Migration
 	bodies     map[string]string
 	owner      string // the owner role's name (WithOwner); "" means the schema's owner as read
 }
@@ -772,7 +788,7 @@ func (l Locator) WithOwner(role string) Locator {
 }
 
 // NewLocator reads the migrations of fsys (nil-safe: an empty Locator names no file).
-func NewLocator(fsys fs.FS, migrations []Migration) Locator {
+func NewLocator(fsys fs.FS, migrations []checksums.Migration) Locator {
 	l := Locator{migrations: migrations, bodies: map[string]string{}}
 	for _, m := range migrations {
 		if b, err := fs.ReadFile(fsys, m.File); err == nil {

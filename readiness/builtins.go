@@ -1,4 +1,4 @@
-package checksums
+package readiness
 
 import (
 	"bufio"
@@ -33,7 +33,7 @@ import (
 // catalog's contents (that would take a catversion bump). A cluster upgraded by pg_upgrade has
 // the new major's initdb catalog, so it matches too. Regenerate it on each major CI runs with
 //
-//	QL_PG_BIN=$(scripts/pg-bin.sh N) go test ./checksums -run TestBuiltinContractMatchesAFreshServer -update
+//	QL_PG_BIN=$(scripts/pg-bin.sh N) go test ./readiness -run TestBuiltinContractMatchesAFreshServer -update
 //
 // which replaces that major's lines and leaves the others.
 
@@ -41,7 +41,7 @@ import (
 var builtinsText []byte
 
 // BuiltinsFile is the built-ins' contract's file name, for messages.
-const BuiltinsFile = "checksums/builtins_contract.txt"
+const BuiltinsFile = "readiness/builtins_contract.txt"
 
 // Builtin is one built-in function or operator: its signature and its facts, as key=value with
 // the defaults left out (see builtinDefaults).
@@ -289,10 +289,10 @@ func UpdateBuiltins(text []byte, major int, fresh []Builtin) ([]byte, error) {
 	})
 	var buf bytes.Buffer
 	buf.WriteString(`# control-core built-ins contract: every function, operator, operator family and class (with their
-# members) initdb creates in pg_catalog, and every built-in cast, with the facts that decide what a call or an index computes, per PostgreSQL major (checksums/builtins.go says why).
+# members) initdb creates in pg_catalog, and every built-in cast, with the facts that decide what a call or an index computes, per PostgreSQL major (readiness/builtins.go says why).
 # KIND<TAB>SIGNATURE<TAB>MAJORS<TAB>FACTS; facts equal to the defaults in builtins.go are left out.
 # Generated from a fresh server of each major:
-#   QL_PG_BIN=$(scripts/pg-bin.sh N) go test ./checksums -run TestBuiltinContractMatchesAFreshServer -update
+#   QL_PG_BIN=$(scripts/pg-bin.sh N) go test ./readiness -run TestBuiltinContractMatchesAFreshServer -update
 `)
 	for _, k := range keys {
 		ms := majors[k]

@@ -1,4 +1,4 @@
-package checksums_test
+package readiness_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
+	"github.com/qlcontrol/controlcore/readiness"
 	"github.com/qlcontrol/controlcore/sql/migrations"
 )
 
@@ -19,7 +20,7 @@ import (
 // run by a superuser in one transaction, remove it; an inert addition is only a note.
 func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 	t.Parallel()
-	contract, err := checksums.Contract()
+	contract, err := readiness.Contract()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc := checksums.NewLocator(migrations.FS, stream)
+	loc := readiness.NewLocator(migrations.FS, stream)
 	userTrigger := ""
 	for _, f := range contract {
 		if f.Kind == "trigger" {
@@ -200,8 +201,8 @@ func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 			t.Parallel()
 			d := testpg.New(t)
 			d.Exec(t, c.setup)
-			drift := checksums.CompareReadiness(contract, readFacts(t, d), loc)
-			var found *checksums.Drift
+			drift := readiness.Compare(contract, readFacts(t, d), loc)
+			var found *readiness.Drift
 			for i, f := range drift {
 				if f.Kind == c.kind && strings.Contains(f.Object, c.object) {
 					found = &drift[i]
@@ -234,7 +235,7 @@ func TestReadinessCatchesWhatChangesBehaviour(t *testing.T) {
 				t.Fatalf("finding %s %q has no fix SQL", found.Kind, found.Object)
 			}
 			applyFixes(t, d, drift)
-			if after := drifts(checksums.CompareReadiness(contract, readFacts(t, d), loc)); len(after) != 0 {
+			if after := drifts(readiness.Compare(contract, readFacts(t, d), loc)); len(after) != 0 {
 				t.Errorf("after the fix SQL, drift remains:\n%s", list(after))
 			}
 		})
@@ -246,13 +247,13 @@ func TestReadinessReadsAsTheRuntimeRole(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
 	ctx := context.Background()
-	var drift []checksums.Drift
+	var drift []readiness.Drift
 	err := pgx.BeginTxFunc(ctx, d.Pool(t, d.Names.Runtime), pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
 			return err
 		}
 		var err error
-		drift, err = checksums.ReadinessDrift(ctx, db.New(tx), checksums.Locator{})
+		drift, err = readiness.ContractDrift(ctx, db.New(tx), readiness.Locator{})
 		return err
 	})
 	if err != nil {
@@ -274,7 +275,7 @@ func BenchmarkReadReadiness(b *testing.B) {
 			if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
 				return err
 			}
-			drift, err := checksums.ReadinessDrift(ctx, db.New(tx), checksums.Locator{})
+			drift, err := readiness.ContractDrift(ctx, db.New(tx), readiness.Locator{})
 			if err == nil && len(drift) != 0 {
 				b.Fatalf("a clean database drifts: %+v", drift)
 			}
@@ -288,7 +289,7 @@ func BenchmarkReadReadiness(b *testing.B) {
 
 // applyFixes runs every drift's fix SQL, in order, in one transaction as the superuser: what
 // `qlmigrate verify --fix-sql` prints.
-func applyFixes(t *testing.T, d *testpg.DB, drift []checksums.Drift) {
+func applyFixes(t *testing.T, d *testpg.DB, drift []readiness.Drift) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, d.URL(""))
@@ -311,8 +312,8 @@ func applyFixes(t *testing.T, d *testpg.DB, drift []checksums.Drift) {
 	}
 }
 
-func drifts(all []checksums.Drift) []checksums.Drift {
-	var out []checksums.Drift
+func drifts(all []readiness.Drift) []readiness.Drift {
+	var out []readiness.Drift
 	for _, f := range all {
 		if !f.Note {
 			out = append(out, f)
@@ -321,7 +322,7 @@ func drifts(all []checksums.Drift) []checksums.Drift {
 	return out
 }
 
-func list(drift []checksums.Drift) string {
+func list(drift []readiness.Drift) string {
 	var b strings.Builder
 	for _, f := range drift {
 		kind := "drift"

@@ -1,4 +1,4 @@
-package checksums
+package readiness
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 // CastDrift reports every cast created in the database from or to a built-in type (see the
 // UserCasts query): casts are looked up by type, not by search_path, so such a cast changes what
 // control-core's statements compute even though every session runs with search_path pg_catalog.
-// q must run with search_path pg_catalog (see ReadReadiness).
+// q must run with search_path pg_catalog (see ReadFacts).
 func CastDrift(ctx context.Context, q *db.Queries) ([]Drift, error) {
 	casts, err := q.UserCasts(ctx)
 	if err != nil {

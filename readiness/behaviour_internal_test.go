@@ -1,4 +1,4 @@
-package checksums
+package readiness
 
 import (
 	"slices"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/sql/migrations"
 )
 
@@ -91,7 +92,7 @@ func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 			"CREATE OR REPLACE FUNCTION control_core.\"G\"() RETURNS int LANGUAGE sql AS 'select 3';\n" +
 			"CREATE OR REPLACE FUNCTION control_core.k(a text) RETURNS int LANGUAGE sql AS $$ SELECT 5 $$;\n")},
 	}
-	stream, err := Load(fsys)
+	stream, err := checksums.Load(fsys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 		}
 	}
 
-	real, err := Load(migrations.FS)
+	real, err := checksums.Load(migrations.FS)
 	if err != nil {
 		t.Fatal(err)
 	}

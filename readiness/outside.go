@@ -1,4 +1,4 @@
-package checksums
+package readiness
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // What writes into, or computes for, control_core from outside the readiness contract's objects
 // and the four roles: logical-replication subscriptions of this database (SubscriptionDrift) and
 // a redefined built-in (BuiltinDrift, which verify runs before every other check). q must run
-// with search_path pg_catalog (see ReadReadiness).
+// with search_path pg_catalog (see ReadFacts).
 
 // SubscriptionDrift reports every subscription of this database. A subscription's apply worker
 // writes the rows its publisher sends as the subscription's owner with session_replication_role

@@ -20,7 +20,7 @@ import (
 //     CURRENT_USER SET work_mem = …) without any privilege, so this is drift the runtime can
 //     cause. Settings of the roles in other databases are those databases' business.
 //   - LOGIN members: no LOGIN role may act as one of the four roles, directly or through other
-//     roles, unless the operator allows it by name (Options.AllowedMembers). Superusers need no
+//     roles, unless the operator allows it by name (AuditOptions.AllowedMembers). Superusers need no
 //     membership; the PostgreSQL 16 CREATEROLE creator's ADMIN-only membership confers nothing.
 //   - Large objects: none owned by, none granted to the four roles or to PUBLIC.
 //   - The database: no CONNECTION LIMIT 0 and not ALLOW_CONNECTIONS false (the roles could not

@@ -1,4 +1,4 @@
-package checksums_test
+package readiness_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
+	"github.com/qlcontrol/controlcore/readiness"
 	"github.com/qlcontrol/controlcore/sql/migrations"
 )
 
@@ -24,16 +25,16 @@ func TestMain(m *testing.M) { testpg.Main(m) }
 
 // readFacts reads the readiness facts of d the way verify does: one read-only transaction whose
 // search_path is pg_catalog only.
-func readFacts(t *testing.T, d *testpg.DB) []checksums.Fact {
+func readFacts(t *testing.T, d *testpg.DB) []readiness.Fact {
 	t.Helper()
 	ctx := context.Background()
-	var facts []checksums.Fact
+	var facts []readiness.Fact
 	err := pgx.BeginTxFunc(ctx, d.Pool(t, ""), pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
 			return err
 		}
 		var err error
-		facts, err = checksums.ReadReadiness(ctx, db.New(tx))
+		facts, err = readiness.ReadFacts(ctx, db.New(tx))
 		return err
 	})
 	if err != nil {
@@ -46,7 +47,7 @@ func readFacts(t *testing.T, d *testpg.DB) []checksums.Fact {
 // after adding a migration, and review the diff.
 func TestReadinessContractMatchesAFreshMigration(t *testing.T) {
 	t.Parallel()
-	got := checksums.RenderContract(readFacts(t, testpg.New(t)))
+	got := readiness.RenderContract(readFacts(t, testpg.New(t)))
 	if *update {
 		if err := os.WriteFile("readiness_contract.txt", got, 0o644); err != nil {
 			t.Fatal(err)
@@ -59,13 +60,13 @@ func TestReadinessContractMatchesAFreshMigration(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("readiness_contract.txt differs from a fresh migration's catalogs; if a migration changed the schema on purpose, run\n"+
-			"  go test ./checksums -run TestReadinessContractMatchesAFreshMigration -update\nand review the diff. Fresh catalogs:\n%s", got)
+			"  go test ./readiness -run TestReadinessContractMatchesAFreshMigration -update\nand review the diff. Fresh catalogs:\n%s", got)
 	}
-	contract, err := checksums.Contract()
+	contract, err := readiness.Contract()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if drift := checksums.CompareReadiness(contract, readFacts(t, testpg.New(t)), checksums.Locator{}); len(drift) != 0 {
+	if drift := readiness.Compare(contract, readFacts(t, testpg.New(t)), readiness.Locator{}); len(drift) != 0 {
 		t.Fatalf("a fresh v20 database drifts from the contract: %+v", drift)
 	}
 }
@@ -99,7 +100,7 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 			t.Errorf("readiness_contract.txt lacks %q", want)
 		}
 	}
-	contract, err := checksums.Contract()
+	contract, err := readiness.Contract()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 
 func TestReadinessDriftNamesTheObject(t *testing.T) {
 	t.Parallel()
-	contract, err := checksums.Contract()
+	contract, err := readiness.Contract()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestReadinessDriftNamesTheObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc := checksums.NewLocator(migrations.FS, list)
+	loc := readiness.NewLocator(migrations.FS, list)
 	cases := []struct {
 		name, sql, kind, object, fix string
 	}{
@@ -167,7 +168,7 @@ func TestReadinessDriftNamesTheObject(t *testing.T) {
 			t.Parallel()
 			d := testpg.New(t)
 			d.Exec(t, c.sql)
-			drift := checksums.CompareReadiness(contract, readFacts(t, d), loc)
+			drift := readiness.Compare(contract, readFacts(t, d), loc)
 			var found []string
 			for _, f := range drift {
 				found = append(found, f.Kind+" "+f.Object)
@@ -186,7 +187,7 @@ func TestReadinessDriftNamesTheObject(t *testing.T) {
 		d := testpg.New(t)
 		d.Exec(t, "CREATE VIEW control_core.v AS SELECT 1 AS x; CREATE TYPE control_core.mood AS ENUM ('ok')")
 		var got []string
-		for _, f := range checksums.CompareReadiness(contract, readFacts(t, d), loc) {
+		for _, f := range readiness.Compare(contract, readFacts(t, d), loc) {
 			got = append(got, fmt.Sprintf("%s %s note=%v", f.Kind, f.Object, f.Note))
 		}
 		if want := []string{"extra_type control_core.mood note=true", "extra_view control_core.v note=true"}; !slices.Equal(got, want) {
@@ -197,7 +198,7 @@ func TestReadinessDriftNamesTheObject(t *testing.T) {
 		t.Parallel()
 		d := testpg.New(t)
 		d.Exec(t, "CREATE INDEX runs_state_idx ON control_core.runs (state)")
-		drift := checksums.CompareReadiness(contract, readFacts(t, d), loc)
+		drift := readiness.Compare(contract, readFacts(t, d), loc)
 		if len(drift) != 1 || !drift[0].Note || drift[0].Object != "control_core.runs_state_idx" {
 			t.Errorf("want one note naming control_core.runs_state_idx, got %+v", drift)
 		}

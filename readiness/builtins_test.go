@@ -1,4 +1,4 @@
-package checksums_test
+package readiness_test
 
 import (
 	"context"
@@ -7,21 +7,21 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
+	"github.com/qlcontrol/controlcore/readiness"
 )
 
-func readBuiltins(t *testing.T, d *testpg.DB) []checksums.Builtin {
+func readBuiltins(t *testing.T, d *testpg.DB) []readiness.Builtin {
 	t.Helper()
 	ctx := context.Background()
-	var out []checksums.Builtin
+	var out []readiness.Builtin
 	err := pgx.BeginTxFunc(ctx, d.Pool(t, ""), pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
 			return err
 		}
 		var err error
-		out, err = checksums.ReadBuiltins(ctx, db.New(tx))
+		out, err = readiness.ReadBuiltins(ctx, db.New(tx))
 		return err
 	})
 	if err != nil {
@@ -42,7 +42,7 @@ func TestBuiltinContractMatchesAFreshServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text, err := checksums.UpdateBuiltins(old, major, fresh)
+		text, err := readiness.UpdateBuiltins(old, major, fresh)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,15 +51,15 @@ func TestBuiltinContractMatchesAFreshServer(t *testing.T) {
 		}
 		return
 	}
-	want, err := checksums.ContractBuiltins(major)
+	want, err := readiness.ContractBuiltins(major)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(want) == 0 {
 		t.Fatalf("builtins_contract.txt has nothing for PostgreSQL %d; run\n"+
-			"  QL_PG_BIN=$(scripts/pg-bin.sh %d) go test ./checksums -run TestBuiltinContractMatchesAFreshServer -update", major, major)
+			"  QL_PG_BIN=$(scripts/pg-bin.sh %d) go test ./readiness -run TestBuiltinContractMatchesAFreshServer -update", major, major)
 	}
-	for _, d := range checksums.CompareBuiltins(want, fresh) {
+	for _, d := range readiness.CompareBuiltins(want, fresh) {
 		t.Errorf("%s: %s", d.Object, d.Message)
 	}
 }

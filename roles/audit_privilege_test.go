@@ -38,7 +38,7 @@ func TestObjectPrivilegeDriftIsFoundAndFixed(t *testing.T) {
 			t.Parallel()
 			d := testpg.New(t)
 			d.Exec(t, c.sql)
-			a := testpg.ReadAudit(t, d.URL(""), d.Names, roles.Options{})
+			a := testpg.ReadAudit(t, d.URL(""), d.Names, roles.AuditOptions{})
 			if len(a.Drift) != 1 {
 				t.Fatalf("want one %s drift, got %d: %+v", c.kind, len(a.Drift), a.Drift)
 			}
@@ -55,7 +55,7 @@ func TestObjectPrivilegeDriftIsFoundAndFixed(t *testing.T) {
 				t.Errorf("no drifted matrix row for %s", c.grantee)
 			}
 			d.Exec(t, strings.Join(a.SQL(), "\n"))
-			if after := testpg.ReadAudit(t, d.URL(""), d.Names, roles.Options{}); !after.OK() {
+			if after := testpg.ReadAudit(t, d.URL(""), d.Names, roles.AuditOptions{}); !after.OK() {
 				t.Fatalf("after the fix %q: %+v", a.SQL(), after.Drift)
 			}
 		})
