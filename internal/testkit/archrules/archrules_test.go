@@ -121,7 +121,7 @@ func TestCommandsAreWiringOnly(t *testing.T) {
 }
 
 // dbImporters are the packages rule 1 of docs/architecture.md lets import db.
-var dbImporters = []string{"coordinator", "admin", "checksums", "readiness", "roles", "internal/app/migrate",
+var dbImporters = []string{"coordinator", "admin", "readiness", "roles", "internal/app/migrate",
 	"internal/app/verify", "internal/app/metrics", "internal/app/bench"}
 
 // Rule 1.
