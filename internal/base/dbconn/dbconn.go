@@ -158,11 +158,12 @@ func (c *Config) For(database, role string) *Config {
 	return &Config{Pool: pool, Source: c.Source, secrets: c.secrets, timeouts: c.timeouts, pooled: c.pooled, session: c.session}
 }
 
-// Open connects a pool and checks one connection, so "cannot connect" is reported here.
+// Open connects a pool, checks one connection, so "cannot connect" is reported here, and returns
+// the handle every transaction on it begins through (see DB).
 //
 // A server that refuses a startup parameter the way PgBouncer does is a pooler: Open switches c
-// to pooled mode (see Pooled) and connects again, once.
-func (c *Config) Open(ctx context.Context) (*pgxpool.Pool, error) {
+// to pooled mode (see Pooled) and connects again, once. The handle carries the mode Open ended in.
+func (c *Config) Open(ctx context.Context) (*DB, error) {
 	pool, err := c.open(ctx)
 	if err != nil && !c.pooled && refusedByPooler(err) {
 		c.SetPooled()
@@ -171,12 +172,13 @@ func (c *Config) Open(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, c.connectError(err)
 	}
-	return pool, nil
+	return newDB(c, pool), nil
 }
 
 // Connect opens one connection (for work that must stay on one session: a catalog read in one
-// snapshot, a lock), with the same bounds, pooler detection and error shape as Open.
-func (c *Config) Connect(ctx context.Context) (*pgx.Conn, error) {
+// snapshot, a lock), with the same bounds, pooler detection and error shape as Open. Its
+// transactions begin with the prologue, as a DB's do (see Conn).
+func (c *Config) Connect(ctx context.Context) (*Conn, error) {
 	conn, err := c.connect(ctx)
 	if err != nil && !c.pooled && refusedByPooler(err) {
 		c.SetPooled()
@@ -185,7 +187,7 @@ func (c *Config) Connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, c.connectError(err)
 	}
-	return conn, nil
+	return &Conn{Conn: conn, prologue: c.localSettings()}, nil
 }
 
 func (c *Config) connect(ctx context.Context) (*pgx.Conn, error) {
