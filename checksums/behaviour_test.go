@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/checksums"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 	"github.com/qlcontrol/controlcore/sql/migrations"
 )
@@ -252,7 +251,7 @@ func TestReadinessReadsAsTheRuntimeRole(t *testing.T) {
 			return err
 		}
 		var err error
-		drift, err = checksums.ReadinessDrift(ctx, db.New(tx), checksums.Locator{})
+		drift, err = checksums.ReadinessDrift(ctx, tx, checksums.Locator{})
 		return err
 	})
 	if err != nil {
@@ -274,7 +273,7 @@ func BenchmarkReadReadiness(b *testing.B) {
 			if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
 				return err
 			}
-			drift, err := checksums.ReadinessDrift(ctx, db.New(tx), checksums.Locator{})
+			drift, err := checksums.ReadinessDrift(ctx, tx, checksums.Locator{})
 			if err == nil && len(drift) != 0 {
 				b.Fatalf("a clean database drifts: %+v", drift)
 			}

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/checksums"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
@@ -21,7 +20,7 @@ func readBuiltins(t *testing.T, d *testpg.DB) []checksums.Builtin {
 			return err
 		}
 		var err error
-		out, err = checksums.ReadBuiltins(ctx, db.New(tx))
+		out, err = checksums.ReadBuiltins(ctx, tx)
 		return err
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // The readiness contract is what control-core v20 must have in schema control_core, and
@@ -158,7 +159,8 @@ func RenderContract(facts []Fact) []byte {
 
 // ReadReadiness reads the facts of schema control_core from the catalogs. q must run on a
 // transaction whose search_path is pg_catalog only, so that every name comes out qualified.
-func ReadReadiness(ctx context.Context, q *db.Queries) ([]Fact, error) {
+func ReadReadiness(ctx context.Context, conn dbconn.Querier) ([]Fact, error) {
+	q := db.New(conn)
 	tables, err := q.ReadinessTables(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read tables: %w", err)
@@ -350,12 +352,12 @@ func tableObject(table string) string { return "table control_core." + table }
 // ReadinessDrift reads the catalogs through q (which must run with search_path pg_catalog, so
 // every name comes back schema-qualified as the contract writes it) and compares them with the
 // contract.
-func ReadinessDrift(ctx context.Context, q *db.Queries, loc Locator) ([]Drift, error) {
+func ReadinessDrift(ctx context.Context, conn dbconn.Querier, loc Locator) ([]Drift, error) {
 	contract, err := Contract()
 	if err != nil {
 		return nil, err
 	}
-	facts, err := ReadReadiness(ctx, q)
+	facts, err := ReadReadiness(ctx, conn)
 	if err != nil {
 		return nil, err
 	}

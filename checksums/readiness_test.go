@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/checksums"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 	"github.com/qlcontrol/controlcore/sql/migrations"
 )
@@ -33,7 +32,7 @@ func readFacts(t *testing.T, d *testpg.DB) []checksums.Fact {
 			return err
 		}
 		var err error
-		facts, err = checksums.ReadReadiness(ctx, db.New(tx))
+		facts, err = checksums.ReadReadiness(ctx, tx)
 		return err
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // Audit is the comparison of the model with the catalogs of one database: the matrix a DBA reads
@@ -163,7 +164,7 @@ func ReadAudit(ctx context.Context, conn Beginner, names Names, opts Options) (*
 			return err
 		}
 		var err error
-		audit, err = ReadWith(ctx, db.New(tx), names, opts)
+		audit, err = ReadWith(ctx, tx, names, opts)
 		return err
 	})
 	return audit, err
@@ -172,7 +173,8 @@ func ReadAudit(ctx context.Context, conn Beginner, names Names, opts Options) (*
 // ReadWith compares the model with the catalogs. q must run on a transaction whose search_path
 // is pg_catalog only (see checksums.ReadReadiness). Every catalog it reads is readable by any
 // role: the runtime and the owner role get the same audit as a superuser.
-func ReadWith(ctx context.Context, q *db.Queries, names Names, opts Options) (*Audit, error) {
+func ReadWith(ctx context.Context, conn dbconn.Querier, names Names, opts Options) (*Audit, error) {
+	q := db.New(conn)
 	info, err := q.ControlCoreObjects(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read server: %w", err)

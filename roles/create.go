@@ -95,7 +95,7 @@ func Create(ctx context.Context, conn interface {
 			report.Roles = append(report.Roles, RoleResult{Name: name, Status: Created})
 			continue
 		}
-		if problems := AttributeProblems(attrs); len(problems) > 0 {
+		if problems := attributeProblems(attrs); len(problems) > 0 {
 			report.Roles = append(report.Roles, RoleResult{Name: name, Status: Privileged, Problems: problems})
 			continue
 		}
@@ -123,8 +123,8 @@ func GrantDatabase(ctx context.Context, tx pgx.Tx, names Names, database string)
 	return nil
 }
 
-// AttributeProblems lists the attributes of a role that the model forbids (or requires and it lacks).
-func AttributeProblems(r db.RoleAttributesRow) []string {
+// attributeProblems lists the attributes of a role that the model forbids (or requires and it lacks).
+func attributeProblems(r db.RoleAttributesRow) []string {
 	var p []string
 	for _, c := range []struct {
 		bad  bool

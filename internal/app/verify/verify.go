@@ -212,7 +212,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 	// and fixed; the fix applied, the next verify checks the rest.
 	var builtins []checksums.Drift
 	if opts.Scope == ScopeAll || opts.Scope == ScopeRuntime {
-		if builtins, err = checksums.BuiltinDrift(ctx, q); err != nil {
+		if builtins, err = checksums.BuiltinDrift(ctx, tx); err != nil {
 			return nil, fmt.Errorf("readiness: %w", err)
 		}
 		if slices.ContainsFunc(builtins, func(d checksums.Drift) bool { return !d.Note }) {
@@ -319,7 +319,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		r.skip(CheckReadiness, "schema control_core does not exist (run `qlmigrate up`)")
 		r.skip(CheckPrivileges, "schema control_core does not exist (run `qlmigrate up`)")
 	default:
-		audit, err := roles.ReadWith(ctx, q, opts.Names, roles.Options{AllowedMembers: opts.AllowMembers})
+		audit, err := roles.ReadWith(ctx, tx, opts.Names, roles.Options{AllowedMembers: opts.AllowMembers})
 		if err != nil {
 			return nil, fmt.Errorf("privileges: %w", err)
 		}
@@ -331,16 +331,16 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 			// migration): their attributes and memberships are checked while migrations are pending.
 			audit, privileges = audit.RolesOnly(), why+"; checked: the roles' attributes and memberships only"
 		} else {
-			drift, err := checksums.ReadinessDrift(ctx, q, checksums.NewLocator(fsys, list).WithOwner(opts.Names.Owner))
+			drift, err := checksums.ReadinessDrift(ctx, tx, checksums.NewLocator(fsys, list).WithOwner(opts.Names.Owner))
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
-			casts, err := checksums.CastDrift(ctx, q)
+			casts, err := checksums.CastDrift(ctx, tx)
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
 			drift = append(drift, casts...)
-			subs, err := checksums.SubscriptionDrift(ctx, q)
+			subs, err := checksums.SubscriptionDrift(ctx, tx)
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
