@@ -149,7 +149,8 @@ type Report struct {
 	ElapsedMs     float64  `json:"elapsed_ms"`
 }
 
-// Beginner starts the read-only transaction verify reads in (*pgx.Conn, *pgxpool.Pool).
+// Beginner starts the read-only transaction verify reads in: a *dbconn.DB or a *dbconn.Conn,
+// whose transactions begin with the connection's prologue.
 type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
