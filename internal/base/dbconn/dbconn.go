@@ -5,6 +5,10 @@
 // connection attempt, a statement, a transaction left idle, a reply that never comes and a peer
 // that vanished from the network are each noticed within a fixed time, by the client and by the
 // server, so a partitioned replica cannot wait forever and a dead one cannot hold locks forever.
+//
+// Open returns the one database handle the packages above take (DB; Connect's Conn for one
+// session): it carries the pool and the prologue each transaction runs first behind a pooler, and
+// is the one way to begin a transaction (Begin, InTx, Run, Pipeline).
 package dbconn
 
 import (
