@@ -200,8 +200,8 @@ type applyFixture struct {
 func newApplyFixture(t *testing.T) *applyFixture {
 	t.Helper()
 	d := testpg.New(t)
-	pool := d.Pool(t, "ql_admin")
-	return &applyFixture{t: t, d: d, pub: admin.NewPublisher(pool), rd: admin.NewReader(d.Pool(t, "ql_runtime"))}
+	pool := d.Handle(t, "ql_admin")
+	return &applyFixture{t: t, d: d, pub: admin.NewPublisher(pool), rd: admin.NewReader(d.Handle(t, "ql_runtime"))}
 }
 
 func (f *applyFixture) count(sql string) int {

@@ -243,7 +243,7 @@ func TestNextFirePreviewAndShow(t *testing.T) {
 	if _, err := f.pub.PublishTriggers(ctx, []admin.TriggerSpec{berlin, off}); err != nil {
 		t.Fatal(err)
 	}
-	r := admin.NewReader(f.d.Pool(t, "ql_admin"))
+	r := admin.NewReader(f.d.Handle(t, "ql_admin"))
 	sched, err := schedule.ParseSchedule("0 3 * * *", "Europe/Berlin")
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +314,7 @@ func TestListsAndRunShow(t *testing.T) {
 	if _, err := f.pub.CreateProject(ctx, "empty"); err != nil {
 		t.Fatal(err)
 	}
-	r := admin.NewReader(f.d.Pool(t, "ql_admin"))
+	r := admin.NewReader(f.d.Handle(t, "ql_admin"))
 	projects, err := r.Projects(ctx)
 	if err != nil {
 		t.Fatal(err)

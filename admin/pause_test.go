@@ -116,7 +116,7 @@ func TestClaimInFlightAtPauseIsRefusedAtAdmit(t *testing.T) {
 	if _, err := f.pub.PublishTrigger(ctx, spec("p", "tick", "task", "0 0 1 1 *")); err != nil {
 		t.Fatal(err)
 	}
-	store := coordinator.NewStore(f.d.Pool(t, "ql_runtime"))
+	store := coordinator.NewStore(f.d.Handle(t, "ql_runtime"))
 	due := func() { // put the cursor 5 s in the past, cleared claim: due now
 		f.d.Exec(t, `UPDATE control_core.trigger_schedules SET next_fire_at_ms = control_core.db_now_ms() - 5000,
 			claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL WHERE project_id = 'p'`)

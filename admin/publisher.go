@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
@@ -22,22 +21,15 @@ import (
 
 // Publisher writes projects, tasks and triggers as the admin role, each publish in one
 // transaction under the audited Project lock (control_core.lock_project).
-type Publisher struct {
-	pool  *pgxpool.Pool
-	local []string // run first in every transaction (dbconn.BeginTx)
-}
+type Publisher struct{ db *dbconn.DB }
 
-// NewPublisher wraps a pool connected as the admin role. local is the LocalSettings of the
-// pool's dbconn.Config: behind a transaction pooler, the bounds each transaction sets first
-// (nil on a direct connection).
-func NewPublisher(pool *pgxpool.Pool, local ...string) *Publisher {
-	return &Publisher{pool: pool, local: local}
-}
+// NewPublisher wraps a handle connected as the admin role.
+func NewPublisher(h *dbconn.DB) *Publisher { return &Publisher{db: h} }
 
-// inTx runs fn in one transaction of the default isolation (READ COMMITTED), after the local
-// settings: every publish and apply goes through it.
+// inTx runs fn in one transaction of the default isolation (READ COMMITTED), begun by the
+// handle (its prologue first): every publish and apply goes through it.
 func (p *Publisher) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return dbconn.BeginTxFunc(ctx, p.pool, pgx.TxOptions{}, p.local, fn)
+	return p.db.InTx(ctx, pgx.TxOptions{}, fn)
 }
 
 // ProjectCreated says what CreateProject found: Created is false when the project already

@@ -30,7 +30,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	d := testpg.New(t)
-	f := &fixture{t: t, d: d, pub: admin.NewPublisher(d.Pool(t, "ql_admin"))}
+	f := &fixture{t: t, d: d, pub: admin.NewPublisher(d.Handle(t, "ql_admin"))}
 	ctx := context.Background()
 	if _, err := f.pub.CreateProject(ctx, "p"); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
@@ -20,21 +19,17 @@ import (
 
 // Reader reads what the scheduler holds, each report in one snapshot. Any role with SELECT on
 // control_core may use it (the admin and the runtime role); it writes nothing.
-type Reader struct {
-	pool  *pgxpool.Pool
-	local []string // run first in every snapshot (dbconn.BeginTx)
-}
+type Reader struct{ db *dbconn.DB }
 
-// NewReader wraps a pool. local is the LocalSettings of the pool's dbconn.Config (nil on a
-// direct connection).
-func NewReader(pool *pgxpool.Pool, local ...string) *Reader { return &Reader{pool: pool, local: local} }
+// NewReader wraps a handle.
+func NewReader(h *dbconn.DB) *Reader { return &Reader{db: h} }
 
 // snapshot runs fn in one REPEATABLE READ READ ONLY transaction: every query fn sends sees the
 // same committed state, so the parts of one report agree with each other (a Run counted in one
 // part is listed in the other). Each statement still observes its own database time
 // (control_core.db_now_ms() is the statement's timestamp).
 func (r *Reader) snapshot(ctx context.Context, fn func(q *db.Queries) error) error {
-	return dbconn.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, r.local,
+	return r.db.InTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			q := db.New(tx)
 			// no JIT, as in the console's snapshot: the reads are bounded walks, but a LATERAL per

@@ -26,7 +26,7 @@ func TestReadersReportWhatIsStored(t *testing.T) {
 		SELECT gen_random_uuid(), 'p', 'task', 1, kr.execution_revision_id, 'nightly', 1, 100000,
 		       'ql3:cron:v1:nightly:1:100000', 'queued', 'runtime', 100050, 100050, 100050
 		FROM control_core.task_revisions kr WHERE kr.project_id = 'p' AND kr.task_id = 'task' AND kr.revision = 1`)
-	r := admin.NewReader(f.d.Pool(t, "ql_admin"))
+	r := admin.NewReader(f.d.Handle(t, "ql_admin"))
 
 	if _, err := f.pub.PublishTrigger(ctx, spec("p", "fresh", "task", "* * * * *")); err != nil {
 		t.Fatal(err)

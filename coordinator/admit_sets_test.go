@@ -38,7 +38,7 @@ func TestAdmitSetsUseKeysOnLargeTables(t *testing.T) {
 		INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest, created_at_ms)
 		    SELECT er.project_id, 'k', 1, er.execution_revision_id, repeat('a', 64), 1 FROM control_core.execution_revisions er WHERE er.project_id LIKE 'x%%';
 		ANALYZE;`, n))
-	conn := must(f.rt.Acquire(ctx)).of(t)
+	conn := must(f.rt.Pool().Acquire(ctx)).of(t)
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "PREPARE admit AS "+testpg.Query(t, "Admit")); err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestAdmitTaskSetReadsOnlyTheItemsTaskRevisions(t *testing.T) {
 	s := NewStore(f.rt)
 	claims := claimAll(t, s, "replica", 60*time.Second, 128)
 	its := items(claims, 60_000)
-	conn := must(f.rt.Acquire(ctx)).of(t)
+	conn := must(f.rt.Pool().Acquire(ctx)).of(t)
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "PREPARE admit AS "+testpg.Query(t, "Admit")); err != nil {
 		t.Fatal(err)

@@ -143,7 +143,7 @@ func TestBatchModeReplicasAdmitEachOccurrenceOnce(t *testing.T) {
 	batch := func(c *Config) { c.Budget, c.AdmitBatch = 16, 8 }
 	var allocated sync.Map
 	ids := []Option{WithRunIDs(func() uuid.UUID { id := uuid.New(); allocated.Store(id, true); return id })}
-	a, b := f.coordinatorWith("replica-a", f.d.Pool(t, "ql_runtime"), ids, batch), f.coordinatorWith("replica-b", f.d.Pool(t, "ql_runtime"), ids, batch)
+	a, b := f.coordinatorWith("replica-a", f.d.Handle(t, "ql_runtime"), ids, batch), f.coordinatorWith("replica-b", f.d.Handle(t, "ql_runtime"), ids, batch)
 	rounds := func() {
 		for a.Stats.Claims.Load()+b.Stats.Claims.Load() < n {
 			var wg sync.WaitGroup
@@ -189,7 +189,7 @@ func TestAdmitAddressesRowsByTID(t *testing.T) {
 		f.trigger(fmt.Sprintf("t%03d", i), "* * * * *", schedule.MisfireSkip)
 	}
 	f.exec(`ANALYZE`)
-	conn := must(f.rt.Acquire(ctx)).of(t)
+	conn := must(f.rt.Pool().Acquire(ctx)).of(t)
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "PREPARE admit AS "+testpg.Query(t, "Admit")); err != nil {
 		t.Fatal(err)

@@ -158,7 +158,7 @@ func TestABatchRoundAsksAgainAfterAShortClaimAhead(t *testing.T) {
 func TestAFailedClaimEndsTheRound(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	pool := f.d.Pool(t, "ql_runtime")
+	pool := f.d.Handle(t, "ql_runtime")
 	pool.Close()
 	co := f.coordinator("r1", pool)
 	done := make(chan int)
@@ -324,10 +324,10 @@ func TestTwoPoolsSingleClaimAndExactlyOneRun(t *testing.T) {
 	// two replicas' rounds made the initialised row due again: a second claim); the cursor set
 	// below makes the one occurrence due
 	f.trigger("a", "0 0 1 1 *", schedule.MisfireFireOnce)
-	poolA, poolB := f.d.Pool(t, "ql_runtime"), f.d.Pool(t, "ql_runtime")
+	poolA, poolB := f.d.Handle(t, "ql_runtime"), f.d.Handle(t, "ql_runtime")
 	var pidA, pidB int
-	must(0, poolA.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA)).of(t)
-	must(0, poolB.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidB)).of(t)
+	must(0, poolA.Pool().QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA)).of(t)
+	must(0, poolB.Pool().QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidB)).of(t)
 	if pidA == pidB {
 		t.Fatalf("both pools on backend %d", pidA)
 	}
@@ -363,7 +363,7 @@ func TestExpiryTakeoverAfterTheHolderPoolCloses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f, taker := dueFixture(t, time.Second, "a")
-	holderPool := f.d.Pool(t, "ql_runtime")
+	holderPool := f.d.Handle(t, "ql_runtime")
 	held := must(NewStore(holderPool).Claim(ctx, "holder", 2*time.Second)).of(t)
 	holderPool.Close()
 
@@ -559,7 +559,7 @@ func TestConcurrentSingleAdmitsDoNotAbortEachOther(t *testing.T) {
 		t.Fatalf("claimed %d rows, want 3", len(claims))
 	}
 	admit := func(c *Claim) pgx.Tx {
-		tx := must(f.rt.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})).of(t)
+		tx := must(f.rt.Pool().BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})).of(t)
 		it := AdmitItem{Claim: c, ScheduledFor: *c.CursorMs, Next: *c.CursorMs + 1000, RunID: RunIDs()()}
 		br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams([]AdmitItem{it})})
 		written := 0

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 	"github.com/qlcontrol/controlcore/schedule"
 )
@@ -25,13 +26,13 @@ type fixture struct {
 	d     *testpg.DB
 	admin *admin.Publisher
 	su    *pgxpool.Pool
-	rt    *pgxpool.Pool
+	rt    *dbconn.DB
 }
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	d := testpg.New(t)
-	f := &fixture{t: t, d: d, admin: admin.NewPublisher(d.Pool(t, "ql_admin")), su: d.Pool(t, ""), rt: d.Pool(t, "ql_runtime")}
+	f := &fixture{t: t, d: d, admin: admin.NewPublisher(d.Handle(t, "ql_admin")), su: d.Pool(t, ""), rt: d.Handle(t, "ql_runtime")}
 	ctx := context.Background()
 	if _, err := f.admin.CreateProject(ctx, "p"); err != nil {
 		t.Fatal(err)
@@ -146,13 +147,13 @@ func (f *fixture) audit() int {
 }
 
 // coordinator returns a coordinator for owner on its own runtime pool.
-func (f *fixture) coordinator(owner string, pool *pgxpool.Pool, mutate ...func(*Config)) *Coordinator {
+func (f *fixture) coordinator(owner string, pool *dbconn.DB, mutate ...func(*Config)) *Coordinator {
 	f.t.Helper()
 	return f.coordinatorWith(owner, pool, nil, mutate...)
 }
 
 // coordinatorWith is coordinator with options besides the test logger.
-func (f *fixture) coordinatorWith(owner string, pool *pgxpool.Pool, opts []Option, mutate ...func(*Config)) *Coordinator {
+func (f *fixture) coordinatorWith(owner string, pool *dbconn.DB, opts []Option, mutate ...func(*Config)) *Coordinator {
 	f.t.Helper()
 	cfg := DefaultConfig(owner)
 	for _, m := range mutate {

@@ -33,7 +33,7 @@ func massPublish(b *testing.B, batch, triggers int) {
 	var lcs []*Lifecycle
 	var cs []*Coordinator
 	for i := range 2 {
-		c := f.coordinator(fmt.Sprintf("r%d", i+1), f.d.Pool(b, "ql_runtime"), func(cfg *Config) { cfg.AdmitBatch = batch })
+		c := f.coordinator(fmt.Sprintf("r%d", i+1), f.d.Handle(b, "ql_runtime"), func(cfg *Config) { cfg.AdmitBatch = batch })
 		lc := NewLifecycle(c, c.cfg)
 		if err := lc.Start(ctx); err != nil {
 			b.Fatal(err)

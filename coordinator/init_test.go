@@ -198,7 +198,7 @@ func TestTwoCoordinatorsInitialiseConcurrentlyEachRowOnce(t *testing.T) {
 	f.bulkUninitialised(rows)
 	cs := []*Coordinator{
 		f.coordinator("r1", f.rt, func(cfg *Config) { cfg.InitBatch, cfg.InitBudget = 100, 400 }),
-		f.coordinator("r2", f.d.Pool(t, "ql_runtime"), func(cfg *Config) { cfg.InitBatch, cfg.InitBudget = 100, 400 }),
+		f.coordinator("r2", f.d.Handle(t, "ql_runtime"), func(cfg *Config) { cfg.InitBatch, cfg.InitBudget = 100, 400 }),
 	}
 	var wg sync.WaitGroup
 	for _, c := range cs {
@@ -249,7 +249,7 @@ func TestClaimInitWalksTheClaimIndex(t *testing.T) {
 			f.exec(`ANALYZE control_core.trigger_schedules`)
 		}
 		func() {
-			conn := must(f.rt.Acquire(ctx)).of(t)
+			conn := must(f.rt.Pool().Acquire(ctx)).of(t)
 			defer conn.Release() // before a failure's cleanup closes the pool
 			if _, err := conn.Exec(ctx, "PREPARE claim_init AS "+testpg.Query(t, "ClaimInit")); err != nil {
 				t.Error(err)

@@ -26,7 +26,7 @@ func TestRunsTableRefusesForgedRuns(t *testing.T) {
 	key := func(rev int64) string { return fmt.Sprintf("ql3:cron:v1:nightly:%d:%d", rev, at) }
 	ctx := context.Background()
 	insert := func(rev any, trigger any, scheduled any, key string, owner string) error {
-		_, err := f.rt.Exec(ctx, `INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id,
+		_, err := f.rt.Pool().Exec(ctx, `INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id,
 		        trigger_id, trigger_revision, scheduled_for_ms, idempotency_key, state, owner, queued_at_ms)
 		    SELECT gen_random_uuid(), tr.project_id, tr.task_id, tr.task_revision, k.execution_revision_id,
 		           $2::text, $1::bigint, $3::bigint, $4, 'queued', $5, control_core.db_now_ms()
@@ -65,13 +65,13 @@ func TestRunsTableRefusesForgedRuns(t *testing.T) {
 		{"moved to another occurrence", fmt.Sprintf("scheduled_for_ms = scheduled_for_ms + 7, idempotency_key = '%s'", fmt.Sprintf("ql3:cron:v1:nightly:%d:%d", rev1.Revision, at+7))},
 		{"given another run id", "run_id = gen_random_uuid()"},
 	} {
-		_, err := f.rt.Exec(ctx, "UPDATE control_core.runs SET "+c.set+" WHERE trigger_id = 'nightly'")
+		_, err := f.rt.Pool().Exec(ctx, "UPDATE control_core.runs SET "+c.set+" WHERE trigger_id = 'nightly'")
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "23000" {
 			t.Errorf("a Run %s: err %v, want the identity guard's integrity_constraint_violation", c.name, err)
 		}
 	}
-	if _, err := f.rt.Exec(ctx, "UPDATE control_core.runs SET state = 'dispatching', updated_at_ms = updated_at_ms + 1 WHERE trigger_id = 'nightly'"); err != nil {
+	if _, err := f.rt.Pool().Exec(ctx, "UPDATE control_core.runs SET state = 'dispatching', updated_at_ms = updated_at_ms + 1 WHERE trigger_id = 'nightly'"); err != nil {
 		t.Errorf("a Run's state and times stay the runtime's to update: %v", err)
 	}
 	if n := f.count(`SELECT count(*) FROM control_core.runs WHERE trigger_id = 'nightly'`); n != 1 {
@@ -80,7 +80,7 @@ func TestRunsTableRefusesForgedRuns(t *testing.T) {
 	// A Run started by hand names no trigger; its key is the caller's, but never a cron
 	// occurrence's (it would block that occurrence's admission).
 	manual := func(key string) error {
-		_, err := f.rt.Exec(ctx, `INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id,
+		_, err := f.rt.Pool().Exec(ctx, `INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id,
 		        idempotency_key, state, owner, queued_at_ms)
 		    SELECT gen_random_uuid(), project_id, task_id, revision, execution_revision_id, $1, 'queued', 'operator', 1
 		    FROM control_core.task_revisions WHERE project_id = 'p' LIMIT 1`, key)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
@@ -36,12 +35,9 @@ const recoveryBatch = 500
 // could run it twice; an operator (or a retry policy outside the scheduler) decides what next.
 // Each candidate is fenced on the states and updated_at_ms recovery observed, so a concurrent
 // change wins and the candidate is skipped.
-//
-// local is the LocalSettings of the pool's dbconn.Config (nil on a direct connection): behind a
-// transaction pooler every read and write here runs in a transaction that sets it first.
-func Recover(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, local ...string) (RecoveryReport, error) {
+func Recover(ctx context.Context, h *dbconn.DB, log *slog.Logger) (RecoveryReport, error) {
 	var rep RecoveryReport
-	s := NewStore(pool, local...)
+	s := NewStore(h)
 	// Candidates left alone (changed concurrently) stay candidates; the next read skips them, so
 	// it reaches the ones behind them. Every row read is either failed closed, which takes it out
 	// of the source, or added here: the loop ends.
@@ -57,7 +53,7 @@ func Recover(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, local ..
 		}
 		for _, r := range rows {
 			rep.Candidates++
-			ok, err := failClosed(ctx, pool, local, r)
+			ok, err := failClosed(ctx, h, r)
 			if err != nil {
 				return rep, err
 			}
@@ -76,9 +72,9 @@ func Recover(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, local ..
 	}
 }
 
-func failClosed(ctx context.Context, pool *pgxpool.Pool, local []string, r db.RecoveryCandidatesRow) (bool, error) {
+func failClosed(ctx context.Context, h *dbconn.DB, r db.RecoveryCandidatesRow) (bool, error) {
 	written := false
-	err := dbconn.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, local, func(tx pgx.Tx) error {
+	err := h.InTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 		_, err := db.New(tx).FailClosed(ctx, db.FailClosedParams{
 			AttemptID: r.AttemptID, RunID: r.RunID, AttemptState: r.AttemptState,
 			AttemptUpdatedAtMs: r.AttemptUpdatedAtMs, RunState: r.RunState, RunUpdatedAtMs: r.RunUpdatedAtMs,

@@ -64,7 +64,7 @@ func TestRecoverySourceDoesNotGrowWithPristineHistory(t *testing.T) {
 	f.exec(`UPDATE control_core.runs SET state = 'dispatching' WHERE run_id = (SELECT run_id FROM control_core.runs ORDER BY queued_at_ms LIMIT 1 OFFSET 10)`)
 	f.exec(`UPDATE control_core.attempts SET worker_id = 'w1' WHERE run_id = (SELECT run_id FROM control_core.runs ORDER BY queued_at_ms LIMIT 1 OFFSET 20)`)
 	f.exec(`UPDATE control_core.attempts SET state = 'dispatching' WHERE run_id = (SELECT run_id FROM control_core.runs ORDER BY queued_at_ms LIMIT 1 OFFSET 30)`)
-	conn := must(f.rt.Acquire(ctx)).of(t)
+	conn := must(f.rt.Pool().Acquire(ctx)).of(t)
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "PREPARE recovery_candidates AS "+testpg.Query(t, "RecoveryCandidates")); err != nil {
 		t.Fatal(err)

@@ -196,7 +196,7 @@ func TestClaimUsesTheIndexAtOneMillionSchedules(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	f.bulkSchedules(1_000_000, 3600, 600)
-	conn := must(f.rt.Acquire(ctx)).of(t)
+	conn := must(f.rt.Pool().Acquire(ctx)).of(t)
 	defer conn.Release()
 	// The claim, and the idle coordinator's next-due probe, in the custom plans a prepared
 	// statement starts with and in the generic plan it may settle on.
@@ -260,7 +260,7 @@ func TestClaimWalksItsIndexWhenEveryRowIsDueAndTheIndexIsChurned(t *testing.T) {
 		f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = next_fire_at_ms - 1, state_version = state_version + 1`)
 	}
 	f.exec(`ANALYZE control_core.trigger_schedules`)
-	conn := must(f.rt.Acquire(ctx)).of(t)
+	conn := must(f.rt.Pool().Acquire(ctx)).of(t)
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "PREPARE claim_due AS "+testpg.Query(t, "ClaimDue")); err != nil {
 		t.Fatal(err)

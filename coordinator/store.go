@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
@@ -35,27 +34,17 @@ const (
 var ErrAdmitInvalid = errors.New("admit wrote nothing although its fence and revisions hold")
 
 // Store runs the scheduler's queries on a pool connected as the runtime role.
-type Store struct {
-	pool  *pgxpool.Pool
-	q     *db.Queries
-	local []string // dbconn.Config.LocalSettings: run first in every transaction; nil on a direct connection
-}
+type Store struct{ db *dbconn.DB }
 
-// NewStore wraps pool. local is the LocalSettings of the pool's dbconn.Config: behind a
-// transaction pooler, the bounds every transaction sets first (nil on a direct connection).
-func NewStore(pool *pgxpool.Pool, local ...string) *Store {
-	return &Store{pool: pool, q: db.New(pool), local: local}
-}
+// NewStore wraps a handle connected as the runtime role.
+func NewStore(h *dbconn.DB) *Store { return &Store{db: h} }
 
-// queries runs fn on the pool: on a direct connection each statement alone, as it is; behind a
-// pooler in one transaction that sets local first, so that no statement runs without the bounds
-// (BEGIN, settings, the statement, COMMIT: the claim and the admit keep their one round trip,
-// these reads and the fenced advance pay three more).
+// queries runs fn through the handle (dbconn.DB.Run): on a direct connection each statement
+// alone, as it is; behind a pooler in one transaction that runs the prologue first, so that no
+// statement runs without the bounds (BEGIN, prologue, the statement, COMMIT: the claim and the
+// admit keep their one round trip, these reads and the fenced advance pay three more).
 func (s *Store) queries(ctx context.Context, fn func(*db.Queries) error) error {
-	if len(s.local) == 0 {
-		return fn(s.q)
-	}
-	return dbconn.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, s.local, func(tx pgx.Tx) error { return fn(db.New(tx)) })
+	return s.db.Run(ctx, func(q dbconn.Querier) error { return fn(db.New(q)) })
 }
 
 // Claim takes the next claimable schedule row for owner with lease, or returns nil when none is.
@@ -84,7 +73,7 @@ func (s *Store) claimDue(ctx context.Context, owner string, lease time.Duration,
 	if pastUninitialised {
 		from = 0
 	}
-	tx := newPipeline(s.pool, implicitTx, s.local, hotSettings) // the claim commits alone
+	tx := newPipeline(s.db, implicitTx, hotSettings) // the claim commits alone
 	br := db.New(tx).ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), FromKey: from, MaxRows: int32(n)}})
 	br.Query(func(_ int, rows []db.ClaimDueRow, qerr error) {
 		err = qerr
@@ -107,7 +96,7 @@ func (s *Store) claimDue(ctx context.Context, owner string, lease time.Duration,
 func (s *Store) ClaimInit(ctx context.Context, owner string, lease time.Duration, n int) ([]*Claim, error) {
 	var claims []*Claim
 	var err error
-	tx := newPipeline(s.pool, implicitTx, s.local, hotSettings) // the claim commits alone
+	tx := newPipeline(s.db, implicitTx, hotSettings) // the claim commits alone
 	br := db.New(tx).ClaimInit(ctx, []db.ClaimInitParams{{Owner: owner, LeaseMs: lease.Milliseconds(), BelowKey: 0, MaxRows: int32(n)}})
 	br.Query(func(_ int, rows []db.ClaimInitRow, qerr error) {
 		err = qerr
@@ -146,7 +135,7 @@ func (s *Store) Initialise(ctx context.Context, items []InitItem) (written []boo
 		p.TriggerRevisions, p.StateVersions = append(p.TriggerRevisions, c.TriggerRevision), append(p.StateVersions, c.StateVersion)
 		p.ClaimedAtMs, p.NextFireAtMs = append(p.ClaimedAtMs, c.ClaimedAtMs), append(p.NextFireAtMs, it.First)
 	}
-	tx := newPipeline(s.pool, implicitTx, s.local, hotSettings)
+	tx := newPipeline(s.db, implicitTx, hotSettings)
 	br := db.New(tx).InitClaimed(ctx, []db.InitClaimedParams{p})
 	br.Query(func(_ int, ords []int32, qerr error) {
 		if qerr != nil {
@@ -278,7 +267,7 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 // transaction committed (err == nil).
 func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*Admitted, err error) {
 	written = make([]*Admitted, len(items))
-	tx := newPipeline(s.pool, serializableTx, s.local, admitSettings)
+	tx := newPipeline(s.db, serializableTx, admitSettings)
 	br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams(items)})
 	br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
 		if rerr != nil {
@@ -345,48 +334,68 @@ const (
 	serializableTx               // BEGIN ISOLATION LEVEL SERIALIZABLE … COMMIT, read by commit
 )
 
-// pipeline sends one generated batch query, inside its transaction and after the planner
-// settings, as ONE round trip: [BEGIN,] settings, the query's statements, [COMMIT,] Sync. The
-// caller reads the query's results through the generated code, then ends the pipeline with
-// commit, which reads the COMMIT (or, for the implicit transaction, the Sync) and says whether
-// the transaction committed: nothing read counts unless commit returned nil.
-//
-// When a statement fails, the server skips the rest, COMMIT included: the implicit transaction
-// rolls back at the Sync, an explicit one leaves the connection in a failed transaction, which
-// the pool discards.
-//
-// pipeline is handed to db.New only because the generated batch functions build their pgx.Batch
-// and pass it to SendBatch; that is the one db.DBTX method they call, and the only one a
-// pipeline can serve (a single statement sent on its own would run outside the transaction),
-// so Exec, Query and QueryRow refuse with errNotInPipeline.
+// pipeline is a db.DBTX that sends what it is given, inside its transaction and after the
+// handle's prologue and the planner settings, as ONE round trip (dbconn.DB.Pipeline): [BEGIN,]
+// prologue, settings, the statements, [COMMIT,] Sync. Every method of db.DBTX does that (a batch
+// query's SendBatch as a plain query's Exec, Query or QueryRow), so the store does not depend on
+// how the generated code sends its statements; one pipeline is one transaction, so a second call
+// is refused. The caller reads the results through the generated code, then ends the pipeline
+// with commit, which says whether the transaction committed: nothing read counts unless commit
+// returned nil.
 type pipeline struct {
-	pool     *pgxpool.Pool
+	db       *dbconn.DB
 	tx       txKind
-	local    []string // the connection's transaction-local bounds (Store.local), before settings
-	settings string   // the transaction-local planner settings statement (hotSettings or admitSettings)
+	settings string // the transaction-local planner settings statement (hotSettings or admitSettings)
 	results  *pipelineResults
 }
 
-func newPipeline(pool *pgxpool.Pool, tx txKind, local []string, settings string) *pipeline {
-	return &pipeline{pool: pool, tx: tx, local: local, settings: settings}
+func newPipeline(h *dbconn.DB, tx txKind, settings string) *pipeline {
+	return &pipeline{db: h, tx: tx, settings: settings}
 }
 
-// SendBatch wraps the generated query's batch in the transaction and sends it.
-func (p *pipeline) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+var errPipelineSent = errors.New("pipeline: a pipelined transaction sends one round trip, and it was sent")
+
+// send queues the settings and b's statements and sends them in the pipeline's transaction.
+func (p *pipeline) send(ctx context.Context, b *pgx.Batch) *pipelineResults {
+	if p.results != nil {
+		return &pipelineResults{err: errPipelineSent}
+	}
 	wire := &pgx.Batch{}
-	if p.tx == serializableTx {
-		wire.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
-	}
-	for _, l := range p.local { // behind a pooler: the connection's bounds, in this transaction
-		wire.Queue(l)
-	}
 	wire.Queue(p.settings)
 	wire.QueuedQueries = append(wire.QueuedQueries, b.QueuedQueries...)
+	begin := ""
 	if p.tx == serializableTx {
-		wire.Queue("COMMIT")
+		begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
 	}
-	p.results = &pipelineResults{br: p.pool.SendBatch(ctx, wire), explicit: p.tx == serializableTx, local: len(p.local)}
+	p.results = &pipelineResults{pr: p.db.Pipeline(ctx, begin, wire)}
 	return p.results
+}
+
+func one(sql string, args []any) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	return b
+}
+
+// SendBatch sends b's statements in the pipeline's transaction.
+func (p *pipeline) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return p.send(ctx, b)
+}
+
+// Exec sends one statement in the pipeline's transaction and reads its result.
+func (p *pipeline) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return p.send(ctx, one(sql, args)).Exec()
+}
+
+// Query sends one statement in the pipeline's transaction and returns its rows (read them
+// before commit).
+func (p *pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return p.send(ctx, one(sql, args)).Query()
+}
+
+// QueryRow sends one statement in the pipeline's transaction and returns its row.
+func (p *pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return p.send(ctx, one(sql, args)).QueryRow()
 }
 
 // commit ends the pipeline: it reads the COMMIT, if any, then closes the pipeline (the Sync:
@@ -400,39 +409,20 @@ func (p *pipeline) commit() error {
 	return p.results.commit()
 }
 
-var errNotInPipeline = errors.New("pipeline: only a generated batch query can be sent in a pipelined transaction")
-
-func (*pipeline) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	return pgconn.CommandTag{}, errNotInPipeline
-}
-
-func (*pipeline) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return nil, errNotInPipeline
-}
-
-func (*pipeline) QueryRow(context.Context, string, ...any) pgx.Row { return errRow{errNotInPipeline} }
-
-// pipelineResults are the generated query's view of the pipeline: its own results, in order,
-// after the BEGIN and the settings (read first, their error reported as the query's).
+// pipelineResults are the caller's view of the pipeline: its own results, in order, after the
+// planner settings (read first, their error reported as that of the first statement).
 type pipelineResults struct {
-	br        pgx.BatchResults
-	explicit  bool // a BEGIN was sent, and a COMMIT
-	local     int  // how many local settings statements follow the BEGIN
-	begun     bool
-	committed bool
-	err       error
+	pr    *dbconn.PipelineResults // nil when nothing was sent (err says why)
+	begun bool
+	err   error
 }
 
-// begin reads the results the query did not queue: the BEGIN, if any, the local settings and
-// the planner settings.
+// begin reads the result the caller did not queue: the planner settings.
 func (r *pipelineResults) begin() error {
-	if !r.begun {
+	if !r.begun && r.err == nil {
 		r.begun = true
-		if r.explicit {
-			_, r.err = r.br.Exec()
-		}
-		for i := 0; i < r.local+1 && r.err == nil; i++ { // the local settings, then the planner settings
-			_, r.err = r.br.Exec()
+		if _, err := r.pr.Exec(); err != nil {
+			r.err = err
 		}
 	}
 	return r.err
@@ -442,46 +432,41 @@ func (r *pipelineResults) Exec() (pgconn.CommandTag, error) {
 	if err := r.begin(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	return r.br.Exec()
+	return r.pr.Exec()
 }
 
 func (r *pipelineResults) Query() (pgx.Rows, error) {
 	if err := r.begin(); err != nil {
 		return nil, err
 	}
-	return r.br.Query()
+	return r.pr.Query()
 }
 
 func (r *pipelineResults) QueryRow() pgx.Row {
 	if err := r.begin(); err != nil {
 		return errRow{err}
 	}
-	return r.br.QueryRow()
+	return r.pr.QueryRow()
 }
 
 // Close is the generated code's end of its results; the transaction ends in commit.
 func (r *pipelineResults) Close() error { return r.err }
 
+// Tx: the transaction here is the pipeline's own, not a pgx.Tx.
+func (r *pipelineResults) Tx() pgx.Tx { return nil }
+
 // commit reads COMMIT (unless the transaction already failed) and closes the pipeline.
 // Idempotent.
 func (r *pipelineResults) commit() error {
-	if r.committed {
+	if r.pr == nil {
 		return r.err
 	}
-	r.committed = true
-	if r.begin() == nil && r.explicit {
-		if _, err := r.br.Exec(); err != nil {
-			r.err = err
-		}
-	}
-	if err := r.br.Close(); r.err == nil {
+	_ = r.begin() // its error is r.err
+	if err := r.pr.Commit(); r.err == nil {
 		r.err = err
 	}
 	return r.err
 }
-
-// Tx: the transaction here is the pipeline's own, not a pgx.Tx.
-func (r *pipelineResults) Tx() pgx.Tx { return nil }
 
 type errRow struct{ err error }
 

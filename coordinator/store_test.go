@@ -288,13 +288,13 @@ func TestSkipAdvancesOnlyAndIsFenced(t *testing.T) {
 func TestRuntimeRoleCannotCreateSchedules(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	_, err := f.rt.Exec(context.Background(), `INSERT INTO control_core.trigger_schedules
+	_, err := f.rt.Pool().Exec(context.Background(), `INSERT INTO control_core.trigger_schedules
 		(project_id, trigger_id, trigger_revision, state_version, claim_version, updated_at_ms) VALUES ('p', 'x', 1, 1, 0, 1)`)
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 		t.Errorf("INSERT as ql_runtime: %v, want permission denied (42501)", err)
 	}
-	_, err = f.rt.Exec(context.Background(), `DELETE FROM control_core.trigger_schedules`)
+	_, err = f.rt.Pool().Exec(context.Background(), `DELETE FROM control_core.trigger_schedules`)
 	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 		t.Errorf("DELETE as ql_runtime: %v, want permission denied (42501)", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/checksums"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 	"github.com/qlcontrol/controlcore/readiness"
 	"github.com/qlcontrol/controlcore/sql/migrations"
@@ -253,7 +252,7 @@ func TestReadinessReadsAsTheRuntimeRole(t *testing.T) {
 			return err
 		}
 		var err error
-		drift, err = readiness.ContractDrift(ctx, db.New(tx), readiness.Locator{})
+		drift, err = readiness.ContractDrift(ctx, tx, readiness.Locator{})
 		return err
 	})
 	if err != nil {
@@ -275,7 +274,7 @@ func BenchmarkReadReadiness(b *testing.B) {
 			if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
 				return err
 			}
-			drift, err := readiness.ContractDrift(ctx, db.New(tx), readiness.Locator{})
+			drift, err := readiness.ContractDrift(ctx, tx, readiness.Locator{})
 			if err == nil && len(drift) != 0 {
 				b.Fatalf("a clean database drifts: %+v", drift)
 			}

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // The built-ins' contract: every function and operator initdb creates in pg_catalog, with the
@@ -118,7 +119,8 @@ func digest(s string) string {
 
 // ReadBuiltins reads the server's built-ins. Node trees (argument defaults, SQL-standard bodies)
 // are hashed here, not by the server: its sha256 is one of the functions checked.
-func ReadBuiltins(ctx context.Context, q *db.Queries) ([]Builtin, error) {
+func ReadBuiltins(ctx context.Context, conn dbconn.Querier) ([]Builtin, error) {
+	q := db.New(conn)
 	fns, err := q.BuiltinFunctions(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read built-in functions: %w", err)
@@ -311,7 +313,8 @@ func UpdateBuiltins(text []byte, major int, fresh []Builtin) ([]byte, error) {
 // pg_operator), missing or renamed, and any function or operator created in pg_catalog since
 // initdb, extensions' members aside (an extension is installed on purpose, and the casts check
 // treats it so too).
-func BuiltinDrift(ctx context.Context, q *db.Queries) ([]Drift, error) {
+func BuiltinDrift(ctx context.Context, conn dbconn.Querier) ([]Drift, error) {
+	q := db.New(conn)
 	major, err := q.BuiltinServerMajor(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the server's major version: %w", err)
@@ -325,7 +328,7 @@ func BuiltinDrift(ctx context.Context, q *db.Queries) ([]Drift, error) {
 			Message: fmt.Sprintf("%s holds no built-ins for PostgreSQL %d: a redefined pg_catalog function is not detected", BuiltinsFile, major),
 			Fix:     "use a control-core release that supports this major"}}, nil
 	}
-	have, err := ReadBuiltins(ctx, q)
+	have, err := ReadBuiltins(ctx, conn)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 	"github.com/qlcontrol/controlcore/readiness"
 )
@@ -21,7 +20,7 @@ func readBuiltins(t *testing.T, d *testpg.DB) []readiness.Builtin {
 			return err
 		}
 		var err error
-		out, err = readiness.ReadBuiltins(ctx, db.New(tx))
+		out, err = readiness.ReadBuiltins(ctx, tx)
 		return err
 	})
 	if err != nil {

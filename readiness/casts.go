@@ -5,13 +5,15 @@ import (
 	"fmt"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // CastDrift reports every cast created in the database from or to a built-in type (see the
 // UserCasts query): casts are looked up by type, not by search_path, so such a cast changes what
 // control-core's statements compute even though every session runs with search_path pg_catalog.
 // q must run with search_path pg_catalog (see ReadFacts).
-func CastDrift(ctx context.Context, q *db.Queries) ([]Drift, error) {
+func CastDrift(ctx context.Context, conn dbconn.Querier) ([]Drift, error) {
+	q := db.New(conn)
 	casts, err := q.UserCasts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read casts: %w", err)

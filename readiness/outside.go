@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // What writes into, or computes for, control_core from outside the readiness contract's objects
@@ -33,7 +34,8 @@ import (
 // setting, checked with the settings; a REPLICATION role reads changes through logical decoding
 // but writes nothing; BYPASSRLS changes nothing while the contract keeps row-level security off
 // on every table (and the four roles' attributes are audited by the roles package).
-func SubscriptionDrift(ctx context.Context, q *db.Queries) ([]Drift, error) {
+func SubscriptionDrift(ctx context.Context, conn dbconn.Querier) ([]Drift, error) {
+	q := db.New(conn)
 	subs, err := q.OutsideSubscriptions(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read subscriptions: %w", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/checksums"
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // The readiness contract is what control-core v20 must have in schema control_core, and
@@ -174,7 +175,8 @@ func RenderContract(facts []Fact) []byte {
 
 // ReadFacts reads the facts of schema control_core from the catalogs. q must run on a
 // transaction whose search_path is pg_catalog only, so that every name comes out qualified.
-func ReadFacts(ctx context.Context, q *db.Queries) ([]Fact, error) {
+func ReadFacts(ctx context.Context, conn dbconn.Querier) ([]Fact, error) {
+	q := db.New(conn)
 	tables, err := q.ReadinessTables(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read tables: %w", err)
@@ -366,12 +368,12 @@ func tableObject(table string) string { return "table control_core." + table }
 // ContractDrift reads the catalogs through q (which must run with search_path pg_catalog, so
 // every name comes back schema-qualified as the contract writes it) and compares them with the
 // contract.
-func ContractDrift(ctx context.Context, q *db.Queries, loc Locator) ([]Drift, error) {
+func ContractDrift(ctx context.Context, conn dbconn.Querier, loc Locator) ([]Drift, error) {
 	contract, err := Contract()
 	if err != nil {
 		return nil, err
 	}
-	facts, err := ReadFacts(ctx, q)
+	facts, err := ReadFacts(ctx, conn)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/checksums"
-	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 	"github.com/qlcontrol/controlcore/readiness"
 	"github.com/qlcontrol/controlcore/sql/migrations"
@@ -34,7 +33,7 @@ func readFacts(t *testing.T, d *testpg.DB) []readiness.Fact {
 			return err
 		}
 		var err error
-		facts, err = readiness.ReadFacts(ctx, db.New(tx))
+		facts, err = readiness.ReadFacts(ctx, tx)
 		return err
 	})
 	if err != nil {

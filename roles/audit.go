@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // Audit is the comparison of the model with the catalogs of one database: the matrix a DBA reads
@@ -163,16 +164,17 @@ func ReadAudit(ctx context.Context, conn Beginner, names Names, opts AuditOption
 			return err
 		}
 		var err error
-		audit, err = ReadAuditIn(ctx, db.New(tx), names, opts)
+		audit, err = ReadAuditIn(ctx, tx, names, opts)
 		return err
 	})
 	return audit, err
 }
 
-// ReadAuditIn compares the model with the catalogs inside the caller's transaction: q must run on
-// one whose search_path is pg_catalog only (see readiness.ReadFacts). Every catalog it reads is
+// ReadAuditIn compares the model with the catalogs inside the caller's transaction: conn must
+// run with search_path pg_catalog only (see readiness.ReadFacts). Every catalog it reads is
 // readable by any role: the runtime and the owner role get the same audit as a superuser.
-func ReadAuditIn(ctx context.Context, q *db.Queries, names Names, opts AuditOptions) (*Audit, error) {
+func ReadAuditIn(ctx context.Context, conn dbconn.Querier, names Names, opts AuditOptions) (*Audit, error) {
+	q := db.New(conn)
 	info, err := q.ControlCoreObjects(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read server: %w", err)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // CreateStatus is what Create found or did for one role.
@@ -55,7 +56,12 @@ func (e *NotAllowedError) Error() string {
 // its default CONNECT and TEMPORARY on the database: control-core wants a database of its own in
 // which only the modelled roles connect. An existing role is never altered: one with a privileged
 // attribute, or without LOGIN, is reported and left as it is. Create is idempotent.
-func Create(ctx context.Context, conn *pgx.Conn, names Names) (CreateReport, error) {
+//
+// conn is one session (a *dbconn.Conn: its transactions begin with the connection's prologue).
+func Create(ctx context.Context, conn interface {
+	dbconn.Querier
+	Beginner
+}, names Names) (CreateReport, error) {
 	q := db.New(conn)
 	me, err := q.CurrentRole(ctx)
 	if err != nil {
@@ -73,7 +79,7 @@ func Create(ctx context.Context, conn *pgx.Conn, names Names) (CreateReport, err
 	for _, r := range existing {
 		byName[r.Name] = r
 	}
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{})
 	if err != nil {
 		return report, err
 	}

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/base/limits"
 	"github.com/qlcontrol/controlcore/schedule"
 )
@@ -52,9 +52,8 @@ func adminErr(err error) error {
 	return err
 }
 
-// withPool runs fn on a pool for the resolved connection. Behind a pooler (detected by Open), fn
-// hands a.conn.LocalSettings() to what it builds on the pool.
-func (a *app) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) error {
+// withDB runs fn on a database handle for the resolved connection.
+func (a *app) withDB(ctx context.Context, fn func(*dbconn.DB) error) error {
 	cfg, err := a.connConfig()
 	if err != nil {
 		return err
@@ -74,9 +73,9 @@ func (a *app) output(w io.Writer, v any, text func()) error {
 
 // adminCmd gives cmd the shape every day-2 admin command shares: before anything connects,
 // validate checks the input (an admin field error names its flag, adminErr) and the connection
-// flags resolve; then do runs on one pool, and what it returns is printed, as JSON or as its text.
+// flags resolve; then do runs on one handle, and what it returns is printed, as JSON or as its text.
 // validate may be nil.
-func (a *app) adminCmd(cmd *cobra.Command, validate func(*cobra.Command) error, do func(*cobra.Command, *pgxpool.Pool) (any, func(io.Writer), error)) *cobra.Command {
+func (a *app) adminCmd(cmd *cobra.Command, validate func(*cobra.Command) error, do func(*cobra.Command, *dbconn.DB) (any, func(io.Writer), error)) *cobra.Command {
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if validate != nil {
 			if err := adminErr(validate(cmd)); err != nil {
@@ -87,7 +86,7 @@ func (a *app) adminCmd(cmd *cobra.Command, validate func(*cobra.Command) error, 
 		return err
 	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+		return a.withDB(cmd.Context(), func(pool *dbconn.DB) error {
 			doc, text, err := do(cmd, pool)
 			if err := adminErr(err); err != nil {
 				return err
@@ -101,8 +100,8 @@ func (a *app) adminCmd(cmd *cobra.Command, validate func(*cobra.Command) error, 
 
 // publish is an admin command that writes through the publisher (the admin role).
 func (a *app) publish(cmd *cobra.Command, validate func(*cobra.Command) error, write func(*cobra.Command, *admin.Publisher) (any, func(io.Writer), error)) *cobra.Command {
-	return a.adminCmd(cmd, validate, func(cmd *cobra.Command, pool *pgxpool.Pool) (any, func(io.Writer), error) {
-		return write(cmd, admin.NewPublisher(pool, a.conn.LocalSettings()...))
+	return a.adminCmd(cmd, validate, func(cmd *cobra.Command, pool *dbconn.DB) (any, func(io.Writer), error) {
+		return write(cmd, admin.NewPublisher(pool))
 	})
 }
 

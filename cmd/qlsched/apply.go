@@ -10,11 +10,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 func (a *app) applyCmd() *cobra.Command {
@@ -71,16 +71,16 @@ examples/schedules.yaml.`,
 			return err
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+			return a.withDB(cmd.Context(), func(pool *dbconn.DB) error {
 				opts := admin.ApplyOptions{Prune: prune}
 				var (
 					plan admin.Plan
 					err  error
 				)
 				if check {
-					plan, err = admin.NewReader(pool, a.conn.LocalSettings()...).Plan(cmd.Context(), schedules, opts)
+					plan, err = admin.NewReader(pool).Plan(cmd.Context(), schedules, opts)
 				} else {
-					plan, err = admin.NewPublisher(pool, a.conn.LocalSettings()...).Apply(cmd.Context(), schedules, opts)
+					plan, err = admin.NewPublisher(pool).Apply(cmd.Context(), schedules, opts)
 				}
 				if err := adminErr(err); err != nil {
 					return err

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // document is a JSON output: the body's fields after a schema field naming the document and its
@@ -100,8 +100,8 @@ func deref(s *string) string {
 func (a *app) list(use, short, long string, validate func() error, read func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error)) *cobra.Command {
 	return a.adminCmd(&cobra.Command{Use: use, Short: short, Long: long},
 		func(*cobra.Command) error { return validate() },
-		func(cmd *cobra.Command, pool *pgxpool.Pool) (any, func(io.Writer), error) {
-			return read(cmd, admin.NewReader(pool, a.conn.LocalSettings()...))
+		func(cmd *cobra.Command, pool *dbconn.DB) (any, func(io.Writer), error) {
+			return read(cmd, admin.NewReader(pool))
 		})
 }
 

@@ -32,7 +32,7 @@ func seedLists(t *testing.T) (*testpg.DB, []string) {
 		[]string{"task", "publish", "--project", "a", "--task", "job3", "--executor-spec", `{"image":"z"}`})
 	publish(t, db, cmds...)
 	ctx := context.Background()
-	pub := admin.NewPublisher(d.Pool(t, "ql_admin"))
+	pub := admin.NewPublisher(d.Handle(t, "ql_admin"))
 	for _, x := range []struct {
 		project string
 		n       int

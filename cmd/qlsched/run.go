@@ -167,7 +167,7 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	defer pool.Close()
 	var ready readiness
 	measured := metrics.NewMeasurements(cfg.Owner) // fed by the coordinator from its first round
-	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: a.logger(), Local: a.conn.LocalSettings(),
+	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: a.logger(),
 		Observer: measured.Observer()})
 	if err != nil {
 		var notReady *verify.NotReadyError

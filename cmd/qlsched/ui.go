@@ -107,8 +107,8 @@ func (a *app) ui(ctx context.Context, httpAddr string, allowHosts []string, name
 		return err
 	}
 	defer pool.Close()
-	h, err := console.Handler(console.Options{Reader: admin.NewReader(pool, a.conn.LocalSettings()...), Log: log,
-		Health: healthReader(dbconn.Local(pool, a.conn.LocalSettings()), names),
+	h, err := console.Handler(console.Options{Reader: admin.NewReader(pool), Log: log,
+		Health: healthReader(pool, names),
 		Addr:   ln.Addr().(*net.TCPAddr), AllowHosts: allowHosts})
 	if err != nil {
 		return err
@@ -136,8 +136,8 @@ func (a *app) ui(ctx context.Context, httpAddr string, allowHosts []string, name
 
 // healthReader is the schema health page: the checks any role of the model may read (the
 // integrity file and the capability, qlmigrate probe's scope).
-func healthReader(local dbconn.Beginner, names roles.Names) func(context.Context) (*verify.Report, error) {
+func healthReader(h *dbconn.DB, names roles.Names) func(context.Context) (*verify.Report, error) {
 	return func(ctx context.Context) (*verify.Report, error) {
-		return verify.Run(ctx, local, verify.Options{Names: names, Scope: verify.ScopeProbe})
+		return verify.Run(ctx, h, verify.Options{Names: names, Scope: verify.ScopeProbe})
 	}
 }

@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/qlcontrol/controlcore/admin"
@@ -206,7 +204,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		return rep, err
 	}
 	defer admin.Close()
-	if err := admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&rep.Server); err != nil {
+	if err := admin.Pool().QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&rep.Server); err != nil {
 		return rep, err
 	}
 
@@ -230,18 +228,18 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	// One pool per replica, and one per ceiling worker. The ceiling's sessions plan like the
 	// replicas' hot statements (coordinator.HotSettings, which the replicas set per transaction):
 	// with the default custom plans, CeilingAdmit was planned at every call, a third of its time.
-	var opened []*pgxpool.Pool
+	var opened []*dbconn.DB
 	defer func() {
 		for _, p := range opened {
 			p.Close()
 		}
 	}()
-	openPools := func(params map[string]string) ([]*pgxpool.Pool, error) {
+	openPools := func(params map[string]string) ([]*dbconn.DB, error) {
 		for range cfg.Replicas {
-			pc := conn.Pool.Copy()
-			pc.MaxConns = 4
-			maps.Copy(pc.ConnConfig.RuntimeParams, params)
-			p, err := pgxpool.NewWithConfig(ctx, pc)
+			pc := conn.For(conn.Pool.ConnConfig.Database, "")
+			pc.Pool.MaxConns = 4
+			maps.Copy(pc.Pool.ConnConfig.RuntimeParams, params)
+			p, err := pc.Open(ctx)
 			if err != nil {
 				return nil, err
 			}
@@ -317,7 +315,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	allAdmitted := func(triggers int64) bool {
 		return cfg.Scenario == Backlog && cfg.Every == "minute" && triggers >= int64(cfg.Triggers)
 	}
-	q := db.New(admin)
+	q := db.New(admin.Pool())
 	admittedTriggers := func() (int64, error) {
 		lag, err := q.BenchLag(ctx, db.BenchLagParams{ProjectID: project, SinceMs: startMs, CeilingFromMs: ceilingEpochMs})
 		return lag.Triggers, err
@@ -407,7 +405,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 // prepare creates the database, the roles and the schema on a throwaway cluster and returns a
 // superuser URL of it (the bench publishes and claims; readiness is not its subject).
 func prepare(ctx context.Context, c *pgcluster.Cluster) (string, error) {
-	su, err := pgx.Connect(ctx, c.URL("postgres", "postgres"))
+	server, err := dbconn.Resolve(c.URL("postgres", "postgres"))
+	if err != nil {
+		return "", err
+	}
+	su, err := server.Connect(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -417,16 +419,13 @@ func prepare(ctx context.Context, c *pgcluster.Cluster) (string, error) {
 		return "", err
 	}
 	names, _ := roles.NewNames(roles.DefaultPrefix)
-	conn, err := pgx.Connect(ctx, c.URL("postgres", "bench"))
+	cfg := server.For("bench", "")
+	conn, err := cfg.Connect(ctx)
 	if err != nil {
 		return "", err
 	}
 	_, err = roles.Create(ctx, conn, names)
 	conn.Close(ctx)
-	if err != nil {
-		return "", err
-	}
-	cfg, err := dbconn.Resolve(c.URL("postgres", "bench"))
 	if err != nil {
 		return "", err
 	}
@@ -442,7 +441,7 @@ func prepare(ctx context.Context, c *pgcluster.Cluster) (string, error) {
 }
 
 // publish creates the project, a task and the triggers and returns the period of the triggers.
-func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config) (time.Duration, error) {
+func publish(ctx context.Context, pool *dbconn.DB, project string, cfg Config) (time.Duration, error) {
 	pub := admin.NewPublisher(pool)
 	if _, err := pub.CreateProject(ctx, project); err != nil {
 		return 0, err
@@ -475,10 +474,10 @@ func publish(ctx context.Context, pool *pgxpool.Pool, project string, cfg Config
 }
 
 // setDue puts every row at the current period's occurrence: all due, none missed, then settles.
-func setDue(ctx context.Context, pool *pgxpool.Pool, project string, period time.Duration, say func(string, ...any)) error {
+func setDue(ctx context.Context, pool *dbconn.DB, project string, period time.Duration, say func(string, ...any)) error {
 	now := dbNow(ctx, pool)
 	p := period.Milliseconds()
-	if _, err := db.New(pool).BenchSetDue(ctx, db.BenchSetDueParams{ProjectID: project, DueMs: now / p * p}); err != nil {
+	if _, err := db.New(pool.Pool()).BenchSetDue(ctx, db.BenchSetDueParams{ProjectID: project, DueMs: now / p * p}); err != nil {
 		return err
 	}
 	if err := settle(ctx, pool); err != nil {
@@ -501,24 +500,24 @@ func setDue(ctx context.Context, pool *pgxpool.Pool, project string, period time
 // them sequentially for as long as the connection lives or no ANALYZE invalidates them. The
 // first ceiling phase, whose connections were new, ran at 1,282/s that way, against 9,259/s
 // for the same connections once the tables held Runs.
-func settle(ctx context.Context, pool *pgxpool.Pool) error {
+func settle(ctx context.Context, pool *dbconn.DB) error {
 	tables := "control_core.triggers, control_core.trigger_revisions, control_core.trigger_schedules"
 	var runs bool
-	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM control_core.runs)").Scan(&runs); err != nil {
+	if err := pool.Pool().QueryRow(ctx, "SELECT EXISTS (SELECT FROM control_core.runs)").Scan(&runs); err != nil {
 		return fmt.Errorf("settle: %w", err)
 	}
 	if runs {
 		tables += ", control_core.runs, control_core.attempts, control_core.run_events"
 	}
-	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+tables); err != nil {
+	if _, err := pool.Pool().Exec(ctx, "VACUUM (ANALYZE) "+tables); err != nil {
 		return fmt.Errorf("settle: %w", err)
 	}
 	return nil
 }
 
-func dbNow(ctx context.Context, pool *pgxpool.Pool) int64 {
+func dbNow(ctx context.Context, pool *dbconn.DB) int64 {
 	var ms int64
-	_ = pool.QueryRow(ctx, "SELECT control_core.db_now_ms()").Scan(&ms)
+	_ = pool.Pool().QueryRow(ctx, "SELECT control_core.db_now_ms()").Scan(&ms)
 	return ms
 }
 
@@ -541,7 +540,7 @@ const ceilingEpochMs int64 = 10_000_000_000_000
 // where a round decides and admits. Running it through Round would take a write hook on the
 // coordinator, bench machinery in the production scheduler. Keep in step with Round the one rule
 // that moves the figure: only in batch mode is the next claim sent while a batch is written.
-func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period, limit time.Duration, batch int, offset, upTo int64) (int64, float64, error) {
+func ceiling(ctx context.Context, pools []*dbconn.DB, project string, period, limit time.Duration, batch int, offset, upTo int64) (int64, float64, error) {
 	var n atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -553,7 +552,7 @@ func ceiling(ctx context.Context, pools []*pgxpool.Pool, project string, period,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			store, q := coordinator.NewStore(pool), db.New(pool)
+			store, q := coordinator.NewStore(pool), db.New(pool.Pool())
 			owner := fmt.Sprintf("ceiling-%d", i)
 			type claimed struct {
 				claims []*coordinator.Claim
@@ -628,7 +627,7 @@ type replicaResult struct {
 }
 
 // runReplicas runs one lifecycle per pool until done(admits) or the duration passes.
-func runReplicas(ctx context.Context, pools []*pgxpool.Pool, cfg Config, done func(coordinator.Snapshot) bool) (replicaResult, error) {
+func runReplicas(ctx context.Context, pools []*dbconn.DB, cfg Config, done func(coordinator.Snapshot) bool) (replicaResult, error) {
 	res := replicaResult{claims: &samples{}, admits: &samples{}}
 	var coords []*coordinator.Coordinator
 	var lifecycles []*coordinator.Lifecycle

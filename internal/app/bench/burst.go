@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
@@ -46,7 +46,7 @@ type BurstFigures struct {
 // server checkpoints and vacuums as they go; the ceiling is the mean of a phase before them, on
 // the tables they start from, and one after, on the tables they leave, as single mode's is.
 // Each phase, ceiling or burst, starts on settled tables (settle).
-func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *pgxpool.Pool, pools []*pgxpool.Pool, project string,
+func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *dbconn.DB, pools []*dbconn.DB, project string,
 	measure func(name string, phase int64, batch int) (float64, error), say func(string, ...any)) error {
 	var err error
 	ceilingBatch := cfg.Batch
@@ -63,7 +63,7 @@ func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *pgxpool.P
 	now := dbNow(ctx, adminPool)
 	minute := time.Minute.Milliseconds()
 	first := (now+burstLead.Milliseconds())/minute*minute + minute
-	q := db.New(adminPool)
+	q := db.New(adminPool.Pool())
 	if _, err := q.BenchSetDue(ctx, db.BenchSetDueParams{ProjectID: project, DueMs: first}); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
@@ -72,7 +72,7 @@ func schedulesFile(project string, triggers []int) []byte {
 
 // applyFile publishes a schedules file through the admin code `qlsched apply` runs (parse, then
 // Publisher.Apply: one transaction).
-func applyFile(ctx context.Context, pool *pgxpool.Pool, name string, data []byte) (admin.Plan, error) {
+func applyFile(ctx context.Context, pool *dbconn.DB, name string, data []byte) (admin.Plan, error) {
 	s, err := admin.ParseSchedules(name, data)
 	if err != nil {
 		return admin.Plan{}, fmt.Errorf("schedules %s: %w", name, err)
@@ -85,7 +85,7 @@ func applyFile(ctx context.Context, pool *pgxpool.Pool, name string, data []byte
 }
 
 // publishDataset publishes d's triggers through apply, one file (one transaction) per project.
-func publishDataset(ctx context.Context, pool *pgxpool.Pool, d dataset) error {
+func publishDataset(ctx context.Context, pool *dbconn.DB, d dataset) error {
 	per := make([][]int, d.Projects)
 	for j := range d.Triggers {
 		per[d.project(j)] = append(per[d.project(j)], j)
@@ -116,7 +116,7 @@ func historyStatements() []string {
 // connection of pool, which must be a superuser's: the foreign-key triggers are skipped
 // (session_replication_role = replica) because every row is built from the published rows it
 // names; the CHECKs and unique keys still hold.
-func writeHistory(ctx context.Context, pool *pgxpool.Pool, d dataset, from, to int64, salt string, say func(string, ...any)) error {
+func writeHistory(ctx context.Context, pool *dbconn.DB, d dataset, from, to int64, salt string, say func(string, ...any)) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -258,7 +258,7 @@ const buildNote = "triggers published through the admin code of `qlsched apply` 
 
 // runScale is the scale scenario on a migrated database: pool a superuser's, adminURL and
 // runtimeURL the admin and runtime roles' (the operator's reads and the replica processes).
-func runScale(ctx context.Context, cfg Config, adminURL, runtimeURL string, pool *pgxpool.Pool, rep *ScaleReport, say func(string, ...any)) error {
+func runScale(ctx context.Context, cfg Config, adminURL, runtimeURL string, pool *dbconn.DB, rep *ScaleReport, say func(string, ...any)) error {
 	d := dataset{Projects: cfg.Projects, Triggers: cfg.Triggers}
 	rep.Projects, rep.Triggers, rep.HistoryRuns, rep.BuildNote = d.Projects, d.Triggers, cfg.HistoryRuns, buildNote
 	say("publishing %d triggers in %d projects through apply", d.Triggers, d.Projects)
@@ -284,7 +284,7 @@ func runScale(ctx context.Context, cfg Config, adminURL, runtimeURL string, pool
 	// the reads and the mass publish meet initialised schedules, as in production.
 	say("initialising the data set's %d schedule rows (in-process replicas, budget %d, cadence %s; up to %s)",
 		d.Triggers, coordinator.MaxBudget, coordinator.MinCadence, cfg.InitWait)
-	q := db.New(pool)
+	q := db.New(pool.Pool())
 	start = time.Now()
 	mass.BaseInitComplete, _ = initialise(ctx, pool, q, d.projectIDs(), 4, cfg.InitWait)
 	mass.BaseInitSeconds = time.Since(start).Seconds()
@@ -313,9 +313,9 @@ func runScale(ctx context.Context, cfg Config, adminURL, runtimeURL string, pool
 
 // initialise runs replicas at the fastest settings until no schedule row of projects lacks a
 // cursor, or limit passes; it says whether they all have one.
-func initialise(ctx context.Context, pool *pgxpool.Pool, q *db.Queries, projects []string, replicas int, limit time.Duration) (bool, error) {
+func initialise(ctx context.Context, pool *dbconn.DB, q *db.Queries, projects []string, replicas int, limit time.Duration) (bool, error) {
 	cfg := Config{Replicas: replicas, Duration: limit, Budget: coordinator.MaxBudget, Cadence: coordinator.MinCadence, Batch: coordinator.MaxBudget}
-	pools := make([]*pgxpool.Pool, replicas)
+	pools := make([]*dbconn.DB, replicas)
 	for i := range pools {
 		pools[i] = pool
 	}
@@ -570,17 +570,17 @@ func (c *child) stop() {
 // massPublish: two in-process replicas at the documented defaults and one every-second trigger
 // admitting; then cfg.MassPublish new triggers in one apply, and the time until every one of them
 // is initialised (or cfg.InitWait), with the every-second trigger's admissions meanwhile.
-func massPublish(ctx context.Context, cfg Config, pool *pgxpool.Pool, m *MassPublish, say func(string, ...any)) error {
+func massPublish(ctx context.Context, cfg Config, pool *dbconn.DB, m *MassPublish, say func(string, ...any)) error {
 	const tick, massProject = "scale-tick", "scale-mass"
 	file := fmt.Sprintf("schema: %s\nprojects:\n  - id: %s\n    tasks:\n      - id: job\n        executor_spec: {image: \"bench/job:1\"}\n"+
 		"    triggers:\n      - {id: every-second, task: job, cron: \"* * * * * *\"}\n", admin.SchedulesSchema, tick)
 	if _, err := applyFile(ctx, pool, tick+".yaml", []byte(file)); err != nil {
 		return err
 	}
-	q := db.New(pool)
+	q := db.New(pool.Pool())
 	rc := Config{Replicas: m.Replicas, Duration: cfg.InitWait + 2*time.Minute,
 		Budget: coordinator.DefaultBudget, Cadence: coordinator.DefaultCadence, Batch: 1}
-	pools := []*pgxpool.Pool{pool, pool}
+	pools := []*dbconn.DB{pool, pool}
 	var stop atomic.Bool
 	ran := make(chan error, 1)
 	say("mass publish: 2 in-process replicas at the defaults (budget %d, cadence %s), the every-second trigger %s/every-second",
@@ -751,7 +751,7 @@ func (c Config) validateScale() error {
 
 // settleLong is settle on one connection without the statement timeout: at millions of Runs the
 // vacuum takes longer than the connection route's bound.
-func settleLong(ctx context.Context, pool *pgxpool.Pool) error {
+func settleLong(ctx context.Context, pool *dbconn.DB) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err

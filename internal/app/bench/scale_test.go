@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/app/console"
 	"github.com/qlcontrol/controlcore/internal/app/metrics"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 	"github.com/qlcontrol/controlcore/internal/testkit/testbin"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
@@ -51,7 +51,7 @@ func TestScaleReadsDoNotGrowWithHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a quiet database: no autovacuum touching blocks inside a measurement
-	if _, err := su.Exec(ctx, `DO $$ DECLARE r record; BEGIN
+	if _, err := su.Pool().Exec(ctx, `DO $$ DECLARE r record; BEGIN
 		FOR r IN SELECT c.oid::regclass AS t FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		         WHERE n.nspname = 'control_core' AND c.relkind = 'r' LOOP
 			EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', r.t);
@@ -98,7 +98,7 @@ func TestScaleReadsDoNotGrowWithHistory(t *testing.T) {
 		if err := settle(ctx, su); err != nil {
 			t.Fatal(err)
 		}
-		if err := su.QueryRow(ctx, "SELECT pg_relation_size('control_core.runs') / current_setting('block_size')::bigint").Scan(&runsPages[i]); err != nil {
+		if err := su.Pool().QueryRow(ctx, "SELECT pg_relation_size('control_core.runs') / current_setting('block_size')::bigint").Scan(&runsPages[i]); err != nil {
 			t.Fatal(err)
 		}
 		su.Close()
@@ -150,7 +150,7 @@ func runRead(t *testing.T, r scaleRead, bin string, d *testpg.DB) {
 	t.Helper()
 	ctx := context.Background()
 	project := scaleProject(0)
-	open := func(role string) *pgxpool.Pool {
+	open := func(role string) *dbconn.DB {
 		cfg := d.Config(t, role)
 		cfg.Pool.MaxConns = 1
 		pool, err := cfg.Open(ctx)

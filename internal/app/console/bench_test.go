@@ -41,7 +41,7 @@ func BenchmarkPages(b *testing.B) {
 	runs := benchSize(b, "QL_CONSOLE_BENCH_RUNS", 10_000_000)
 	ctx := context.Background()
 	d := testpg.New(b)
-	pub := admin.NewPublisher(d.Pool(b, "ql_admin"))
+	pub := admin.NewPublisher(d.Handle(b, "ql_admin"))
 	if _, err := pub.CreateProject(ctx, "big"); err != nil {
 		b.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func BenchmarkPages(b *testing.B) {
 	d.Exec(b, `VACUUM ANALYZE control_core.runs, control_core.trigger_schedules, control_core.trigger_revisions, control_core.triggers`)
 	b.Logf("seeded %d Runs in %s", runs, time.Since(start).Round(time.Second))
 
-	h := serve(b, d.Pool(b, "ql_admin")).Config.Handler
+	h := serve(b, d.Handle(b, "ql_admin")).Config.Handler
 	mid := "t" + strconv.Itoa(schedules/2)
 	older := strconv.FormatInt(time.Now().Add(-5*24*time.Hour).UnixMilli(), 10)
 	if os.Getenv("QL_CONSOLE_BENCH_EXPLAIN") != "" {

@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/app/console"
 	"github.com/qlcontrol/controlcore/internal/app/verify"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 	"github.com/qlcontrol/controlcore/roles"
 	"github.com/qlcontrol/controlcore/schedule"
@@ -36,7 +35,7 @@ func seed(t *testing.T) *seeded {
 	t.Helper()
 	ctx := context.Background()
 	d := testpg.New(t)
-	pub := admin.NewPublisher(d.Pool(t, "ql_admin"))
+	pub := admin.NewPublisher(d.Handle(t, "ql_admin"))
 	must := func(_ any, err error) {
 		t.Helper()
 		if err != nil {
@@ -65,7 +64,7 @@ func seed(t *testing.T) *seeded {
 		claim_token = gen_random_uuid(), claim_version = claim_version + 1, updated_at_ms = control_core.db_now_ms(),
 		claim_expires_at_ms = control_core.db_now_ms() + 600000 WHERE project_id = 'billing' AND trigger_id = 'hourly'`)
 	insertRuns(t, d, 30, 60000)
-	return &seeded{d: d, srv: serve(t, d.Pool(t, "ql_admin"))}
+	return &seeded{d: d, srv: serve(t, d.Handle(t, "ql_admin"))}
 }
 
 // insertRuns inserts n Runs of billing/hourly as a replica admits them, one every step ms back
@@ -84,7 +83,7 @@ func insertRuns(t *testing.T, d *testpg.DB, n, step int) {
 }
 
 // serve starts the console on a loopback port over pool, as `qlsched ui` wires it.
-func serve(t testing.TB, pool *pgxpool.Pool) *httptest.Server {
+func serve(t testing.TB, pool *dbconn.DB) *httptest.Server {
 	t.Helper()
 	names, err := roles.NewNames(roles.DefaultPrefix)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
@@ -261,7 +260,7 @@ func (d *demo) prepare(ctx context.Context, names roles.Names) error {
 	return nil
 }
 
-func (d *demo) publish(ctx context.Context, pool *pgxpool.Pool, names roles.Names) error {
+func (d *demo) publish(ctx context.Context, pool *dbconn.DB, names roles.Names) error {
 	d.step("publishing project demo, task hello and %d triggers (as %s)", len(Triggers), names.Admin)
 	pub := admin.NewPublisher(pool)
 	if _, err := pub.CreateProject(ctx, "demo"); err != nil {
@@ -289,7 +288,7 @@ type replica struct {
 
 // startReplica starts one replica the way `qlsched run` does (package replica: readiness on the
 // runtime role's own connection, startup recovery, then the lifecycle).
-func startReplica(ctx context.Context, pool *pgxpool.Pool, names roles.Names, owner string) (*replica, coordinator.RecoveryReport, error) {
+func startReplica(ctx context.Context, pool *dbconn.DB, names roles.Names, owner string) (*replica, coordinator.RecoveryReport, error) {
 	cfg := coordinator.DefaultConfig(owner)
 	cfg.Cadence = cadence
 	if err := cfg.Validate(); err != nil {
@@ -306,7 +305,7 @@ func (d *demo) runReplicas(ctx context.Context, names roles.Names) error {
 	d.step("running %d replicas for %s (as %s, cadence %s): readiness, startup recovery, rounds", d.Replicas, d.Duration, names.Runtime, cadence)
 	var (
 		replicas []*replica
-		pools    []*pgxpool.Pool
+		pools    []*dbconn.DB
 	)
 	// On every way out, in reverse: the lifecycles stop (again: a second Stop returns nil), then
 	// the pools close, so no round is left running on a closed pool when a later start fails.
@@ -375,7 +374,7 @@ func (d *demo) runReplicas(ctx context.Context, names roles.Names) error {
 }
 
 // report prints the newest Runs and the exactly-once audit.
-func (d *demo) report(ctx context.Context, pool *pgxpool.Pool) error {
+func (d *demo) report(ctx context.Context, pool *dbconn.DB) error {
 	d.step("admitted runs (newest 8)")
 	runs, err := admin.NewReader(pool).Runs(ctx, admin.RunFilter{Limit: 8})
 	if err != nil {

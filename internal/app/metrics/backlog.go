@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // BacklogCap bounds the backlog count: past it the gauge stays at the cap (and its derivative at
@@ -26,11 +27,15 @@ type Backlog struct {
 
 // DatabaseBacklog reads the backlog gauges from the database: the schedule rows a claim would
 // take right now (see sql/queries/status.sql), counted along the claim's index and capped at
-// BacklogCap, the age of the oldest due one by database time, and the uninitialised ones.
-func DatabaseBacklog(conn db.DBTX) BacklogFunc {
-	q := db.New(conn)
+// BacklogCap, the age of the oldest due one by database time, and the uninitialised ones. Each
+// read runs through the handle (behind a pooler in a transaction that runs its prologue first).
+func DatabaseBacklog(h *dbconn.DB) BacklogFunc {
 	return func(ctx context.Context) (Backlog, error) {
-		b, err := q.Backlog(ctx, BacklogCap)
+		var b db.BacklogRow
+		err := h.Run(ctx, func(q dbconn.Querier) (err error) {
+			b, err = db.New(q).Backlog(ctx, BacklogCap)
+			return err
+		})
 		if err != nil {
 			return Backlog{}, fmt.Errorf("backlog: %w", err)
 		}

@@ -34,8 +34,8 @@ func TestBacklogIsWhatAClaimWouldTake(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := testpg.New(t)
-	su, rt := d.Pool(t, ""), d.Pool(t, "ql_runtime")
-	pub := admin.NewPublisher(d.Pool(t, "ql_admin"))
+	su, rt := d.Pool(t, ""), d.Handle(t, "ql_runtime")
+	pub := admin.NewPublisher(d.Handle(t, "ql_admin"))
 	for _, p := range []string{"p", "gone"} {
 		if _, err := pub.CreateProject(ctx, p); err != nil {
 			t.Fatal(err)
@@ -190,8 +190,8 @@ func TestBacklogCountsAlongTheClaimIndex(t *testing.T) {
 				    FROM generate_series(1, `+strconv.Itoa(rows)+`) g;
 				COMMIT;
 				ANALYZE control_core.trigger_schedules, control_core.trigger_revisions, control_core.projects;`)
-			rt := d.Pool(t, "ql_runtime")
-			res, err := rt.Query(ctx, "EXPLAIN "+backlogSQL(t), int32(metrics.BacklogCap))
+			rt := d.Handle(t, "ql_runtime")
+			res, err := rt.Pool().Query(ctx, "EXPLAIN "+backlogSQL(t), int32(metrics.BacklogCap))
 			if err != nil {
 				t.Fatal(err)
 			}

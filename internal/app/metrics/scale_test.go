@@ -36,7 +36,7 @@ func BenchmarkScrapeAtScale(b *testing.B) {
 		INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, next_fire_at_ms, state_version, claim_version, updated_at_ms)
 		    SELECT 'p', 't' || g, 1, NULL, 1, 0, control_core.db_now_ms() FROM generate_series(1, `+rows+`) g;
 		ANALYZE control_core.trigger_schedules, control_core.trigger_revisions, control_core.projects`)
-	rt := d.Pool(t, "ql_runtime")
+	rt := d.Handle(t, "ql_runtime")
 	read := metrics.DatabaseBacklog(rt)
 	for i := range 3 {
 		start := time.Now()

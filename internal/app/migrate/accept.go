@@ -55,7 +55,7 @@ func (r *Runner) Accept(ctx context.Context, version int64, reason string) (*Acc
 			checksums.SumFileName, problems[0].String())}
 	}
 	var out *Acceptance
-	err = pgx.BeginTxFunc(ctx, r.Pool, txOptions, func(tx pgx.Tx) error {
+	err = r.db.InTx(ctx, txOptions, func(tx pgx.Tx) error {
 		before, _, _ := r.txPrologue()
 		if err := r.execAll(ctx, tx, before); err != nil {
 			return err

@@ -66,7 +66,7 @@ func (r *Runner) Holders(ctx context.Context) ([]LockHolder, error) {
 	ctx, cancel := context.WithTimeout(ctx, holdersTimeout)
 	defer cancel()
 	var rows []db.MigrationLockHoldersRow
-	err := pgx.BeginTxFunc(ctx, r.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := r.db.InTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL ROLE NONE"); err != nil {
 			return err
 		}

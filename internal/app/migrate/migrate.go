@@ -20,7 +20,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/qlcontrol/controlcore/checksums"
@@ -64,8 +63,8 @@ const WaitReportInterval = 5 * time.Second
 
 // Runner applies and reports migrations on one database.
 type Runner struct {
-	Pool       *pgxpool.Pool
 	Migrations []checksums.Migration
+	db         *dbconn.DB
 	conn       *dbconn.Config
 	opts       Options
 	fsys       fs.FS
@@ -119,12 +118,12 @@ func Open(ctx context.Context, cfg *dbconn.Config, opts Options) (*Runner, error
 		t.Response = opts.LockTimeout + dbconn.ResponseMargin
 		r.conn.SetTimeouts(t)
 	}
-	if r.Pool, err = r.conn.Open(ctx); err != nil {
+	if r.db, err = r.conn.Open(ctx); err != nil {
 		return nil, err
 	}
 	if opts.AsOwner {
 		if err := r.checkRole(ctx); err != nil {
-			r.Pool.Close()
+			r.db.Close()
 			return nil, err
 		}
 	}
@@ -145,10 +144,10 @@ func (r *Runner) checkRole(ctx context.Context) error {
 
 // begin starts a transaction of the runner: read committed, whatever default_transaction_isolation
 // says (every statement after the lock must see what the transactions before it committed), or
-// the given options; then the owner role when AsOwner and, when pooled, the settings a pooled
-// session does not carry.
+// the given options, begun by the handle (its prologue first: the settings a pooled session does
+// not carry); then the owner role when AsOwner.
 func (r *Runner) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
-	tx, err := r.Pool.BeginTx(ctx, opts)
+	tx, err := r.db.Begin(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
@@ -158,19 +157,13 @@ func (r *Runner) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) 
 			return nil, r.roleError(ctx, err)
 		}
 	}
-	for _, s := range r.conn.LocalSettings() {
-		if _, err := tx.Exec(ctx, s); err != nil {
-			_ = tx.Rollback(ctx)
-			return nil, err
-		}
-	}
 	return tx, nil
 }
 
 // roleError explains a failed SET LOCAL ROLE to the owner role.
 func (r *Runner) roleError(ctx context.Context, err error) error {
 	var user string
-	if qerr := r.Pool.QueryRow(ctx, "SELECT session_user").Scan(&user); qerr != nil {
+	if qerr := r.db.Run(ctx, func(q dbconn.Querier) error { return q.QueryRow(ctx, "SELECT session_user").Scan(&user) }); qerr != nil {
 		user = r.conn.Pool.ConnConfig.User
 	}
 	return &RoleError{User: user, Owner: r.opts.Names.Owner, Err: err}
@@ -212,7 +205,7 @@ func (r *Runner) Capability(ctx context.Context) (Capability, error) {
 }
 
 // Pooled reports whether the runner talks through a transaction-pooling pooler (dbconn.Pooled).
-func (r *Runner) Pooled() bool { return r.conn.Pooled() }
+func (r *Runner) Pooled() bool { return r.db.Pooled() }
 
 // RoleError means the session could not become the owner role.
 type RoleError struct {
@@ -231,7 +224,7 @@ func setLocalRole(owner string) string {
 }
 
 // Close releases the connections.
-func (r *Runner) Close() { r.Pool.Close() }
+func (r *Runner) Close() { r.db.Close() }
 
 // DriftError means up found the database's record of what ran differs from this binary's
 // migrations (verify's integrity, ledger or unknown_versions findings) and applied nothing.
@@ -311,17 +304,16 @@ func (r *Runner) Up(ctx context.Context, to int64) ([]Applied, error) {
 	}
 }
 
-// txPrologue is what every transaction of up runs first: the role, the bounds a pooled session
-// does not carry, and the migration lock. lock_timeout bounds only that wait, and
+// txPrologue is what every transaction of up runs first after the handle's prologue (the bounds a
+// pooled session does not carry, run by dbconn.DB.Begin): the role and the migration lock. lock_timeout bounds only that wait, and
 // statement_timeout is off for it (a shorter one in the URL would otherwise end the wait before
 // the lock timeout, without naming the holder); both are restored after it.
 func (r *Runner) txPrologue() (before []string, lockSQL string, after []string) {
 	if r.opts.AsOwner {
 		before = append(before, setLocalRole(r.opts.Names.Owner))
 	}
-	before = append(before, r.conn.LocalSettings()...)
 	before = append(before, fmt.Sprintf("SET LOCAL lock_timeout = %d;", r.opts.LockTimeout.Milliseconds()), "SET LOCAL statement_timeout = 0;")
-	after = []string{"SET LOCAL lock_timeout TO DEFAULT;", fmt.Sprintf("SET LOCAL statement_timeout = %d;", r.conn.Timeouts().Statement.Milliseconds())}
+	after = []string{"SET LOCAL lock_timeout TO DEFAULT;", fmt.Sprintf("SET LOCAL statement_timeout = %d;", r.db.Timeouts().Statement.Milliseconds())}
 	return before, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);", LockKey), after
 }
 
@@ -336,7 +328,7 @@ const BeginSQL = "BEGIN ISOLATION LEVEL READ COMMITTED;"
 // applyNext takes the lock in a new transaction and applies the first pending migration up to to;
 // done when none is left.
 func (r *Runner) applyNext(ctx context.Context, to int64) (*Applied, bool, error) {
-	tx, err := r.Pool.BeginTx(ctx, txOptions)
+	tx, err := r.db.Begin(ctx, txOptions)
 	if err != nil {
 		return nil, false, fmt.Errorf("begin: %w", err)
 	}
@@ -433,10 +425,10 @@ func (e *PoolerError) Error() string {
 
 // applyNoTx applies a NO TRANSACTION migration under the session advisory lock on one connection.
 func (r *Runner) applyNoTx(ctx context.Context, m checksums.Migration) (*Applied, error) {
-	if r.conn.Pooled() {
+	if r.db.Pooled() {
 		return nil, &PoolerError{Migration: m.Name}
 	}
-	c, err := r.Pool.Acquire(ctx)
+	c, err := r.db.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("acquire a connection: %w", err)
 	}

@@ -62,7 +62,7 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if len(applied) != 21 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[20].Migration.Name != "pg-0021-live-attempt-guard" {
 		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0021-live-attempt-guard", len(applied), applied)
 	}
-	capability, err := db.New(r.Pool).Capability(ctx, "control-core")
+	capability, err := db.New(d.Pool(t, "")).Capability(ctx, "control-core")
 	if err != nil || capability.Version != 20 || capability.Name != "live_attempt_guard" {
 		t.Fatalf("capability = %+v, %v; want v20 live_attempt_guard", capability, err)
 	}
@@ -105,7 +105,7 @@ func TestUpToStopsThereAndStatusShowsPending(t *testing.T) {
 	if _, err := r.Up(ctx, 14); err != nil {
 		t.Fatal(err)
 	}
-	capability, err := db.New(r.Pool).Capability(ctx, "control-core")
+	capability, err := db.New(d.Pool(t, "")).Capability(ctx, "control-core")
 	if err != nil || capability.Version != 13 || capability.Name != "cluster_scheduler_admission" {
 		t.Fatalf("after --to 14: capability %+v, %v; want v13 cluster_scheduler_admission", capability, err)
 	}

@@ -52,7 +52,7 @@ func (r *Runner) DryRun(ctx context.Context, to int64) (*Plan, error) {
 	}
 	p := &Plan{Target: r.conn.Describe()}
 	before, lockSQL, after := r.txPrologue()
-	prologue := append(append(append([]string{}, before...), lockSQL), after...)
+	prologue := append(append(append(r.db.Prologue(), before...), lockSQL), after...)
 	if !st.TableExists {
 		p.Txs = append(p.Txs, PlanTx{Statements: append(append([]string{}, prologue...), checksums.VersionTableSQL()...)})
 	}

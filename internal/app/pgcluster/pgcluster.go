@@ -217,13 +217,17 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 }
 
 // connect opens a superuser session on the postgres database through dbconn, the one
-// connection route.
+// connection route. What runs on it (probes, the backup API, CHECKPOINT) begins no transaction.
 func (c *Cluster) connect(ctx context.Context) (*pgx.Conn, error) {
 	cfg, err := dbconn.Resolve(c.URL("postgres", "postgres"))
 	if err != nil {
 		return nil, err
 	}
-	return cfg.Connect(ctx)
+	conn, err := cfg.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return conn.Conn, nil
 }
 
 // URL returns a connection URL for user on database, over TCP on loopback.

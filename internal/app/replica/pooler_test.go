@@ -16,8 +16,8 @@ import (
 
 // Behind PgBouncer in transaction pooling the statement timeout is not a startup parameter, yet
 // it bounds every statement of a replica's transactions: both shapes the replica uses, an
-// explicit transaction (dbconn.BeginTx: recovery, readiness, the admin package) and a pipeline
-// committed at its Sync with the settings queued first (the store's claim), cancel a statement
+// explicit transaction (dbconn.DB.Begin: recovery, readiness, the admin package) and a pipeline
+// committed at its Sync with the prologue queued first (dbconn.DB.Pipeline: the store's claim), cancel a statement
 // that outlives it; and nothing leaks into the server session, which the next client of the
 // pool gets.
 func TestStatementTimeoutHoldsPerTransactionThroughPgBouncer(t *testing.T) {
@@ -37,8 +37,8 @@ func TestStatementTimeoutHoldsPerTransactionThroughPgBouncer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if !cfg.Pooled() || len(cfg.LocalSettings()) == 0 {
-		t.Fatalf("PgBouncer not detected: pooled %v, local settings %q", cfg.Pooled(), cfg.LocalSettings())
+	if !pool.Pooled() || len(pool.Prologue()) == 0 {
+		t.Fatalf("PgBouncer not detected: pooled %v, prologue %q", pool.Pooled(), pool.Prologue())
 	}
 	canceled := func(what string, err error) {
 		t.Helper()
@@ -47,29 +47,21 @@ func TestStatementTimeoutHoldsPerTransactionThroughPgBouncer(t *testing.T) {
 			t.Errorf("%s: pg_sleep(2) ended with %v; want the statement timeout (SQLSTATE 57014)", what, err)
 		}
 	}
-	err = dbconn.BeginTxFunc(ctx, pool, pgx.TxOptions{}, cfg.LocalSettings(), func(tx pgx.Tx) error {
+	err = pool.InTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "SELECT pg_sleep(2)")
 		return err
 	})
 	canceled("explicit transaction", err)
 
 	batch := &pgx.Batch{}
-	for _, s := range cfg.LocalSettings() {
-		batch.Queue(s)
-	}
 	batch.Queue("SELECT pg_sleep(2)")
-	br := pool.SendBatch(ctx, batch)
-	for range cfg.LocalSettings() {
-		if _, err := br.Exec(); err != nil {
-			t.Fatalf("local settings in a pipeline: %v", err)
-		}
-	}
+	br := pool.Pipeline(ctx, "", batch)
 	_, err = br.Exec()
 	canceled("pipeline", err)
-	_ = br.Close()
+	_ = br.Commit()
 
 	var setting string
-	if err := pool.QueryRow(ctx, "SELECT current_setting('statement_timeout')").Scan(&setting); err != nil || setting != "0" {
+	if err := pool.Pool().QueryRow(ctx, "SELECT current_setting('statement_timeout')").Scan(&setting); err != nil || setting != "0" {
 		t.Errorf("statement_timeout outside a transaction %q (%v); want the server's 0: the bound must stay transaction-local", setting, err)
 	}
 }

@@ -8,23 +8,17 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/app/verify"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
-// Options are what one replica needs besides its pool.
+// Options are what one replica needs besides its database handle.
 type Options struct {
 	Config coordinator.Config // validated by the caller before any connection
 	Names  roles.Names        // the four roles readiness checks
 	Log    *slog.Logger       // without the owner: the replica's lines carry it from Config
-	// Local is the LocalSettings of the pool's dbconn.Config, read after Open (which may switch to
-	// pooled mode): behind a transaction pooler, what every transaction of readiness, recovery
-	// and the store sets first. Nil on a direct connection.
-	Local []string
 	// Observer receives the coordinator's measurements from its first round (metrics' histograms).
 	Observer coordinator.Observer
 }
@@ -36,22 +30,22 @@ type Replica struct {
 	Recovery    coordinator.RecoveryReport
 }
 
-// Start checks readiness on pool (a *verify.NotReadyError when the schema or the runtime role's
+// Start checks readiness through h (a *verify.NotReadyError when the schema or the runtime role's
 // privileges drifted), runs startup recovery, and starts the lifecycle. Nothing is claimed
 // before readiness and recovery have converged; on error nothing is left running.
-func Start(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Replica, error) {
-	if err := verify.Readiness(ctx, dbconn.Local(pool, opts.Local), opts.Names); err != nil {
+func Start(ctx context.Context, h *dbconn.DB, opts Options) (*Replica, error) {
+	if err := verify.Readiness(ctx, h, opts.Names); err != nil {
 		return nil, err
 	}
 	log := opts.Log.With("owner", opts.Config.Owner) // the coordinator adds it to its own lines
 	began := time.Now()
-	rep, err := coordinator.Recover(ctx, pool, log, opts.Local...)
+	rep, err := coordinator.Recover(ctx, h, log)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped,
 		"took_ms", time.Since(began).Milliseconds())
-	co := coordinator.New(opts.Config, coordinator.NewStore(pool, opts.Local...), coordinator.WithLogger(opts.Log),
+	co := coordinator.New(opts.Config, coordinator.NewStore(h), coordinator.WithLogger(opts.Log),
 		coordinator.WithObserver(opts.Observer))
 	lc := coordinator.NewLifecycle(co, opts.Config)
 	if err := lc.Start(ctx); err != nil {

@@ -30,7 +30,7 @@ func TestStartIsReadinessThenRecoveryThenLifecycle(t *testing.T) {
 	drifted.Exec(t, "ALTER TABLE control_core.trigger_schedules ADD COLUMN forged integer NOT NULL DEFAULT 0")
 	var rounds atomic.Int64
 	observer := coordinator.Observer{Round: func(time.Duration, int) { rounds.Add(1) }}
-	_, err := replica.Start(ctx, drifted.Pool(t, "ql_runtime"), replica.Options{Config: coordinator.DefaultConfig("r1"),
+	_, err := replica.Start(ctx, drifted.Handle(t, "ql_runtime"), replica.Options{Config: coordinator.DefaultConfig("r1"),
 		Names: drifted.Names, Log: log, Observer: observer})
 	var notReady *verify.NotReadyError
 	if !errors.As(err, &notReady) || rounds.Load() != 0 {
@@ -38,7 +38,7 @@ func TestStartIsReadinessThenRecoveryThenLifecycle(t *testing.T) {
 	}
 
 	ready := testpg.New(t)
-	r, err := replica.Start(ctx, ready.Pool(t, "ql_runtime"), replica.Options{Config: coordinator.DefaultConfig("r2"),
+	r, err := replica.Start(ctx, ready.Handle(t, "ql_runtime"), replica.Options{Config: coordinator.DefaultConfig("r2"),
 		Names: ready.Names, Log: log, Observer: observer})
 	if err != nil {
 		t.Fatal(err)

@@ -150,7 +150,8 @@ type Report struct {
 	ElapsedMs     float64  `json:"elapsed_ms"`
 }
 
-// Beginner starts the read-only transaction verify reads in (*pgx.Conn, *pgxpool.Pool).
+// Beginner starts the read-only transaction verify reads in: a *dbconn.DB or a *dbconn.Conn,
+// whose transactions begin with the connection's prologue.
 type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
@@ -213,7 +214,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 	// and fixed; the fix applied, the next verify checks the rest.
 	var builtins []readiness.Drift
 	if opts.Scope == ScopeAll || opts.Scope == ScopeRuntime {
-		if builtins, err = readiness.BuiltinDrift(ctx, q); err != nil {
+		if builtins, err = readiness.BuiltinDrift(ctx, tx); err != nil {
 			return nil, fmt.Errorf("readiness: %w", err)
 		}
 		if slices.ContainsFunc(builtins, func(d readiness.Drift) bool { return !d.Note }) {
@@ -320,7 +321,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		r.skip(CheckReadiness, "schema control_core does not exist (run `qlmigrate up`)")
 		r.skip(CheckPrivileges, "schema control_core does not exist (run `qlmigrate up`)")
 	default:
-		audit, err := roles.ReadAuditIn(ctx, q, opts.Names, roles.AuditOptions{AllowedMembers: opts.AllowMembers})
+		audit, err := roles.ReadAuditIn(ctx, tx, opts.Names, roles.AuditOptions{AllowedMembers: opts.AllowMembers})
 		if err != nil {
 			return nil, fmt.Errorf("privileges: %w", err)
 		}
@@ -332,16 +333,16 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 			// migration): their attributes and memberships are checked while migrations are pending.
 			audit, privileges = audit.RolesOnly(), why+"; checked: the roles' attributes and memberships only"
 		} else {
-			drift, err := readiness.ContractDrift(ctx, q, readiness.NewLocator(fsys, list).WithOwner(opts.Names.Owner))
+			drift, err := readiness.ContractDrift(ctx, tx, readiness.NewLocator(fsys, list).WithOwner(opts.Names.Owner))
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
-			casts, err := readiness.CastDrift(ctx, q)
+			casts, err := readiness.CastDrift(ctx, tx)
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}
 			drift = append(drift, casts...)
-			subs, err := readiness.SubscriptionDrift(ctx, q)
+			subs, err := readiness.SubscriptionDrift(ctx, tx)
 			if err != nil {
 				return nil, fmt.Errorf("readiness: %w", err)
 			}

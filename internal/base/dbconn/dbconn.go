@@ -5,6 +5,10 @@
 // connection attempt, a statement, a transaction left idle, a reply that never comes and a peer
 // that vanished from the network are each noticed within a fixed time, by the client and by the
 // server, so a partitioned replica cannot wait forever and a dead one cannot hold locks forever.
+//
+// Open returns the one database handle the packages above take (DB; Connect's Conn for one
+// session): it carries the pool and the prologue each transaction runs first behind a pooler, and
+// is the one way to begin a transaction (Begin, InTx, Run, Pipeline).
 package dbconn
 
 import (
@@ -158,11 +162,12 @@ func (c *Config) For(database, role string) *Config {
 	return &Config{Pool: pool, Source: c.Source, secrets: c.secrets, timeouts: c.timeouts, pooled: c.pooled, session: c.session}
 }
 
-// Open connects a pool and checks one connection, so "cannot connect" is reported here.
+// Open connects a pool, checks one connection, so "cannot connect" is reported here, and returns
+// the handle every transaction on it begins through (see DB).
 //
 // A server that refuses a startup parameter the way PgBouncer does is a pooler: Open switches c
-// to pooled mode (see Pooled) and connects again, once.
-func (c *Config) Open(ctx context.Context) (*pgxpool.Pool, error) {
+// to pooled mode (see Pooled) and connects again, once. The handle carries the mode Open ended in.
+func (c *Config) Open(ctx context.Context) (*DB, error) {
 	pool, err := c.open(ctx)
 	if err != nil && !c.pooled && refusedByPooler(err) {
 		c.SetPooled()
@@ -171,12 +176,13 @@ func (c *Config) Open(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, c.connectError(err)
 	}
-	return pool, nil
+	return newDB(c, pool), nil
 }
 
 // Connect opens one connection (for work that must stay on one session: a catalog read in one
-// snapshot, a lock), with the same bounds, pooler detection and error shape as Open.
-func (c *Config) Connect(ctx context.Context) (*pgx.Conn, error) {
+// snapshot, a lock), with the same bounds, pooler detection and error shape as Open. Its
+// transactions begin with the prologue, as a DB's do (see Conn).
+func (c *Config) Connect(ctx context.Context) (*Conn, error) {
 	conn, err := c.connect(ctx)
 	if err != nil && !c.pooled && refusedByPooler(err) {
 		c.SetPooled()
@@ -185,7 +191,7 @@ func (c *Config) Connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, c.connectError(err)
 	}
-	return conn, nil
+	return &Conn{Conn: conn, prologue: c.localSettings()}, nil
 }
 
 func (c *Config) connect(ctx context.Context) (*pgx.Conn, error) {

@@ -1,7 +1,6 @@
 package dbconn
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -29,8 +28,8 @@ const PoolerParam = "ql_pooler"
 // Pooled reports whether the connection goes through a transaction-pooling pooler. Then every
 // transaction may run on another server session, so nothing may rely on session state:
 //   - the bounds of Timeouts that are server settings are not sent at startup (PgBouncer
-//     refuses statement_timeout, tcp_user_timeout …) but by LocalSettings at the start of each
-//     transaction; the client-side bounds (connect, keepalive, TCP_USER_TIMEOUT, response) stay;
+//     refuses statement_timeout, tcp_user_timeout …) but at the start of each transaction (the
+//     prologue of DB.Begin and DB.Pipeline); the client-side bounds (connect, keepalive, TCP_USER_TIMEOUT, response) stay;
 //   - statements (except with ql_pooler=session) use pgx's QueryExecModeCacheDescribe: the extended protocol with the unnamed
 //     statement only (Parse, Bind, Execute in one round trip), never a named prepared statement,
 //     which a server session other than the one that prepared them does not know (PgBouncer
@@ -48,15 +47,15 @@ func (c *Config) SetPooled() {
 	c.SetTimeouts(c.timeouts)
 }
 
-// LocalSettings returns the statement that applies the server-side bounds of Timeouts, the
+// localSettings returns the statement that applies the server-side bounds of Timeouts, the
 // SearchPath and StandardConformingStrings to one transaction, to run first in every
-// transaction when Pooled (BeginTx, and the coordinator's pipelines); nil on a direct
-// connection, whose sessions got them at startup. It is one SELECT of set_config(…, true) rather
+// transaction when Pooled (the prologue of a DB or a Conn, read by Open and Connect once they
+// know the mode); nil on a direct connection, whose sessions got them at startup. It is one SELECT of set_config(…, true) rather
 // than SET LOCAL: set_config acts in whatever transaction it runs in, the implicit one of the
 // claim's pipeline (no BEGIN) included, where SET LOCAL would draw "SET LOCAL can only be used in
 // transaction blocks". Each setting applies from the next statement on (statement_timeout
 // included: the server arms it per statement) and ends with the transaction.
-func (c *Config) LocalSettings() []string {
+func (c *Config) localSettings() []string {
 	if !c.pooled {
 		return nil
 	}
@@ -151,51 +150,3 @@ func (e *PoolerHintError) Error() string {
 		PoolerParam + "=session is for session pooling only)"
 }
 func (e *PoolerHintError) Unwrap() error { return e.Err }
-
-// Beginner begins transactions: a *pgxpool.Pool, a *pgx.Conn, a pgx.Tx (a savepoint).
-type Beginner interface {
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
-}
-
-// BeginTx begins a transaction on db with opts and runs settings in it first: the one way the
-// packages above begin a transaction, so that behind a transaction pooler each transaction gets
-// the bounds a direct session got at startup. settings is Config.LocalSettings of the
-// connection db came from: nil on a direct connection, where this is db.BeginTx and nothing more.
-func BeginTx(ctx context.Context, db Beginner, opts pgx.TxOptions, settings []string) (pgx.Tx, error) {
-	tx, err := db.BeginTx(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range settings {
-		if _, err := tx.Exec(ctx, s); err != nil {
-			_ = tx.Rollback(ctx)
-			return nil, fmt.Errorf("transaction-local settings: %w", err)
-		}
-	}
-	return tx, nil
-}
-
-// BeginTxFunc is BeginTx, then fn, then COMMIT (ROLLBACK when fn or the commit fails), like
-// pgx.BeginTxFunc.
-func BeginTxFunc(ctx context.Context, db Beginner, opts pgx.TxOptions, settings []string, fn func(pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, Local(db, settings), opts, fn)
-}
-
-// Local wraps db so that every transaction begun through it runs settings first (see BeginTx),
-// for code that takes a Beginner and begins its own transactions (readiness). With no settings
-// it returns db itself.
-func Local(db Beginner, settings []string) Beginner {
-	if len(settings) == 0 {
-		return db
-	}
-	return localBeginner{db: db, settings: settings}
-}
-
-type localBeginner struct {
-	db       Beginner
-	settings []string
-}
-
-func (l localBeginner) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
-	return BeginTx(ctx, l.db, opts, l.settings)
-}

@@ -10,7 +10,7 @@ import (
 // ql_pooler picks the mode: transaction pooling gives up named prepared statements and sends the
 // server-side bounds per transaction; session pooling sends them per transaction too but keeps
 // the statement cache; none (or nothing) is a direct connection, whose hot path gets no extra
-// statement (LocalSettings nil) and whose bounds go at startup.
+// statement (no prologue) and whose bounds go at startup.
 func TestPoolerParamSelectsTheMode(t *testing.T) {
 	for _, tc := range []struct {
 		param    string
@@ -34,7 +34,7 @@ func TestPoolerParamSelectsTheMode(t *testing.T) {
 			t.Errorf("%q: %s would be sent to the server", tc.param, PoolerParam)
 		}
 		_, startup := cc.RuntimeParams[paramStatement]
-		local := c.LocalSettings()
+		local := c.localSettings()
 		switch {
 		case !tc.pooled && (local != nil || !startup):
 			t.Errorf("%q: direct, yet local settings %q, statement_timeout at startup %v", tc.param, local, startup)

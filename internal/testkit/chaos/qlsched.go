@@ -79,7 +79,13 @@ func PrepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, 
 		return nil, err
 	}
 	q := &Qlsched{Su: pool, RuntimeURL: c.URL(names.Runtime, database)}
-	pub := admin.NewPublisher(pool)
+	h, err := cfg.Open(ctx) // the publisher's handle, as the superuser
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	defer h.Close()
+	pub := admin.NewPublisher(h)
 	if _, err := pub.CreateProject(ctx, "p"); err != nil {
 		pool.Close()
 		return nil, err

@@ -78,7 +78,7 @@ func TestChaosSoak(t *testing.T) {
 
 	bin := buildQlsched(t)
 	d := testpg.New(t)
-	tg := &target{t: t, su: d.Pool(t, ""), admin: admin.NewPublisher(d.Pool(t, "ql_admin"))}
+	tg := &target{t: t, su: d.Pool(t, ""), admin: admin.NewPublisher(d.Handle(t, "ql_admin"))}
 	tg.seed()
 	for i := range cfg.triggers {
 		// the smallest misfire grace, 1 s: an occurrence is missed about when the next one is due,

@@ -53,7 +53,7 @@ type target struct {
 func newTarget(t *testing.T) *target {
 	t.Helper()
 	d := testpg.New(t)
-	tg := &target{t: t, su: d.Pool(t, ""), admin: admin.NewPublisher(d.Pool(t, "ql_admin")),
+	tg := &target{t: t, su: d.Pool(t, ""), admin: admin.NewPublisher(d.Handle(t, "ql_admin")),
 		config: func(role string) *dbconn.Config { return d.Config(t, role) }}
 	tg.seed()
 	return tg
@@ -103,7 +103,7 @@ type replicaOptions struct {
 }
 
 // pool opens a ql_runtime pool for one replica, closed when the test ends.
-func (tg *target) pool(o replicaOptions) *pgxpool.Pool {
+func (tg *target) pool(o replicaOptions) *dbconn.DB {
 	tg.t.Helper()
 	cfg := tg.config("ql_runtime")
 	if o.timeouts != nil {
@@ -137,7 +137,7 @@ func (tg *target) proxy() *faultproxy.Proxy {
 }
 
 // coordinatorFor is one replica's coordinator on pool.
-func coordinatorFor(t *testing.T, owner string, pool *pgxpool.Pool, lease time.Duration, mutate ...func(*coordinator.Config)) *coordinator.Coordinator {
+func coordinatorFor(t *testing.T, owner string, pool *dbconn.DB, lease time.Duration, mutate ...func(*coordinator.Config)) *coordinator.Coordinator {
 	t.Helper()
 	cfg := coordinator.DefaultConfig(owner)
 	cfg.Lease, cfg.Cadence = lease, 100*time.Millisecond
@@ -352,7 +352,7 @@ func (c *ownCluster) prepare(ctx context.Context) error {
 // cluster itself, or a promoted standby of it).
 func (c *ownCluster) target(t *testing.T, server *pgcluster.Cluster, seed bool) *target {
 	t.Helper()
-	open := func(role string) *pgxpool.Pool {
+	open := func(role string) *dbconn.DB {
 		u := c.urlOn(server, role)
 		if role == "" {
 			u = server.URL("postgres", c.Database)
@@ -368,7 +368,7 @@ func (c *ownCluster) target(t *testing.T, server *pgcluster.Cluster, seed bool) 
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	tg := &target{t: t, su: open(""), admin: admin.NewPublisher(open("ql_admin")),
+	tg := &target{t: t, su: open("").Pool(), admin: admin.NewPublisher(open("ql_admin")),
 		config: func(role string) *dbconn.Config {
 			cfg, err := dbconn.Resolve(c.urlOn(server, role))
 			if err != nil {
@@ -383,7 +383,7 @@ func (c *ownCluster) target(t *testing.T, server *pgcluster.Cluster, seed bool) 
 }
 
 // ready is `qlsched run`'s readiness on a replica's pool (connected as ql_runtime).
-func ready(ctx context.Context, pool *pgxpool.Pool) error {
+func ready(ctx context.Context, pool *dbconn.DB) error {
 	names, _ := roles.NewNames(roles.DefaultPrefix)
 	return verify.Readiness(ctx, pool, names)
 }

@@ -270,7 +270,7 @@ func testTimeoutsReachTheServer(t *testing.T) {
 	}
 	for name, v := range want {
 		var got string
-		if err := pool.QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&got); err != nil {
+		if err := pool.Pool().QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
 		if got != v {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
@@ -88,7 +87,7 @@ func TestGatePoolerCommitResponseLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	pool, local := pt.open("pooled-1", proxy)
+	pool := pt.open("pooled-1", proxy)
 
 	// 1. One round of the coordinator (claim: the pipeline's implicit transaction, no COMMIT;
 	// admit: BEGIN … COMMIT, whose answer is lost).
@@ -96,7 +95,7 @@ func TestGatePoolerCommitResponseLoss(t *testing.T) {
 	dropped := proxy.DropNextCommit()
 	cc := coordinator.DefaultConfig("pooled-1")
 	cc.Cadence = 100 * time.Millisecond
-	co := coordinator.New(cc, coordinator.NewStore(pool, local...), coordinator.WithLogger(testLogger("pooled-1")))
+	co := coordinator.New(cc, coordinator.NewStore(pool), coordinator.WithLogger(testLogger("pooled-1")))
 	co.Round(ctx, nil)
 	drop := receive(t, dropped)
 	t.Logf("COMMIT response swallowed between the replica and PgBouncer on connection %d; tags seen: %q", drop.Conn, drop.Tags)
@@ -109,7 +108,7 @@ func TestGatePoolerCommitResponseLoss(t *testing.T) {
 
 	// 2. Through the store: the caller retries the same admit under the same claim.
 	occB := pt.due("b")
-	store := coordinator.NewStore(pool, local...)
+	store := coordinator.NewStore(pool)
 	claim, d := claimToFire(t, store, "pooled-1", "b", occB)
 	dropped = proxy.DropNextCommit()
 	_, outcome, err := store.Admit(ctx, claim, d.ScheduledForMs, d.NextFireAtMs, uuid.New(), 3)
@@ -150,7 +149,7 @@ type pooledTarget struct {
 func newPooledTarget(t *testing.T, mode string) *pooledTarget {
 	t.Helper()
 	d := testpg.New(t)
-	tg := &target{t: t, su: d.Pool(t, ""), admin: admin.NewPublisher(d.Pool(t, "ql_admin")),
+	tg := &target{t: t, su: d.Pool(t, ""), admin: admin.NewPublisher(d.Handle(t, "ql_admin")),
 		config: func(role string) *dbconn.Config { return d.Config(t, role) }}
 	tg.seed()
 	return &pooledTarget{target: tg, d: d, bouncer: d.StartPgBouncer(t, mode), database: d.Name}
@@ -162,14 +161,14 @@ func newPooledTarget(t *testing.T, mode string) *pooledTarget {
 func (pt *pooledTarget) startReplica(owner string, proxy *faultproxy.Proxy) *qlreplica.Replica {
 	t := pt.t
 	t.Helper()
-	pool, local := pt.open(owner, proxy)
+	pool := pt.open(owner, proxy)
 	cc := coordinator.DefaultConfig(owner)
 	cc.Lease, cc.Cadence = 2*time.Second, 100*time.Millisecond
 	if err := cc.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	names, _ := roles.NewNames(roles.DefaultPrefix)
-	r, err := qlreplica.Start(context.Background(), pool, qlreplica.Options{Config: cc, Names: names, Log: testLogger(owner), Local: local})
+	r, err := qlreplica.Start(context.Background(), pool, qlreplica.Options{Config: cc, Names: names, Log: testLogger(owner)})
 	if err != nil {
 		t.Fatalf("start %s through PgBouncer: %v", owner, err)
 	}
@@ -179,7 +178,7 @@ func (pt *pooledTarget) startReplica(owner string, proxy *faultproxy.Proxy) *qlr
 
 // open opens a ql_runtime pool through PgBouncer (or through proxy, which forwards to it) and
 // returns it with the connection's transaction-local settings.
-func (pt *pooledTarget) open(owner string, proxy *faultproxy.Proxy) (*pgxpool.Pool, []string) {
+func (pt *pooledTarget) open(owner string, proxy *faultproxy.Proxy) *dbconn.DB {
 	t := pt.t
 	t.Helper()
 	url := pt.bouncer.URL("ql_runtime") // transaction pooling: detected
@@ -200,10 +199,10 @@ func (pt *pooledTarget) open(owner string, proxy *faultproxy.Proxy) (*pgxpool.Po
 		t.Fatalf("open %s through PgBouncer: %v", owner, err)
 	}
 	t.Cleanup(pool.Close)
-	if !cfg.Pooled() {
+	if !pool.Pooled() {
 		t.Fatalf("%s: PgBouncer in the path was not detected", owner)
 	}
-	return pool, cfg.LocalSettings()
+	return pool
 }
 
 // dueMany makes n occurrences due now (yearly triggers prefix-1 … prefix-n) and returns n.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 )
 
@@ -27,10 +28,10 @@ func TestGateBackendTermination(t *testing.T) {
 type replica struct {
 	co   *coordinator.Coordinator
 	lc   *coordinator.Lifecycle
-	pool *pgxpool.Pool
+	pool *dbconn.DB
 }
 
-func startReplica(t *testing.T, owner string, pool *pgxpool.Pool, lease time.Duration) *replica {
+func startReplica(t *testing.T, owner string, pool *dbconn.DB, lease time.Duration) *replica {
 	t.Helper()
 	co := coordinatorFor(t, owner, pool, lease)
 	cfg := coordinator.DefaultConfig(owner)
@@ -125,7 +126,7 @@ func testTerminateDuringClaim(t *testing.T) {
 	if st.Errors != 1 || st.Admits != 1 || st.Races != 0 {
 		t.Errorf("stats %+v; want exactly 1 error (the terminated claim), 1 admit, 0 races", st)
 	}
-	if now := backendPID(t, r.pool); now == pid {
+	if now := backendPID(t, r.pool.Pool()); now == pid {
 		t.Errorf("the pool still uses the terminated backend %d", pid)
 	}
 	requireAudit(t, tg.su, 1)
@@ -214,7 +215,7 @@ func testTerminateIdleBackend(t *testing.T) {
 	if st.Admits != 2 || st.Races != 0 {
 		t.Errorf("stats %+v; want 2 admits, 0 races", st)
 	}
-	if pid := backendPID(t, r.pool); pid != 0 {
+	if pid := backendPID(t, r.pool.Pool()); pid != 0 {
 		for _, dead := range pids {
 			if pid == dead {
 				t.Errorf("the pool still hands out terminated backend %d", dead)

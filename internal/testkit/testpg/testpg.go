@@ -407,15 +407,22 @@ func (d *DB) Config(t testing.TB, role string) *dbconn.Config {
 	return cfg
 }
 
-// Pool opens a pool for role on this database, closed when the test ends.
-func (d *DB) Pool(t testing.TB, role string) *pgxpool.Pool {
+// Handle opens a database handle (dbconn.DB) for role on this database, closed when the test ends.
+func (d *DB) Handle(t testing.TB, role string) *dbconn.DB {
 	t.Helper()
-	pool, err := d.Config(t, role).Open(context.Background())
+	h, err := d.Config(t, role).Open(context.Background())
 	if err != nil {
 		t.Fatalf("open pool for %q on %s: %v", role, d.Name, err)
 	}
-	t.Cleanup(pool.Close)
-	return pool
+	t.Cleanup(h.Close)
+	return h
+}
+
+// Pool opens a pool for role on this database, closed when the test ends (for the test's own
+// statements; what the code under test takes is a Handle).
+func (d *DB) Pool(t testing.TB, role string) *pgxpool.Pool {
+	t.Helper()
+	return d.Handle(t, role).Pool()
 }
 
 // Exec runs statements as the superuser (test set-up and fault injection).
