@@ -197,24 +197,29 @@ var opens = map[string][]string{
 	"database/sql":                    {"Open", "OpenDB"},
 }
 
-// Rule 5.
-func TestOneConnectionRoute(t *testing.T) {
+// bareHandleAllowed may hold a bare pool: the bench measures on direct connections.
+var bareHandleAllowed = []string{"internal/app/bench"}
+
+// Rule 5: one connection route, one handle. In every file a command links, outside dbconn:
+// nothing opens a connection, and nothing holds a bare pool (pgxpool, a handle's Pool()) or
+// begins on a Conn's embedded pgx.Conn, which would begin without the prologue that keeps the
+// bounds behind a transaction pooler.
+func TestOneConnectionRouteOneHandle(t *testing.T) {
 	linked := map[string]bool{}
 	for _, p := range list(t, "./cmd/...") {
 		for _, dep := range p.Deps {
 			linked[dep] = true
 		}
 	}
-	pkgs := list(t, "./...")
 	checked := 0
-	for path, p := range pkgs {
+	for path, p := range list(t, "./...") {
 		if !linked[path] || rel(path) == "internal/base/dbconn" {
 			continue
 		}
 		for _, f := range p.GoFiles {
 			checked++
-			for _, line := range connectionCalls(t, filepath.Join(p.Dir, f)) {
-				t.Errorf("%s:%d opens a connection; go through internal/base/dbconn", filepath.Join(rel(path), f), line)
+			for _, problem := range handleProblems(t, filepath.Join(p.Dir, f), !slices.Contains(bareHandleAllowed, rel(path))) {
+				t.Errorf("%s:%s", filepath.Join(rel(path), f), problem)
 			}
 		}
 	}
@@ -223,17 +228,24 @@ func TestOneConnectionRoute(t *testing.T) {
 	}
 }
 
-// connectionCalls returns the lines in file that name a function of opens.
-func connectionCalls(t *testing.T, file string) []int {
+// handleProblems returns what in file breaks rule 5, each as "line: what".
+func handleProblems(t *testing.T, file string, handleOnly bool) []string {
 	t.Helper()
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
 	if err != nil {
 		t.Fatalf("parse %s: %v", file, err)
 	}
+	var found []string
+	at := func(n ast.Node, what string) {
+		found = append(found, fmt.Sprintf("%d: %s", fset.Position(n.Pos()).Line, what))
+	}
 	names := map[string]string{} // local name → import path
 	for _, imp := range f.Imports {
 		path, _ := strconv.Unquote(imp.Path.Value)
+		if path == "github.com/jackc/pgx/v5/pgxpool" && handleOnly {
+			at(imp, "imports pgxpool; take a *dbconn.DB")
+		}
 		if _, ok := opens[path]; !ok {
 			continue
 		}
@@ -246,14 +258,23 @@ func connectionCalls(t *testing.T, file string) []int {
 		}
 		names[name] = path
 	}
-	var found []int
 	ast.Inspect(f, func(n ast.Node) bool {
-		sel, ok := n.(*ast.SelectorExpr)
-		if !ok {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && slices.Contains(opens[names[id.Name]], sel.Sel.Name) {
+				at(sel, "opens a connection; go through internal/base/dbconn")
+			}
+		}
+		call, ok := n.(*ast.CallExpr)
+		if !ok || !handleOnly {
 			return true
 		}
-		if id, ok := sel.X.(*ast.Ident); ok && slices.Contains(opens[names[id.Name]], sel.Sel.Name) {
-			found = append(found, fset.Position(sel.Pos()).Line)
+		if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+			switch inner, _ := sel.X.(*ast.SelectorExpr); {
+			case sel.Sel.Name == "Pool" && len(call.Args) == 0:
+				at(call, "reaches for a handle's bare pool")
+			case inner != nil && inner.Sel.Name == "Conn" && strings.HasPrefix(sel.Sel.Name, "Begin"):
+				at(call, "begins on a Conn's embedded pgx.Conn, past the prologue")
+			}
 		}
 		return true
 	})
