@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,27 +17,15 @@ import (
 
 func TestMain(m *testing.M) { testpg.Main(m) }
 
-type result struct {
-	stdout, stderr string
-	code           int
-}
-
 // runBin runs the qlbench at bin with args; env, when given, replaces the environment.
-func runBin(t *testing.T, bin string, env []string, args ...string) result {
+func runBin(t *testing.T, bin string, env []string, args ...string) testbin.Result {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("run qlbench %v: %v", args, err)
-	}
-	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+	return testbin.Run(t, cmd)
 }
 
-func run(t *testing.T, args ...string) result {
+func run(t *testing.T, args ...string) testbin.Result {
 	t.Helper()
 	return runBin(t, testbin.Command(t, "qlbench"), nil, args...)
 }
@@ -72,13 +58,13 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 			ln := dbconntest.Listen(t)
 			args := append(c.args, "--database-url", "postgres://u:pw-never-shown@"+ln.Addr()+"/x?connect_timeout=2")
 			r := runBin(t, testbin.Command(t, "qlbench"), c.env, args...)
-			if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
-				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 mentioning %q and nothing on stdout", r.code, r.stdout, r.stderr, c.want)
+			if r.Code != 2 || !strings.Contains(r.Stderr, c.want) || r.Stdout != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 mentioning %q and nothing on stdout", r.Code, r.Stdout, r.Stderr, c.want)
 			}
 			if n := ln.Accepted(); n != 0 {
 				t.Errorf("%d connection(s) opened; want none", n)
 			}
-			if strings.Contains(r.stdout+r.stderr, "pw-never-shown") {
+			if strings.Contains(r.Stdout+r.Stderr, "pw-never-shown") {
 				t.Error("the password leaked")
 			}
 		})
@@ -104,8 +90,8 @@ func TestFindsTheQlschedBesideIt(t *testing.T) {
 	ln := dbconntest.Listen(t)
 	r := runBin(t, filepath.Join(dir, "qlbench"), []string{"PATH=" + t.TempDir()},
 		"--scenario", "scale", "--database-url", "postgres://u@"+ln.Addr()+"/x?connect_timeout=2")
-	if r.code != 2 || !strings.Contains(r.stderr, "--scenario scale with --database-url needs --runtime-url") {
-		t.Errorf("exit %d, stderr %q; want exit 2 about --runtime-url (the qlsched beside it found)", r.code, r.stderr)
+	if r.Code != 2 || !strings.Contains(r.Stderr, "--scenario scale with --database-url needs --runtime-url") {
+		t.Errorf("exit %d, stderr %q; want exit 2 about --runtime-url (the qlsched beside it found)", r.Code, r.Stderr)
 	}
 	if n := ln.Accepted(); n != 0 {
 		t.Errorf("%d connection(s) opened; want none", n)
@@ -136,20 +122,20 @@ func TestJSONDocumentCarriesItsSchema(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			r := run(t, append(args, "--format", "json")...)
-			if r.code != 0 {
-				t.Fatalf("exit %d; want 0\n%s%s", r.code, r.stdout, r.stderr)
+			if r.Code != 0 {
+				t.Fatalf("exit %d; want 0\n%s%s", r.Code, r.Stdout, r.Stderr)
 			}
 			var doc any
-			dec := json.NewDecoder(strings.NewReader(r.stdout))
+			dec := json.NewDecoder(strings.NewReader(r.Stdout))
 			if err := dec.Decode(&doc); err != nil {
-				t.Fatalf("not JSON: %v\n%s", err, r.stdout)
+				t.Fatalf("not JSON: %v\n%s", err, r.Stdout)
 			}
 			if dec.More() {
-				t.Errorf("more than one document\n%s", r.stdout)
+				t.Errorf("more than one document\n%s", r.Stdout)
 			}
 			obj, ok := doc.(map[string]any)
 			if !ok {
-				t.Fatalf("not a JSON object\n%s", r.stdout)
+				t.Fatalf("not a JSON object\n%s", r.Stdout)
 			}
 			if obj["schema"] != schema {
 				t.Errorf("schema %v, want %q", obj["schema"], schema)

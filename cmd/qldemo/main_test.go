@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,22 +25,9 @@ func TestMain(m *testing.M) { testpg.Main(m) }
 
 func qldemo(t *testing.T) string { return testbin.Command(t, "qldemo") }
 
-type result struct {
-	stdout, stderr string
-	code           int
-}
-
-func run(t *testing.T, args ...string) result {
+func run(t *testing.T, args ...string) testbin.Result {
 	t.Helper()
-	cmd := exec.Command(qldemo(t), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("run qldemo %v: %v", args, err)
-	}
-	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+	return testbin.Run(t, exec.Command(qldemo(t), args...))
 }
 
 // Bad input is exit 2 before anything starts: no connection to a given server (the listener
@@ -64,13 +50,13 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 			t.Parallel()
 			ln := dbconntest.Listen(t)
 			r := run(t, append(c.args, "--database-url", "postgres://u:pw-never-shown@"+ln.Addr()+"/x?connect_timeout=2")...)
-			if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
-				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 mentioning %q and nothing on stdout", r.code, r.stdout, r.stderr, c.want)
+			if r.Code != 2 || !strings.Contains(r.Stderr, c.want) || r.Stdout != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 mentioning %q and nothing on stdout", r.Code, r.Stdout, r.Stderr, c.want)
 			}
 			if n := ln.Accepted(); n != 0 {
 				t.Errorf("%d connection(s) opened; want none", n)
 			}
-			if strings.Contains(r.stdout+r.stderr, "pw-never-shown") {
+			if strings.Contains(r.Stdout+r.Stderr, "pw-never-shown") {
 				t.Error("the password leaked")
 			}
 		})
@@ -83,12 +69,12 @@ func TestDemoOnAGivenServer(t *testing.T) {
 	t.Parallel()
 	d := testpg.NewEmpty(t)
 	r := run(t, "--duration", "3s", "--database-url", d.URL(""))
-	if r.code != 0 || !strings.Contains(r.stdout, "every occurrence admitted exactly once") {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "every occurrence admitted exactly once") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
 	}
-	m := regexp.MustCompile(`in a new database (qlsched_demo_\d+)`).FindStringSubmatch(r.stdout)
-	if m == nil || strings.Contains(r.stdout, "starting a throwaway PostgreSQL") {
-		t.Fatalf("the demo did not use the given server:\n%s", r.stdout)
+	m := regexp.MustCompile(`in a new database (qlsched_demo_\d+)`).FindStringSubmatch(r.Stdout)
+	if m == nil || strings.Contains(r.Stdout, "starting a throwaway PostgreSQL") {
+		t.Fatalf("the demo did not use the given server:\n%s", r.Stdout)
 	}
 	conn, err := pgx.Connect(context.Background(), d.URL(""))
 	if err != nil {
@@ -101,8 +87,8 @@ func TestDemoOnAGivenServer(t *testing.T) {
 	}
 
 	// an empty flag is a usage error, not a fall-back to QL_DATABASE_URL or PG*
-	if r := run(t, "--database-url", ""); r.code != 2 || !strings.Contains(r.stderr, "--database-url is empty") {
-		t.Errorf("--database-url '': exit %d, stderr %q; want exit 2 saying it is empty", r.code, r.stderr)
+	if r := run(t, "--database-url", ""); r.Code != 2 || !strings.Contains(r.Stderr, "--database-url is empty") {
+		t.Errorf("--database-url '': exit %d, stderr %q; want exit 2 saying it is empty", r.Code, r.Stderr)
 	}
 
 	// the environment is not a given URL: the demo starts a throwaway server of its own

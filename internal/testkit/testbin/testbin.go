@@ -3,6 +3,8 @@
 package testbin
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -60,4 +62,24 @@ func compile(name string, flags []string) (string, error) {
 		return "", fmt.Errorf("go build %s ./cmd/%s: %v\n%s", strings.Join(flags, " "), name, err, out)
 	}
 	return path, nil
+}
+
+// Result is what a command run by Run printed and how it exited.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// Run runs cmd (built by Command, its Env or Dir set by the caller), failing t only when it could
+// not run at all: a nonzero exit is the Result's Code.
+func Run(t testing.TB, cmd *exec.Cmd) Result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run %s %v: %v", filepath.Base(cmd.Path), cmd.Args[1:], err)
+	}
+	return Result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
 }
