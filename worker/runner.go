@@ -448,7 +448,7 @@ func (r *Runner) report(j *job, res Result, cause error, d time.Duration) worker
 		Outcome: res.Outcome, ExitCode: res.ExitCode, Signal: workerproto.TruncateUTF8(res.Signal, 32),
 		Error: res.Error, DurationMs: d.Milliseconds(),
 	}
-	rep.OutputTail, rep.OutputTruncated = tail(res.OutputTail)
+	rep.OutputTail, rep.OutputTruncated = TailUTF8(res.OutputTail, workerproto.OutputTailMaxBytes)
 	rep.OutputTruncated = rep.OutputTruncated || res.OutputTruncated
 	switch {
 	case errors.Is(cause, ErrCancelled):
@@ -480,13 +480,14 @@ func (r *Runner) report(j *job, res Result, cause error, d time.Duration) worker
 	return rep
 }
 
-// tail keeps the last OutputTailMaxBytes of s, from a rune start, as valid UTF-8.
-func tail(s string) (string, bool) {
+// TailUTF8 keeps the last n bytes of s, from a rune start, as valid UTF-8 (invalid bytes become
+// U+FFFD), and says whether it cut anything.
+func TailUTF8(s string, n int) (string, bool) {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= workerproto.OutputTailMaxBytes {
+	if len(s) <= n {
 		return s, false
 	}
-	i := len(s) - workerproto.OutputTailMaxBytes
+	i := len(s) - n
 	for i < len(s) && !utf8.RuneStart(s[i]) {
 		i++
 	}

@@ -60,3 +60,10 @@ type ErrorDetail struct {
 
 // AuthenticateHeader is the WWW-Authenticate value of every 401.
 const AuthenticateHeader = `Bearer realm="qlsched"`
+
+// ErrorCodes lists every error code (the schema's enum; a test holds them equal).
+var ErrorCodes = []string{
+	CodeBadRequest, CodeUnknownField, CodeUnauthorized, CodeNotFound, CodeUnsupportedVersion,
+	CodeMethodNotAllowed, CodeSessionDraining, CodeOfferGone, CodeRunCancelled, CodeLeaseLost,
+	CodeLeasesActive, CodeSessionGone, CodeTooLarge, CodeUnsupportedMedia, CodeUnavailable,
+}

@@ -211,3 +211,11 @@ type DrainResponse struct {
 	WithdrawnOffers int `json:"withdrawn_offers"`
 	ActiveLeases    int `json:"active_leases"`
 }
+
+// The enums as lists (the schema's enums; a test holds them equal).
+var (
+	LeaseStatuses = []string{LeaseRenewed, LeaseCancel, LeaseLost}
+	Outcomes      = []string{OutcomeSucceeded, OutcomeFailed, OutcomeCancelled, OutcomeHandedBack}
+	ErrorKinds    = []string{KindExitStatus, KindTimeout, KindSpawn, KindBadSpec, KindCancelled, KindLeaseLost, KindHandler}
+	RunStates     = []string{RunSucceeded, RunQueued, RunFailed, RunCancelled}
+)
