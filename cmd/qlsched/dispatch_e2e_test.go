@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 	"github.com/qlcontrol/controlcore/internal/testkit/testbin"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
@@ -34,7 +36,13 @@ func startProcess(t *testing.T, bin string, args ...string) *replicaProcess {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s %s:\n%s", filepath.Base(bin), strings.Join(args[:min(len(args), 1)], " "), r.all.String())
+		}
+	})
 	go func() {
 		defer close(r.lines)
 		sc := bufio.NewScanner(stderr)
@@ -52,64 +60,147 @@ func startProcess(t *testing.T, bin string, args ...string) *replicaProcess {
 
 var listenLog = regexp.MustCompile(`listen=(https?://\S+)`)
 
-// THE closed loop, with real processes only: qlmigrate up on an empty database, the admin
-// commands, one `qlsched run` admitting, two `qlsched dispatch` replicas, two `qlworker`
-// processes with a token from `qlsched worker token create`. Every admitted Run ends succeeded
-// with exactly one succeeded Attempt; a task with --max-attempts 2 whose command fails once
-// ends succeeded on attempt 2; a wrong token gets 401 and opens no session.
-func TestClosedLoopWithRealProcesses(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	d := testpg.NewEmpty(t)
-	if r := testbin.Run(t, exec.Command(buildQlmigrate(t), "up", "--database-url", d.URL(""))); r.Code != 0 {
+// loop is a running closed loop: a database migrated by qlmigrate up, project p, one
+// `qlsched run`, two `qlsched dispatch` replicas and two `qlworker` processes holding a token
+// from `qlsched worker token create`.
+type loop struct {
+	d           *testpg.DB
+	su          *pgxpool.Pool // the test's own reads, as the superuser
+	admin       []string
+	dir         string
+	urls        []string
+	token       string
+	sched       *replicaProcess
+	dispatchers []*replicaProcess
+	workers     []*replicaProcess
+}
+
+// startLoop runs `qlmigrate up` on an empty database, publishes project p and, per task of
+// tasks (each a task publish argument list after --task), the task and an every-second trigger
+// of the same name, and starts the processes.
+func startLoop(t *testing.T, tasks ...[]string) *loop {
+	t.Helper()
+	l := &loop{d: testpg.NewEmpty(t), dir: t.TempDir()}
+	l.su = l.d.Pool(t, "")
+	if r := testbin.Run(t, exec.Command(buildQlmigrate(t), "up", "--database-url", l.d.URL(""))); r.Code != 0 {
 		t.Fatalf("qlmigrate up: exit %d\n%s", r.Code, r.Stderr)
 	}
-	admin := []string{"--database-url", d.URL("ql_admin")}
-	runtime := d.URL("ql_runtime")
-	dir := t.TempDir()
-	marker := filepath.Join(dir, "flaky-failed-once")
-	// argv, not a shell string: the worker never runs a shell itself; the task asks for one.
-	okSpec := `{"command":["sh","-c","echo hi"],"timeout":"30s"}`
-	flakySpec := fmt.Sprintf(`{"command":["sh","-c","if [ -e \"$1\" ]; then echo second; else : > \"$1\"; echo first >&2; exit 3; fi","flaky","%s"],"timeout":"30s"}`, marker)
-	publish(t, admin,
-		[]string{"project", "create", "--project", "p"},
-		[]string{"task", "publish", "--project", "p", "--task", "ok", "--executor-spec", okSpec},
-		[]string{"task", "publish", "--project", "p", "--task", "flaky", "--executor-spec", flakySpec, "--max-attempts", "2", "--retry-backoff", "1s"},
-		[]string{"trigger", "publish", "--project", "p", "--trigger", "every-second", "--task", "ok", "--cron", "* * * * * *"},
-		[]string{"trigger", "publish", "--project", "p", "--trigger", "flaky", "--task", "flaky", "--cron", "* * * * * *"})
+	l.admin = []string{"--database-url", l.d.URL("ql_admin")}
+	cmds := [][]string{{"project", "create", "--project", "p"}}
+	for _, task := range tasks {
+		cmds = append(cmds, append([]string{"task", "publish", "--project", "p", "--task"}, task...),
+			[]string{"trigger", "publish", "--project", "p", "--trigger", task[0], "--task", task[0], "--cron", "* * * * * *"})
+	}
+	publish(t, l.admin, cmds...)
 
-	tok := run(t, append([]string{"worker", "token", "create", "--name", "e2e", "--format", "json"}, admin...)...)
+	tok := run(t, append([]string{"worker", "token", "create", "--name", "e2e", "--format", "json"}, l.admin...)...)
 	var created struct {
 		Token string `json:"token"`
 	}
 	if tok.code != 0 || json.Unmarshal([]byte(tok.stdout), &created) != nil || !strings.HasPrefix(created.Token, "qlw_") {
-		t.Fatalf("worker token create: exit %d\n%s\n%s", tok.code, tok.stdout, tok.stderr)
+		t.Fatalf("worker token create: exit %d\n%s", tok.code, tok.stderr)
 	}
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(created.Token+"\n"), 0o600); err != nil {
+	l.token = created.Token
+	tokenFile := filepath.Join(l.dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(l.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-
-	sched := startProcess(t, qlsched(t), "run", "--database-url", runtime, "--http-addr", "127.0.0.1:0", "--cadence", "100ms", "--owner", "e2e-run")
-	sched.waitFor(t, 60*time.Second, "replica running", func(l string) bool { return strings.Contains(l, "replica running") })
-	var urls []string
-	var dispatchers []*replicaProcess
+	runtime := l.d.URL("ql_runtime")
+	l.sched = startProcess(t, qlsched(t), "run", "--database-url", runtime, "--http-addr", "127.0.0.1:0", "--cadence", "100ms", "--owner", "e2e-run")
+	l.sched.waitFor(t, 60*time.Second, "replica running", func(line string) bool { return strings.Contains(line, "replica running") })
 	for _, owner := range []string{"e2e-dispatch-a", "e2e-dispatch-b"} {
 		p := startProcess(t, qlsched(t), "dispatch", "--database-url", runtime, "--owner", owner, "--listen", "127.0.0.1:0",
 			"--http-addr", "127.0.0.1:0", "--lease", "6s", "--sweep-interval", "200ms", "--offer-ttl", "5s", "--poll-max-wait", "5s")
-		line := p.waitFor(t, 60*time.Second, "dispatcher running", func(l string) bool { return listenLog.MatchString(l) })
-		urls = append(urls, listenLog.FindStringSubmatch(line)[1])
-		dispatchers = append(dispatchers, p)
+		line := p.waitFor(t, 60*time.Second, "dispatcher running", func(line string) bool { return listenLog.MatchString(line) })
+		l.urls = append(l.urls, listenLog.FindStringSubmatch(line)[1])
+		l.dispatchers = append(l.dispatchers, p)
 	}
 	qlworker := testbin.Command(t, "qlworker")
-	var workers []*replicaProcess
 	for _, name := range []string{"worker-a", "worker-b"} {
-		workers = append(workers, startProcess(t, qlworker, "--dispatcher", strings.Join(urls, ","), "--token-file", tokenFile,
+		l.workers = append(l.workers, startProcess(t, qlworker, "--dispatcher", strings.Join(l.urls, ","), "--token-file", tokenFile,
 			"--name", name, "--capacity", "2"))
 	}
+	return l
+}
 
-	// A wrong token: 401 with the challenge, and no session for it.
-	wrong, _ := http.NewRequest("POST", urls[0]+"/v1/sessions", strings.NewReader(`{"name":"intruder","capacity":1,"protocol":1}`))
+// count runs a count query as the superuser.
+func (l *loop) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := l.su.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// settle waits until the triggers of tasks admitted at least min Runs each, disables them (the
+// set of Runs is then fixed), and waits until no Run is live.
+func (l *loop) settle(t *testing.T, min int, tasks ...string) int {
+	t.Helper()
+	eventually.NoError(t, 60*time.Second, fmt.Sprintf("%d Runs of each task admitted", min), func() error {
+		for _, task := range tasks {
+			if n := l.count(t, `SELECT count(*) FROM control_core.runs WHERE task_id = $1`, task); n < min {
+				return fmt.Errorf("%d Runs of %s", n, task)
+			}
+		}
+		return nil
+	})
+	for _, task := range tasks {
+		publish(t, l.admin, []string{"trigger", "disable", "--project", "p", "--trigger", task})
+	}
+	var admitted int
+	eventually.NoError(t, 90*time.Second, "every admitted Run terminal", func() error {
+		admitted = l.count(t, `SELECT count(*) FROM control_core.runs`)
+		if live := l.count(t, `SELECT count(*) FROM control_core.runs WHERE state IN ('queued', 'dispatching', 'running')`); live > 0 {
+			return fmt.Errorf("%d of %d Runs still live", live, admitted)
+		}
+		return nil
+	})
+	return admitted
+}
+
+// audit checks what holds for every Run of every loop: succeeded with its finish time, exactly
+// one succeeded Attempt, no lease left active, events numbered 1…n.
+func (l *loop) audit(t *testing.T) {
+	t.Helper()
+	if n := l.count(t, `SELECT count(*) FROM control_core.runs WHERE state <> 'succeeded' OR finished_at_ms IS NULL`); n != 0 {
+		t.Errorf("%d Runs did not succeed", n)
+	}
+	if n := l.count(t, `SELECT count(*) FROM control_core.runs r WHERE (SELECT count(*) FROM control_core.attempts a
+		WHERE a.run_id = r.run_id AND a.state = 'succeeded') <> 1`); n != 0 {
+		t.Errorf("%d Runs without exactly one succeeded Attempt", n)
+	}
+	if n := l.count(t, `SELECT count(*) FROM control_core.run_leases WHERE state = 'active'`); n != 0 {
+		t.Errorf("%d leases still active", n)
+	}
+	if n := l.count(t, `SELECT count(*) FROM (SELECT run_id FROM control_core.run_events GROUP BY run_id
+		HAVING max(seq) <> count(*) OR min(seq) <> 1) x`); n != 0 {
+		t.Errorf("%d Runs whose event sequence has a gap", n)
+	}
+}
+
+// stop sends SIGTERM to every process, workers first: each exits 0, none printed a secret.
+func (l *loop) stop(t *testing.T) {
+	t.Helper()
+	for _, p := range append(append(l.workers, l.dispatchers...), l.sched) {
+		if code := stopProcess(t, p); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM:\n%s", filepath.Base(p.cmd.Path), code, p.all.String())
+		}
+		if strings.Contains(p.all.String(), l.token) || strings.Contains(p.all.String(), testpg.Password) {
+			t.Errorf("%s printed a secret", filepath.Base(p.cmd.Path))
+		}
+	}
+}
+
+// THE closed loop, with real processes only (startLoop): every admitted Run ends succeeded with
+// exactly one Attempt, which succeeded; a wrong token gets 401 and opens no session; every
+// process stops cleanly on SIGTERM.
+func TestClosedLoopWithRealProcesses(t *testing.T) {
+	t.Parallel()
+	// argv, not a shell string: the worker never runs a shell itself; this task asks for one.
+	l := startLoop(t, []string{"ok", "--executor-spec", `{"command":["sh","-c","echo hi"],"timeout":"30s"}`})
+
+	wrong, _ := http.NewRequest("POST", l.urls[0]+"/v1/sessions", strings.NewReader(`{"name":"intruder","capacity":1,"protocol":1}`))
 	wrong.Header.Set("Authorization", "Bearer qlw_"+strings.Repeat("A", 43))
 	wrong.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(wrong)
@@ -121,73 +212,44 @@ func TestClosedLoopWithRealProcesses(t *testing.T) {
 		t.Errorf("wrong token: %d, WWW-Authenticate %q; want 401 with the challenge", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 	}
 
-	// Let both triggers admit a few Runs, then stop admitting: the set of Runs is then fixed.
-	su := d.Pool(t, "")
-	q := func(sql string, args ...any) int {
-		t.Helper()
-		var n int
-		if err := su.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return n
+	admitted := l.settle(t, 5, "ok")
+	l.audit(t)
+	if n := l.count(t, `SELECT count(*) FROM control_core.attempts WHERE attempt_no <> 1 OR state <> 'succeeded'`); n != 0 {
+		t.Errorf("%d Attempts other than one succeeded first Attempt per Run (task ok never fails)", n)
 	}
-	eventually.True(t, 60*time.Second, "5 Runs of ok and 1 of flaky admitted", func() bool {
-		return q(`SELECT count(*) FROM control_core.runs WHERE task_id = 'ok'`) >= 5 && q(`SELECT count(*) FROM control_core.runs WHERE task_id = 'flaky'`) >= 1
-	})
-	publish(t, admin, []string{"trigger", "disable", "--project", "p", "--trigger", "every-second"},
-		[]string{"trigger", "disable", "--project", "p", "--trigger", "flaky"})
-	var admitted int
-	eventually.NoError(t, 90*time.Second, "every admitted Run terminal", func() error {
-		admitted = q(`SELECT count(*) FROM control_core.runs`)
-		if live := q(`SELECT count(*) FROM control_core.runs WHERE state IN ('queued', 'dispatching', 'running')`); live > 0 {
-			return fmt.Errorf("%d of %d Runs still live", live, admitted)
-		}
-		return nil
-	})
-
-	// Every Run succeeded, with exactly one succeeded Attempt and no live one.
-	if n := q(`SELECT count(*) FROM control_core.runs WHERE state <> 'succeeded' OR finished_at_ms IS NULL`); n != 0 {
-		t.Errorf("%d of %d Runs did not succeed", n, admitted)
-	}
-	if n := q(`SELECT count(*) FROM control_core.runs r WHERE (SELECT count(*) FROM control_core.attempts a
-		WHERE a.run_id = r.run_id AND a.state = 'succeeded') <> 1`); n != 0 {
-		t.Errorf("%d Runs without exactly one succeeded Attempt", n)
-	}
-	if n := q(`SELECT count(*) FROM control_core.attempts a JOIN control_core.runs r USING (run_id) WHERE r.task_id = 'ok' AND a.attempt_no <> 1`); n != 0 {
-		t.Errorf("%d retries of task ok, which never fails", n)
-	}
-	// The flaky task failed exactly once overall (the marker), and that Run ended succeeded on
-	// its attempt 2; its other Runs (if the trigger admitted more) found the marker and succeeded at once.
-	if n := q(`SELECT count(*) FROM control_core.attempts a JOIN control_core.runs r USING (run_id)
-		WHERE r.task_id = 'flaky' AND a.attempt_no = 1 AND a.state = 'failed'`); n != 1 {
-		t.Errorf("%d failed first Attempts of flaky; want 1", n)
-	}
-	if n := q(`SELECT count(*) FROM control_core.attempts a JOIN control_core.runs r USING (run_id)
-		WHERE r.task_id = 'flaky' AND a.attempt_no = 2 AND a.state = 'succeeded'
-		  AND EXISTS (SELECT 1 FROM control_core.attempts f WHERE f.run_id = r.run_id AND f.attempt_no = 1 AND f.state = 'failed')`); n != 1 {
-		t.Errorf("%d flaky Runs succeeded on attempt 2 after a failed attempt 1; want 1", n)
-	}
-	// No lease left active, at most one lease ever per Attempt, and every Run's events numbered 1…n.
-	if n := q(`SELECT count(*) FROM control_core.run_leases WHERE state = 'active'`); n != 0 {
-		t.Errorf("%d leases still active", n)
-	}
-	if n := q(`SELECT count(*) FROM (SELECT run_id FROM control_core.run_events GROUP BY run_id HAVING max(seq) <> count(*) OR min(seq) <> 1) x`); n != 0 {
-		t.Errorf("%d Runs whose event sequence has a gap", n)
-	}
-	if n := q(`SELECT count(*) FROM control_core.worker_sessions WHERE worker_id = 'intruder'`); n != 0 {
+	if n := l.count(t, `SELECT count(*) FROM control_core.worker_sessions WHERE worker_id = 'intruder'`); n != 0 {
 		t.Error("the wrong token opened a session")
 	}
-	t.Logf("%d Runs admitted and executed", admitted)
-
-	// SIGTERM everything: each exits 0, and no process printed the token.
-	for _, p := range append(append(workers, dispatchers...), sched) {
-		if code := stopProcess(t, p); code != 0 {
-			t.Errorf("%s exited %d after SIGTERM:\n%s", filepath.Base(p.cmd.Path), code, p.all.String())
-		}
-		if strings.Contains(p.all.String(), created.Token) || strings.Contains(p.all.String(), testpg.Password) {
-			t.Errorf("%s printed a secret", filepath.Base(p.cmd.Path))
-		}
+	if n := l.count(t, `SELECT count(DISTINCT worker_id) FROM control_core.attempts`); n != 2 {
+		t.Logf("the Attempts ran on %d worker(s)", n) // both usually, but placement owes no balance
 	}
+	t.Logf("%d Runs admitted and executed", admitted)
+	l.stop(t)
+}
+
+// A task with --max-attempts 2 whose command fails the first time (a marker file) ends
+// succeeded on attempt 2, after attempt 1 failed with its exit status.
+func TestClosedLoopRetriesAFailedAttempt(t *testing.T) {
+	t.Parallel()
+	marker := filepath.Join(t.TempDir(), "flaky-failed-once")
+	spec := fmt.Sprintf(`{"command":["sh","-c","if [ -e \"$1\" ]; then echo second; else : > \"$1\"; echo first >&2; exit 3; fi","flaky","%s"],"timeout":"30s"}`, marker)
+	l := startLoop(t, []string{"flaky", "--executor-spec", spec, "--max-attempts", "2", "--retry-backoff", "1s"})
+	l.settle(t, 1, "flaky")
+	l.audit(t)
+	// The marker makes exactly one Attempt of all fail; its Run succeeded on attempt 2. Other Runs
+	// (the trigger may admit more than one before it is disabled) found the marker: one Attempt.
+	if n := l.count(t, `SELECT count(*) FROM control_core.attempts WHERE attempt_no = 1 AND state = 'failed'
+		AND error->>'kind' = 'exit_status'`); n != 1 {
+		t.Errorf("%d failed first Attempts (exit_status); want 1", n)
+	}
+	if n := l.count(t, `SELECT count(*) FROM control_core.attempts a WHERE a.attempt_no = 2 AND a.state = 'succeeded'
+		AND EXISTS (SELECT 1 FROM control_core.attempts f WHERE f.run_id = a.run_id AND f.attempt_no = 1 AND f.state = 'failed')`); n != 1 {
+		t.Errorf("%d Runs succeeded on attempt 2 after a failed attempt 1; want 1", n)
+	}
+	if n := l.count(t, `SELECT count(*) FROM control_core.attempts WHERE attempt_no > 2`); n != 0 {
+		t.Errorf("%d Attempts beyond --max-attempts 2", n)
+	}
+	l.stop(t)
 }
 
 // stopProcess sends SIGTERM and waits (at most a minute) for the exit.
