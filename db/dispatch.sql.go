@@ -708,6 +708,36 @@ func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]Heartbe
 	return items, nil
 }
 
+const lockSession = `-- name: LockSession :many
+SELECT s.worker_session_id FROM control_core.worker_sessions s
+WHERE s.worker_session_id = $1::uuid
+FOR NO KEY UPDATE
+`
+
+// Taken before Offer in the same READ COMMITTED transaction: Offer's snapshot, taken after this
+// lock is granted, then counts the offers of every placement that held the lock before it. (Its
+// own FOR NO KEY UPDATE alone would not: EvalPlanQual re-checks the locked row, but the capacity
+// subqueries keep the statement's older snapshot, and two placements could both see a free slot.)
+func (q *Queries) LockSession(ctx context.Context, sessionID uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, lockSession, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var worker_session_id uuid.UUID
+		if err := rows.Scan(&worker_session_id); err != nil {
+			return nil, err
+		}
+		items = append(items, worker_session_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const offer = `-- name: Offer :many
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 sess AS (

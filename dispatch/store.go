@@ -62,6 +62,22 @@ func (s *Store) run(ctx context.Context, what string, fn func(*db.Queries) error
 	return nil
 }
 
+// runTx is run for a transition that must lock before its statement takes its snapshot (Offer):
+// the statements of fn in one READ COMMITTED transaction.
+func (s *Store) runTx(ctx context.Context, what string, fn func(*db.Queries) error) error {
+	var err error
+	for try := 1; try <= maxTries; try++ {
+		err = s.db.InTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return fn(db.New(tx)) })
+		if err == nil || !retryable(err) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("dispatch %s: %w", what, err)
+	}
+	return nil
+}
+
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 func labelsJSON(l map[string]string) ([]byte, error) {
@@ -233,7 +249,10 @@ func (s *Store) Offer(ctx context.Context, cred Credential, sessionID uuid.UUID,
 		p.RunIds, p.CallbackHashes = append(p.RunIds, c.RunID), append(p.CallbackHashes, hash)
 	}
 	var rows []db.OfferRow
-	err := s.run(ctx, "offer", func(q *db.Queries) error {
+	err := s.runTx(ctx, "offer", func(q *db.Queries) error {
+		if _, e := q.LockSession(ctx, sessionID); e != nil {
+			return e
+		}
 		var e error
 		rows, e = q.Offer(ctx, p)
 		return e
@@ -346,8 +365,10 @@ func (s *Store) Reject(ctx context.Context, cred Credential, offerID, sessionID 
 	if err != nil {
 		return err
 	}
-	if d.OfferState == "rejected" && d.CallbackOk && d.TokenOk {
-		return nil // a replay: answered as the first was
+	if d.OfferState == "rejected" {
+		// A replay: answered as the first was. The offer is this session's (the diagnosis sees
+		// only the caller's); its callback hash left the Attempt with the rejection.
+		return nil
 	}
 	if e := offerError(d); e != nil {
 		return e

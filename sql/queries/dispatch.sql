@@ -615,3 +615,12 @@ due AS (
 UPDATE control_core.worker_sessions s SET state = 'expired'
 FROM due, obs
 WHERE s.worker_session_id = due.worker_session_id AND s.state IN ('active', 'draining') AND s.expires_at_ms <= obs.now_ms;
+
+-- name: LockSession :many
+-- Taken before Offer in the same READ COMMITTED transaction: Offer's snapshot, taken after this
+-- lock is granted, then counts the offers of every placement that held the lock before it. (Its
+-- own FOR NO KEY UPDATE alone would not: EvalPlanQual re-checks the locked row, but the capacity
+-- subqueries keep the statement's older snapshot, and two placements could both see a free slot.)
+SELECT s.worker_session_id FROM control_core.worker_sessions s
+WHERE s.worker_session_id = @session_id::uuid
+FOR NO KEY UPDATE;
