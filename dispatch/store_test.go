@@ -350,3 +350,26 @@ func TestCancelRunningThenCompletionRefused(t *testing.T) {
 		})
 	}
 }
+
+// The lease sweep's statement ends only a lease past its expiry: a lease renewed after the sweep
+// found it (or never due) is left alone, by the statement's own fence.
+func TestExpirySweepSparesALiveLease(t *testing.T) {
+	f := newFx(t)
+	run := f.queue("p", 1)[0]
+	c := f.token("w")
+	_, o, _ := f.running(c)
+	before := f.state(run)
+	if n, err := f.store.ExpireAttemptLeases(bg, []uuid.UUID{o.AttemptID}); n != 0 || err != nil {
+		t.Fatalf("expired %d live leases: %v", n, err)
+	}
+	if n, err := f.store.ExpireLeases(bg, 10); n != 0 || err != nil {
+		t.Fatalf("sweep expired %d live leases: %v", n, err)
+	}
+	if after := f.state(run); after != before {
+		t.Fatalf("sweep wrote: %s → %s", before, after)
+	}
+	f.expireLease(o.AttemptID)
+	if n, err := f.store.ExpireAttemptLeases(bg, []uuid.UUID{o.AttemptID}); n != 1 || err != nil {
+		t.Fatalf("expired %d due leases: %v", n, err)
+	}
+}
