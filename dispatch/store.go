@@ -17,8 +17,11 @@ import (
 )
 
 // Store runs the dispatcher's transitions (design §1.2) on a handle connected as the runtime
-// role. Every method is one statement in a READ COMMITTED transaction of its own, retried (≤ 3)
-// on serialization failure, deadlock and unique violation; generated rows never leave it.
+// role. Every transition is one statement in a READ COMMITTED transaction of its own (Offer is
+// preceded by its session lock, Drain's withdrawal follows its session update), retried (≤ 3) on
+// serialization failure, deadlock and unique violation; generated rows never leave it. A
+// transition that wrote nothing reads a diagnosis to return the sentinel error of the fence that
+// failed.
 type Store struct {
 	db  *dbconn.DB
 	cfg Config
