@@ -2,7 +2,6 @@ package dispatch_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -64,14 +63,22 @@ func (f *fx) project(id string) {
 // publisher of pg-0022 writes them (arranged as superuser: revisions are immutable otherwise).
 func (f *fx) policy(project string, maxAttempts int, backoffMs int64, selector string) {
 	f.t.Helper()
-	f.exec(`SET session_replication_role = replica;
-		UPDATE control_core.task_revisions kr SET max_attempts = `+fmt.Sprint(maxAttempts)+`, retry_backoff_ms = `+fmt.Sprint(backoffMs)+`,
-		       worker_selector = '`+selector+`'::jsonb,
-		       content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest,
-		                                                 `+fmt.Sprint(maxAttempts)+`, `+fmt.Sprint(backoffMs)+`, '`+selector+`'::jsonb)
-		FROM control_core.execution_revisions er
-		WHERE er.execution_revision_id = kr.execution_revision_id AND kr.project_id = '`+project+`';
-		RESET session_replication_role`)
+	err := pgx.BeginFunc(context.Background(), f.su, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(context.Background(), "SET LOCAL session_replication_role = replica"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(context.Background(), `
+			UPDATE control_core.task_revisions kr SET max_attempts = $2, retry_backoff_ms = $3, worker_selector = $4::jsonb,
+			       content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest,
+			                                                 $2::integer, $3::bigint, $4::jsonb)
+			FROM control_core.execution_revisions er
+			WHERE er.execution_revision_id = kr.execution_revision_id AND kr.project_id = $1`,
+			project, maxAttempts, backoffMs, selector)
+		return err
+	})
+	if err != nil {
+		f.t.Fatalf("set the retry policy of %s: %v", project, err)
+	}
 }
 
 // queue admits n queued Runs of project's task (each with its claimed Attempt 1 and the events

@@ -134,7 +134,9 @@ func TestHeartbeatOneFenceWrong(t *testing.T) {
 		{"another token", func(f *fx, c *dispatch.Credential, _ *dispatch.Session, _ *dispatch.LeaseRef) { *c = f.token("other") }, dispatch.ErrNotFound, ""},
 		{"session expired", func(f *fx, _ *dispatch.Credential, s *dispatch.Session, _ *dispatch.LeaseRef) { f.expireSession(s.ID) }, dispatch.ErrSessionGone, ""},
 		{"old lease version", func(_ *fx, _ *dispatch.Credential, _ *dispatch.Session, r *dispatch.LeaseRef) { r.LeaseVersion = 0 }, nil, dispatch.LeaseLost},
-		{"lease expired, not swept", func(f *fx, _ *dispatch.Credential, _ *dispatch.Session, r *dispatch.LeaseRef) { f.expireLease(r.AttemptID) }, nil, dispatch.LeaseLost},
+		{"lease expired, not swept", func(f *fx, _ *dispatch.Credential, _ *dispatch.Session, r *dispatch.LeaseRef) {
+			f.expireLease(r.AttemptID)
+		}, nil, dispatch.LeaseLost},
 		{"lease swept", func(f *fx, _ *dispatch.Credential, _ *dispatch.Session, r *dispatch.LeaseRef) {
 			f.expireLease(r.AttemptID)
 			if n, err := f.store.ExpireLeases(bg, 10); n != 1 || err != nil {
@@ -215,7 +217,9 @@ func TestCompleteOneFenceWrong(t *testing.T) {
 		}, dispatch.ErrNotFound},
 		{"old lease version", func(_ *fx, _ *dispatch.Credential, r *dispatch.Report, _ uuid.UUID) { r.LeaseVersion-- }, dispatch.ErrLeaseLost},
 		{"newer lease version", func(_ *fx, _ *dispatch.Credential, r *dispatch.Report, _ uuid.UUID) { r.LeaseVersion++ }, dispatch.ErrLeaseLost},
-		{"another session", func(f *fx, c *dispatch.Credential, r *dispatch.Report, _ uuid.UUID) { r.SessionID = f.session(*c, 1, nil).ID }, dispatch.ErrLeaseLost},
+		{"another session", func(f *fx, c *dispatch.Credential, r *dispatch.Report, _ uuid.UUID) {
+			r.SessionID = f.session(*c, 1, nil).ID
+		}, dispatch.ErrLeaseLost},
 		{"lease swept", func(f *fx, _ *dispatch.Credential, _ *dispatch.Report, a uuid.UUID) {
 			f.expireLease(a)
 			if n, err := f.store.ExpireLeases(bg, 10); n != 1 || err != nil {

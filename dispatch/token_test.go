@@ -46,7 +46,7 @@ func TestConfigBounds(t *testing.T) {
 		{"OfferTTL", func(c *dispatch.Config) { c.OfferTTL = 999 * time.Millisecond }},
 		{"OfferTTL", func(c *dispatch.Config) { c.OfferTTL = 5*time.Minute + 1 }},
 		{"LeaseTTL", func(c *dispatch.Config) { c.LeaseTTL = 4 * time.Second }},
-		{"LeaseTTL", func(c *dispatch.Config) { c.LeaseTTL, c.SweepInterval = 6*time.Second, 3 * time.Second }},
+		{"LeaseTTL", func(c *dispatch.Config) { c.LeaseTTL, c.SweepInterval = 6*time.Second, 3*time.Second }},
 		{"PollMaxWait", func(c *dispatch.Config) { c.PollMaxWait = 61 * time.Second }},
 		{"PlacementInterval", func(c *dispatch.Config) { c.PlacementInterval = time.Millisecond }},
 		{"SweepInterval", func(c *dispatch.Config) { c.SweepInterval = 2 * time.Minute }},
