@@ -345,3 +345,112 @@ func TestConcurrentPlacement(t *testing.T) {
 		t.Fatalf("%d offers, want every one of the 50 slots", n)
 	}
 }
+
+// Completions race the lease sweep for leases past their time but not yet swept: for each Run
+// exactly one wins. A completion that returned success released the lease and the Run succeeded;
+// one refused with lease_lost found the lease expired by the sweep.
+func TestCompleteRacesLeaseSweep(t *testing.T) {
+	const n = 40
+	f := newFx(t)
+	f.queue("p", n)
+	c := f.token("w")
+	s := f.session(c, n, nil)
+	offers := f.place(c, s, n)
+	if len(offers) != n {
+		t.Fatalf("%d offers", len(offers))
+	}
+	leases := make([]dispatch.Lease, n)
+	for i, o := range offers {
+		l, err := f.store.Ack(bg, c, o.OfferID, s.ID, o.CallbackToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+		f.expireLease(o.AttemptID)
+	}
+	results := make([]error, n)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		// from the newest lease while the sweep starts at the oldest: they meet in the middle
+		for i := n - 1; i >= 0; i-- {
+			o := offers[i]
+			_, results[i] = f.store.Complete(bg, c, o.AttemptID, dispatch.Report{SessionID: s.ID, CallbackToken: o.CallbackToken,
+				LeaseVersion: leases[i].LeaseVersion, Outcome: dispatch.OutcomeSucceeded})
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range n {
+			if _, err := f.store.ExpireLeases(bg, 1); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	var won, lost int
+	for i, o := range offers {
+		lease := f.str(`SELECT state FROM control_core.run_leases WHERE attempt_id = $1`, o.AttemptID)
+		run := f.str(`SELECT state FROM control_core.runs WHERE run_id = $1`, o.RunID)
+		switch {
+		case results[i] == nil && lease == "released" && run == "succeeded":
+			won++
+		case errors.Is(results[i], dispatch.ErrLeaseLost) && lease == "expired" && run == "failed":
+			lost++
+		default:
+			t.Errorf("run %d: complete %v, lease %s, run %s", i, results[i], lease, run)
+		}
+	}
+	t.Logf("%d completions won, %d lost to the sweep", won, lost)
+
+}
+
+// A cancel racing a completion: either the completion lands first (the Run succeeds, the cancel
+// finds it terminal) or the cancel does (the report is refused with run_cancelled and kept on
+// the Attempt); never both, never neither.
+func TestCancelRacesComplete(t *testing.T) {
+	const n = 30
+	f := newFx(t)
+	f.queue("p", n)
+	c := f.token("w")
+	s := f.session(c, n, nil)
+	offers := f.place(c, s, n)
+	leases := make([]dispatch.Lease, n)
+	for i, o := range offers {
+		l, err := f.store.Ack(bg, c, o.OfferID, s.ID, o.CallbackToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	results := make([]error, n)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i, o := range offers {
+			_, results[i] = f.store.Complete(bg, c, o.AttemptID, dispatch.Report{SessionID: s.ID, CallbackToken: o.CallbackToken,
+				LeaseVersion: leases[i].LeaseVersion, Outcome: dispatch.OutcomeSucceeded})
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for _, o := range offers {
+			if _, err := f.su.Exec(bg, `SELECT * FROM control_core.cancel_run($1, 'race')`, o.RunID); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	wg.Wait()
+	for i, o := range offers {
+		run := f.str(`SELECT state FROM control_core.runs WHERE run_id = $1`, o.RunID)
+		att := f.str(`SELECT state FROM control_core.attempts WHERE attempt_id = $1`, o.AttemptID)
+		ok := results[i] == nil && run == "succeeded" && att == "succeeded" ||
+			errors.Is(results[i], dispatch.ErrRunCancelled) && run == "cancelled" && att == "cancelled"
+		if !ok {
+			t.Errorf("run %d: complete %v, run %s, attempt %s", i, results[i], run, att)
+		}
+	}
+}

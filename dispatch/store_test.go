@@ -377,3 +377,21 @@ func TestExpirySweepSparesALiveLease(t *testing.T) {
 		t.Fatalf("expired %d due leases: %v", n, err)
 	}
 }
+
+// A completion lands on a lease whose time passed but which the sweep has not yet ended: nothing
+// was retried yet, so accepting the report loses nothing.
+func TestCompleteAcceptsAnExpiredUnsweptLease(t *testing.T) {
+	f := newFx(t)
+	run := f.queue("p", 1)[0]
+	c := f.token("w")
+	s, o, l := f.running(c)
+	f.expireLease(o.AttemptID)
+	comp, err := f.store.Complete(bg, c, o.AttemptID, dispatch.Report{SessionID: s.ID, CallbackToken: o.CallbackToken,
+		LeaseVersion: l.LeaseVersion, Outcome: dispatch.OutcomeSucceeded})
+	if err != nil || comp.RunState != "succeeded" {
+		t.Fatalf("complete = %+v, %v", comp, err)
+	}
+	if got := f.state(run); got != "succeeded/succeeded/acked/released/5/1" {
+		t.Fatalf("after complete: %s", got)
+	}
+}
