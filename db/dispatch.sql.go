@@ -301,10 +301,8 @@ offer AS (SELECT o.offer_id, o.attempt_id, o.worker_session_id, o.state, o.offer
           WHERE o.offer_id = $4::uuid AND o.worker_session_id IN (SELECT worker_session_id FROM sess)),
 att AS (SELECT a.attempt_id, a.run_id, a.attempt_no, a.executor_kind, a.state, a.worker_id, a.worker_session_id, a.run_lease_id, a.offer_id, a.callback_token_hash, a.started_at_ms, a.finished_at_ms, a.result, a.error, a.created_at_ms, a.updated_at_ms FROM control_core.attempts a
         WHERE (a.attempt_id = $5::uuid OR a.attempt_id IN (SELECT attempt_id FROM offer))
-          AND (a.worker_session_id IN (SELECT worker_session_id FROM sess)
-               OR a.attempt_id IN (SELECT attempt_id FROM offer)
-               OR EXISTS (SELECT 1 FROM control_core.run_leases l JOIN sess ON sess.worker_session_id = l.worker_session_id
-                          WHERE l.run_lease_id = a.run_lease_id)))
+          AND a.worker_session_id IN (SELECT ts.worker_session_id FROM control_core.worker_sessions ts
+                                      WHERE ts.worker_token_id IN (SELECT worker_token_id FROM tok)))
 SELECT EXISTS (SELECT 1 FROM tok)::boolean AS token_ok,
        coalesce((SELECT state FROM sess), '')::text AS session_state,
        coalesce((SELECT expires_at_ms <= obs.now_ms FROM sess), false)::boolean AS session_expired,
@@ -703,6 +701,36 @@ func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]Heartbe
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockSession = `-- name: LockSession :many
+SELECT s.worker_session_id FROM control_core.worker_sessions s
+WHERE s.worker_session_id = $1::uuid
+FOR NO KEY UPDATE
+`
+
+// Taken before Offer in the same READ COMMITTED transaction: Offer's snapshot, taken after this
+// lock is granted, then counts the offers of every placement that held the lock before it. (Its
+// own FOR NO KEY UPDATE alone would not: EvalPlanQual re-checks the locked row, but the capacity
+// subqueries keep the statement's older snapshot, and two placements could both see a free slot.)
+func (q *Queries) LockSession(ctx context.Context, sessionID uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, lockSession, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var worker_session_id uuid.UUID
+		if err := rows.Scan(&worker_session_id); err != nil {
+			return nil, err
+		}
+		items = append(items, worker_session_id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -17,8 +17,11 @@ import (
 )
 
 // Store runs the dispatcher's transitions (design §1.2) on a handle connected as the runtime
-// role. Every method is one statement in a READ COMMITTED transaction of its own, retried (≤ 3)
-// on serialization failure, deadlock and unique violation; generated rows never leave it.
+// role. Every transition is one statement in a READ COMMITTED transaction of its own (Offer is
+// preceded by its session lock, Drain's withdrawal follows its session update), retried (≤ 3) on
+// serialization failure, deadlock and unique violation; generated rows never leave it. A
+// transition that wrote nothing reads a diagnosis to return the sentinel error of the fence that
+// failed.
 type Store struct {
 	db  *dbconn.DB
 	cfg Config
@@ -52,6 +55,22 @@ func (s *Store) run(ctx context.Context, what string, fn func(*db.Queries) error
 	var err error
 	for try := 1; try <= maxTries; try++ {
 		err = s.db.Run(ctx, func(q dbconn.Querier) error { return fn(db.New(q)) })
+		if err == nil || !retryable(err) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("dispatch %s: %w", what, err)
+	}
+	return nil
+}
+
+// runTx is run for a transition that must lock before its statement takes its snapshot (Offer):
+// the statements of fn in one READ COMMITTED transaction.
+func (s *Store) runTx(ctx context.Context, what string, fn func(*db.Queries) error) error {
+	var err error
+	for try := 1; try <= maxTries; try++ {
+		err = s.db.InTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return fn(db.New(tx)) })
 		if err == nil || !retryable(err) {
 			break
 		}
@@ -233,7 +252,10 @@ func (s *Store) Offer(ctx context.Context, cred Credential, sessionID uuid.UUID,
 		p.RunIds, p.CallbackHashes = append(p.RunIds, c.RunID), append(p.CallbackHashes, hash)
 	}
 	var rows []db.OfferRow
-	err := s.run(ctx, "offer", func(q *db.Queries) error {
+	err := s.runTx(ctx, "offer", func(q *db.Queries) error {
+		if _, e := q.LockSession(ctx, sessionID); e != nil {
+			return e
+		}
 		var e error
 		rows, e = q.Offer(ctx, p)
 		return e
@@ -346,8 +368,10 @@ func (s *Store) Reject(ctx context.Context, cred Credential, offerID, sessionID 
 	if err != nil {
 		return err
 	}
-	if d.OfferState == "rejected" && d.CallbackOk && d.TokenOk {
-		return nil // a replay: answered as the first was
+	if d.OfferState == "rejected" {
+		// A replay: answered as the first was. The offer is this session's (the diagnosis sees
+		// only the caller's); its callback hash left the Attempt with the rejection.
+		return nil
 	}
 	if e := offerError(d); e != nil {
 		return e

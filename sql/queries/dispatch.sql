@@ -563,10 +563,8 @@ offer AS (SELECT o.* FROM control_core.dispatch_offers o
           WHERE o.offer_id = @offer_id::uuid AND o.worker_session_id IN (SELECT worker_session_id FROM sess)),
 att AS (SELECT a.* FROM control_core.attempts a
         WHERE (a.attempt_id = @attempt_id::uuid OR a.attempt_id IN (SELECT attempt_id FROM offer))
-          AND (a.worker_session_id IN (SELECT worker_session_id FROM sess)
-               OR a.attempt_id IN (SELECT attempt_id FROM offer)
-               OR EXISTS (SELECT 1 FROM control_core.run_leases l JOIN sess ON sess.worker_session_id = l.worker_session_id
-                          WHERE l.run_lease_id = a.run_lease_id)))
+          AND a.worker_session_id IN (SELECT ts.worker_session_id FROM control_core.worker_sessions ts
+                                      WHERE ts.worker_token_id IN (SELECT worker_token_id FROM tok)))
 SELECT EXISTS (SELECT 1 FROM tok)::boolean AS token_ok,
        coalesce((SELECT state FROM sess), '')::text AS session_state,
        coalesce((SELECT expires_at_ms <= obs.now_ms FROM sess), false)::boolean AS session_expired,
@@ -617,3 +615,12 @@ due AS (
 UPDATE control_core.worker_sessions s SET state = 'expired'
 FROM due, obs
 WHERE s.worker_session_id = due.worker_session_id AND s.state IN ('active', 'draining') AND s.expires_at_ms <= obs.now_ms;
+
+-- name: LockSession :many
+-- Taken before Offer in the same READ COMMITTED transaction: Offer's snapshot, taken after this
+-- lock is granted, then counts the offers of every placement that held the lock before it. (Its
+-- own FOR NO KEY UPDATE alone would not: EvalPlanQual re-checks the locked row, but the capacity
+-- subqueries keep the statement's older snapshot, and two placements could both see a free slot.)
+SELECT s.worker_session_id FROM control_core.worker_sessions s
+WHERE s.worker_session_id = @session_id::uuid
+FOR NO KEY UPDATE;
