@@ -317,3 +317,44 @@ func TestNewClientRefusesBadDispatchers(t *testing.T) {
 		}
 	}
 }
+
+// Heartbeats renew the lease: a job that runs past the unrenewed deadline (5 s × 0.99 − 2 s)
+// is not stopped while the dispatcher answers "renewed".
+func TestHeartbeatsKeepALongJobAlive(t *testing.T) {
+	f := newFakeDispatcher(t)
+	f.leaseTTLMs, f.hbIntervalMs = 5000, 200
+	f.offers <- testOffer("1")
+	var cause error
+	rr := startRunner(t, []string{f.srv.URL}, func(ctx context.Context, job worker.Job) worker.Result {
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+			return worker.Result{Outcome: workerproto.OutcomeFailed, Error: &workerproto.AttemptError{Kind: workerproto.KindExitStatus, Message: "stopped"}}
+		case <-time.After(4 * time.Second):
+			return worker.Result{Outcome: workerproto.OutcomeSucceeded}
+		}
+	}, nil)
+	eventually.True(t, 15*time.Second, "one completion", func() bool { return len(f.completesCopy()) == 1 })
+	rr.stop(t)
+	if c := f.completesCopy()[0]; c.Outcome != workerproto.OutcomeSucceeded || cause != nil {
+		t.Fatalf("completion %s, handler stopped by %v: want a renewed lease to let the job finish", c.Outcome, cause)
+	}
+}
+
+// A poll answered 410 (the session expired) makes the Runner register a new session and go on.
+func TestRunnerRegistersAgainWhenTheSessionIsGone(t *testing.T) {
+	f := newFakeDispatcher(t)
+	f.gone["poll"] = 1
+	f.offers <- testOffer("1")
+	rr := startRunner(t, []string{f.srv.URL}, func(ctx context.Context, job worker.Job) worker.Result {
+		return worker.Result{Outcome: workerproto.OutcomeSucceeded}
+	}, nil)
+	eventually.True(t, 10*time.Second, "one completion", func() bool { return len(f.completesCopy()) == 1 })
+	rr.stop(t)
+	if n := f.count("register"); n != 2 {
+		t.Fatalf("%d registrations, want 2 (the first session was gone)", n)
+	}
+	if c := f.completesCopy()[0]; c.SessionID != "sess-2" {
+		t.Fatalf("completion on session %q, want the new one sess-2", c.SessionID)
+	}
+}
