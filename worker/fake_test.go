@@ -31,6 +31,7 @@ type fakeDispatcher struct {
 	leaseStatus    map[string]string // attempt id → heartbeat answer (default renewed)
 	fail503        map[string]int    // endpoint name → 503 answers still to give
 	gone           map[string]int    // endpoint name → 410 session_gone answers still to give
+	greedy         bool              // a poll answers every queued offer, whatever max_offers says
 	calls          []string          // endpoint names in arrival order
 	completes      []workerproto.CompleteRequest
 	completeRaw    [][]byte
@@ -132,6 +133,12 @@ func (f *fakeDispatcher) poll(w http.ResponseWriter, r *http.Request) {
 	select {
 	case o := <-f.offers:
 		resp.Offers = append(resp.Offers, o)
+		f.mu.Lock()
+		greedy := f.greedy
+		f.mu.Unlock()
+		for greedy && len(f.offers) > 0 { // a misbehaving dispatcher: more than max_offers
+			resp.Offers = append(resp.Offers, <-f.offers)
+		}
 	case <-time.After(time.Duration(req.WaitMs) * time.Millisecond):
 	case <-r.Context().Done():
 		return

@@ -358,3 +358,38 @@ func TestRunnerRegistersAgainWhenTheSessionIsGone(t *testing.T) {
 		t.Fatalf("completion on session %q, want the new one sess-2", c.SessionID)
 	}
 }
+
+// The Runner never runs more jobs than its capacity, even when a dispatcher offers more than the
+// poll asked for: the extra offer is rejected, not run.
+func TestRunnerNeverRunsMoreThanItsCapacity(t *testing.T) {
+	f := newFakeDispatcher(t)
+	f.greedy = true
+	for _, n := range []string{"1", "2", "3"} {
+		f.offers <- testOffer(n)
+	}
+	var mu sync.Mutex
+	running, most := 0, 0
+	release := make(chan struct{})
+	rr := startRunner(t, []string{f.srv.URL}, func(ctx context.Context, job worker.Job) worker.Result {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return worker.Result{Outcome: workerproto.OutcomeSucceeded}
+	}, func(c *worker.Config) { c.Capacity = 2 })
+	eventually.True(t, 10*time.Second, "two jobs running and one offer rejected", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return running == 2 && f.count("reject") == 1
+	})
+	close(release)
+	eventually.True(t, 10*time.Second, "two completions", func() bool { return f.count("complete") == 2 })
+	rr.stop(t)
+	if most != 2 || f.count("ack") != 2 {
+		t.Fatalf("at most %d jobs at once and %d acks, want 2 and 2 (capacity 2)", most, f.count("ack"))
+	}
+}
