@@ -149,13 +149,14 @@ func (c *Client) Register(ctx context.Context, req workerproto.RegisterRequest) 
 	return resp, wrap("register", err)
 }
 
-// Poll waits up to req.WaitMs for offers. Tried once; its HTTP timeout is WaitMs + 5 s.
+// Poll waits up to req.WaitMs for offers. Tried once; its HTTP timeout is WaitMs + 6 s (it must
+// exceed the wait by more than PollTimeoutSlackMs).
 func (c *Client) Poll(ctx context.Context, sessionID string, req workerproto.PollRequest) (workerproto.PollResponse, error) {
 	var resp workerproto.PollResponse
 	if err := req.Validate(); err != nil {
 		return resp, fmt.Errorf("poll: %w", err)
 	}
-	timeout := time.Duration(req.WaitMs+workerproto.PollTimeoutSlackMs) * time.Millisecond
+	timeout := time.Duration(req.WaitMs+workerproto.PollTimeoutSlackMs)*time.Millisecond + time.Second
 	err := c.once(ctx, http.MethodPost, workerproto.PollPath(sessionID), req, &resp, http.StatusOK, timeout)
 	return resp, wrap("poll", err)
 }

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +30,8 @@ type fakeDispatcher struct {
 	hbIntervalMs   int64
 	leaseStatus    map[string]string // attempt id → heartbeat answer (default renewed)
 	fail503        map[string]int    // endpoint name → 503 answers still to give
+	gone           map[string]int    // endpoint name → 410 session_gone answers still to give
+	greedy         bool              // a poll answers every queued offer, whatever max_offers says
 	calls          []string          // endpoint names in arrival order
 	completes      []workerproto.CompleteRequest
 	completeRaw    [][]byte
@@ -41,7 +44,7 @@ func newFakeDispatcher(t *testing.T) *fakeDispatcher {
 	f := &fakeDispatcher{
 		t: t, offers: make(chan workerproto.Offer, 16),
 		leaseTTLMs: 30_000, hbIntervalMs: 100,
-		leaseStatus: map[string]string{}, fail503: map[string]int{},
+		leaseStatus: map[string]string{}, fail503: map[string]int{}, gone: map[string]int{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/sessions", f.register)
@@ -94,6 +97,11 @@ func (f *fakeDispatcher) record(name string, w http.ResponseWriter) bool {
 		writeJSON(w, http.StatusServiceUnavailable, workerproto.ErrorBody{Error: workerproto.ErrorDetail{Code: workerproto.CodeUnavailable, Message: "test"}})
 		return true
 	}
+	if f.gone[name] > 0 {
+		f.gone[name]--
+		writeJSON(w, http.StatusGone, workerproto.ErrorBody{Error: workerproto.ErrorDetail{Code: workerproto.CodeSessionGone}})
+		return true
+	}
 	return false
 }
 
@@ -109,7 +117,7 @@ func (f *fakeDispatcher) register(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.sessionsIssued++
-	resp := workerproto.RegisterResponse{SessionID: "sess-1", HeartbeatIntervalMs: f.hbIntervalMs, LeaseTTLMs: f.leaseTTLMs,
+	resp := workerproto.RegisterResponse{SessionID: fmt.Sprintf("sess-%d", f.sessionsIssued), HeartbeatIntervalMs: f.hbIntervalMs, LeaseTTLMs: f.leaseTTLMs,
 		PollMaxWaitMs: 1000, OutputTailMaxBytes: workerproto.OutputTailMaxBytes}
 	f.mu.Unlock()
 	writeJSON(w, http.StatusCreated, resp)
@@ -125,6 +133,12 @@ func (f *fakeDispatcher) poll(w http.ResponseWriter, r *http.Request) {
 	select {
 	case o := <-f.offers:
 		resp.Offers = append(resp.Offers, o)
+		f.mu.Lock()
+		greedy := f.greedy
+		f.mu.Unlock()
+		for greedy && len(f.offers) > 0 { // a misbehaving dispatcher: more than max_offers
+			resp.Offers = append(resp.Offers, <-f.offers)
+		}
 	case <-time.After(time.Duration(req.WaitMs) * time.Millisecond):
 	case <-r.Context().Done():
 		return

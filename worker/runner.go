@@ -183,8 +183,8 @@ func (r *Runner) serve(ctx context.Context) error {
 			backoff.reset()
 		case ctx.Err() != nil:
 			return nil
-		case code == workerproto.CodeSessionGone:
-			r.log.Warn("session gone: registering a new one", "session_id", sess.id)
+		case code == workerproto.CodeSessionGone || code == workerproto.CodeNotFound:
+			r.log.Warn("session gone: registering a new one", "session_id", sess.id, "code", code)
 			r.dropSession(sess, "session_gone")
 			continue
 		case code == workerproto.CodeUnauthorized:
@@ -496,17 +496,19 @@ func TailUTF8(s string, n int) (string, bool) {
 
 // ---- heartbeats
 
+// heartbeats renews the session and its leases every heartbeat interval, counted from the start
+// of the previous heartbeat (a slow answer must not stretch the period).
 func (r *Runner) heartbeats(ctx context.Context) {
 	for {
 		r.mu.Lock()
 		sess := r.sess
 		r.mu.Unlock()
-		interval := time.Second
+		next := time.Now().Add(time.Second) // no session yet: look again soon
 		if sess != nil {
-			interval = sess.heartbeatInterval
+			next = time.Now().Add(sess.heartbeatInterval)
 			r.heartbeat(ctx, sess)
 		}
-		if !sleepCtx(ctx, interval) {
+		if !sleepCtx(ctx, time.Until(next)) {
 			return
 		}
 	}
@@ -528,7 +530,7 @@ func (r *Runner) heartbeat(ctx context.Context, sess *session) {
 	t0 := time.Now() // D11: the renewal counts from before the request was sent
 	resp, err := r.client.Heartbeat(hctx, sess.id, req)
 	switch {
-	case ErrorCode(err) == workerproto.CodeSessionGone:
+	case ErrorCode(err) == workerproto.CodeSessionGone || ErrorCode(err) == workerproto.CodeNotFound:
 		r.log.Warn("heartbeat: session gone; every lease is lost", "session_id", sess.id)
 		r.dropSession(sess, "session_gone")
 		return

@@ -317,3 +317,79 @@ func TestNewClientRefusesBadDispatchers(t *testing.T) {
 		}
 	}
 }
+
+// Heartbeats renew the lease: a job that runs past the unrenewed deadline (5 s × 0.99 − 2 s)
+// is not stopped while the dispatcher answers "renewed".
+func TestHeartbeatsKeepALongJobAlive(t *testing.T) {
+	f := newFakeDispatcher(t)
+	f.leaseTTLMs, f.hbIntervalMs = 5000, 200
+	f.offers <- testOffer("1")
+	var cause error
+	rr := startRunner(t, []string{f.srv.URL}, func(ctx context.Context, job worker.Job) worker.Result {
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+			return worker.Result{Outcome: workerproto.OutcomeFailed, Error: &workerproto.AttemptError{Kind: workerproto.KindExitStatus, Message: "stopped"}}
+		case <-time.After(4 * time.Second):
+			return worker.Result{Outcome: workerproto.OutcomeSucceeded}
+		}
+	}, nil)
+	eventually.True(t, 15*time.Second, "one completion", func() bool { return len(f.completesCopy()) == 1 })
+	rr.stop(t)
+	if c := f.completesCopy()[0]; c.Outcome != workerproto.OutcomeSucceeded || cause != nil {
+		t.Fatalf("completion %s, handler stopped by %v: want a renewed lease to let the job finish", c.Outcome, cause)
+	}
+}
+
+// A poll answered 410 (the session expired) makes the Runner register a new session and go on.
+func TestRunnerRegistersAgainWhenTheSessionIsGone(t *testing.T) {
+	f := newFakeDispatcher(t)
+	f.gone["poll"] = 1
+	f.offers <- testOffer("1")
+	rr := startRunner(t, []string{f.srv.URL}, func(ctx context.Context, job worker.Job) worker.Result {
+		return worker.Result{Outcome: workerproto.OutcomeSucceeded}
+	}, nil)
+	eventually.True(t, 10*time.Second, "one completion", func() bool { return len(f.completesCopy()) == 1 })
+	rr.stop(t)
+	if n := f.count("register"); n != 2 {
+		t.Fatalf("%d registrations, want 2 (the first session was gone)", n)
+	}
+	if c := f.completesCopy()[0]; c.SessionID != "sess-2" {
+		t.Fatalf("completion on session %q, want the new one sess-2", c.SessionID)
+	}
+}
+
+// The Runner never runs more jobs than its capacity, even when a dispatcher offers more than the
+// poll asked for: the extra offer is rejected, not run.
+func TestRunnerNeverRunsMoreThanItsCapacity(t *testing.T) {
+	f := newFakeDispatcher(t)
+	f.greedy = true
+	for _, n := range []string{"1", "2", "3"} {
+		f.offers <- testOffer(n)
+	}
+	var mu sync.Mutex
+	running, most := 0, 0
+	release := make(chan struct{})
+	rr := startRunner(t, []string{f.srv.URL}, func(ctx context.Context, job worker.Job) worker.Result {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return worker.Result{Outcome: workerproto.OutcomeSucceeded}
+	}, func(c *worker.Config) { c.Capacity = 2 })
+	eventually.True(t, 10*time.Second, "two jobs running and one offer rejected", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return running == 2 && f.count("reject") == 1
+	})
+	close(release)
+	eventually.True(t, 10*time.Second, "two completions", func() bool { return f.count("complete") == 2 })
+	rr.stop(t)
+	if most != 2 || f.count("ack") != 2 {
+		t.Fatalf("at most %d jobs at once and %d acks, want 2 and 2 (capacity 2)", most, f.count("ack"))
+	}
+}

@@ -200,7 +200,7 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 		select {
 		case <-exited:
 		case <-kill.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL) // the kill grace is over
 		}
 	}()
 
@@ -208,7 +208,7 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 	close(exited)
 	// The leader is gone; what it left in its group must not outlive the attempt (it would run
 	// without a lease). Then the pipe closes once the last writer is dead.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	_ = syscall.Kill(-pgid, syscall.SIGKILL) // strays of a leader that exited
 	select {
 	case <-copied:
 	case <-time.After(opts.KillGrace):

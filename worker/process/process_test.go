@@ -160,7 +160,7 @@ func alive(pid int) bool {
 // group ends it) and writes its pid to a file.
 func grandchildSpec(t *testing.T, extra map[string]any) (map[string]any, string) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	spec := map[string]any{"command": []string{"sh", "-c", `trap '' TERM; sleep 60 & echo $! > "$1"; wait`, "sh", pidFile}}
+	spec := map[string]any{"command": []string{"sh", "-c", `trap '' TERM; sleep 20 & echo $! > "$1"; wait`, "sh", pidFile}}
 	for k, v := range extra {
 		spec[k] = v
 	}
@@ -215,4 +215,14 @@ func TestCancelKillsTheProcessGroup(t *testing.T) {
 		t.Fatalf("signal = %q, want SIGKILL (the child ignores SIGTERM)", res.Signal)
 	}
 	eventually.True(t, 5*time.Second, "the grandchild to be dead", func() bool { return !alive(pid) })
+}
+
+// A job that exits leaving a child behind (a daemon, a forgotten "&") does not leave it running:
+// it would run on without a lease.
+func TestStrayChildrenDieWithTheJob(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	res := runSpec(t, context.Background(), map[string]any{"command": []string{"sh", "-c", `sleep 20 > /dev/null 2>&1 & echo $! > "$1"`, "sh", pidFile}})
+	wantOutcome(t, res, workerproto.OutcomeSucceeded, "")
+	pid := readPid(t, pidFile)
+	eventually.True(t, 5*time.Second, "the stray child to be dead", func() bool { return !alive(pid) })
 }
