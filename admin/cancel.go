@@ -56,7 +56,12 @@ func (p *Publisher) CancelRun(ctx context.Context, runID uuid.UUID, reason strin
 		return out, err
 	}
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		row, err := db.New(tx).CancelRun(ctx, db.CancelRunParams{RunID: runID, Reason: reason})
+		q := db.New(tx)
+		// cancel_run records the audit reason as the event's and the audit row's "by"
+		if err := q.SetAuditReason(ctx, "qlsched runs cancel"); err != nil {
+			return fmt.Errorf("cancel run %s: audit reason: %w", runID, err)
+		}
+		row, err := q.CancelRun(ctx, db.CancelRunParams{RunID: runID, Reason: reason})
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound {
 			return fmt.Errorf("run %s: %w", runID, ErrNotFound)

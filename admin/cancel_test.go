@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -16,17 +17,18 @@ import (
 func insertQueuedRun(t *testing.T, f *fixture) uuid.UUID {
 	t.Helper()
 	id := uuid.New()
-	f.d.Exec(t, `
+	// one statement string, no parameters: several commands in one implicit transaction
+	f.d.Exec(t, fmt.Sprintf(`
 		INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
 		        trigger_revision, scheduled_for_ms, idempotency_key, state, owner, queued_at_ms, created_at_ms, updated_at_ms)
-		SELECT $1::uuid, 'p', 'task', 1, kr.execution_revision_id, NULL, NULL, NULL, 'manual:' || $1::text, 'queued', 'runtime',
+		SELECT '%[1]s'::uuid, 'p', 'task', 1, kr.execution_revision_id, NULL, NULL, NULL, 'manual:%[1]s', 'queued', 'runtime',
 		       control_core.db_now_ms(), control_core.db_now_ms(), control_core.db_now_ms()
 		FROM control_core.task_revisions kr WHERE kr.project_id = 'p' AND kr.task_id = 'task' AND kr.revision = 1;
 		INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
-		VALUES (gen_random_uuid(), $1::uuid, 1, 'remote_worker', 'claimed', control_core.db_now_ms(), control_core.db_now_ms());
+		VALUES (gen_random_uuid(), '%[1]s'::uuid, 1, 'remote_worker', 'claimed', control_core.db_now_ms(), control_core.db_now_ms());
 		INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms, detail)
-		VALUES (gen_random_uuid(), $1::uuid, 1, 'run.created', control_core.db_now_ms(), '{}'),
-		       (gen_random_uuid(), $1::uuid, 2, 'run.queued', control_core.db_now_ms(), '{}')`, id)
+		VALUES (gen_random_uuid(), '%[1]s'::uuid, 1, 'run.created', control_core.db_now_ms(), '{}'),
+		       (gen_random_uuid(), '%[1]s'::uuid, 2, 'run.queued', control_core.db_now_ms(), '{}')`, id))
 	return id
 }
 
@@ -69,8 +71,8 @@ func TestCancelRun(t *testing.T) {
 		t.Errorf("a second cancel wrote: %d events, %d audit rows; want 1 and 1", events(), audits())
 	}
 	done := insertQueuedRun(t, f)
-	f.d.Exec(t, `UPDATE control_core.attempts SET state = 'succeeded', finished_at_ms = control_core.db_now_ms() WHERE run_id = $1;
-		UPDATE control_core.runs SET state = 'succeeded', finished_at_ms = control_core.db_now_ms() WHERE run_id = $1`, done)
+	f.d.Exec(t, fmt.Sprintf(`UPDATE control_core.attempts SET state = 'succeeded', finished_at_ms = control_core.db_now_ms() WHERE run_id = '%[1]s';
+		UPDATE control_core.runs SET state = 'succeeded', finished_at_ms = control_core.db_now_ms() WHERE run_id = '%[1]s'`, done))
 	term, err := f.pub.CancelRun(ctx, done, "")
 	if err != nil || !term.Already || term.State != "succeeded" || term.From != "succeeded" {
 		t.Errorf("cancel of a succeeded Run: %+v, %v; want already succeeded", term, err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -87,7 +88,7 @@ func TestWorkerTokenIsShownOnceAndNeverAgain(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(outputs[6], "2 revoked") || !strings.Contains(outputs[8], `"revoked":[]`) {
+	if !strings.Contains(outputs[6], "2 revoked") || !strings.Contains(outputs[8], `"revoked": []`) {
 		t.Errorf("revoke: %q then %q; want 2 revoked, then none (idempotent)", outputs[6], outputs[8])
 	}
 }
@@ -107,13 +108,13 @@ func TestRunsCancel(t *testing.T) {
 		}
 	}
 	const runID = "0b9f5f4e-8c1a-4c3e-9d52-3a8f0c6e2b11"
-	d.Exec(t, `
+	d.Exec(t, fmt.Sprintf(`
 		INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, trigger_id,
 		        trigger_revision, scheduled_for_ms, idempotency_key, state, owner, queued_at_ms, created_at_ms, updated_at_ms)
-		SELECT $1::uuid, 'p', 'k', 1, kr.execution_revision_id, NULL, NULL, NULL, 'manual:1', 'queued', 'runtime', 100050, 100050, 100050
+		SELECT '%[1]s'::uuid, 'p', 'k', 1, kr.execution_revision_id, NULL, NULL, NULL, 'manual:1', 'queued', 'runtime', 100050, 100050, 100050
 		FROM control_core.task_revisions kr WHERE kr.project_id = 'p' AND kr.task_id = 'k' AND kr.revision = 1;
 		INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
-		VALUES (gen_random_uuid(), $1::uuid, 1, 'remote_worker', 'claimed', 100050, 100050)`, runID)
+		VALUES (gen_random_uuid(), '%[1]s'::uuid, 1, 'remote_worker', 'claimed', 100050, 100050)`, runID))
 	for _, c := range []struct {
 		args []string
 		code int
@@ -121,7 +122,7 @@ func TestRunsCancel(t *testing.T) {
 	}{
 		{[]string{"runs", "cancel", runID, "--reason", "bad input"}, 0, "cancelled (was queued)"},
 		{[]string{"runs", "cancel", runID}, 0, "already cancelled"},
-		{[]string{"runs", "cancel", runID, "--format", "json"}, 0, `"already":true`},
+		{[]string{"runs", "cancel", runID, "--format", "json"}, 0, `"already": true`},
 		{[]string{"runs", "cancel", "6f1c1e0a-0000-4000-8000-000000000000"}, 1, "not found"},
 	} {
 		r := run(t, append(c.args, url...)...)
