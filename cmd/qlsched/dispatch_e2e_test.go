@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -272,4 +273,72 @@ func stopProcess(t *testing.T, p *replicaProcess) int {
 		<-exited
 	}
 	return p.cmd.ProcessState.ExitCode()
+}
+
+// The curl walk-through of docs/dispatch.md, run as it is written (bash, curl, jq, psql) against
+// a real dispatcher and an admitted Run, so the document stays true: the Run succeeds, the
+// replayed report says replay:true, a wrong token gets 401 with the challenge.
+func TestCurlWalkThroughOfTheDocs(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"bash", "curl", "jq", "psql"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the walk-through needs %s: %v", tool, err)
+		}
+	}
+	doc, err := os.ReadFile("../../docs/dispatch.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, walk, ok := strings.Cut(string(doc), "## curl walk-through")
+	_, script, ok2 := strings.Cut(walk, "```sh\n")
+	script, _, ok3 := strings.Cut(script, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/dispatch.md has no ```sh block under '## curl walk-through'")
+	}
+
+	d := testpg.New(t)
+	admin := []string{"--database-url", d.URL("ql_admin")}
+	publish(t, admin, []string{"project", "create", "--project", "p"},
+		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"command":["sh","-c","echo hi"]}`},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * * *"})
+	sched := startProcess(t, qlsched(t), "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0", "--cadence", "100ms")
+	su := d.Pool(t, "")
+	eventually.True(t, 60*time.Second, "a Run admitted", func() bool {
+		var n int
+		return su.QueryRow(context.Background(), `SELECT count(*) FROM control_core.runs`).Scan(&n) == nil && n > 0
+	})
+	publish(t, admin, []string{"trigger", "disable", "--project", "p", "--trigger", "t"})
+	disp := startProcess(t, qlsched(t), "dispatch", "--database-url", d.URL("ql_runtime"), "--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	line := disp.waitFor(t, 60*time.Second, "dispatcher running", func(l string) bool { return listenLog.MatchString(l) })
+
+	// qlsched and psql both read the standard PG* variables: the admin role.
+	u, err := url.Parse(d.URL("ql_admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "D="+listenLog.FindStringSubmatch(line)[1],
+		"PATH="+filepath.Dir(qlsched(t))+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"PGHOST="+u.Hostname(), "PGPORT="+u.Port(), "PGUSER="+u.User.Username(), "PGPASSWORD="+pw,
+		"PGDATABASE="+strings.TrimPrefix(u.Path, "/"), "PGSSLMODE=disable", "QL_DATABASE_URL=")
+	r := testbin.Run(t, cmd)
+	out := r.Stdout + r.Stderr
+	t.Logf("the walk-through printed:\n%s", out)
+	if r.Code != 0 {
+		t.Fatalf("the walk-through exited %d:\n%s", r.Code, out)
+	}
+	for _, want := range []string{`{"lease_version":1,`, `{"run_state":"succeeded","replay":false}`, `{"run_state":"succeeded","replay":true}`,
+		"HTTP/1.1 401", `Www-Authenticate: Bearer realm="qlsched"`, `{"error":{"code":"unauthorized"}}`,
+		"run.dispatching", "run.running", "run.succeeded", `"echo hi"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the walk-through's output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, p := range []*replicaProcess{disp, sched} {
+		if code := stopProcess(t, p); code != 0 {
+			t.Errorf("exit %d after SIGTERM:\n%s", code, p.all.String())
+		}
+	}
 }
