@@ -69,7 +69,8 @@ type loop struct {
 	su          *pgxpool.Pool // the test's own reads, as the superuser
 	admin       []string
 	dir         string
-	urls        []string
+	urls        []string // the dispatchers' worker protocol
+	health      []string // the dispatchers' /healthz, /readyz, /metrics
 	token       string
 	sched       *replicaProcess
 	dispatchers []*replicaProcess
@@ -114,6 +115,7 @@ func startLoop(t *testing.T, tasks ...[]string) *loop {
 			"--http-addr", "127.0.0.1:0", "--lease", "6s", "--sweep-interval", "200ms", "--offer-ttl", "5s", "--poll-max-wait", "5s")
 		line := p.waitFor(t, 60*time.Second, "dispatcher running", func(line string) bool { return listenLog.MatchString(line) })
 		l.urls = append(l.urls, listenLog.FindStringSubmatch(line)[1])
+		l.health = append(l.health, "http://"+httpAddrLog.FindStringSubmatch(line)[1])
 		l.dispatchers = append(l.dispatchers, p)
 	}
 	qlworker := testbin.Command(t, "qlworker")
@@ -213,7 +215,19 @@ func TestClosedLoopWithRealProcesses(t *testing.T) {
 		t.Errorf("wrong token: %d, WWW-Authenticate %q; want 401 with the challenge", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 	}
 
+	for _, h := range l.health {
+		if code := get(t, h+"/readyz"); code != http.StatusOK {
+			t.Errorf("%s/readyz: %d; want 200", h, code)
+		}
+	}
 	admitted := l.settle(t, 5, "ok")
+	var requests float64
+	for _, h := range l.health {
+		requests += scrape(t, h+"/metrics")["qlsched_dispatch_requests_total"]
+	}
+	if requests == 0 {
+		t.Error("no qlsched_dispatch_requests_total on the dispatchers' /metrics")
+	}
 	l.audit(t)
 	if n := l.count(t, `SELECT count(*) FROM control_core.attempts WHERE attempt_no <> 1 OR state <> 'succeeded'`); n != 0 {
 		t.Errorf("%d Attempts other than one succeeded first Attempt per Run (task ok never fails)", n)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/qlcontrol/controlcore/dispatch"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // Every dispatch.Config field has its flag, and qlsched dispatch defines it: a ConfigError is
@@ -95,5 +96,21 @@ func TestDispatchHelpExplains(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, want) {
 			t.Errorf("qlsched dispatch --help (exit %d) does not mention %q", r.code, want)
 		}
+	}
+}
+
+// Readiness as run checks it: an un-migrated database, or a connection that is not the runtime
+// role, refuses to start (exit 1) and places nothing.
+func TestDispatchRefusesAnUnreadyDatabase(t *testing.T) {
+	t.Parallel()
+	empty := testpg.NewEmpty(t)
+	r := run(t, "dispatch", "--database-url", empty.URL(""), "--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	if r.code != 1 || !strings.Contains(r.stderr, "qlmigrate up") || strings.Contains(r.stderr, "dispatcher running") {
+		t.Errorf("un-migrated database: exit %d, stderr %q; want exit 1 pointing at qlmigrate up", r.code, r.stderr)
+	}
+	d := testpg.New(t)
+	r = run(t, "dispatch", "--database-url", d.URL(""), "--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	if r.code != 1 || !strings.Contains(r.stderr, "runtime role ql_runtime") {
+		t.Errorf("as superuser: exit %d, stderr %q; want exit 1 about the connected role", r.code, r.stderr)
 	}
 }
