@@ -27,7 +27,8 @@ SELECT
     coalesce(p.content_digest = control_core.project_digest(p.project_id, p.state, p.revision)
         AND tr.content_digest = control_core.trigger_digest(tr.kind, tr.cron_spec, tr.timezone, tr.misfire_policy,
                                                             tr.misfire_grace_ms, tr.enabled, tr.task_id, tr.task_revision)
-        AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
+        AND kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest,
+                                                         kr.max_attempts, kr.retry_backoff_ms, kr.worker_selector)
         AND er.executor_kind = 'remote_worker'
         AND er.digest = control_core.execution_digest(er.spec), false)::boolean AS digests_valid,
     obs.now_ms
