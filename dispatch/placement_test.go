@@ -454,3 +454,32 @@ func TestCancelRacesComplete(t *testing.T) {
 		}
 	}
 }
+
+// Two ACKs of one offer at once (a retried request racing the first): one lease, and both
+// answers name it.
+func TestConcurrentAcksGrantOneLease(t *testing.T) {
+	f := newFx(t)
+	runs := f.queue("p", 20)
+	c := f.token("w")
+	s := f.session(c, 20, nil)
+	offers := f.place(c, s, 20)
+	for _, o := range offers {
+		var wg sync.WaitGroup
+		var got [2]dispatch.Lease
+		var errs [2]error
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[i], errs[i] = f.store.Ack(bg, c, o.OfferID, s.ID, o.CallbackToken)
+			}()
+		}
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil || got[0].LeaseVersion != 1 || got[1].LeaseVersion != 1 {
+			t.Fatalf("acks: %+v %v, %+v %v", got[0], errs[0], got[1], errs[1])
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.run_leases`); n != len(runs) {
+		t.Fatalf("%d leases for %d Runs", n, len(runs))
+	}
+}

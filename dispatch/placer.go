@@ -232,7 +232,8 @@ func (p *Placer) pass(ctx context.Context) {
 	}
 }
 
-// place reads candidates from the cursor (wrapping once) and offers them. nil: nothing to place
+// place reads candidates from the cursor, wrapping to the first project once when the projects
+// after it gave fewer than wanted, and offers them; the cursor moves to the last one's project. nil: nothing to place
 // for these labels; empty: candidates existed but none was offered.
 func (p *Placer) place(ctx context.Context, w *waiter) ([]Offer, error) {
 	p.mu.Lock()
@@ -245,7 +246,7 @@ func (p *Placer) place(ctx context.Context, w *waiter) ([]Offer, error) {
 	}
 	if len(cands) < w.slots && after != "" {
 		q.After = ""
-		more, next2, err := p.store.Candidates(ctx, q)
+		more, _, err := p.store.Candidates(ctx, q)
 		if err != nil {
 			return nil, err
 		}
@@ -258,9 +259,6 @@ func (p *Placer) place(ctx context.Context, w *waiter) ([]Offer, error) {
 				cands = append(cands, c)
 				next = c.ProjectID
 			}
-		}
-		if len(more) > 0 && len(cands) == len(more) {
-			next = next2
 		}
 	}
 	if len(cands) == 0 {

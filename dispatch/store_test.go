@@ -395,3 +395,38 @@ func TestCompleteAcceptsAnExpiredUnsweptLease(t *testing.T) {
 		t.Fatalf("after complete: %s", got)
 	}
 }
+
+// Register needs a live token and writes nothing without one; Session reads a session of the
+// token only, with its state judged against database time.
+func TestRegisterAndSession(t *testing.T) {
+	f := newFx(t)
+	c := f.token("w")
+	s := f.session(c, 4, map[string]string{"zone": "a"})
+	if s.LeaseTTLMs != testConfig.LeaseTTL.Milliseconds() || s.HeartbeatIntervalMs != s.LeaseTTLMs/3 || s.ExpiresInMs != s.LeaseTTLMs {
+		t.Fatalf("session = %+v", s)
+	}
+	got, err := f.store.Session(bg, c, s.ID)
+	if err != nil || got.Capacity != 4 || got.Labels["zone"] != "a" || got.State != "active" {
+		t.Fatalf("session read = %+v, %v", got, err)
+	}
+	if _, err := f.store.Session(bg, f.token("other"), s.ID); !errors.Is(err, dispatch.ErrNotFound) {
+		t.Fatalf("another token's session: %v", err)
+	}
+	f.expireSession(s.ID)
+	if _, err := f.store.Session(bg, c, s.ID); !errors.Is(err, dispatch.ErrSessionGone) {
+		t.Fatalf("expired session: %v", err)
+	}
+	if n, err := f.store.ExpireSessions(bg, 10); n != 1 || err != nil {
+		t.Fatalf("expire sessions: %d %v", n, err)
+	}
+	f.revoke(c)
+	if _, err := f.store.Register(bg, c, dispatch.Registration{Name: "w1", Capacity: 1, Protocol: 1}); !errors.Is(err, dispatch.ErrUnauthorized) {
+		t.Fatalf("register with a revoked token: %v", err)
+	}
+	if _, err := f.store.Session(bg, c, s.ID); !errors.Is(err, dispatch.ErrUnauthorized) {
+		t.Fatalf("session read with a revoked token: %v", err)
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.worker_sessions`); n != 1 {
+		t.Fatalf("%d sessions, want 1", n)
+	}
+}
