@@ -230,8 +230,9 @@ func TestLeaseWatchdogStopsTheJobWithTheDispatcherUnreachable(t *testing.T) {
 	f.mu.Unlock()
 	want := time.Duration(5000*0.99)*time.Millisecond - 2*time.Second
 	got := h.endedAt.Sub(ackAt)
-	// Lower bound: t0 precedes ackAt by at most a local round trip.
-	if got > want+150*time.Millisecond || got < want-500*time.Millisecond {
+	// Lower bound: t0 precedes ackAt by a local round trip. Upper: timer and scheduling latency on
+	// a loaded machine; without the kill grace the job would run 2 s longer.
+	if got > want+500*time.Millisecond || got < want-time.Second {
 		t.Fatalf("job stopped %v after the ack, want %v (lease × 0.99 − kill grace)", got, want)
 	}
 }
@@ -375,7 +376,10 @@ func TestRunnerNeverRunsMoreThanItsCapacity(t *testing.T) {
 		running++
 		most = max(most, running)
 		mu.Unlock()
-		<-release
+		select {
+		case <-release:
+		case <-ctx.Done(): // the test failed and its cleanup hands the jobs back
+		}
 		mu.Lock()
 		running--
 		mu.Unlock()
