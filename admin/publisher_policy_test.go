@@ -55,6 +55,12 @@ func TestTaskPolicyIsPartOfTheRevisionAndItsDigest(t *testing.T) {
 	if gpu.Unchanged || gpu.Revision != 3 || gpu.ContentDigest == retry.ContentDigest || gpu.WorkerSelector["gpu"] != "true" {
 		t.Errorf("a selector added: %+v; want revision 3 with another digest", gpu)
 	}
+	// task list shows the head revision's policy
+	tasks, err := admin.NewReader(f.d.Handle(t, "ql_admin")).Tasks(ctx, admin.TaskFilter{Project: "p"})
+	if err != nil || len(tasks) != 1 || tasks[0].Revision != 3 || tasks[0].MaxAttempts != 3 || tasks[0].RetryBackoffMs != 10000 ||
+		tasks[0].WorkerSelector["gpu"] != "true" {
+		t.Errorf("task list %+v, %v; want revision 3 with its policy and selector", tasks, err)
+	}
 	back := publish(admin.TaskSpec{})
 	if back.Unchanged || back.Revision != 4 || back.ContentDigest == def.ContentDigest {
 		// the digest covers the revision number too: back to the defaults is a new revision
