@@ -254,7 +254,7 @@ func (q *Queries) GetTriggerHeads(ctx context.Context, arg GetTriggerHeadsParams
 const insertTaskRevision = `-- name: InsertTaskRevision :one
 INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest)
 SELECT $1::text, $2::text, $3::bigint, e.execution_revision_id,
-       control_core.task_digest($2::text, $3::bigint, e.execution_revision_id, e.digest)
+       control_core.task_digest($2::text, $3::bigint, e.execution_revision_id, e.digest, 1, 0, '{}')
 FROM control_core.execution_revisions e
 WHERE e.execution_revision_id = $4::uuid
 RETURNING revision, content_digest
@@ -272,6 +272,8 @@ type InsertTaskRevisionRow struct {
 	ContentDigest string `json:"content_digest"`
 }
 
+// The revision's retry policy and worker selector take their defaults (1, 0, '{}'), so its digest
+// is the 7-argument one of those (equal to pg-0004's 4-argument digest).
 func (q *Queries) InsertTaskRevision(ctx context.Context, arg InsertTaskRevisionParams) (InsertTaskRevisionRow, error) {
 	row := q.db.QueryRow(ctx, insertTaskRevision,
 		arg.ProjectID,

@@ -59,9 +59,11 @@ ON CONFLICT (project_id, task_id) DO UPDATE
 RETURNING head_revision;
 
 -- name: InsertTaskRevision :one
+-- The revision's retry policy and worker selector take their defaults (1, 0, '{}'), so its digest
+-- is the 7-argument one of those (equal to pg-0004's 4-argument digest).
 INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest)
 SELECT @project_id::text, @task_id::text, @revision::bigint, e.execution_revision_id,
-       control_core.task_digest(@task_id::text, @revision::bigint, e.execution_revision_id, e.digest)
+       control_core.task_digest(@task_id::text, @revision::bigint, e.execution_revision_id, e.digest, 1, 0, '{}')
 FROM control_core.execution_revisions e
 WHERE e.execution_revision_id = @execution_revision_id::uuid
 RETURNING revision, content_digest;
