@@ -66,7 +66,7 @@ func TestReadinessContractMatchesAFreshMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	if drift := readiness.Compare(contract, readFacts(t, testpg.New(t)), readiness.Locator{}); len(drift) != 0 {
-		t.Fatalf("a fresh v20 database drifts from the contract: %+v", drift)
+		t.Fatalf("a fresh v21 database drifts from the contract: %+v", drift)
 	}
 }
 
