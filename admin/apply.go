@@ -345,14 +345,18 @@ func makePlan(s *Schedules, st *state, opts ApplyOptions, created map[string]boo
 		for _, t := range ps.Tasks {
 			k := key{ps.ID, t.Spec.Task}
 			want := st.digests[k]
+			pol, _ := t.Spec.policy() // the file passed the publisher's checks when it was parsed
 			item := PlanItem{Kind: KindTask, Project: ps.ID, ID: t.Spec.Task, Line: t.Line}
 			switch h := st.tasks[k]; {
 			case h == nil:
 				item.Action, taskRev[t.Spec.Task] = ActionCreate, 1
-				item.Changes = []Change{{"executor_spec", "", "sha256:" + want}}
-			case !taskUnchanged(h, want):
+				item.Changes = append([]Change{{"executor_spec", "", "sha256:" + want}}, taskPolicyChanges(nil, pol)...)
+			case !taskUnchanged(h, want, pol):
 				item.Action, taskRev[t.Spec.Task] = ActionUpdate, nextRevision(h)
-				item.Changes = []Change{{"executor_spec", "sha256:" + h.executionDigest, "sha256:" + want}}
+				if h.executionDigest != want {
+					item.Changes = []Change{{"executor_spec", "sha256:" + h.executionDigest, "sha256:" + want}}
+				}
+				item.Changes = append(item.Changes, taskPolicyChanges(h, pol)...)
 			default:
 				item.Action, item.Revision, taskRev[t.Spec.Task] = ActionUnchanged, h.revision, h.revision
 			}

@@ -180,6 +180,11 @@ func TestPlainSQLChangesLeaveTheirAuditRow(t *testing.T) {
 			`UPDATE control_core.project_plugin_bindings SET version = '1.0.1'`, []string{"plugin.bind pk"}},
 		{"a binding removed", "project_plugin_bindings",
 			`DELETE FROM control_core.project_plugin_bindings`, []string{"plugin.unbind pk"}},
+		{"a worker token created", "worker_tokens",
+			`INSERT INTO control_core.worker_tokens (worker_token_id, name, token_hash, created_at_ms)
+			 VALUES ('00000000-0000-0000-0000-0000000000f1', 'fleet', repeat('a', 64), 1)`, []string{"worker_token.create fleet"}},
+		{"a worker token revoked", "worker_tokens",
+			`UPDATE control_core.worker_tokens SET revoked_at_ms = 1 WHERE name = 'fleet'`, []string{"worker_token.revoke fleet"}},
 	}
 
 	// Every table the admin role may change is a case: a grant added without its audit fails here.

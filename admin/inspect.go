@@ -135,9 +135,13 @@ type Task struct {
 	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
 	ExecutionDigest     string    `json:"execution_digest"`
 	ContentDigest       string    `json:"content_digest"`
-	Triggers            int64     `json:"triggers"`
-	CreatedAtMs         int64     `json:"created_at_ms"`
-	UpdatedAtMs         int64     `json:"updated_at_ms"`
+	// the head revision's retry policy and worker selector (pg-0022)
+	MaxAttempts    int32             `json:"max_attempts"`
+	RetryBackoffMs int64             `json:"retry_backoff_ms"`
+	WorkerSelector map[string]string `json:"worker_selector"`
+	Triggers       int64             `json:"triggers"`
+	CreatedAtMs    int64             `json:"created_at_ms"`
+	UpdatedAtMs    int64             `json:"updated_at_ms"`
 }
 
 // MaxTaskTriggers caps the count of triggers a task list shows per task: a count at the cap means
@@ -199,8 +203,13 @@ func (r *Reader) TaskPage(ctx context.Context, f TaskFilter) (TaskList, error) {
 			out.Next = ListKey{rows[limit-1].ProjectID, rows[limit-1].TaskID}.String()
 		}
 		for _, t := range rows {
+			sel := map[string]string{}
+			if err := json.Unmarshal(t.WorkerSelector, &sel); err != nil {
+				return fmt.Errorf("task %s/%s: worker selector: %w", t.ProjectID, t.TaskID, err)
+			}
 			out.Tasks = append(out.Tasks, Task{ProjectID: t.ProjectID, TaskID: t.TaskID, Revision: t.HeadRevision,
 				ExecutionRevisionID: t.ExecutionRevisionID, ExecutionDigest: t.ExecutionDigest, ContentDigest: t.ContentDigest,
+				MaxAttempts: t.MaxAttempts, RetryBackoffMs: t.RetryBackoffMs, WorkerSelector: sel,
 				Triggers: t.Triggers, CreatedAtMs: t.CreatedAtMs, UpdatedAtMs: t.UpdatedAtMs})
 		}
 		return nil

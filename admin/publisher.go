@@ -2,9 +2,14 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -81,11 +86,48 @@ func createProject(ctx context.Context, q *db.Queries, project, by string) (Proj
 	return out, nil
 }
 
-// TaskSpec is a task revision to publish: a remote_worker execution spec (a JSON object).
+// TaskSpec is a task revision to publish: a remote_worker execution spec (a JSON object) and its
+// retry policy and worker selector (pg-0022), all part of the revision and of its digest.
 type TaskSpec struct {
 	Project, Task string
 	ExecutorSpec  []byte
+	// MaxAttempts: how many Attempts a Run of the task may take (1 … MaxMaxAttempts); 0 means 1.
+	MaxAttempts int
+	// RetryBackoff: the delay before the second Attempt, doubled for each later one (whole
+	// milliseconds, 0 … MaxRetryBackoff); nil means DefaultRetryBackoff when MaxAttempts > 1, else 0.
+	RetryBackoff *time.Duration
+	// WorkerLabels: the labels a worker session must have (each key equal) to be offered the
+	// task's Runs; at most MaxWorkerLabels. Empty: any worker.
+	WorkerLabels map[string]string
 }
+
+// The retry policy's fields as a FieldError names them.
+const (
+	FieldMaxAttempts  = "max_attempts"
+	FieldRetryBackoff = "retry_backoff"
+	FieldWorkerLabel  = "worker_label"
+)
+
+// Bounds and defaults of a task's retry policy and selector (the CHECKs of task_revisions, pg-0022).
+const (
+	MaxMaxAttempts      = 100
+	MaxRetryBackoff     = 24 * time.Hour
+	DefaultRetryBackoff = 10 * time.Second
+	MaxWorkerLabels     = 16
+	maxSelectorBytes    = 2048
+)
+
+// A label key and value: a lower-case name (as a worker token's), and a short word.
+var (
+	labelKey   = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	labelValue = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+)
+
+// LabelKeyRule and LabelValueRule describe a worker label's key and value.
+const (
+	LabelKeyRule   = "a lower-case letter or digit, then up to 62 of a-z 0-9 _ . -"
+	LabelValueRule = "a letter or digit, then up to 62 of A-Z a-z 0-9 _ . -"
+)
 
 // Validate checks every field; the executor spec by rule and position only (it may hold secrets).
 func (t TaskSpec) Validate() error {
@@ -95,19 +137,108 @@ func (t TaskSpec) Validate() error {
 	if err := ValidateID(FieldTask, t.Task); err != nil {
 		return err
 	}
-	return ValidateExecutorSpec(t.ExecutorSpec)
+	if err := ValidateExecutorSpec(t.ExecutorSpec); err != nil {
+		return err
+	}
+	_, err := t.policy()
+	return err
+}
+
+// taskPolicy is a task revision's retry policy and selector as stored: MaxAttempts 1 … 100,
+// backoff 0 when there are no retries (the database's CHECK), selector a JSON object.
+type taskPolicy struct {
+	maxAttempts    int32
+	retryBackoffMs int64
+	selector       map[string]string
+}
+
+// policy is the spec's policy with its defaults applied, checked against the bounds.
+func (t TaskSpec) policy() (taskPolicy, error) {
+	p := taskPolicy{maxAttempts: 1, selector: map[string]string{}}
+	if t.MaxAttempts != 0 {
+		if t.MaxAttempts < 1 || t.MaxAttempts > MaxMaxAttempts {
+			return p, fieldErrf(FieldMaxAttempts, "%d is out of range: want 1 … %d", t.MaxAttempts, MaxMaxAttempts)
+		}
+		p.maxAttempts = int32(t.MaxAttempts)
+	}
+	switch b := t.RetryBackoff; {
+	case b == nil && p.maxAttempts > 1:
+		p.retryBackoffMs = DefaultRetryBackoff.Milliseconds()
+	case b == nil:
+	case *b < 0 || *b > MaxRetryBackoff:
+		return p, fieldErrf(FieldRetryBackoff, "%s is out of range: want 0s … %s", *b, MaxRetryBackoff)
+	case *b%time.Millisecond != 0:
+		return p, fieldErrf(FieldRetryBackoff, "%s: want whole milliseconds", *b)
+	case *b > 0 && p.maxAttempts == 1:
+		return p, fieldErrf(FieldRetryBackoff, "%s without retries: a backoff needs max attempts above 1", *b)
+	default:
+		p.retryBackoffMs = b.Milliseconds()
+	}
+	if len(t.WorkerLabels) > MaxWorkerLabels {
+		return p, fieldErrf(FieldWorkerLabel, "%d labels: want at most %d", len(t.WorkerLabels), MaxWorkerLabels)
+	}
+	for k, v := range t.WorkerLabels {
+		if !labelKey.MatchString(k) {
+			return p, fieldErrf(FieldWorkerLabel, "key %s: want %s", quoteField(k), LabelKeyRule)
+		}
+		if !labelValue.MatchString(v) {
+			return p, fieldErrf(FieldWorkerLabel, "value of %s, %s: want %s", k, quoteField(v), LabelValueRule)
+		}
+		p.selector[k] = v
+	}
+	if b, _ := json.Marshal(p.selector); len(b) > maxSelectorBytes {
+		return p, fieldErrf(FieldWorkerLabel, "%d bytes as JSON: want at most %d", len(b), maxSelectorBytes)
+	}
+	return p, nil
+}
+
+// selectorJSON is the selector as the jsonb it is stored as.
+func (p taskPolicy) selectorJSON() []byte {
+	b, _ := json.Marshal(p.selector) // a map of strings always marshals
+	return b
+}
+
+// selectorText renders a selector as k=v,k=v in key order ("" when empty): a plan's value.
+func selectorText(sel map[string]string) string {
+	keys := slices.Sorted(maps.Keys(sel))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+sel[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseWorkerLabels reads k=v pairs (the --worker-label flag's and a file's form) into a selector;
+// a key given twice is refused.
+func ParseWorkerLabels(pairs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fieldErrf(FieldWorkerLabel, "%s: want key=value", quoteField(kv))
+		}
+		if _, dup := out[k]; dup {
+			return nil, fieldErrf(FieldWorkerLabel, "key %s given twice", quoteField(k))
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // TaskPublished describes a task's head revision after a publish. Unchanged is true when the
-// head already held the same executor spec: nothing was written and Revision is the head's.
+// head already held the same executor spec, retry policy and selector: nothing was written and
+// Revision is the head's.
 type TaskPublished struct {
-	ProjectID           string    `json:"project_id"`
-	TaskID              string    `json:"task_id"`
-	Revision            int64     `json:"revision"`
-	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
-	ExecutionDigest     string    `json:"execution_digest"`
-	ContentDigest       string    `json:"content_digest"`
-	Unchanged           bool      `json:"unchanged"`
+	ProjectID           string            `json:"project_id"`
+	TaskID              string            `json:"task_id"`
+	Revision            int64             `json:"revision"`
+	ExecutionRevisionID uuid.UUID         `json:"execution_revision_id"`
+	ExecutionDigest     string            `json:"execution_digest"`
+	ContentDigest       string            `json:"content_digest"`
+	MaxAttempts         int32             `json:"max_attempts"`
+	RetryBackoffMs      int64             `json:"retry_backoff_ms"`
+	WorkerSelector      map[string]string `json:"worker_selector"`
+	Unchanged           bool              `json:"unchanged"`
 }
 
 // PublishTask publishes a new revision of a task that pins a remote_worker execution revision
@@ -132,7 +263,12 @@ func (p *Publisher) PublishTask(ctx context.Context, t TaskSpec) (TaskPublished,
 // pins that spec (taskUnchanged): then it writes nothing and reports the head, Unchanged.
 // PublishTask and Apply both publish tasks with it.
 func publishTask(ctx context.Context, q *db.Queries, t TaskSpec) (TaskPublished, error) {
-	out := TaskPublished{ProjectID: t.Project, TaskID: t.Task}
+	pol, err := t.policy()
+	if err != nil {
+		return TaskPublished{}, err
+	}
+	out := TaskPublished{ProjectID: t.Project, TaskID: t.Task, MaxAttempts: pol.maxAttempts, RetryBackoffMs: pol.retryBackoffMs,
+		WorkerSelector: pol.selector}
 	digest, err := q.SpecDigest(ctx, t.ExecutorSpec)
 	if err != nil {
 		return out, fmt.Errorf("task %s/%s: spec digest: %w", t.Project, t.Task, err)
@@ -141,7 +277,7 @@ func publishTask(ctx context.Context, q *db.Queries, t TaskSpec) (TaskPublished,
 	if err != nil {
 		return out, err
 	}
-	if taskUnchanged(head, digest) {
+	if taskUnchanged(head, digest, pol) {
 		out.Revision, out.ExecutionRevisionID, out.ExecutionDigest, out.ContentDigest, out.Unchanged =
 			head.revision, head.executionRevisionID, head.executionDigest, head.contentDigest, true
 		return out, nil
@@ -154,7 +290,9 @@ func publishTask(ctx context.Context, q *db.Queries, t TaskSpec) (TaskPublished,
 	if err != nil {
 		return out, fmt.Errorf("task %s/%s: head: %w", t.Project, t.Task, err)
 	}
-	kr, err := q.InsertTaskRevision(ctx, db.InsertTaskRevisionParams{ProjectID: t.Project, TaskID: t.Task, Revision: rev, ExecutionRevisionID: exec.ExecutionRevisionID})
+	kr, err := q.InsertTaskRevision(ctx, db.InsertTaskRevisionParams{ProjectID: t.Project, TaskID: t.Task, Revision: rev,
+		ExecutionRevisionID: exec.ExecutionRevisionID, MaxAttempts: pol.maxAttempts, RetryBackoffMs: pol.retryBackoffMs,
+		WorkerSelector: pol.selectorJSON()})
 	if err != nil {
 		return out, fmt.Errorf("task %s/%s: revision: %w", t.Project, t.Task, err)
 	}
@@ -169,12 +307,35 @@ type taskRevision struct {
 	executionRevisionID uuid.UUID
 	executionDigest     string
 	contentDigest       string
+	policy              taskPolicy
 }
 
 // taskUnchanged is the one content rule of tasks, for a publish and for a plan: the head pins the
-// execution revision of a spec with this digest (SpecDigest, the canonical jsonb form's sha256).
-func taskUnchanged(head *taskRevision, specDigest string) bool {
-	return head != nil && head.executionDigest == specDigest
+// execution revision of a spec with this digest (SpecDigest, the canonical jsonb form's sha256)
+// and holds this retry policy and selector (taskPolicyChanges finds no difference).
+func taskUnchanged(head *taskRevision, specDigest string, p taskPolicy) bool {
+	return head != nil && head.executionDigest == specDigest && len(taskPolicyChanges(head, p)) == 0
+}
+
+// taskPolicyChanges are the policy fields in which p differs from head (all of them from "" for
+// a new task, head nil), named by their keys in a schedules file, values as text.
+func taskPolicyChanges(head *taskRevision, p taskPolicy) []Change {
+	text := func(p taskPolicy) [3]string {
+		return [...]string{strconv.Itoa(int(p.maxAttempts)), (time.Duration(p.retryBackoffMs) * time.Millisecond).String(), selectorText(p.selector)}
+	}
+	keys := [...]string{"max_attempts", "retry_backoff", "worker_labels"}
+	to := text(p)
+	var from [3]string
+	if head != nil {
+		from = text(head.policy)
+	}
+	var out []Change
+	for i := range keys {
+		if head == nil || from[i] != to[i] {
+			out = append(out, Change{Field: keys[i], From: from[i], To: to[i]})
+		}
+	}
+	return out
 }
 
 // readTaskHeads reads the head revisions of a project's tasks, in id order; of one task when
@@ -186,8 +347,13 @@ func readTaskHeads(ctx context.Context, q *db.Queries, project, task string) ([]
 	}
 	out := make([]*taskRevision, 0, len(rows))
 	for _, h := range rows {
+		sel := map[string]string{}
+		if err := json.Unmarshal(h.WorkerSelector, &sel); err != nil {
+			return nil, fmt.Errorf("task %s/%s: worker selector: %w", project, h.TaskID, err)
+		}
 		out = append(out, &taskRevision{task: h.TaskID, revision: h.HeadRevision, executionRevisionID: h.ExecutionRevisionID,
-			executionDigest: h.ExecutionDigest, contentDigest: h.ContentDigest})
+			executionDigest: h.ExecutionDigest, contentDigest: h.ContentDigest,
+			policy: taskPolicy{maxAttempts: h.MaxAttempts, retryBackoffMs: h.RetryBackoffMs, selector: sel}})
 	}
 	return out, nil
 }

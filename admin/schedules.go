@@ -102,6 +102,9 @@ const (
 //	    tasks:
 //	      - id: invoice
 //	        executor_spec: {image: "billing/invoice:1.4"}   # any JSON object
+//	        max_attempts: 3          # default 1 (no retries); 1 … 100
+//	        retry_backoff: 30s       # before attempt 2, doubled after; default 10s with retries, 0 … 24h
+//	        worker_labels: {gpu: "true"}   # a worker must have these labels; at most 16
 //	    triggers:
 //	      - id: nightly
 //	        task: invoice
@@ -285,7 +288,7 @@ func (p *fileParser) id(m map[string]*yaml.Node, item *yaml.Node, path, field st
 
 func (p *fileParser) task(n *yaml.Node, j int, parent, project string, seen map[string]int) (TaskSchedule, bool) {
 	path := named(n, fmt.Sprintf("%s.tasks[%d]", parent, j), "tasks", FieldTask)
-	m := p.mapping(n, path, "id", "executor_spec")
+	m := p.mapping(n, path, "id", "executor_spec", "max_attempts", "retry_backoff", "worker_labels")
 	if m == nil {
 		return TaskSchedule{}, false
 	}
@@ -305,7 +308,76 @@ func (p *fileParser) task(n *yaml.Node, j int, parent, project string, seen map[
 		p.errf(spec, path+".executor_spec", "in its JSON form: %v", unwrapField(err))
 		return ts, false
 	}
+	if !p.taskPolicy(m, n, path, &ts.Spec) {
+		return ts, false
+	}
 	return ts, ts.Spec.Task != "" && project != ""
+}
+
+// taskPolicy reads a task's optional retry policy and selector (max_attempts: an integer,
+// retry_backoff: a Go duration, worker_labels: a mapping of strings) and checks them with the
+// publisher's own rules, the fault named by the key it comes from.
+func (p *fileParser) taskPolicy(m map[string]*yaml.Node, item *yaml.Node, path string, t *TaskSpec) bool {
+	ok := true
+	if v, found := m["max_attempts"]; found {
+		v = resolve(v)
+		n, err := strconv.Atoi(v.Value)
+		if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || err != nil {
+			p.errf(v, path+".max_attempts", "want an integer, 1 … %d", MaxMaxAttempts)
+			ok = false
+		} else if n < 1 { // 0 would read as "the default" in a TaskSpec
+			p.errf(v, path+".max_attempts", "%d is out of range: want 1 … %d", n, MaxMaxAttempts)
+			ok = false
+		} else {
+			t.MaxAttempts = n
+		}
+	}
+	if v, found := m["retry_backoff"]; found {
+		if s, good := p.str(v, path+".retry_backoff"); !good {
+			ok = false
+		} else if d, err := time.ParseDuration(s); err != nil {
+			p.errf(resolve(v), path+".retry_backoff", "%s is not a duration: want one such as 10s or 5m", quoteField(s))
+			ok = false
+		} else {
+			t.RetryBackoff = &d
+		}
+	}
+	if v, found := m["worker_labels"]; found {
+		r := resolve(v)
+		if r.Kind != yaml.MappingNode {
+			p.errf(r, path+".worker_labels", "want a mapping of label keys to values, got %s", kindOf(r))
+			ok = false
+		} else {
+			t.WorkerLabels = map[string]string{}
+			for i := 0; i+1 < len(r.Content); i += 2 {
+				k, val := resolve(r.Content[i]), resolve(r.Content[i+1])
+				if k.Kind != yaml.ScalarNode || val.Kind != yaml.ScalarNode || val.Tag == "!!null" {
+					p.errf(k, path+".worker_labels", "want key: value, both strings")
+					ok = false
+					continue
+				}
+				if _, dup := t.WorkerLabels[k.Value]; dup {
+					p.errf(k, path+".worker_labels", "duplicate key %s", quoteField(k.Value))
+					ok = false
+					continue
+				}
+				t.WorkerLabels[k.Value] = val.Value
+			}
+		}
+	}
+	if !ok {
+		return false
+	}
+	if _, err := t.policy(); err != nil {
+		key := "worker_labels"
+		var fe *FieldError
+		if errors.As(err, &fe) && fe.Field != FieldWorkerLabel {
+			key = fe.Field // max_attempts, retry_backoff: the file's keys
+		}
+		p.errf(lineOf(m, key, item), path+"."+key, "%v", unwrapField(err))
+		return false
+	}
+	return true
 }
 
 // triggerFields are the keys of a trigger and the FieldError field each one is checked as.

@@ -66,7 +66,8 @@ task AS MATERIALIZED (
     JOIN control_core.task_revisions kr
       ON kr.project_id = k.project_id AND kr.task_id = k.task_id AND kr.revision = k.task_revision
     JOIN execution er ON er.execution_revision_id = kr.execution_revision_id
-    WHERE kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest)
+    WHERE kr.content_digest = control_core.task_digest(kr.task_id, kr.revision, er.execution_revision_id, er.digest,
+                                                       kr.max_attempts, kr.retry_backoff_ms, kr.worker_selector)
 ),
 verified AS (
     SELECT i.ord, i.row_ctid, i.run_id, gen_random_uuid() AS attempt_id, i.scheduled_for_ms, i.next_fire_at_ms,

@@ -221,7 +221,7 @@ func (q *Queries) ListRunEvents(ctx context.Context, runID uuid.UUID) ([]ListRun
 
 const listTasks = `-- name: ListTasks :many
 SELECT t.project_id, t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest,
-       kr.content_digest, t.created_at_ms, t.updated_at_ms,
+       kr.content_digest, kr.max_attempts, kr.retry_backoff_ms, kr.worker_selector, t.created_at_ms, t.updated_at_ms,
        (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_revisions tr
                               JOIN control_core.trigger_schedules s
                                 ON s.project_id = tr.project_id AND s.trigger_id = tr.trigger_id AND s.trigger_revision = tr.revision
@@ -252,6 +252,9 @@ type ListTasksRow struct {
 	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
 	ExecutionDigest     string    `json:"execution_digest"`
 	ContentDigest       string    `json:"content_digest"`
+	MaxAttempts         int32     `json:"max_attempts"`
+	RetryBackoffMs      int64     `json:"retry_backoff_ms"`
+	WorkerSelector      []byte    `json:"worker_selector"`
 	CreatedAtMs         int64     `json:"created_at_ms"`
 	UpdatedAtMs         int64     `json:"updated_at_ms"`
 	Triggers            int64     `json:"triggers"`
@@ -284,6 +287,9 @@ func (q *Queries) ListTasks(ctx context.Context, arg ListTasksParams) ([]ListTas
 			&i.ExecutionRevisionID,
 			&i.ExecutionDigest,
 			&i.ContentDigest,
+			&i.MaxAttempts,
+			&i.RetryBackoffMs,
+			&i.WorkerSelector,
 			&i.CreatedAtMs,
 			&i.UpdatedAtMs,
 			&i.Triggers,

@@ -133,6 +133,8 @@ type ControlCoreRun struct {
 	FinishedAtMs        pgtype.Int8 `json:"finished_at_ms"`
 	CreatedAtMs         int64       `json:"created_at_ms"`
 	UpdatedAtMs         int64       `json:"updated_at_ms"`
+	RetryAtMs           pgtype.Int8 `json:"retry_at_ms"`
+	LeaseVersion        int64       `json:"lease_version"`
 }
 
 type ControlCoreRunEvent struct {
@@ -145,13 +147,15 @@ type ControlCoreRunEvent struct {
 }
 
 type ControlCoreRunLease struct {
-	RunLeaseID      uuid.UUID `json:"run_lease_id"`
-	AttemptID       uuid.UUID `json:"attempt_id"`
-	WorkerSessionID uuid.UUID `json:"worker_session_id"`
-	LeaseVersion    int64     `json:"lease_version"`
-	State           string    `json:"state"`
-	GrantedAtMs     int64     `json:"granted_at_ms"`
-	ExpiresAtMs     int64     `json:"expires_at_ms"`
+	RunLeaseID      uuid.UUID   `json:"run_lease_id"`
+	AttemptID       uuid.UUID   `json:"attempt_id"`
+	WorkerSessionID uuid.UUID   `json:"worker_session_id"`
+	LeaseVersion    int64       `json:"lease_version"`
+	State           string      `json:"state"`
+	GrantedAtMs     int64       `json:"granted_at_ms"`
+	ExpiresAtMs     int64       `json:"expires_at_ms"`
+	RunID           uuid.UUID   `json:"run_id"`
+	EndedAtMs       pgtype.Int8 `json:"ended_at_ms"`
 }
 
 type ControlCoreTask struct {
@@ -169,6 +173,9 @@ type ControlCoreTaskRevision struct {
 	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
 	ContentDigest       string    `json:"content_digest"`
 	CreatedAtMs         int64     `json:"created_at_ms"`
+	MaxAttempts         int32     `json:"max_attempts"`
+	RetryBackoffMs      int64     `json:"retry_backoff_ms"`
+	WorkerSelector      []byte    `json:"worker_selector"`
 }
 
 type ControlCoreTrigger struct {
@@ -210,11 +217,23 @@ type ControlCoreTriggerSchedule struct {
 }
 
 type ControlCoreWorkerSession struct {
-	WorkerSessionID uuid.UUID `json:"worker_session_id"`
-	WorkerID        string    `json:"worker_id"`
-	State           string    `json:"state"`
-	Capacity        int32     `json:"capacity"`
-	HeartbeatAtMs   int64     `json:"heartbeat_at_ms"`
-	ExpiresAtMs     int64     `json:"expires_at_ms"`
-	CreatedAtMs     int64     `json:"created_at_ms"`
+	WorkerSessionID uuid.UUID   `json:"worker_session_id"`
+	WorkerID        string      `json:"worker_id"`
+	State           string      `json:"state"`
+	Capacity        int32       `json:"capacity"`
+	HeartbeatAtMs   int64       `json:"heartbeat_at_ms"`
+	ExpiresAtMs     int64       `json:"expires_at_ms"`
+	CreatedAtMs     int64       `json:"created_at_ms"`
+	WorkerTokenID   uuid.UUID   `json:"worker_token_id"`
+	Labels          []byte      `json:"labels"`
+	Protocol        int32       `json:"protocol"`
+	ClosedAtMs      pgtype.Int8 `json:"closed_at_ms"`
+}
+
+type ControlCoreWorkerToken struct {
+	WorkerTokenID uuid.UUID   `json:"worker_token_id"`
+	Name          string      `json:"name"`
+	TokenHash     string      `json:"token_hash"`
+	CreatedAtMs   int64       `json:"created_at_ms"`
+	RevokedAtMs   pgtype.Int8 `json:"revoked_at_ms"`
 }

@@ -121,7 +121,8 @@ func (q *Queries) GetTaskHead(ctx context.Context, arg GetTaskHeadParams) (int64
 }
 
 const getTaskHeads = `-- name: GetTaskHeads :many
-SELECT t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest, kr.content_digest
+SELECT t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest, kr.content_digest,
+       kr.max_attempts, kr.retry_backoff_ms, kr.worker_selector
 FROM control_core.tasks t
 JOIN control_core.task_revisions kr
   ON kr.project_id = t.project_id AND kr.task_id = t.task_id AND kr.revision = t.head_revision
@@ -142,11 +143,14 @@ type GetTaskHeadsRow struct {
 	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
 	ExecutionDigest     string    `json:"execution_digest"`
 	ContentDigest       string    `json:"content_digest"`
+	MaxAttempts         int32     `json:"max_attempts"`
+	RetryBackoffMs      int64     `json:"retry_backoff_ms"`
+	WorkerSelector      []byte    `json:"worker_selector"`
 }
 
 // The head revisions of a project's tasks (of one when task_id is given) with the execution
 // revision each pins (id and digest; the spec never comes back): a publish and `qlsched apply`
-// compare a spec's SpecDigest with execution_digest.
+// compare a spec's SpecDigest with execution_digest, and the retry policy and selector field by field.
 func (q *Queries) GetTaskHeads(ctx context.Context, arg GetTaskHeadsParams) ([]GetTaskHeadsRow, error) {
 	rows, err := q.db.Query(ctx, getTaskHeads, arg.ProjectID, arg.TaskID)
 	if err != nil {
@@ -162,6 +166,9 @@ func (q *Queries) GetTaskHeads(ctx context.Context, arg GetTaskHeadsParams) ([]G
 			&i.ExecutionRevisionID,
 			&i.ExecutionDigest,
 			&i.ContentDigest,
+			&i.MaxAttempts,
+			&i.RetryBackoffMs,
+			&i.WorkerSelector,
 		); err != nil {
 			return nil, err
 		}
@@ -252,11 +259,14 @@ func (q *Queries) GetTriggerHeads(ctx context.Context, arg GetTriggerHeadsParams
 }
 
 const insertTaskRevision = `-- name: InsertTaskRevision :one
-INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest)
+INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id,
+                                         max_attempts, retry_backoff_ms, worker_selector, content_digest)
 SELECT $1::text, $2::text, $3::bigint, e.execution_revision_id,
-       control_core.task_digest($2::text, $3::bigint, e.execution_revision_id, e.digest)
+       $4::integer, $5::bigint, $6::jsonb,
+       control_core.task_digest($2::text, $3::bigint, e.execution_revision_id, e.digest,
+                                $4::integer, $5::bigint, $6::jsonb)
 FROM control_core.execution_revisions e
-WHERE e.execution_revision_id = $4::uuid
+WHERE e.execution_revision_id = $7::uuid
 RETURNING revision, content_digest
 `
 
@@ -264,6 +274,9 @@ type InsertTaskRevisionParams struct {
 	ProjectID           string    `json:"project_id"`
 	TaskID              string    `json:"task_id"`
 	Revision            int64     `json:"revision"`
+	MaxAttempts         int32     `json:"max_attempts"`
+	RetryBackoffMs      int64     `json:"retry_backoff_ms"`
+	WorkerSelector      []byte    `json:"worker_selector"`
 	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
 }
 
@@ -272,11 +285,17 @@ type InsertTaskRevisionRow struct {
 	ContentDigest string `json:"content_digest"`
 }
 
+// The retry policy and worker selector (pg-0022) are part of the revision and of its digest: the
+// 7-argument task_digest, which equals the 4-argument one for the defaults (1, 0, '{}'), so a
+// task without a policy keeps the digest it always had.
 func (q *Queries) InsertTaskRevision(ctx context.Context, arg InsertTaskRevisionParams) (InsertTaskRevisionRow, error) {
 	row := q.db.QueryRow(ctx, insertTaskRevision,
 		arg.ProjectID,
 		arg.TaskID,
 		arg.Revision,
+		arg.MaxAttempts,
+		arg.RetryBackoffMs,
+		arg.WorkerSelector,
 		arg.ExecutionRevisionID,
 	)
 	var i InsertTaskRevisionRow

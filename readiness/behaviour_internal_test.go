@@ -86,7 +86,10 @@ func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 		"0001_a.sql": {Data: []byte("-- +goose Up\n-- a comment\nCREATE FUNCTION control_core.f(a int) RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;\n" +
 			"-- +goose StatementBegin\nSELECT 1; create or replace function control_core.\"G\"() returns int language sql as 'select 2';\n-- +goose StatementEnd\n" +
 			"CREATE FUNCTION control_core.h() RETURNS int LANGUAGE sql AS $$ SELECT 3 $$;\n" +
-			"CREATE FUNCTION control_core.k(a int) RETURNS int LANGUAGE sql AS $$ SELECT 4 $$;\n")},
+			"CREATE FUNCTION control_core.k(a int) RETURNS int LANGUAGE sql AS $$ SELECT 4 $$;\n" +
+			"CREATE FUNCTION control_core.m(a int) RETURNS int LANGUAGE sql AS $$ SELECT 6 $$;\n" +
+			"CREATE FUNCTION control_core.m(a int, b numeric(10, 2)) RETURNS int LANGUAGE sql AS $$ SELECT 7 $$;\n" +
+			"CREATE FUNCTION control_core.o(a int, OUT b int, OUT c int) LANGUAGE sql AS $$ SELECT 8, 9 $$;\n")},
 		"0002_b.sql": {Data: []byte("-- +goose Up\nALTER FUNCTION control_core.h() STABLE;\n" +
 			"DROP FUNCTION IF EXISTS control_core.f(int);\nCREATE FUNCTION control_core.f(a int) RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;\n" +
 			"CREATE OR REPLACE FUNCTION control_core.\"G\"() RETURNS int LANGUAGE sql AS 'select 3';\n" +
@@ -101,8 +104,12 @@ func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 		"function control_core.f(integer)": "CREATE OR REPLACE FUNCTION control_core.f(a int) RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;",
 		`function control_core."G"()`:      `CREATE OR REPLACE FUNCTION control_core."G"() RETURNS int LANGUAGE sql AS 'select 3';`,
 		"function control_core.k(integer)": "",
-		"function control_core.h()":        "",
-		"function control_core.nope()":     "",
+		// overloads by arity are told apart; OUT arguments are not part of the identity
+		"function control_core.m(integer)":          "CREATE OR REPLACE FUNCTION control_core.m(a int) RETURNS int LANGUAGE sql AS $$ SELECT 6 $$;",
+		"function control_core.m(integer, numeric)": "CREATE OR REPLACE FUNCTION control_core.m(a int, b numeric(10, 2)) RETURNS int LANGUAGE sql AS $$ SELECT 7 $$;",
+		"function control_core.o(integer)":          "CREATE OR REPLACE FUNCTION control_core.o(a int, OUT b int, OUT c int) LANGUAGE sql AS $$ SELECT 8, 9 $$;",
+		"function control_core.h()":                 "",
+		"function control_core.nope()":              "",
 	} {
 		got, ok := loc.recreate(object)
 		if got != want || ok != (want != "") {

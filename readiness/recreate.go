@@ -18,8 +18,11 @@ import (
 // the stream that creates a function of that name in control_core, exactly as written there (its
 // leading comments left out). A later CREATE OR REPLACE FUNCTION with the same argument list
 // redefines it (pg-0019 makes lock_project SECURITY DEFINER so) and is the statement from then on.
+// Only statements with the object's number of arguments count, so overloads by arity (pg-0022's
+// 7-argument task_digest beside pg-0004's 4-argument one) are told apart.
 // ok is false where no migration creates it, where its name is created more than once with
-// different text otherwise (an overload, or a plain CREATE this would not tell apart), or where a
+// different text otherwise (an overload of the same arity, or a plain CREATE this would not tell
+// apart), or where a
 // statement after it alters, renames or drops it: then running the one statement again would not
 // give the function the migrations leave.
 func (l Locator) recreate(object string) (stmt string, ok bool) {
@@ -27,6 +30,7 @@ func (l Locator) recreate(object string) (stmt string, ok bool) {
 	if !ok {
 		return "", false
 	}
+	arity := objectArity(object)
 	altered, args := false, ""
 	for _, m := range l.migrations {
 		body, found := l.bodies[m.File]
@@ -40,7 +44,7 @@ func (l Locator) recreate(object string) (stmt string, ok bool) {
 		for _, st := range file.Up {
 			for _, toks := range statements(st.Tokens) {
 				switch {
-				case createsFunction(toks, name):
+				case createsFunction(toks, name) && argumentCount(toks) == arity:
 					text, a := createOrReplace(body, toks), argumentList(toks)
 					if stmt != "" && text != stmt && (!replaces(toks) || a != args) {
 						return "", false
@@ -186,6 +190,64 @@ func argumentList(toks []sqlfile.Token) string {
 		}
 	}
 	return b.String()
+}
+
+// objectArity is the number of arguments of a function object ("function control_core.f(text,
+// bigint)": 2), as the catalog lists its identity arguments.
+func objectArity(object string) int {
+	_, rest, _ := strings.Cut(object, "(")
+	rest = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), ")"))
+	if rest == "" {
+		return 0
+	}
+	n, depth := 1, 0
+	for _, r := range rest {
+		switch r {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case ',':
+			if depth == 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// argumentCount is the number of identity arguments a CREATE FUNCTION statement declares: its
+// argument list's items but those declared OUT (which are part of the result, not the identity).
+func argumentCount(toks []sqlfile.Token) int {
+	var (
+		n, depth int
+		item     []sqlfile.Token
+	)
+	flush := func() {
+		if len(item) > 0 && !(item[0].Kind == sqlfile.Ident && strings.EqualFold(item[0].Text, "out")) {
+			n++
+		}
+		item = nil
+	}
+	for _, t := range toks {
+		if t.Kind == sqlfile.Punct && t.Text == ")" {
+			if depth--; depth == 0 {
+				flush()
+				break
+			}
+		}
+		if depth == 1 && t.Kind == sqlfile.Punct && t.Text == "," {
+			flush()
+			continue
+		}
+		if depth > 0 {
+			item = append(item, t)
+		}
+		if t.Kind == sqlfile.Punct && t.Text == "(" {
+			depth++
+		}
+	}
+	return n
 }
 
 // altersFunction says whether toks are ALTER or DROP FUNCTION/ROUTINE of control_core.NAME, or

@@ -2,9 +2,9 @@ package roles
 
 import "github.com/qlcontrol/controlcore/db"
 
-// The expected privilege model of control-core v20, as data a DBA can read against
+// The expected privilege model of control-core v21, as data a DBA can read against
 // sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql,
-// 0019_audit_by_database.sql and
+// 0019_audit_by_database.sql, 0022_dispatch_loop.sql and
 // `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
 // `qlmigrate grants` compare the catalogs with it exactly: a privilege the model does not list is
 // drift as much as one it lists and the database lacks.
@@ -93,7 +93,7 @@ var (
 	si  = []string{"SELECT", "INSERT"}
 )
 
-// Tables is every table of control_core (v20, 21 with goose's version table).
+// Tables is every table of control_core (v21, 22 with goose's version table).
 var Tables = []TableGrant{
 	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
 	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},
@@ -120,6 +120,10 @@ var Tables = []TableGrant{
 	{Table: "worker_sessions", Admin: sel, Runtime: siu, Source: "pg-0017"},
 	{Table: "run_leases", Admin: sel, Runtime: siu, Source: "pg-0017"},
 	{Table: "dispatch_offers", Admin: sel, Runtime: siu, Source: "pg-0017"},
+	// pg-0022: workers authenticate by token hash (the dispatcher, as the runtime role, reads);
+	// the admin role creates and revokes tokens, guarded and audited by triggers; worker ingress
+	// holds nothing (workers never reach the database)
+	{Table: "worker_tokens", Admin: siu, Runtime: sel, Source: "pg-0022"},
 	// every admin change leaves an audit row, written by the database (pg-0019): the admin role
 	// reads the log and cannot write a row of its own
 	{Table: "admin_audit_log", Admin: sel, Source: "pg-0017, pg-0019"},
@@ -164,6 +168,16 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.reset_schedule(text, text)", Execute: []Part{Admin}, Source: "pg-0019: the admin role's one way to write a schedule row"},
 	{Function: "control_core.runs_identity_guard()", Source: "pg-0006: fires as the runs table's BEFORE UPDATE trigger, which needs no EXECUTE"},
 	{Function: "control_core.attempts_keep_live_run_attempt()", Source: "pg-0020: fires as the attempts table's BEFORE DELETE, UPDATE OF run_id and TRUNCATE triggers, which need no EXECUTE"},
+	// pg-0022: the closed loop's rule functions (inlined into both roles' queries), its trigger
+	// functions (owner only) and the admin's audited cancel
+	{Function: "control_core.task_digest(text, bigint, uuid, text, integer, bigint, jsonb)", Execute: []Part{Admin, Runtime}, Source: "pg-0022: the digest with retry policy and worker selector"},
+	{Function: "control_core.retry_at_ms(text, integer, integer, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0022"},
+	{Function: "control_core.attempt_live_shape(text, text, uuid, uuid, uuid, text, bigint, bigint, jsonb, jsonb)", Execute: []Part{Admin, Runtime}, Source: "pg-0022"},
+	{Function: "control_core.run_attempt_states_agree(text, text)", Execute: []Part{Admin, Runtime}, Source: "pg-0022: also called by run_attempt_agree as whoever commits"},
+	{Function: "control_core.worker_tokens_guard()", Source: "pg-0022: fires as worker_tokens' BEFORE trigger, which needs no EXECUTE"},
+	{Function: "control_core.audit_worker_tokens()", Source: "pg-0022: fires as worker_tokens' AFTER trigger, which needs no EXECUTE"},
+	{Function: "control_core.run_attempt_agree()", Source: "pg-0022: fires as the runs and attempts tables' deferred trigger (I1), which needs no EXECUTE"},
+	{Function: "control_core.cancel_run(uuid, text)", Execute: []Part{Admin}, Source: "pg-0022: the admin role's one way to change a Run; SECURITY DEFINER, audited"},
 }
 
 // DefaultPrivilege is the one default-ACL entry the model has: for functions the owner role

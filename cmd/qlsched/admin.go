@@ -29,6 +29,14 @@ func flagOf(field string) (string, bool) {
 		return "--misfire-grace", true
 	case admin.FieldRun:
 		return "RUN_ID", true
+	case admin.FieldMaxAttempts:
+		return "--max-attempts", true
+	case admin.FieldRetryBackoff:
+		return "--retry-backoff", true
+	case admin.FieldWorkerLabel:
+		return "--worker-label", true
+	case admin.FieldTokenName, admin.FieldTokenID, admin.FieldReason:
+		return "--" + field, true
 	}
 	return "", false
 }
@@ -179,24 +187,45 @@ const idRule = limits.IDRule
 func (a *app) taskCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Publish (admin role) and list tasks"}
 	var (
-		t    admin.TaskSpec
-		spec string
+		t       admin.TaskSpec
+		spec    string
+		backoff time.Duration
+		labels  []string
 	)
 	publish := a.publish(&cobra.Command{
-		Use:   "publish --project ID --task ID --executor-spec JSON",
+		Use:   "publish --project ID --task ID --executor-spec JSON [--max-attempts N] [--retry-backoff D] [--worker-label k=v …]",
 		Short: "Publish a new task revision pinned to a remote_worker execution revision",
 		Long: `task publish creates the next revision of a task in one admin transaction. The revision pins
 a remote_worker execution revision whose digest is the sha256 of the spec's canonical form (its
 PostgreSQL jsonb text); identical specs share one execution revision. Admission re-verifies that
 digest, so a spec edited behind its digest admits nothing.
 
-Idempotent: a spec equal to the head revision's (same canonical form) writes nothing, says
-"unchanged" and exits 0.`,
+Retry policy and selector, part of the revision and of its digest: --max-attempts (1 … 100,
+default 1: no retries) bounds the Attempts a Run takes (a failed Attempt, or one whose lease
+expired, is retried while Attempts remain); --retry-backoff (0 … 24h, whole milliseconds; default
+10s when --max-attempts is above 1, else 0) is the delay before the second Attempt, doubled for
+each later one (capped at 24h); --worker-label k=v (repeatable, at most 16) offers the task's Runs
+only to worker sessions that have every one of these labels.
+
+Idempotent: a spec, policy and selector equal to the head revision's write nothing, say
+"unchanged" and exit 0; a changed policy alone is a new revision.`,
 		Example: `  qlsched task publish --project billing --task invoice --executor-spec '{"image":"billing/invoice:1.4"}'`,
-	}, func(*cobra.Command) error {
+	}, func(cmd *cobra.Command) error {
 		// the publisher's own checks, before connecting (every rule jsonb and the size
 		// bound hold; the message names the position and the rule, never the spec's content)
 		t.ExecutorSpec = []byte(spec)
+		if t.MaxAttempts < 1 { // 0 would be the publisher's "default"; the flag's default is 1
+			return cli.Usagef("--max-attempts: %d is out of range: want 1 … %d", t.MaxAttempts, admin.MaxMaxAttempts)
+		}
+		t.RetryBackoff = nil
+		if cmd.Flags().Changed("retry-backoff") {
+			t.RetryBackoff = &backoff
+		}
+		sel, err := admin.ParseWorkerLabels(labels)
+		if err != nil {
+			return err
+		}
+		t.WorkerLabels = sel
 		return t.Validate()
 	}, func(cmd *cobra.Command, p *admin.Publisher) (any, func(io.Writer), error) {
 		pub, err := p.PublishTask(cmd.Context(), t)
@@ -207,11 +236,16 @@ Idempotent: a spec equal to the head revision's (same canonical form) writes not
 			}
 			fmt.Fprintf(out, "task %s/%s revision %d %s; execution revision %s (sha256 %s)\n",
 				t.Project, t.Task, pub.Revision, verb, pub.ExecutionRevisionID, pub.ExecutionDigest)
+			fmt.Fprintf(out, "  max attempts %d, retry backoff %s, worker labels %s\n",
+				pub.MaxAttempts, ms(pub.RetryBackoffMs), labelsText(pub.WorkerSelector))
 		}, err
 	})
 	fl := publish.Flags()
 	fl.StringVar(&t.Project, "project", "", "project id")
 	fl.StringVar(&t.Task, "task", "", "task id: "+idRule)
+	fl.IntVar(&t.MaxAttempts, "max-attempts", 1, fmt.Sprintf("Attempts a Run may take, 1 … %d (1: no retries)", admin.MaxMaxAttempts))
+	fl.DurationVar(&backoff, "retry-backoff", 0, "delay before the second Attempt, doubled after each, 0 … 24h (default 10s when --max-attempts > 1, else 0)")
+	fl.StringArrayVar(&labels, "worker-label", nil, fmt.Sprintf("a label k=v a worker must have to be offered the task's Runs (repeatable, at most %d)", admin.MaxWorkerLabels))
 	fl.StringVar(&spec, "executor-spec", "", "the remote_worker execution spec: a JSON object of at most 64 KiB that PostgreSQL jsonb stores (no \\u0000, no unpaired surrogate escapes, numbers within numeric's range, at most 1000 levels deep)")
 	cmd.AddCommand(publish, a.taskListCmd())
 	return cmd

@@ -214,11 +214,11 @@ which may hold secrets) and how many triggers use the task (counted up to `+fmt.
 					pageDoc
 				}{rows, newPageDoc(page.Next)}}, func(out io.Writer) {
 					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "PROJECT\tTASK\tREV\tEXECUTION REVISION\tEXECUTION SHA256\tTRIGGERS\tUPDATED")
+					fmt.Fprintln(tw, "PROJECT\tTASK\tREV\tEXECUTION REVISION\tEXECUTION SHA256\tATTEMPTS\tBACKOFF\tLABELS\tTRIGGERS\tUPDATED")
 					for _, t := range rows {
 						triggers := atLeast(t.Triggers, admin.MaxTaskTriggers)
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.ProjectID, t.TaskID, t.Revision, t.ExecutionRevisionID,
-							t.ExecutionDigest[:12]+"…", triggers, utc(&t.UpdatedAtMs))
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.ProjectID, t.TaskID, t.Revision, t.ExecutionRevisionID,
+							t.ExecutionDigest[:12]+"…", t.MaxAttempts, ms(t.RetryBackoffMs), labelsText(t.WorkerSelector), triggers, utc(&t.UpdatedAtMs))
 					}
 					tw.Flush()
 					printMore(out, cmd, len(rows), page.Next)

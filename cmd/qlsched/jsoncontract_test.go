@@ -64,6 +64,11 @@ projects:
 		{"runs list", []string{"runs", "list"}, "qlsched.runs-list/v1"},
 		{"runs show", []string{"runs", "show", runID}, "qlsched.runs-show/v1"},
 		{"status", []string{"status"}, "qlsched.status/v1"},
+		{"worker token create", []string{"worker", "token", "create", "--name", "fleet"}, "qlsched.worker-token-create/v1"},
+		{"worker token list", []string{"worker", "token", "list"}, "qlsched.worker-token-list/v1"},
+		{"worker token revoke", []string{"worker", "token", "revoke", "--name", "fleet"}, "qlsched.worker-token-revoke/v1"},
+		{"workers list", []string{"workers", "list", "--all"}, "qlsched.workers-list/v1"},
+		{"runs cancel", []string{"runs", "cancel", runID}, "qlsched.runs-cancel/v1"},
 	}
 	for i := range cases {
 		cases[i].args = append(cases[i].args, admin...)

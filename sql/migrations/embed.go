@@ -1,4 +1,4 @@
-// Package migrations embeds the hand-written goose migrations pg-0001 … pg-0021 of schema
+// Package migrations embeds the hand-written goose migrations pg-0001 … pg-0022 of schema
 // control_core and their integrity file, so every binary carries exactly the stream it verifies.
 package migrations
 

@@ -19,7 +19,7 @@ ORDER BY p.project_id;
 -- of the task, counted up to @cap (a count at the cap means "at least": a task that 100,000
 -- triggers use costs @cap probes, not 100,000).
 SELECT t.project_id, t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest,
-       kr.content_digest, t.created_at_ms, t.updated_at_ms,
+       kr.content_digest, kr.max_attempts, kr.retry_backoff_ms, kr.worker_selector, t.created_at_ms, t.updated_at_ms,
        (SELECT count(*) FROM (SELECT 1 FROM control_core.trigger_revisions tr
                               JOIN control_core.trigger_schedules s
                                 ON s.project_id = tr.project_id AND s.trigger_id = tr.trigger_id AND s.trigger_revision = tr.revision

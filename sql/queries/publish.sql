@@ -59,9 +59,15 @@ ON CONFLICT (project_id, task_id) DO UPDATE
 RETURNING head_revision;
 
 -- name: InsertTaskRevision :one
-INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest)
+-- The retry policy and worker selector (pg-0022) are part of the revision and of its digest: the
+-- 7-argument task_digest, which equals the 4-argument one for the defaults (1, 0, '{}'), so a
+-- task without a policy keeps the digest it always had.
+INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id,
+                                         max_attempts, retry_backoff_ms, worker_selector, content_digest)
 SELECT @project_id::text, @task_id::text, @revision::bigint, e.execution_revision_id,
-       control_core.task_digest(@task_id::text, @revision::bigint, e.execution_revision_id, e.digest)
+       @max_attempts::integer, @retry_backoff_ms::bigint, @worker_selector::jsonb,
+       control_core.task_digest(@task_id::text, @revision::bigint, e.execution_revision_id, e.digest,
+                                @max_attempts::integer, @retry_backoff_ms::bigint, @worker_selector::jsonb)
 FROM control_core.execution_revisions e
 WHERE e.execution_revision_id = @execution_revision_id::uuid
 RETURNING revision, content_digest;
@@ -122,8 +128,9 @@ ORDER BY trigger_id;
 -- name: GetTaskHeads :many
 -- The head revisions of a project's tasks (of one when task_id is given) with the execution
 -- revision each pins (id and digest; the spec never comes back): a publish and `qlsched apply`
--- compare a spec's SpecDigest with execution_digest.
-SELECT t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest, kr.content_digest
+-- compare a spec's SpecDigest with execution_digest, and the retry policy and selector field by field.
+SELECT t.task_id, t.head_revision, kr.execution_revision_id, e.digest AS execution_digest, kr.content_digest,
+       kr.max_attempts, kr.retry_backoff_ms, kr.worker_selector
 FROM control_core.tasks t
 JOIN control_core.task_revisions kr
   ON kr.project_id = t.project_id AND kr.task_id = t.task_id AND kr.revision = t.head_revision

@@ -59,12 +59,12 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if len(applied) != 21 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[20].Migration.Name != "pg-0021-live-attempt-guard" {
-		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0021-live-attempt-guard", len(applied), applied)
+	if len(applied) != 22 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[21].Migration.Name != "pg-0022-dispatch-loop" {
+		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0022-dispatch-loop", len(applied), applied)
 	}
 	capability, err := db.New(d.Pool(t, "")).Capability(ctx, "control-core")
-	if err != nil || capability.Version != 20 || capability.Name != "live_attempt_guard" {
-		t.Fatalf("capability = %+v, %v; want v20 live_attempt_guard", capability, err)
+	if err != nil || capability.Version != 21 || capability.Name != "dispatch_loop" {
+		t.Fatalf("capability = %+v, %v; want v21 dispatch_loop", capability, err)
 	}
 
 	su := d.Pool(t, "")
@@ -78,8 +78,8 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if notOwned != 0 {
 		t.Errorf("%d objects in control_core are not owned by ql_owner", notOwned)
 	}
-	if n := count(t, su, "SELECT count(*) FROM pg_class WHERE relnamespace = 'control_core'::regnamespace AND relkind = 'r'"); n != 21 {
-		t.Errorf("control_core has %d tables, want 21 (20 of the model + goose's version table)", n)
+	if n := count(t, su, "SELECT count(*) FROM pg_class WHERE relnamespace = 'control_core'::regnamespace AND relkind = 'r'"); n != 22 {
+		t.Errorf("control_core has %d tables, want 22 (21 of the model + goose's version table)", n)
 	}
 
 	again, err := r.Up(ctx, 0)

@@ -45,9 +45,9 @@ func (c Case) Render(database string, names roles.Names) string {
 		"{worker}", q(names.WorkerIngress), "{db}", q(database), "{prefix}", names.Prefix).Replace(c.SQL)
 }
 
-// Cases is every class: issue 16's points 1 and 2 (firstRound), then issue 30's and 37's, one file per
+// Cases is every class: issue 16's points 1 and 2 (firstRound), then issue 30's, 37's and 32's, one file per
 // class so that each class's cases stay beside each other.
-var Cases = slices.Concat(firstRound, enforcement, settings, database, writers, builtins, strictness, repair, reads, recovery)
+var Cases = slices.Concat(firstRound, enforcement, settings, database, writers, builtins, strictness, repair, reads, recovery, dispatch)
 
 // firstRound is issue 16's points 1 and 2.
 var firstRound = []Case{

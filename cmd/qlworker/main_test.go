@@ -1,0 +1,215 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/testbin"
+	"github.com/qlcontrol/controlcore/workerproto"
+)
+
+const token = "qlw_s3cr3t-t0ken"
+
+func TestMain(m *testing.M) {
+	// testbin builds under TMPDIR: a scratch folder of this test binary, removed at exit.
+	dir, err := os.MkdirTemp("", "qlworker-test-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("TMPDIR", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func tokenFile(t *testing.T, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Bad usage exits 2 with a clear message before any connection (the dispatcher URL is a closed
+// port: nothing may try it), and never prints the token.
+func TestUsageErrors(t *testing.T) {
+	bin := testbin.Command(t, "qlworker")
+	good := tokenFile(t, token+"\n", 0o600)
+	d := "http://127.0.0.1:1"
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no dispatcher", []string{"--token-file", good, "--name", "w1"}, "--dispatcher is required"},
+		{"no token file", []string{"--dispatcher", d, "--name", "w1"}, "--token-file is required"},
+		{"missing token file", []string{"--dispatcher", d, "--name", "w1", "--token-file", "/no/such/file"}, "--token-file: open: no such file"},
+		{"empty token file", []string{"--dispatcher", d, "--name", "w1", "--token-file", tokenFile(t, "\n", 0o600)}, "the file is empty"},
+		{"not a token", []string{"--dispatcher", d, "--name", "w1", "--token-file", tokenFile(t, "hunter2 x", 0o600)}, "does not hold one worker token"},
+		{"bad name", []string{"--dispatcher", d, "--name", "Worker One", "--token-file", good}, "--name (10 characters, not shown)"},
+		{"no name", []string{"--dispatcher", d, "--token-file", good}, "--name"},
+		{"capacity 0", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--capacity", "0"}, "--capacity 0: want 1…256"},
+		{"capacity word", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--capacity", "many"}, "bad value for --capacity"},
+		{"bad label", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--label", "gpu"}, "want key=value"},
+		{"bad drain grace", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--drain-grace", "10ms"}, "--drain-grace 10ms"},
+		{"bad url", []string{"--dispatcher", "ftp://x", "--name", "w1", "--token-file", good}, "--dispatcher: dispatcher URL 1 of 1"},
+		{"url with password", []string{"--dispatcher", "http://u:pw@h", "--name", "w1", "--token-file", good}, "holds credentials"},
+		{"unknown flag", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--shell"}, "unknown flag --shell"},
+		{"bad ca file", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--ca-file", good}, "--ca-file: no PEM certificate"},
+		{"bad log level", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--log-level", "loud"}, "--log-level \"loud\""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testbin.Run(t, exec.Command(bin, tc.args...))
+			if r.Code != 2 {
+				t.Fatalf("exit %d, want 2; stderr:\n%s", r.Code, r.Stderr)
+			}
+			if !strings.Contains(r.Stderr, tc.want) {
+				t.Fatalf("stderr %q does not say %q", r.Stderr, tc.want)
+			}
+			for _, secret := range []string{"s3cr3t", "hunter2", "pw@"} {
+				if strings.Contains(r.Stdout+r.Stderr, secret) {
+					t.Fatalf("output holds %q:\n%s%s", secret, r.Stdout, r.Stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestHelpExplains(t *testing.T) {
+	r := testbin.Run(t, exec.Command(testbin.Command(t, "qlworker"), "--help"))
+	if r.Code != 0 {
+		t.Fatalf("--help exit %d", r.Code)
+	}
+	for _, want := range []string{"--dispatcher", "--token-file", "--capacity", "--label", "--drain-grace", "--ca-file", "never through a", "second signal", "Exit codes"} {
+		if !strings.Contains(r.Stdout, strings.TrimPrefix(want, "-")) {
+			t.Errorf("--help does not mention %q:\n%s", want, r.Stdout)
+		}
+	}
+}
+
+// The wiring end to end, against a minimal fake of protocol v1: the binary registers, runs the
+// offered command as a process, reports it, and drains and closes on SIGTERM (exit 0). The real
+// dispatcher's end-to-end gates are internal/testkit/faults' (issue 32, W6).
+func TestRunsAJobAndDrainsOnSIGTERM(t *testing.T) {
+	var (
+		mu        sync.Mutex
+		calls     []string
+		completes []workerproto.CompleteRequest
+		offered   bool
+	)
+	record := func(c string) { mu.Lock(); calls = append(calls, c); mu.Unlock() }
+	mux := http.NewServeMux()
+	reply := func(w http.ResponseWriter, status int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("POST /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
+		var req workerproto.RegisterRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		record("register " + req.Name + " " + req.Labels["zone"])
+		reply(w, 201, workerproto.RegisterResponse{SessionID: "s1", HeartbeatIntervalMs: 200, LeaseTTLMs: 30000, PollMaxWaitMs: 200, OutputTailMaxBytes: 8192})
+	})
+	mux.HandleFunc("POST /v1/sessions/s1/poll", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		first := !offered
+		offered = true
+		mu.Unlock()
+		resp := workerproto.PollResponse{Offers: []workerproto.Offer{}}
+		if first {
+			resp.Offers = append(resp.Offers, workerproto.Offer{OfferID: "o1", AttemptID: "a1", RunID: "r1", AttemptNo: 1, MaxAttempts: 1,
+				CallbackToken: "qlc_cb", ExpiresInMs: 10000, Project: "p", Task: "t", TaskRevision: 1,
+				Spec: json.RawMessage(`{"command":["sh","-c","echo \"run $QL_RUN_ID\"; exit 0"],"timeout":"10s"}`)})
+		} else {
+			time.Sleep(100 * time.Millisecond) // a long poll that finds nothing
+		}
+		reply(w, 200, resp)
+	})
+	mux.HandleFunc("POST /v1/offers/o1/ack", func(w http.ResponseWriter, r *http.Request) {
+		record("ack")
+		reply(w, 200, workerproto.AckResponse{LeaseVersion: 1, LeaseExpiresInMs: 30000, HeartbeatIntervalMs: 200})
+	})
+	mux.HandleFunc("POST /v1/sessions/s1/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+		var req workerproto.HeartbeatRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		resp := workerproto.HeartbeatResponse{SessionExpiresInMs: 30000, Leases: []workerproto.LeaseStatus{}}
+		for _, l := range req.Leases {
+			resp.Leases = append(resp.Leases, workerproto.LeaseStatus{AttemptID: l.AttemptID, Status: "renewed", LeaseExpiresInMs: 30000})
+		}
+		reply(w, 200, resp)
+	})
+	mux.HandleFunc("POST /v1/attempts/a1/complete", func(w http.ResponseWriter, r *http.Request) {
+		var req workerproto.CompleteRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		completes = append(completes, req)
+		mu.Unlock()
+		record("complete")
+		reply(w, 200, workerproto.CompleteResponse{RunState: "succeeded"})
+	})
+	mux.HandleFunc("POST /v1/sessions/s1/drain", func(w http.ResponseWriter, r *http.Request) {
+		record("drain")
+		reply(w, 200, workerproto.DrainResponse{})
+	})
+	mux.HandleFunc("DELETE /v1/sessions/s1", func(w http.ResponseWriter, r *http.Request) {
+		record("close")
+		w.WriteHeader(204)
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			reply(w, 401, workerproto.ErrorBody{Error: workerproto.ErrorDetail{Code: "unauthorized"}})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	cmd := exec.Command(testbin.Command(t, "qlworker"), "--dispatcher", "http://127.0.0.1:1,"+srv.URL,
+		"--token-file", tokenFile(t, token, 0o600), "--name", "w1", "--label", "zone=a", "--log-level", "debug")
+	var stderr strings.Builder
+	var errMu sync.Mutex
+	cmd.Stderr = writerFunc(func(p []byte) (int, error) { errMu.Lock(); defer errMu.Unlock(); return stderr.Write(p) })
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 20*time.Second, "the job's report", func() bool { mu.Lock(); defer mu.Unlock(); return len(completes) == 1 })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	errMu.Lock()
+	logs := stderr.String()
+	errMu.Unlock()
+	if err != nil {
+		t.Fatalf("qlworker after SIGTERM: %v\n%s", err, logs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	c := completes[0]
+	if c.Outcome != "succeeded" || c.OutputTail != "run r1\n" || c.CallbackToken != "qlc_cb" {
+		t.Fatalf("completion = %+v", c)
+	}
+	want := []string{"register w1 a", "ack", "complete", "drain", "close"}
+	if strings.Join(calls, ",") != strings.Join(want, ",") {
+		t.Fatalf("calls = %v, want %v", calls, want)
+	}
+	if strings.Contains(logs, "s3cr3t") || strings.Contains(logs, "qlc_cb") {
+		t.Fatalf("the logs hold a token:\n%s", logs)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

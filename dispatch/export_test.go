@@ -1,0 +1,23 @@
+package dispatch
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+
+	"github.com/qlcontrol/controlcore/db"
+)
+
+// ExpireAttemptLeases runs the lease sweep's statement (FinishAttempts, fence 'expiry') on the
+// given Attempts, as if DueLeases had found them: what a sweep does when a heartbeat renews a
+// lease between the two statements. It returns how many leases it ended.
+func (s *Store) ExpireAttemptLeases(ctx context.Context, attempts []uuid.UUID) (int, error) {
+	p := db.FinishAttemptsParams{AttemptIds: attempts}
+	for range attempts {
+		p.Fences, p.SessionIds, p.CallbackHashes = append(p.Fences, "expiry"), append(p.SessionIds, uuid.Nil), append(p.CallbackHashes, "")
+		p.LeaseVersions, p.Outcomes = append(p.LeaseVersions, 0), append(p.Outcomes, "expired")
+		p.Results, p.Errors = append(p.Results, []byte("null")), append(p.Errors, []byte(`{"kind":"lease_lost"}`))
+	}
+	rows, err := s.finish(ctx, "expire leases", p)
+	return len(rows), err
+}

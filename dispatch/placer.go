@@ -1,0 +1,293 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Placer answers workers' long polls by placing Runs for the polling session (design §3.1): it
+// keeps the waiting polls and one rotation cursor in memory and probes for ready work every
+// PlacementInterval while a poll waits, and at once when a poll arrives or Kick is called.
+// Nothing of it is durable: a dispatcher that dies loses only its waiting polls, and its offers
+// expire (X).
+type Placer struct {
+	store *Store
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	waiting  map[uuid.UUID]*waiter // by session: a second poll answers the first with []
+	order    []*waiter             // arrival order
+	cursor   string                // rotation cursor: a project id
+	stopping bool
+
+	kick chan struct{}
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+type waiter struct {
+	cred    Credential
+	session uuid.UUID
+	labels  map[string]string
+	slots   int
+	out     chan []Offer // buffered 1: the loop never blocks on a poll
+	gone    chan error   // buffered 1: ErrStopping, or a session fence that failed at placement
+}
+
+// NewPlacer makes a placer over store; log receives identifiers and outcomes only (never tokens).
+func NewPlacer(store *Store, log *slog.Logger) *Placer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Placer{store: store, log: log, waiting: map[uuid.UUID]*waiter{}, kick: make(chan struct{}, 1)}
+}
+
+// Start runs the placement loop in a goroutine until ctx ends or Stop is called.
+func (p *Placer) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done != nil {
+		return errors.New("dispatch placer: already started")
+	}
+	ctx, p.stop = context.WithCancel(ctx)
+	p.done = make(chan struct{})
+	go p.loop(ctx)
+	return nil
+}
+
+// Stop answers every waiting poll with ErrStopping, refuses new ones and waits for the loop to
+// end (bounded by ctx).
+func (p *Placer) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	p.stopping = true
+	for _, w := range p.order {
+		w.gone <- ErrStopping
+	}
+	p.waiting, p.order = map[uuid.UUID]*waiter{}, nil
+	stop, done := p.stop, p.done
+	p.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Kick asks for a placement pass now (a local handler freed capacity).
+func (p *Placer) Kick() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Poll waits up to wait (capped at PollMaxWait) for offers placed for the session, at most
+// maxOffers, and returns at the first placed offer or at the deadline (an empty slice). A second
+// poll of the same session answers the first with an empty slice. Errors: ErrUnauthorized,
+// ErrNotFound, ErrSessionGone, ErrSessionDraining, ErrStopping (answer [] with
+// dispatcher_stopping), ctx's error.
+func (p *Placer) Poll(ctx context.Context, cred Credential, sessionID uuid.UUID, maxOffers int, wait time.Duration) ([]Offer, error) {
+	if maxOffers < 1 {
+		maxOffers = 1
+	}
+	if max := p.store.cfg.PollMaxWait; wait > max || wait <= 0 {
+		wait = max
+	}
+	sess, err := p.store.Session(ctx, cred, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	w := &waiter{cred: cred, session: sessionID, labels: sess.Labels, slots: min(maxOffers, sess.Capacity),
+		out: make(chan []Offer, 1), gone: make(chan error, 1)}
+	p.mu.Lock()
+	if p.stopping {
+		p.mu.Unlock()
+		return nil, ErrStopping
+	}
+	if old := p.waiting[sessionID]; old != nil {
+		p.removeLocked(old)
+		old.out <- []Offer{}
+	}
+	p.waiting[sessionID] = w
+	p.order = append(p.order, w)
+	p.mu.Unlock()
+	p.Kick()
+
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case offers := <-w.out:
+		return offers, nil
+	case err := <-w.gone:
+		return nil, err
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	p.removeLocked(w)
+	p.mu.Unlock()
+	// The loop may have delivered just before the removal: the offers are the caller's.
+	select {
+	case offers := <-w.out:
+		return offers, nil
+	default:
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return []Offer{}, nil
+}
+
+func (p *Placer) removeLocked(w *waiter) {
+	if p.waiting[w.session] == w {
+		delete(p.waiting, w.session)
+	}
+	for i, o := range p.order {
+		if o == w {
+			p.order = append(p.order[:i:i], p.order[i+1:]...)
+			break
+		}
+	}
+}
+
+func (p *Placer) loop(ctx context.Context) {
+	defer close(p.done)
+	t := time.NewTicker(p.store.cfg.PlacementInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.kick:
+		}
+		p.pass(ctx)
+	}
+}
+
+// pass serves the waiting polls once, in arrival order.
+func (p *Placer) pass(ctx context.Context) {
+	p.mu.Lock()
+	ws := append([]*waiter(nil), p.order...)
+	p.mu.Unlock()
+	var empty []map[string]string // label sets whose read came back empty this pass
+	for _, w := range ws {
+		if ctx.Err() != nil {
+			return
+		}
+		if slicesContainsMap(empty, w.labels) {
+			continue
+		}
+		offers, err := p.place(ctx, w)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if isFenceError(err) {
+				p.mu.Lock()
+				if p.waiting[w.session] == w {
+					p.removeLocked(w)
+					w.gone <- err
+				}
+				p.mu.Unlock()
+				continue
+			}
+			p.log.Warn("dispatch placement failed", "session_id", w.session, "error", err)
+			continue
+		}
+		if offers == nil {
+			empty = append(empty, w.labels)
+			continue
+		}
+		if len(offers) == 0 {
+			continue // candidates raced away: the next tick tries again
+		}
+		p.mu.Lock()
+		delivered := p.waiting[w.session] == w
+		if delivered {
+			p.removeLocked(w)
+			w.out <- offers
+		}
+		p.mu.Unlock()
+		if !delivered { // the poll ended meanwhile: nobody will ACK these
+			ids := make([]uuid.UUID, len(offers))
+			for i, o := range offers {
+				ids[i] = o.OfferID
+			}
+			if _, err := p.store.Withdraw(context.WithoutCancel(ctx), ids); err != nil {
+				p.log.Warn("dispatch withdraw of undelivered offers failed", "session_id", w.session, "error", err)
+			}
+		}
+	}
+}
+
+// place reads candidates from the cursor, wrapping to the first project once when the projects
+// after it gave fewer than wanted, and offers them; the cursor moves to the last one's project. nil: nothing to place
+// for these labels; empty: candidates existed but none was offered.
+func (p *Placer) place(ctx context.Context, w *waiter) ([]Offer, error) {
+	p.mu.Lock()
+	after := p.cursor
+	p.mu.Unlock()
+	q := CandidateQuery{SessionID: w.session, Labels: w.labels, After: after, Slots: w.slots}
+	cands, next, err := p.store.Candidates(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if len(cands) < w.slots && after != "" {
+		q.After = ""
+		more, _, err := p.store.Candidates(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		seen := map[uuid.UUID]bool{}
+		for _, c := range cands {
+			seen[c.RunID] = true
+		}
+		for _, c := range more {
+			if !seen[c.RunID] && len(cands) < w.slots {
+				cands = append(cands, c)
+				next = c.ProjectID
+			}
+		}
+	}
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	p.mu.Lock()
+	p.cursor = next
+	p.mu.Unlock()
+	offers, err := p.store.Offer(ctx, w.cred, w.session, cands)
+	if err != nil {
+		return nil, err
+	}
+	return append([]Offer{}, offers...), nil
+}
+
+func isFenceError(err error) bool {
+	for _, e := range []error{ErrUnauthorized, ErrNotFound, ErrSessionGone, ErrSessionDraining} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func slicesContainsMap(ms []map[string]string, m map[string]string) bool {
+	for _, x := range ms {
+		if maps.Equal(x, m) {
+			return true
+		}
+	}
+	return false
+}
