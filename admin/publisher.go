@@ -22,6 +22,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/base/limits"
 	"github.com/qlcontrol/controlcore/schedule"
+	"github.com/qlcontrol/controlcore/workerproto"
 )
 
 // Publisher writes projects, tasks and triggers as the admin role, each publish in one
@@ -117,16 +118,17 @@ const (
 	maxSelectorBytes    = 2048
 )
 
-// A label key and value: a lower-case name (as a worker token's), and a short word.
+// A selector's label key and value follow the rule a worker's labels are registered under
+// (workerproto), so every selector a task can be published with is one a worker can satisfy.
 var (
-	labelKey   = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
-	labelValue = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+	labelKey   = regexp.MustCompile(workerproto.NamePattern)
+	labelValue = regexp.MustCompile(workerproto.LabelValuePattern)
 )
 
 // LabelKeyRule and LabelValueRule describe a worker label's key and value.
 const (
 	LabelKeyRule   = "a lower-case letter or digit, then up to 62 of a-z 0-9 _ . -"
-	LabelValueRule = "a letter or digit, then up to 62 of A-Z a-z 0-9 _ . -"
+	LabelValueRule = "1 to 63 of A-Z a-z 0-9 _ . : / + = -"
 )
 
 // Validate checks every field; the executor spec by rule and position only (it may hold secrets).

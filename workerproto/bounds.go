@@ -28,8 +28,8 @@ const (
 // NamePattern is a worker name (the worker_sessions.worker_id it registers with) and a label key.
 const NamePattern = `^[a-z0-9][a-z0-9_.-]{0,62}$`
 
-// LabelValuePattern is a label value: printable, no quoting needed in JSON, ≤ 63 bytes.
-const LabelValuePattern = `^[A-Za-z0-9_.:/+=-]{0,63}$`
+// LabelValuePattern is a label value: printable, no quoting needed in JSON, 1 … 63 bytes.
+const LabelValuePattern = `^[A-Za-z0-9_.:/+=-]{1,63}$`
 
 var (
 	nameRE       = regexp.MustCompile(NamePattern)
