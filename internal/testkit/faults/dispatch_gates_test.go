@@ -118,20 +118,24 @@ func (g *gate) start(name, bin string, args ...string) *proc {
 func (p *proc) waitFor(t *testing.T, re *regexp.Regexp, what string) []string {
 	t.Helper()
 	var m []string
-	eventually.NoError(t, 60*time.Second, p.name+": "+what, func() error {
+	var exited bool
+	eventually.True(t, 60*time.Second, p.name+": "+what, func() bool {
 		select {
 		case <-p.exited:
-			return fmt.Errorf("%s exited: %s", p.name, p.out.String())
+			exited = true
 		default:
 		}
 		sc := bufio.NewScanner(strings.NewReader(p.out.String()))
 		for sc.Scan() {
 			if m = re.FindStringSubmatch(sc.Text()); m != nil {
-				return nil
+				return true
 			}
 		}
-		return errors.New("not yet")
+		return exited // its output is final: fail below rather than wait out the timeout
 	})
+	if m == nil {
+		t.Fatalf("%s exited before %s", p.name, what)
+	}
 	return m
 }
 
@@ -527,4 +531,115 @@ func TestGateDispatchDispatcherSigkill(t *testing.T) {
 			g.text(`SELECT string_agg(run_id || ':' || state, ' ') FROM control_core.runs`))
 	}
 	g.audit(runs, true)
+}
+
+// worker-sigstop: SIGSTOP a worker's process group for longer than its lease, then SIGCONT. The
+// lease expires meanwhile and attempt 2 succeeds on the other worker; the stopped worker's late
+// report is refused (409 lease_lost on its complete, or lease_lost on its heartbeat first, after
+// which it reports nothing). The Run executed at least once: attempt 1's job (a process group of
+// its own) ran to its end while its worker was stopped, so this gate states at-least-once.
+func TestGateDispatchWorkerSigstop(t *testing.T) {
+	t.Parallel()
+	g := newGate(t)
+	g.task("k", 2, "--first-sleep", "2s", "--sleep", "100ms")
+	tok := g.token("fleet")
+	g.scheduler()
+	g.dispatcher("gate-dispatch")
+	a := g.worker("worker-a", tok, 1)
+	run := g.admit("k", 1)[0]
+	first := g.waitStarts(1)[0]
+	if first.run != run || first.attempt != "1" {
+		t.Fatalf("first execution %+v; want Run %s attempt 1", first, run)
+	}
+	a.kill(t, syscall.SIGSTOP)
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGCONT)
+		}
+	}()
+	g.worker("worker-b", tok, 1)
+	g.settled(60 * time.Second)
+	// attempt 1's job ended while its worker was stopped; the worker learns only now.
+	if log := g.executions(); count(log, run, "1", "end") != 1 {
+		t.Fatalf("attempt 1's job did not run to its end while its worker was stopped: %+v", log)
+	}
+	a.kill(t, syscall.SIGCONT)
+	stopped = false
+	refused := a.waitFor(t, regexp.MustCompile(`complete failed.*lease_lost|lease lost: stopping the job|job stopped: lease lost`), "the late report refused")
+	t.Logf("the resumed worker: %s", refused[0])
+
+	if s := g.text(`SELECT state FROM control_core.runs WHERE run_id = $1`, run); s != "succeeded" {
+		t.Errorf("Run %s; want succeeded", s)
+	}
+	if s := g.text(`SELECT string_agg(attempt_no || ':' || state || ':' || coalesce(worker_id, '-'), ' ' ORDER BY attempt_no)
+		FROM control_core.attempts WHERE run_id = $1`, run); !regexp.MustCompile(`^1:\w+:worker-a 2:succeeded:worker-b$`).MatchString(s) || strings.HasPrefix(s, "1:succeeded") {
+		t.Errorf("attempts %q; want attempt 1 on worker-a not succeeded, attempt 2 succeeded on worker-b", s)
+	}
+	if n := count(g.executions(), run, "", "start"); n != 2 {
+		t.Errorf("%d executions; want 2 (at least once: the stopped worker's job and the retry)", n)
+	}
+	g.audit([]string{run}, false)
+}
+
+// token revoke mid-run: the running worker's token is revoked; its heartbeats get 401, its
+// watchdog kills the job before the lease expires, and the retry runs on a worker holding a
+// live token.
+func TestGateDispatchTokenRevoke(t *testing.T) {
+	t.Parallel()
+	g := newGate(t)
+	g.task("k", 2, "--first-sleep", "10m", "--sleep", "100ms")
+	tokA, tokB := g.token("fleet-a"), g.token("fleet-b")
+	g.scheduler()
+	g.dispatcher("gate-dispatch")
+	a := g.worker("worker-a", tokA, 1)
+	run := g.admit("k", 1)[0]
+	first := g.waitStarts(1)[0]
+	eventually.True(t, 30*time.Second, "the Run running", func() bool {
+		return g.text(`SELECT state FROM control_core.runs WHERE run_id = $1`, run) == "running"
+	})
+	g.cli("worker", "token", "revoke", "--name", "fleet-a")
+	// Poll the job's process and read the database clock and the lease the moment it is gone.
+	var now, expires int64
+	var state string
+	eventually.True(t, 3*gateLease, "the job killed", func() bool {
+		if alive(first.pid) {
+			return false
+		}
+		if err := g.su.QueryRow(context.Background(), `SELECT control_core.db_now_ms(), l.expires_at_ms, l.state
+			FROM control_core.attempts a JOIN control_core.run_leases l USING (run_lease_id)
+			WHERE a.run_id = $1 AND a.attempt_no = 1`, run).Scan(&now, &expires, &state); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
+	t.Logf("job gone %d ms before its lease's expiry (lease %s)", expires-now, state)
+	if now > expires {
+		t.Errorf("the job outlived its lease: gone at %d, the lease expired at %d", now, expires)
+	}
+	a.waitFor(t, regexp.MustCompile(`heartbeat failed.*401 unauthorized`), "401 on a heartbeat")
+	// Refused, the worker drains and exits 1 (qlworker's "the dispatcher refused the worker").
+	eventually.True(t, 3*gateLease, "worker-a exited", func() bool {
+		select {
+		case <-a.exited:
+			return true
+		default:
+			return false
+		}
+	})
+	if code := a.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("worker-a exited %d after its token was revoked; want 1", code)
+	}
+	g.worker("worker-b", tokB, 1)
+	g.settled(60 * time.Second)
+
+	if s := g.text(`SELECT string_agg(attempt_no || ':' || state || ':' || coalesce(worker_id, '-'), ' ' ORDER BY attempt_no)
+		FROM control_core.attempts WHERE run_id = $1`, run); !regexp.MustCompile(`^1:\w+:worker-a 2:succeeded:worker-b$`).MatchString(s) || strings.HasPrefix(s, "1:succeeded") {
+		t.Errorf("attempts %q; want attempt 1 on worker-a not succeeded, attempt 2 succeeded on worker-b", s)
+	}
+	log := g.executions()
+	if count(log, run, "1", "end") != 0 || count(log, run, "2", "end") != 1 {
+		t.Errorf("execution log %+v; want attempt 1 killed (no end), attempt 2 ended", log)
+	}
+	g.audit([]string{run}, false)
 }
