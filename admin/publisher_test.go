@@ -302,6 +302,7 @@ type planNode struct {
 	RelationName string     `json:"Relation Name"`
 	IndexCond    string     `json:"Index Cond"`
 	RecheckCond  string     `json:"Recheck Cond"`
+	IndexName    string     `json:"Index Name"`
 	Filter       string     `json:"Filter"`
 	Loops        int        `json:"Actual Loops"`
 	Rows         float64    `json:"Actual Rows"` // PostgreSQL 18 writes it with two decimals

@@ -2,6 +2,9 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/qlcontrol/controlcore/admin"
@@ -61,5 +64,61 @@ func TestWorkersListShowsLiveSessions(t *testing.T) {
 	}
 	if cut, more, err := r.WorkerSessions(ctx, admin.WorkerFilter{All: true, Limit: 2}); err != nil || len(cut) != 2 || !more {
 		t.Errorf("limit 2: %d sessions, more %v, %v; want 2 and more", len(cut), more, err)
+	}
+}
+
+// The live list reads worker_sessions through worker_sessions_live_expiry_idx only: with 5,000
+// closed sessions of history beside 2 live ones, no scan of worker_sessions reads the history.
+// The statement is the query of sql/queries/workers.sql, its parameters written in.
+func TestWorkersListLiveReadIsBoundedByTheLiveIndex(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	tok, err := f.pub.CreateWorkerToken(ctx, "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.d.Exec(t, fmt.Sprintf(`
+		INSERT INTO control_core.worker_sessions (worker_session_id, worker_id, state, capacity, heartbeat_at_ms, expires_at_ms,
+		        created_at_ms, worker_token_id, labels, protocol, closed_at_ms)
+		SELECT gen_random_uuid(), 'w' || i, CASE WHEN i <= 2 THEN 'active' ELSE 'closed' END, 1,
+		       control_core.db_now_ms() - 1000, control_core.db_now_ms() + CASE WHEN i <= 2 THEN 30000 ELSE 0 END,
+		       control_core.db_now_ms() - 2000, '%s', '{}', 1, CASE WHEN i <= 2 THEN NULL ELSE control_core.db_now_ms() END
+		FROM generate_series(1, 5000) i;
+		ANALYZE control_core.worker_sessions`, tok.ID))
+	src, err := os.ReadFile("../sql/queries/workers.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := string(src)
+	q = q[strings.Index(q, "-- name: ListWorkerSessions"):]
+	q = q[strings.Index(q, "\n")+1 : strings.Index(q, "-- name: CancelRun")]
+	q = strings.NewReplacer("@all_sessions::boolean", "false", "@max_rows::integer", "100").Replace(strings.TrimSpace(q))
+	q = strings.TrimSuffix(q, ";")
+	conn, err := f.d.Pool(t, "").Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var doc []struct{ Plan planNode }
+	if err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+q).Scan(&doc); err != nil || len(doc) != 1 {
+		t.Fatalf("EXPLAIN ANALYZE: %v", err)
+	}
+	var walk func(n planNode)
+	seen := false
+	walk = func(n planNode) {
+		if n.RelationName == "worker_sessions" && n.Loops > 0 && n.IndexName != "worker_sessions_pkey" {
+			if n.IndexName != "worker_sessions_live_expiry_idx" || n.Rows > 2 {
+				t.Errorf("worker_sessions read by %s %s: %v rows; want worker_sessions_live_expiry_idx, 2 rows", n.NodeType, n.IndexName, n.Rows)
+			}
+			seen = true
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(doc[0].Plan)
+	if !seen || doc[0].Plan.Rows != 2 {
+		t.Errorf("plan returned %v rows (want 2), live index used: %v", doc[0].Plan.Rows, seen)
 	}
 }

@@ -71,7 +71,8 @@ func TestRunsTableRefusesForgedRuns(t *testing.T) {
 			t.Errorf("a Run %s: err %v, want the identity guard's integrity_constraint_violation", c.name, err)
 		}
 	}
-	if _, err := f.rt.Pool().Exec(ctx, "UPDATE control_core.runs SET state = 'dispatching', updated_at_ms = updated_at_ms + 1 WHERE trigger_id = 'nightly'"); err != nil {
+	if _, err := f.rt.Pool().Exec(ctx, `UPDATE control_core.attempts SET state = 'dispatching' WHERE run_id IN (SELECT run_id FROM control_core.runs WHERE trigger_id = 'nightly');
+		UPDATE control_core.runs SET state = 'dispatching', updated_at_ms = updated_at_ms + 1 WHERE trigger_id = 'nightly'`); err != nil {
 		t.Errorf("a Run's state and times stay the runtime's to update: %v", err)
 	}
 	if n := f.count(`SELECT count(*) FROM control_core.runs WHERE trigger_id = 'nightly'`); n != 1 {

@@ -15,7 +15,7 @@ import (
 
 // RecoveryReport says what startup recovery found and did.
 type RecoveryReport struct {
-	Candidates   int // runtime-owned queued/dispatching Runs not in the pristine admitted shape
+	Candidates   int // runtime-owned queued/dispatching Runs in none of the dispatcher's shapes
 	FailedClosed int
 	Skipped      int // changed concurrently (the dispatcher acted first): left alone
 }
@@ -24,10 +24,16 @@ type RecoveryReport struct {
 const recoveryBatch = 500
 
 // Recover runs startup recovery before the lifecycle starts. The recovery source (the
-// RecoveryCandidates query) excludes exactly the pristine shape an admit leaves, which the
-// dispatcher can still claim normally; every other runtime-owned queued/dispatching shape is a
-// candidate and fails closed. The source reads two partial indexes holding only what left the
-// pristine shape (pg-0020), so its cost does not grow with the queued Runs admitted.
+// RecoveryCandidates query) excludes exactly the shapes the dispatcher owns (pg-0022; ADR-0105's
+// recovery clause as amended by issue 32, docs/scheduling.md): a queued Run whose newest Attempt
+// is claimed in the live shape, whatever its attempt_no (admitted, or a retry waiting out its
+// backoff), which placement offers; and a dispatching Run whose newest Attempt is dispatching in
+// the live shape, which a worker answers or a dispatcher's sweep expires on database time. Every
+// other runtime-owned queued/dispatching shape is a candidate and fails closed. The source reads
+// two partial indexes holding only Runs and live Attempts out of those shapes, so its cost grows
+// neither with the queued Runs admitted nor with the Attempts executed. A live Run whose newest
+// Attempt disagrees with it is in neither index: the deferred trigger run_attempt_agree (I1)
+// refuses it at commit.
 //
 // "Fails closed" means: the Run and its newest Attempt are marked failed, with the observed shape
 // in the Attempt's error and a run.recovery_failed event. Nothing is re-admitted, re-queued or

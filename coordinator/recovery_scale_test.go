@@ -60,10 +60,11 @@ func TestRecoverySourceDoesNotGrowWithPristineHistory(t *testing.T) {
 	ctx := context.Background()
 	f := admittedOnce(t)
 	addPristine(f, 1, 999)
-	// three drifted Runs: one by its own row, two by their Attempts
-	f.exec(`UPDATE control_core.runs SET state = 'dispatching' WHERE run_id = (SELECT run_id FROM control_core.runs ORDER BY queued_at_ms LIMIT 1 OFFSET 10)`)
+	// three drifted Runs: one by its own row, two by their Attempts (the state changes past the
+	// Run/Attempt agreement, pg-0022's I1, which would refuse them at commit)
+	f.exec(replica(`UPDATE control_core.runs SET state = 'dispatching' WHERE run_id = (SELECT run_id FROM control_core.runs ORDER BY queued_at_ms LIMIT 1 OFFSET 10)`))
 	f.exec(`UPDATE control_core.attempts SET worker_id = 'w1' WHERE run_id = (SELECT run_id FROM control_core.runs ORDER BY queued_at_ms LIMIT 1 OFFSET 20)`)
-	f.exec(`UPDATE control_core.attempts SET state = 'dispatching' WHERE run_id = (SELECT run_id FROM control_core.runs ORDER BY queued_at_ms LIMIT 1 OFFSET 30)`)
+	f.exec(replica(`UPDATE control_core.attempts SET state = 'dispatching' WHERE run_id = (SELECT run_id FROM control_core.runs ORDER BY queued_at_ms LIMIT 1 OFFSET 30)`))
 	conn := must(f.rt.Pool().Acquire(ctx)).of(t)
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "PREPARE recovery_candidates AS "+testpg.Query(t, "RecoveryCandidates")); err != nil {

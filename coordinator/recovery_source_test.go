@@ -16,7 +16,7 @@ func TestRecoverySourceHoldsOnlyRuntimeOwnedDriftedRuns(t *testing.T) {
 		want        RecoveryReport
 	}{
 		{"pristine", "", RecoveryReport{}},
-		{"operator-owned, dispatching", `UPDATE control_core.runs SET owner = 'operator', state = 'dispatching'`, RecoveryReport{}},
+		{"operator-owned, cancel requested", `UPDATE control_core.runs SET owner = 'operator', cancel_requested_at_ms = 1`, RecoveryReport{}},
 		{"operator-owned, queued and drifted", `UPDATE control_core.runs SET owner = 'operator';
 			UPDATE control_core.attempts SET worker_id = 'w1'`, RecoveryReport{}},
 		{"runtime-owned, drifted", `UPDATE control_core.attempts SET worker_id = 'w1'`, RecoveryReport{Candidates: 1, FailedClosed: 1}},

@@ -31,45 +31,67 @@ func admittedOnce(t testing.TB) *fixture {
 	return f
 }
 
-// Startup recovery leaves the pristine admitted shape alone and fails every drifted shape closed.
-func TestStartupRecoveryExcludesExactlyThePristineShape(t *testing.T) {
+// Startup recovery leaves the dispatcher's shapes alone (pg-0022: a queued Run whose newest Attempt
+// is claimed in shape, whatever its attempt_no; an offered Run; a running or cancel-pending one)
+// and fails every drifted shape closed. shape is committed first, as the loop writes it; drift
+// then changes it (replica mode where I1 would refuse the change at commit).
+func TestStartupRecoveryExcludesExactlyTheDispatchersShapes(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name   string
-		drift  string // applied to the one admitted run/attempt; "" keeps it pristine
+		shape  string // the loop's writes, in one transaction; "" keeps the admitted shape
+		drift  string // applied to the one admitted run/attempt; "" keeps the shape
 		failed bool
 	}{
-		{"pristine queued/claimed", "", false},
-		{"worker assigned", `UPDATE control_core.attempts SET worker_id = 'w1'`, true},
-		{"callback token set", `UPDATE control_core.attempts SET callback_token_hash = repeat('a', 64)`, true},
-		{"started", `UPDATE control_core.attempts SET started_at_ms = 1`, true},
-		{"error recorded", `UPDATE control_core.attempts SET error = '{}'`, true},
-		{"result recorded", `UPDATE control_core.attempts SET result = '{}'`, true},
-		{"finished", `UPDATE control_core.attempts SET finished_at_ms = 1`, true},
+		{"pristine queued/claimed", "", "", false},
+		{"queued, attempt 3 claimed after two failures", thirdAttemptSQL, "", false},
+		{"offered (dispatching)", offeredSQL, "", false},
+		{"running", runningSQL, "", false},
+		{"cancel pending (cancelled, attempt running)", runningSQL + `;
+			SELECT control_core.cancel_run(run_id, 'test') FROM control_core.runs`, "", false},
+		{"worker assigned", "", `UPDATE control_core.attempts SET worker_id = 'w1'`, true},
+		{"callback token set", "", `UPDATE control_core.attempts SET callback_token_hash = repeat('a', 64)`, true},
+		{"started", "", `UPDATE control_core.attempts SET started_at_ms = 1`, true},
+		{"error recorded", "", `UPDATE control_core.attempts SET error = '{}'`, true},
+		{"result recorded", "", `UPDATE control_core.attempts SET result = '{}'`, true},
+		{"finished", "", `UPDATE control_core.attempts SET finished_at_ms = 1`, true},
 		// session, lease and offer ids as the dispatcher would write them; replica mode skips the
-		// foreign-key checks, so the drifted field is the only difference from the pristine shape
-		{"worker session assigned", replica(`UPDATE control_core.attempts SET worker_session_id = gen_random_uuid()`), true},
-		{"run lease issued", replica(`UPDATE control_core.attempts SET run_lease_id = gen_random_uuid()`), true},
-		{"offer made", replica(`UPDATE control_core.attempts SET offer_id = gen_random_uuid()`), true},
-		{"attempt not the admission's", `UPDATE control_core.attempts SET attempt_no = 2`, true},
+		// foreign-key checks, so the drifted field is the only difference from the claimed shape
+		{"worker session assigned", "", replica(`UPDATE control_core.attempts SET worker_session_id = gen_random_uuid()`), true},
+		{"run lease issued", "", replica(`UPDATE control_core.attempts SET run_lease_id = gen_random_uuid()`), true},
+		{"offer made", "", replica(`UPDATE control_core.attempts SET offer_id = gen_random_uuid()`), true},
+		{"attempt 3 with a worker assigned", thirdAttemptSQL, `UPDATE control_core.attempts SET worker_id = 'w1' WHERE attempt_no = 3`, true},
+		{"offered without its callback hash", offeredSQL, `UPDATE control_core.attempts SET callback_token_hash = NULL`, true},
+		{"offered and started", offeredSQL, `UPDATE control_core.attempts SET started_at_ms = 1`, true},
+		{"offered with a lease", offeredSQL, replica(`UPDATE control_core.attempts SET run_lease_id = gen_random_uuid()`), true},
+		// A queued Run whose newest Attempt is dispatching in shape is in neither index: I1 refuses
+		// the pair at commit, and past I1 (replica mode, a disabled trigger) recovery cannot see it.
+		{"offered, then the Run queued again (past I1)", offeredSQL, replica(`UPDATE control_core.runs SET state = 'queued'`), false},
 		// A live Run's Attempt cannot be deleted (TestALiveRunsAttemptCannotBeRemoved); past the
 		// trigger (replica mode), a Run without one is a candidate once its own row drifts.
-		{"dispatching, no attempt", replica(`DELETE FROM control_core.attempts`) + `; UPDATE control_core.runs SET state = 'dispatching'`, true},
-		{"attempt dispatching", `UPDATE control_core.attempts SET state = 'dispatching'`, true},
-		{"run dispatching", `UPDATE control_core.runs SET state = 'dispatching'`, true},
-		{"cancel requested", `UPDATE control_core.runs SET cancel_requested_at_ms = 1`, true},
-		{"a newer attempt", `INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state)
-			SELECT gen_random_uuid(), run_id, 2, 'remote_worker', 'claimed' FROM control_core.runs`, true},
-		{"operator-owned run", `UPDATE control_core.runs SET owner = 'operator', state = 'dispatching'`, false},
+		{"dispatching, no attempt", "", replica(`DELETE FROM control_core.attempts`) + `; UPDATE control_core.runs SET state = 'dispatching'`, true},
+		{"attempt dispatching, Run queued (past I1)", "", replica(`UPDATE control_core.attempts SET state = 'dispatching'`), true},
+		{"run dispatching, attempt claimed (past I1)", "", replica(`UPDATE control_core.runs SET state = 'dispatching'`), true},
+		{"cancel requested", "", `UPDATE control_core.runs SET cancel_requested_at_ms = 1`, true},
+		// A newer claimed Attempt beside a live older one is in no recovery index: the newest is
+		// in the dispatcher's shape. I1 refuses the pair's next state change at commit
+		// (TestRunAndNewestAttemptAgreeAtCommit), so the dispatcher cannot move it either.
+		{"a newer attempt beside a live one", "", `INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state)
+			SELECT gen_random_uuid(), run_id, 2, 'remote_worker', 'claimed' FROM control_core.runs`, false},
+		{"operator-owned run, drifted", "", `UPDATE control_core.runs SET owner = 'operator'; UPDATE control_core.attempts SET worker_id = 'w1'`, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			f := admittedOnce(t)
+			if tc.shape != "" {
+				f.exec(tc.shape)
+			}
 			if tc.drift != "" {
 				f.exec(tc.drift)
 			}
+			failedAttempts := f.count("SELECT count(*) FROM control_core.attempts WHERE state = 'failed'")
 			rep, err := Recover(ctx, f.rt, testLogger())
 			if err != nil {
 				t.Fatal(err)
@@ -79,7 +101,7 @@ func TestStartupRecoveryExcludesExactlyThePristineShape(t *testing.T) {
 			if tc.failed != (failed == 1) || failed != events || rep.FailedClosed != failed {
 				t.Errorf("report %+v, failed runs %d, recovery events %d; want failed closed = %v", rep, failed, events, tc.failed)
 			}
-			if !tc.failed && f.count("SELECT count(*) FROM control_core.attempts WHERE state = 'failed'") != 0 {
+			if !tc.failed && f.count("SELECT count(*) FROM control_core.attempts WHERE state = 'failed'") != failedAttempts {
 				t.Error("recovery touched an attempt it must leave alone")
 			}
 			if tc.failed && f.count("SELECT count(*) FROM control_core.attempts") > 0 {
@@ -122,8 +144,9 @@ func TestALiveRunsAttemptCannotBeRemoved(t *testing.T) {
 			`DELETE FROM control_core.attempts; UPDATE control_core.runs SET state = 'queued'`, true},
 		{"delete while operator-owned, then runtime again", "operator",
 			`DELETE FROM control_core.attempts; UPDATE control_core.runs SET owner = 'runtime'`, true},
-		{"queued again with its Attempt", "failed", `UPDATE control_core.runs SET state = 'queued'`, false},
-		{"a live Run changes state with its Attempt", "queued", `UPDATE control_core.runs SET state = 'dispatching'`, false},
+		{"queued again with its Attempt", "failed", `UPDATE control_core.attempts SET state = 'claimed'; UPDATE control_core.runs SET state = 'queued'`, false},
+		{"a live Run changes state with its Attempt", "queued",
+			`UPDATE control_core.attempts SET state = 'dispatching'; UPDATE control_core.runs SET state = 'dispatching'`, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,8 +156,8 @@ func TestALiveRunsAttemptCannotBeRemoved(t *testing.T) {
 			case "operator":
 				f.exec(`UPDATE control_core.runs SET owner = 'operator'`)
 			case "queued":
-			default:
-				f.exec(`UPDATE control_core.runs SET state = $1`, tc.runState)
+			default: // the Run and its Attempt together, as I1 (pg-0022) wants them at commit
+				f.exec(`WITH a AS (UPDATE control_core.attempts SET state = $1) UPDATE control_core.runs SET state = $1`, tc.runState)
 			}
 			_, err := f.su.Exec(context.Background(), tc.change)
 			var pgErr *pgconn.PgError

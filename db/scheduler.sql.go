@@ -256,10 +256,19 @@ WITH drifted AS (
           OR (d.state = 'queued' AND (d.cancel_requested_at_ms IS NOT NULL OR d.queued_at_ms IS NULL)))
     UNION
     SELECT x.run_id FROM control_core.attempts x
-    WHERE NOT (x.attempt_no = 1 AND x.state = 'claimed' AND x.executor_kind = 'remote_worker'
-               AND x.worker_id IS NULL AND x.worker_session_id IS NULL AND x.run_lease_id IS NULL AND x.offer_id IS NULL
-               AND x.callback_token_hash IS NULL AND x.started_at_ms IS NULL AND x.finished_at_ms IS NULL
-               AND x.result IS NULL AND x.error IS NULL)
+    WHERE x.state IN ('claimed', 'dispatching', 'running')
+      AND NOT ((x.state = 'claimed'
+                AND x.worker_id IS NULL AND x.worker_session_id IS NULL AND x.offer_id IS NULL AND x.run_lease_id IS NULL
+                AND x.callback_token_hash IS NULL AND x.started_at_ms IS NULL AND x.finished_at_ms IS NULL
+                AND x.result IS NULL AND x.error IS NULL)
+               OR (x.state = 'dispatching'
+                AND x.worker_id IS NOT NULL AND x.worker_session_id IS NOT NULL AND x.offer_id IS NOT NULL AND x.run_lease_id IS NULL
+                AND x.callback_token_hash IS NOT NULL AND x.started_at_ms IS NULL AND x.finished_at_ms IS NULL
+                AND x.result IS NULL AND x.error IS NULL)
+               OR (x.state = 'running'
+                AND x.worker_id IS NOT NULL AND x.worker_session_id IS NOT NULL AND x.offer_id IS NOT NULL AND x.run_lease_id IS NOT NULL
+                AND x.callback_token_hash IS NOT NULL AND x.started_at_ms IS NOT NULL AND x.finished_at_ms IS NULL
+                AND x.result IS NULL AND x.error IS NULL))
 )
 SELECT r.run_id, r.state AS run_state, r.updated_at_ms AS run_updated_at_ms,
        a.attempt_id AS attempt_id, a.state AS attempt_state, a.updated_at_ms AS attempt_updated_at_ms
@@ -271,11 +280,12 @@ LEFT JOIN control_core.attempts a
 WHERE r.owner = 'runtime' AND r.state IN ('queued', 'dispatching')
   AND r.run_id <> ALL (coalesce($1::uuid[], '{}'))
   AND NOT coalesce(
-        r.state = 'queued' AND r.cancel_requested_at_ms IS NULL AND r.queued_at_ms IS NOT NULL
-        AND a.attempt_no = 1 AND a.state = 'claimed' AND a.executor_kind = 'remote_worker'
-        AND a.worker_id IS NULL AND a.worker_session_id IS NULL AND a.run_lease_id IS NULL AND a.offer_id IS NULL
-        AND a.callback_token_hash IS NULL AND a.started_at_ms IS NULL AND a.finished_at_ms IS NULL
-        AND a.result IS NULL AND a.error IS NULL, false)
+        (r.state = 'queued' AND r.cancel_requested_at_ms IS NULL AND r.queued_at_ms IS NOT NULL AND a.state = 'claimed'
+         AND control_core.attempt_live_shape(a.state, a.worker_id, a.worker_session_id, a.offer_id, a.run_lease_id,
+                                             a.callback_token_hash, a.started_at_ms, a.finished_at_ms, a.result, a.error))
+        OR (r.state = 'dispatching' AND a.state = 'dispatching'
+         AND control_core.attempt_live_shape(a.state, a.worker_id, a.worker_session_id, a.offer_id, a.run_lease_id,
+                                             a.callback_token_hash, a.started_at_ms, a.finished_at_ms, a.result, a.error)), false)
 ORDER BY r.queued_at_ms, r.run_id
 LIMIT $2::integer
 `
@@ -294,20 +304,23 @@ type RecoveryCandidatesRow struct {
 	AttemptUpdatedAtMs pgtype.Int8   `json:"attempt_updated_at_ms"`
 }
 
-// The startup recovery source: runtime-owned Runs still queued or dispatching, except exactly the
-// pristine shape admission leaves and the dispatcher may still claim normally: the Run queued, not
-// cancelled, queued_at_ms set; its newest Attempt the one admission created (attempt 1, so no newer
-// Attempt exists), a claimed remote_worker Attempt whose worker,
-// session, lease, offer, callback, start, result and error fields all still hold their initial
-// (NULL) values. Anything else (a drifted field, an Attempt already dispatching, no Attempt)
-// is a candidate. skip_run_ids: candidates this recovery already looked at and left alone
-// (changed concurrently), so a later read reaches the ones behind them.
-// The Runs looked at are the union of two partial indexes (pg-0020), so the cost follows the Runs
-// that left the pristine shape, never the admitted history: runs_recovery_drift_idx (the Run's own
-// row left it) and attempts_recovery_drift_idx (an Attempt left it). Their predicates are
+// The startup recovery source: runtime-owned Runs still queued or dispatching, except the shapes
+// the dispatcher owns (pg-0022; docs/operations.md, Startup recovery): the Run queued, not
+// cancelled, queued_at_ms set, its newest Attempt claimed in the live shape (any attempt_no: a
+// retry waits in the queue like attempt 1), placed by the dispatcher; or the Run dispatching and
+// its newest Attempt dispatching in the live shape, whose offer a worker answers or a dispatcher's
+// sweep expires. A shape is control_core.attempt_live_shape: every dispatch field set or NULL as
+// the state says. Anything else (a drifted field, a queued Run with a cancel request or without
+// queued_at_ms, Run and Attempt in different states, no Attempt) is a candidate.
+// skip_run_ids: candidates this recovery already looked at and left alone (changed concurrently),
+// so a later read reaches the ones behind them.
+// The Runs looked at are the union of two partial indexes, so the cost follows the Runs out of
+// shape, never the admitted or executed history: runs_recovery_drift_idx (dispatching Runs, and
+// queued ones whose own row left the shape: bounded by the offers in flight) and
+// attempts_recovery_drift_idx (live Attempts out of every live shape). Their predicates are
 // repeated here word for word so the planner uses them; the WHERE below is the exact rule. A live
-// Run with no Attempt is in neither unless its own row left the shape: pg-0020's
-// attempts_keep_live_run_attempt refuses removing the Attempt of a live runtime Run.
+// Run whose newest Attempt is terminal (in neither index) is refused at commit by pg-0022's
+// run_attempt_agree; a live Run with no Attempt by pg-0020's attempts_keep_live_run_attempt.
 func (q *Queries) RecoveryCandidates(ctx context.Context, arg RecoveryCandidatesParams) ([]RecoveryCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, recoveryCandidates, arg.SkipRunIds, arg.MaxRows)
 	if err != nil {

@@ -89,9 +89,9 @@ func (q *Queries) CreateWorkerToken(ctx context.Context, arg CreateWorkerTokenPa
 const listWorkerSessions = `-- name: ListWorkerSessions :many
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 picked AS (
-    (SELECT s.worker_session_id
-     FROM control_core.worker_sessions s, obs
-     WHERE NOT $1::boolean AND s.state IN ('active', 'draining') AND s.expires_at_ms > obs.now_ms
+    (SELECT s.worker_session_id   -- db_now_ms() is the statement's time, as obs's: an index bound
+     FROM control_core.worker_sessions s
+     WHERE NOT $1::boolean AND s.state IN ('active', 'draining') AND s.expires_at_ms > control_core.db_now_ms()
      ORDER BY s.expires_at_ms DESC
      LIMIT $2::integer)
     UNION ALL

@@ -19,7 +19,6 @@ var (
 	ErrSessionDraining = errors.New("session draining")            // the session drains: no new offers (409 session_draining)
 	ErrLeasesActive    = errors.New("session holds active leases") // close refused (409 leases_active)
 	ErrStopping        = errors.New("dispatcher stopping")         // the placer stopped: polls answer [] (dispatcher_stopping)
-	ErrNotImplemented  = errors.New("not yet implemented")
 )
 
 // Credential identifies the caller of every worker-facing transition: the sha256 of its bearer

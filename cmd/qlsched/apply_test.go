@@ -20,12 +20,17 @@ import (
 )
 
 // tickProject is appended to the example: an every-second trigger, so that occurrences come due
-// while the test runs, in the database's time.
+// while the test runs, in the database's time. Its task has a retry policy and a selector (pg-0022):
+// the replica's admission re-verifies the revision's 7-argument digest, so a digest the publisher
+// computed otherwise would admit nothing.
 const tickProject = `
   - id: tick
     tasks:
       - id: beat
         executor_spec: {image: "tick/beat:1"}
+        max_attempts: 3
+        retry_backoff: 2s
+        worker_labels: {zone: a}
     triggers:
       - id: every-second
         task: beat

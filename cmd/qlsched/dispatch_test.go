@@ -1,12 +1,18 @@
 package main
 
 import (
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/qlcontrol/controlcore/dispatch"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
@@ -112,5 +118,82 @@ func TestDispatchRefusesAnUnreadyDatabase(t *testing.T) {
 	r = run(t, "dispatch", "--database-url", d.URL(""), "--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
 	if r.code != 1 || !strings.Contains(r.stderr, "runtime role ql_runtime") {
 		t.Errorf("as superuser: exit %d, stderr %q; want exit 1 about the connected role", r.code, r.stderr)
+	}
+}
+
+// SIGTERM with a long poll waiting: the poll is answered at once with no offers and
+// dispatcher_stopping (the worker polls another replica), the log says withdrawn, draining,
+// stopped, in that order, and the process exits 0.
+func TestDispatchSIGTERMAnswersWaitingPollsAndExits0(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	admin := []string{"--database-url", d.URL("ql_admin")}
+	tok := run(t, append([]string{"worker", "token", "create", "--name", "stop-test", "--format", "json"}, admin...)...)
+	var created struct {
+		Token string `json:"token"`
+	}
+	if tok.code != 0 || json.Unmarshal([]byte(tok.stdout), &created) != nil {
+		t.Fatalf("worker token create: exit %d %s", tok.code, tok.stderr)
+	}
+	p := startProcess(t, qlsched(t), "dispatch", "--database-url", d.URL("ql_runtime"), "--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	line := p.waitFor(t, 60*time.Second, "dispatcher running", func(l string) bool { return listenLog.MatchString(l) })
+	base, health := listenLog.FindStringSubmatch(line)[1], "http://"+httpAddrLog.FindStringSubmatch(line)[1]
+	post := func(path, body string) (int, string) {
+		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+created.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := post("/v1/sessions", `{"name":"w","capacity":1,"protocol":1}`)
+	var s struct {
+		SessionID string `json:"session_id"`
+	}
+	if code != http.StatusCreated || json.Unmarshal([]byte(body), &s) != nil {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	type answer struct {
+		code int
+		body string
+	}
+	polled := make(chan answer, 1)
+	go func() {
+		c, b := post("/v1/sessions/"+s.SessionID+"/poll", `{"wait_ms":25000,"max_offers":1}`)
+		polled <- answer{c, b}
+	}()
+	eventually.True(t, 20*time.Second, "the poll waiting", func() bool { return scrape(t, health+"/metrics")["qlsched_dispatch_polls_waiting"] == 1 })
+	began := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-polled:
+		if a.code != http.StatusOK || !strings.Contains(a.body, `"dispatcher_stopping":true`) || !strings.Contains(a.body, `"offers":[]`) {
+			t.Errorf("the waiting poll got %d %s; want 200, no offers, dispatcher_stopping", a.code, a.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting poll was not answered 10 s after SIGTERM")
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("the poll was answered %s after SIGTERM; want at once", took)
+	}
+	for range p.lines {
+	}
+	_ = p.cmd.Wait()
+	out := p.all.String()
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit %d after SIGTERM:\n%s", code, out)
+	}
+	withdrawn, draining, stopped := strings.Index(out, "placement withdrawn"), strings.Index(out, "msg=draining"), strings.Index(out, "msg=stopped")
+	if withdrawn < 0 || draining < withdrawn || stopped < draining {
+		t.Errorf("log lacks 'placement withdrawn', then 'draining', then 'stopped':\n%s", out)
+	}
+	if strings.Contains(out, created.Token) || strings.Contains(out, testpg.Password) {
+		t.Error("a secret reached the log")
 	}
 }

@@ -88,6 +88,9 @@ func TestWorkerTokenIsShownOnceAndNeverAgain(t *testing.T) {
 			}
 		}
 	}
+	if r := run(t, append([]string{"workers", "list"}, url...)...); r.code != 0 || !strings.Contains(r.stdout, "SESSION") || !strings.Contains(r.stdout, "(no sessions)") {
+		t.Errorf("workers list: exit %d, %q; want the header and no sessions", r.code, r.stdout)
+	}
 	if !strings.Contains(outputs[6], "2 revoked") || !strings.Contains(outputs[8], `"revoked": []`) {
 		t.Errorf("revoke: %q then %q; want 2 revoked, then none (idempotent)", outputs[6], outputs[8])
 	}

@@ -119,23 +119,31 @@ func parse(args []string, stdout, stderr io.Writer) (*options, bool, error) {
 	fs := flag.NewFlagSet("qlworker", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var (
-		dispatchers = fs.String("dispatcher", "", "dispatcher base URLs, comma-separated (https://d1:8443,https://d2:8443)")
-		tokenFile   = fs.String("token-file", "", "file holding the worker token (qlw_…); it should be readable by this user only")
-		name        = fs.String("name", "", "worker name shown by \"qlsched workers list\" ("+workerproto.NamePattern+")")
-		capacity    = fs.Int("capacity", 1, "jobs run at once (1…256)")
+		dispatchers = fs.String("dispatcher", "", "the base URLs of the dispatcher replicas, `URL[,URL…]` (https://d1:8443,https://d2:8443)")
+		tokenFile   = fs.String("token-file", "", "`FILE` holding the worker token (qlw_…); it should be readable by this user only")
+		name        = fs.String("name", "", "worker `NAME` shown by \"qlsched workers list\" ("+workerproto.NamePattern+")")
+		capacity    = fs.Int("capacity", 1, "jobs run at once, `N` in 1…256")
 		drainGrace  = fs.Duration("drain-grace", 30*time.Second, "time running jobs get to finish after SIGTERM (1s…24h)")
-		caFile      = fs.String("ca-file", "", "PEM file of the CA certificates that sign the dispatchers' certificates (default: the system's)")
+		caFile      = fs.String("ca-file", "", "PEM `FILE` of the CA certificates that sign the dispatchers' certificates (default: the system's)")
 		logFormat   = fs.String("log-format", "text", "log format on stderr: text (terminals) or json (collectors)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		version     = fs.Bool("version", false, "print the version and exit")
 		labels      = labelsFlag{}
 	)
-	fs.Var(labels, "label", "a label key=value the session offers to task selectors; repeatable (≤ 16)")
+	fs.Var(labels, "label", "a label `key=value` the session offers to task selectors; repeatable (≤ 16)")
 	printUsage := func(w io.Writer) {
 		fmt.Fprint(w, usageText)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		fs.VisitAll(func(f *flag.Flag) { // as --flag, the form the rest of the help uses
+			arg, usage := flag.UnquoteUsage(f)
+			line := "  --" + f.Name
+			if arg != "" {
+				line += " " + arg
+			}
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+				usage += " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(w, "%s\n        %s\n", line, usage)
+		})
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -113,8 +113,12 @@ func describeJSONError(err error) string {
 		return "empty"
 	}
 	msg := err.Error()
-	if strings.HasPrefix(msg, "json: unknown field ") {
-		return "unknown field " + strings.TrimPrefix(msg, "json: unknown field ") + ` (known: "command", "env", "dir", "timeout")`
+	if quoted, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		name, err := strconv.Unquote(quoted)
+		if err != nil {
+			name = quoted
+		}
+		return "unknown field " + word(name) + ` (known: "command", "env", "dir", "timeout")`
 	}
 	return "not a JSON object of the spec's shape"
 }

@@ -43,8 +43,9 @@ type Dispatcher struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 
-	withdrawn atomic.Bool // /readyz fails, polls answer dispatcher_stopping
-	stopped   atomic.Bool // new requests answer 503
+	polling   atomic.Int64 // polls waiting in the placer now
+	withdrawn atomic.Bool  // /readyz fails, polls answer dispatcher_stopping
+	stopped   atomic.Bool  // new requests answer 503
 
 	mu       sync.Mutex // guards inflight's Add against Stop's Wait
 	inflight sync.WaitGroup
@@ -96,7 +97,9 @@ func (d *Dispatcher) initMetrics(owner string) {
 		}
 		return 0
 	})
-	d.reg.MustRegister(d.requests, ready, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	polls := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_dispatch_polls_waiting", ConstLabels: labels,
+		Help: "Worker long polls waiting for offers on this dispatcher."}, func() float64 { return float64(d.WaitingPolls()) })
+	d.reg.MustRegister(d.requests, ready, polls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
 // Handler is the worker protocol: mount it at the root of its own listener.
@@ -106,6 +109,9 @@ func (d *Dispatcher) Handler() http.Handler { return d.handler }
 func (d *Dispatcher) Metrics() http.Handler {
 	return promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{})
 }
+
+// WaitingPolls is how many long polls wait for offers now.
+func (d *Dispatcher) WaitingPolls() int { return int(d.polling.Load()) }
 
 // Ready is what /readyz answers: ready from Start until Withdraw.
 func (d *Dispatcher) Ready() (bool, string) {

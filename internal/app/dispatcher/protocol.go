@@ -217,7 +217,9 @@ func (d *Dispatcher) poll(c *call) (int, any, *apiError) {
 		return http.StatusOK, workerproto.PollResponse{Offers: []workerproto.Offer{}, DispatcherStopping: true}, nil
 	}
 	wait := min(time.Duration(req.WaitMs)*time.Millisecond, d.cfg.PollMaxWait)
+	d.polling.Add(1)
 	offers, err := d.placer.Poll(c.ctx, c.cred, sid, req.MaxOffers, wait)
+	d.polling.Add(-1)
 	if errors.Is(err, dispatch.ErrStopping) {
 		return http.StatusOK, workerproto.PollResponse{Offers: []workerproto.Offer{}, DispatcherStopping: true}, nil
 	}

@@ -408,7 +408,7 @@ func TestProtocolWithdrawAndStop(t *testing.T) {
 	go func() {
 		got <- f.do(t, f.token, "POST", workerproto.PollPath(s.SessionID), workerproto.PollRequest{WaitMs: 30000, MaxOffers: 1})
 	}()
-	// Whether the poll waits already or arrives after Withdraw, its answer is the same.
+	eventually.True(t, 10*time.Second, "the poll waiting in the placer", func() bool { return f.d.WaitingPolls() == 1 })
 	began := time.Now()
 	f.d.Withdraw()
 	var a answer
@@ -424,6 +424,10 @@ func TestProtocolWithdrawAndStop(t *testing.T) {
 	}
 	if ok, _ := f.d.Ready(); ok {
 		t.Error("ready after Withdraw")
+	}
+	late := f.do(t, f.token, "POST", workerproto.PollPath(s.SessionID), workerproto.PollRequest{WaitMs: 30000, MaxOffers: 1})
+	if late.decode(t, &p); late.status != http.StatusOK || !p.DispatcherStopping {
+		t.Errorf("poll after Withdraw: %d %s; want 200 dispatcher_stopping at once", late.status, late.body)
 	}
 	hb := f.do(t, f.token, "POST", workerproto.HeartbeatPath(s.SessionID), workerproto.HeartbeatRequest{Leases: []workerproto.LeaseRef{{AttemptID: o.AttemptID, LeaseVersion: 1}}})
 	if hb.status != http.StatusOK {
