@@ -427,6 +427,13 @@ func pgxCollectStrings(rows interface {
 	return out, rows.Err()
 }
 
+// leases lists a Run's leases as "attempt_no:state", oldest first.
+func (g *gate) leases(run string) string {
+	g.t.Helper()
+	return g.text(`SELECT coalesce(string_agg(a.attempt_no || ':' || l.state, ' ' ORDER BY l.granted_at_ms), '')
+		FROM control_core.run_leases l JOIN control_core.attempts a ON a.attempt_id = l.attempt_id WHERE l.run_id = $1`, run)
+}
+
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
 // worker-sigkill: SIGKILL a worker (and its job: the host died) mid-job. Its lease expires, the
@@ -467,6 +474,9 @@ func TestGateDispatchWorkerSigkill(t *testing.T) {
 	log := g.executions()
 	if count(log, run, "1", "start") != 1 || count(log, run, "1", "end") != 0 || count(log, run, "2", "start") != 1 || count(log, run, "2", "end") != 1 {
 		t.Errorf("execution log %+v; want attempt 1 started and never ended, attempt 2 started and ended", log)
+	}
+	if s := g.leases(run); s != "1:expired 2:released" {
+		t.Errorf("leases %q; want attempt 1's expired (the sweep), attempt 2's released (its report)", s)
 	}
 	g.audit([]string{run}, false)
 }
@@ -579,6 +589,9 @@ func TestGateDispatchWorkerSigstop(t *testing.T) {
 	if n := count(g.executions(), run, "", "start"); n != 2 {
 		t.Errorf("%d executions; want 2 (at least once: the stopped worker's job and the retry)", n)
 	}
+	if s := g.leases(run); s != "1:expired 2:released" {
+		t.Errorf("leases %q; want attempt 1's expired (the sweep), attempt 2's released (its report)", s)
+	}
 	g.audit([]string{run}, false)
 }
 
@@ -640,6 +653,9 @@ func TestGateDispatchTokenRevoke(t *testing.T) {
 	log := g.executions()
 	if count(log, run, "1", "end") != 0 || count(log, run, "2", "end") != 1 {
 		t.Errorf("execution log %+v; want attempt 1 killed (no end), attempt 2 ended", log)
+	}
+	if s := g.leases(run); s != "1:expired 2:released" {
+		t.Errorf("leases %q; want attempt 1's expired (the sweep), attempt 2's released (its report)", s)
 	}
 	g.audit([]string{run}, false)
 }
