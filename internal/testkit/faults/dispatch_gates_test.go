@@ -358,7 +358,7 @@ func (g *gate) waitStarts(n int) []execution {
 	var log []execution
 	eventually.NoError(g.t, 60*time.Second, fmt.Sprintf("%d job starts", n), func() error {
 		log = g.executions()
-		if s := count2(log, "start"); s < n {
+		if s := countAll(log, "start"); s < n {
 			return fmt.Errorf("%d starts", s)
 		}
 		return nil
@@ -366,7 +366,8 @@ func (g *gate) waitStarts(n int) []execution {
 	return log
 }
 
-func count2(log []execution, what string) int {
+// countAll counts the log's lines with what, over every Run.
+func countAll(log []execution, what string) int {
 	n := 0
 	for _, e := range log {
 		if e.what == what {
