@@ -386,8 +386,8 @@ look among its newest `+fmt.Sprint(admin.TriggerRunsWalk)+` occurrences per proj
 one index range of at most --limit Runs, merged across projects: a filter that matches nothing
 reads nothing.
 
-A Run stays queued until a dispatcher, outside this scheduler (ADR-0105), claims its Attempt:
-the claimed remote_worker Attempt is the admission's own, waiting for a worker.`,
+A Run stays queued until a dispatcher (qlsched dispatch) offers its claimed remote_worker
+Attempt to a worker; a retried Run is queued again with a new Attempt (docs/dispatch.md).`,
 		func() error {
 			f.SinceMs, f.Within = 0, 0
 			if since != "" {
@@ -426,7 +426,8 @@ lag), its Attempts (state, worker, session, lease, offer; whether a result or an
 recorded, never their content) and its Events in order.
 
 A Run admitted by the scheduler is queued with one claimed remote_worker Attempt: it waits for a
-dispatcher, which is outside this scheduler (ADR-0105), to take it.`,
+dispatcher (qlsched dispatch) to offer it to a worker (docs/dispatch.md; workers list shows the
+live workers and their free capacity).`,
 		func() error { return nil },
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
 			d, err := r.ShowRun(cmd.Context(), runID)
@@ -471,7 +472,7 @@ func printRunShow(out io.Writer, d admin.RunDetail) {
 	row("cancel requested", utc(d.CancelRequestedAtMs))
 	row("finished", utc(d.FinishedAtMs))
 	if d.State == "queued" {
-		row("note", "queued: waiting for a dispatcher (outside this scheduler, ADR-0105) to take its Attempt")
+		row("note", "queued: waiting for a dispatcher to offer its Attempt to a worker (qlsched workers list)")
 	}
 	tw.Flush()
 
