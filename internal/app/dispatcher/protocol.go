@@ -172,6 +172,18 @@ func bodyID(field, s string) (uuid.UUID, *apiError) {
 }
 
 // validate runs a request's own bounds check (workerproto), naming the field.
+// readBody decodes the request body into req and, when the type has bounds, checks them: every
+// endpoint reads its body this one way.
+func readBody(c *call, req any) *apiError {
+	if e := decode(c.w, c.r, req); e != nil {
+		return e
+	}
+	if v, ok := req.(interface{ Validate() error }); ok {
+		return validate(v.Validate())
+	}
+	return nil
+}
+
 func validate(err error) *apiError {
 	if err == nil {
 		return nil
@@ -185,10 +197,7 @@ func validate(err error) *apiError {
 
 func (d *Dispatcher) register(c *call) (int, any, *apiError) {
 	var req workerproto.RegisterRequest
-	if e := decode(c.w, c.r, &req); e != nil {
-		return 0, nil, e
-	}
-	if e := validate(req.Validate()); e != nil {
+	if e := readBody(c, &req); e != nil {
 		return 0, nil, e
 	}
 	s, err := d.store.Register(c.ctx, c.cred, dispatch.Registration{Name: req.Name, Capacity: req.Capacity, Labels: req.Labels, Protocol: req.Protocol})
@@ -207,10 +216,7 @@ func (d *Dispatcher) poll(c *call) (int, any, *apiError) {
 		return 0, nil, e
 	}
 	var req workerproto.PollRequest
-	if e := decode(c.w, c.r, &req); e != nil {
-		return 0, nil, e
-	}
-	if e := validate(req.Validate()); e != nil {
+	if e := readBody(c, &req); e != nil {
 		return 0, nil, e
 	}
 	if d.withdrawn.Load() {
@@ -273,7 +279,7 @@ func (d *Dispatcher) ack(c *call) (int, any, *apiError) {
 		return 0, nil, e
 	}
 	var req workerproto.AckRequest
-	if e := decode(c.w, c.r, &req); e != nil {
+	if e := readBody(c, &req); e != nil {
 		return 0, nil, e
 	}
 	sid, e := bodyID("session_id", req.SessionID)
@@ -294,10 +300,7 @@ func (d *Dispatcher) reject(c *call) (int, any, *apiError) {
 		return 0, nil, e
 	}
 	var req workerproto.RejectRequest
-	if e := decode(c.w, c.r, &req); e != nil {
-		return 0, nil, e
-	}
-	if e := validate(req.Validate()); e != nil {
+	if e := readBody(c, &req); e != nil {
 		return 0, nil, e
 	}
 	sid, e := bodyID("session_id", req.SessionID)
@@ -317,10 +320,7 @@ func (d *Dispatcher) heartbeat(c *call) (int, any, *apiError) {
 		return 0, nil, e
 	}
 	var req workerproto.HeartbeatRequest
-	if e := decode(c.w, c.r, &req); e != nil {
-		return 0, nil, e
-	}
-	if e := validate(req.Validate()); e != nil {
+	if e := readBody(c, &req); e != nil {
 		return 0, nil, e
 	}
 	refs := make([]dispatch.LeaseRef, len(req.Leases))
@@ -348,10 +348,7 @@ func (d *Dispatcher) complete(c *call) (int, any, *apiError) {
 		return 0, nil, e
 	}
 	var req workerproto.CompleteRequest
-	if e := decode(c.w, c.r, &req); e != nil {
-		return 0, nil, e
-	}
-	if e := validate(req.Validate()); e != nil {
+	if e := readBody(c, &req); e != nil {
 		return 0, nil, e
 	}
 	sid, e := bodyID("session_id", req.SessionID)
@@ -378,7 +375,7 @@ func (d *Dispatcher) drain(c *call) (int, any, *apiError) {
 		return 0, nil, e
 	}
 	var req workerproto.DrainRequest
-	if e := decode(c.w, c.r, &req); e != nil {
+	if e := readBody(c, &req); e != nil {
 		return 0, nil, e
 	}
 	res, err := d.store.Drain(c.ctx, c.cred, sid)
