@@ -225,21 +225,19 @@ cand AS (
     JOIN control_core.projects p ON p.project_id = h.project_id AND p.state = 'active'
     CROSS JOIN LATERAL (
         SELECT w.run_id, row_number() OVER (ORDER BY w.ready, w.run_id) AS rk
-        FROM (SELECT r.run_id, r.task_id, r.task_revision,
-                     coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms) AS ready
-              FROM control_core.runs r, obs
+        FROM (SELECT r.run_id, coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms) AS ready
+              FROM control_core.runs r
+              JOIN control_core.task_revisions kr
+                ON kr.project_id = r.project_id AND kr.task_id = r.task_id AND kr.revision = r.task_revision
+              CROSS JOIN obs
               WHERE r.project_id = h.project_id AND r.state = 'queued'
                 AND coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms) <= obs.now_ms
+                AND $4::jsonb @> kr.worker_selector
+                AND NOT EXISTS (SELECT 1 FROM control_core.attempts a JOIN control_core.dispatch_offers o
+                                ON o.attempt_id = a.attempt_id AND o.worker_session_id = $5::uuid
+                                WHERE a.run_id = r.run_id AND a.state = 'claimed')
               ORDER BY coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms), r.run_id
-              LIMIT $4::integer) w
-        JOIN control_core.task_revisions kr
-          ON kr.project_id = h.project_id AND kr.task_id = w.task_id AND kr.revision = w.task_revision
-        WHERE $5::jsonb @> kr.worker_selector
-          AND NOT EXISTS (SELECT 1 FROM control_core.attempts a JOIN control_core.dispatch_offers o
-                          ON o.attempt_id = a.attempt_id AND o.worker_session_id = $6::uuid
-                          WHERE a.run_id = w.run_id AND a.state = 'claimed')
-        ORDER BY w.ready, w.run_id
-        LIMIT $1::integer) c
+              LIMIT least($6::integer, $1::integer)) w) c
 )
 SELECT cand.run_id::uuid AS run_id, cand.project_id::text AS project_id FROM cand
 ORDER BY cand.rk, cand.n
@@ -250,9 +248,9 @@ type DispatchCandidatesParams struct {
 	Slots       int32     `json:"slots"`
 	After       string    `json:"after"`
 	MaxProjects int32     `json:"max_projects"`
-	ScanCap     int32     `json:"scan_cap"`
 	Labels      []byte    `json:"labels"`
 	SessionID   uuid.UUID `json:"session_id"`
+	ScanCap     int32     `json:"scan_cap"`
 }
 
 type DispatchCandidatesRow struct {
@@ -260,18 +258,21 @@ type DispatchCandidatesRow struct {
 	ProjectID string    `json:"project_id"`
 }
 
-// The bounded, fair placement read (read-only; design §3.2): a skip scan of runs_dispatch_queue_idx
-// over at most max_projects projects after the cursor, at most scan_cap ready Runs read per
-// project, round robin (every project's oldest before any project's second). Stale by design:
-// Offer re-checks everything under lock.
+// The fair placement read (read-only; design §3.2): a skip scan of runs_dispatch_queue_idx over
+// at most max_projects projects after the cursor, then per project the oldest ready Runs this
+// session may take (labels ⊇ the revision's selector, never offered to it before), at most
+// scan_cap of them, round robin (every project's oldest before any project's second). The
+// session's filters apply inside the scan, before its bound: Runs it may not take never hide
+// younger ones it may (they cost reading past them instead). Stale by design: Offer re-checks
+// everything under lock.
 func (q *Queries) DispatchCandidates(ctx context.Context, arg DispatchCandidatesParams) ([]DispatchCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, dispatchCandidates,
 		arg.Slots,
 		arg.After,
 		arg.MaxProjects,
-		arg.ScanCap,
 		arg.Labels,
 		arg.SessionID,
+		arg.ScanCap,
 	)
 	if err != nil {
 		return nil, err

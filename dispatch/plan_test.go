@@ -40,9 +40,9 @@ func TestDispatchCandidatesReadsNoHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	var plan []byte
-	// after, max_projects, scan_cap, labels, session_id, slots
+	// after, max_projects, labels, session_id, scan_cap, slots (testpg.Query numbers by first use)
 	if err := conn.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-		EXECUTE candidates('', 64, 64, '{}', '00000000-0000-0000-0000-000000000000', 16)`).Scan(&plan); err != nil {
+		EXECUTE candidates('', 64, '{}', '00000000-0000-0000-0000-000000000000', 64, 16)`).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	var doc []struct {

@@ -76,8 +76,8 @@ Runs, acknowledge them (a lease with a version), heartbeat, and report completio
      expired (an expired lease is a failed Attempt, retried under the task's policy) and expired
      sessions closed, --sweep-batch rows per statement; any number of replicas sweep, no leader;
   4. the placer: while polls wait, every --placement-interval it reads at most --max-projects
-     projects × --scan-cap ready Runs (round robin across projects, oldest scheduled first within
-     one) and offers them to the waiting sessions, each Run to one session (SKIP LOCKED);
+     projects × --scan-cap ready Runs the waiting session may take (its labels, Runs it did not
+     reject; round robin across projects, oldest scheduled first within one) and offers them to the waiting sessions, each Run to one session (SKIP LOCKED);
   5. the worker protocol on --listen, and /healthz, /readyz and /metrics on --http-addr.
 
 No startup recovery: every state a dispatcher writes carries a database-time expiry, so the
@@ -124,7 +124,7 @@ replica.`,
 	f.DurationVar(&cfg.SweepInterval, "sweep-interval", cfg.SweepInterval, "time between expiry sweeps, 100ms … 1m")
 	f.IntVar(&cfg.SweepBatch, "sweep-batch", cfg.SweepBatch, "rows one sweep statement expires, 1 … 1024")
 	f.IntVar(&cfg.MaxProjects, "max-projects", cfg.MaxProjects, "projects one placement read visits, 1 … 1024")
-	f.IntVar(&cfg.ScanCap, "scan-cap", cfg.ScanCap, "ready Runs one placement read takes per project, 1 … 1024")
+	f.IntVar(&cfg.ScanCap, "scan-cap", cfg.ScanCap, "ready Runs (that the session may take) one placement read takes per project, 1 … 1024")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on stop, how long requests in flight may finish, 1s … 10m")
 	f.DurationVar(&opts.withdrawGrace, "withdraw-grace", 0, "on stop, how long /readyz fails before the placer stops, 0s … 1m")
 	f.StringVar(&opts.rolePrefix, "role-prefix", roles.DefaultPrefix, "prefix of the four roles; readiness expects to be connected as <prefix>runtime")

@@ -37,10 +37,13 @@ SELECT EXISTS (SELECT 1 FROM control_core.worker_tokens t
                WHERE t.token_hash = @token_hash::text AND t.revoked_at_ms IS NULL)::boolean AS live;
 
 -- name: DispatchCandidates :many
--- The bounded, fair placement read (read-only; design §3.2): a skip scan of runs_dispatch_queue_idx
--- over at most max_projects projects after the cursor, at most scan_cap ready Runs read per
--- project, round robin (every project's oldest before any project's second). Stale by design:
--- Offer re-checks everything under lock.
+-- The fair placement read (read-only; design §3.2): a skip scan of runs_dispatch_queue_idx over
+-- at most max_projects projects after the cursor, then per project the oldest ready Runs this
+-- session may take (labels ⊇ the revision's selector, never offered to it before), at most
+-- scan_cap of them, round robin (every project's oldest before any project's second). The
+-- session's filters apply inside the scan, before its bound: Runs it may not take never hide
+-- younger ones it may (they cost reading past them instead). Stale by design: Offer re-checks
+-- everything under lock.
 WITH RECURSIVE obs AS (SELECT control_core.db_now_ms() AS now_ms),
 heads (project_id, n) AS (
     SELECT (SELECT min(r.project_id) FROM control_core.runs r
@@ -56,21 +59,19 @@ cand AS (
     JOIN control_core.projects p ON p.project_id = h.project_id AND p.state = 'active'
     CROSS JOIN LATERAL (
         SELECT w.run_id, row_number() OVER (ORDER BY w.ready, w.run_id) AS rk
-        FROM (SELECT r.run_id, r.task_id, r.task_revision,
-                     coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms) AS ready
-              FROM control_core.runs r, obs
+        FROM (SELECT r.run_id, coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms) AS ready
+              FROM control_core.runs r
+              JOIN control_core.task_revisions kr
+                ON kr.project_id = r.project_id AND kr.task_id = r.task_id AND kr.revision = r.task_revision
+              CROSS JOIN obs
               WHERE r.project_id = h.project_id AND r.state = 'queued'
                 AND coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms) <= obs.now_ms
+                AND @labels::jsonb @> kr.worker_selector
+                AND NOT EXISTS (SELECT 1 FROM control_core.attempts a JOIN control_core.dispatch_offers o
+                                ON o.attempt_id = a.attempt_id AND o.worker_session_id = @session_id::uuid
+                                WHERE a.run_id = r.run_id AND a.state = 'claimed')
               ORDER BY coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms), r.run_id
-              LIMIT @scan_cap::integer) w
-        JOIN control_core.task_revisions kr
-          ON kr.project_id = h.project_id AND kr.task_id = w.task_id AND kr.revision = w.task_revision
-        WHERE @labels::jsonb @> kr.worker_selector
-          AND NOT EXISTS (SELECT 1 FROM control_core.attempts a JOIN control_core.dispatch_offers o
-                          ON o.attempt_id = a.attempt_id AND o.worker_session_id = @session_id::uuid
-                          WHERE a.run_id = w.run_id AND a.state = 'claimed')
-        ORDER BY w.ready, w.run_id
-        LIMIT @slots::integer) c
+              LIMIT least(@scan_cap::integer, @slots::integer)) w) c
 )
 SELECT cand.run_id::uuid AS run_id, cand.project_id::text AS project_id FROM cand
 ORDER BY cand.rk, cand.n
