@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,6 +51,17 @@ func retryable(err error) bool {
 	return false
 }
 
+// failed wraps a transition's error; a data exception (class 22: a value PostgreSQL cannot store,
+// such as a NUL in text) is ErrBadValue, so the caller answers it as bad input, never as
+// something to retry.
+func failed(what string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") {
+		return fmt.Errorf("dispatch %s: %w (SQLSTATE %s)", what, ErrBadValue, pe.Code)
+	}
+	return fmt.Errorf("dispatch %s: %w", what, err)
+}
+
 // run runs fn (one statement) through the handle, retried on the codes above.
 func (s *Store) run(ctx context.Context, what string, fn func(*db.Queries) error) error {
 	var err error
@@ -60,7 +72,7 @@ func (s *Store) run(ctx context.Context, what string, fn func(*db.Queries) error
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("dispatch %s: %w", what, err)
+		return failed(what, err)
 	}
 	return nil
 }
@@ -76,7 +88,7 @@ func (s *Store) runTx(ctx context.Context, what string, fn func(*db.Queries) err
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("dispatch %s: %w", what, err)
+		return failed(what, err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ var (
 	ErrSessionDraining = errors.New("session draining")            // the session drains: no new offers (409 session_draining)
 	ErrLeasesActive    = errors.New("session holds active leases") // close refused (409 leases_active)
 	ErrStopping        = errors.New("dispatcher stopping")         // the placer stopped: polls answer [] (dispatcher_stopping)
+	ErrBadValue        = errors.New("value the database refuses")  // data exception (class 22): a retry cannot help (400)
 )
 
 // Credential identifies the caller of every worker-facing transition: the sha256 of its bearer

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -445,7 +444,7 @@ func (r *Runner) callHandler(j *job) (res Result) {
 func (r *Runner) report(j *job, res Result, cause error, d time.Duration) workerproto.CompleteRequest {
 	rep := workerproto.CompleteRequest{
 		SessionID: j.sessionID, CallbackToken: j.offer.CallbackToken, LeaseVersion: j.leaseVersion,
-		Outcome: res.Outcome, ExitCode: res.ExitCode, Signal: workerproto.TruncateUTF8(res.Signal, 32),
+		Outcome: res.Outcome, ExitCode: res.ExitCode, Signal: workerproto.TruncateUTF8(workerproto.StorableText(res.Signal), 32),
 		Error: res.Error, DurationMs: d.Milliseconds(),
 	}
 	rep.OutputTail, rep.OutputTruncated = TailUTF8(res.OutputTail, workerproto.OutputTailMaxBytes)
@@ -474,16 +473,16 @@ func (r *Runner) report(j *job, res Result, cause error, d time.Duration) worker
 	}
 	if rep.Error != nil {
 		e := *rep.Error
-		e.Message = workerproto.TruncateUTF8(strings.ToValidUTF8(e.Message, "\uFFFD"), workerproto.MaxMessageBytes)
+		e.Message = workerproto.TruncateUTF8(workerproto.StorableText(e.Message), workerproto.MaxMessageBytes)
 		rep.Error = &e
 	}
 	return rep
 }
 
-// TailUTF8 keeps the last n bytes of s, from a rune start, as valid UTF-8 (invalid bytes become
-// U+FFFD), and says whether it cut anything.
+// TailUTF8 keeps the last n bytes of s, from a rune start, as storable text (invalid bytes and
+// NUL become U+FFFD), and says whether it cut anything.
 func TailUTF8(s string, n int) (string, bool) {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = workerproto.StorableText(s)
 	if len(s) <= n {
 		return s, false
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -110,8 +111,8 @@ func (r *PollRequest) Validate() error {
 
 // Validate checks a reject's reason.
 func (r *RejectRequest) Validate() error {
-	if len(r.Reason) > MaxReasonBytes || !utf8.ValidString(r.Reason) {
-		return fieldErr("reason", "at most %d bytes of UTF-8", MaxReasonBytes)
+	if len(r.Reason) > MaxReasonBytes || !ValidText(r.Reason) {
+		return fieldErr("reason", "at most %d bytes of UTF-8 without NUL", MaxReasonBytes)
 	}
 	return nil
 }
@@ -166,20 +167,32 @@ func (r *CompleteRequest) Validate() error {
 		if !ValidKind(r.Error.Kind) {
 			return fieldErr("error.kind", "%q is not an error kind", r.Error.Kind)
 		}
-		if len(r.Error.Message) > MaxMessageBytes || !utf8.ValidString(r.Error.Message) {
-			return fieldErr("error.message", "at most %d bytes of UTF-8", MaxMessageBytes)
+		if len(r.Error.Message) > MaxMessageBytes || !ValidText(r.Error.Message) {
+			return fieldErr("error.message", "at most %d bytes of UTF-8 without NUL", MaxMessageBytes)
 		}
 	}
-	if len(r.Signal) > 32 {
-		return fieldErr("signal", "at most 32 bytes")
+	if len(r.Signal) > 32 || !ValidText(r.Signal) {
+		return fieldErr("signal", "at most 32 bytes of UTF-8 without NUL")
 	}
-	if len(r.OutputTail) > OutputTailMaxBytes || !utf8.ValidString(r.OutputTail) {
-		return fieldErr("output_tail", "at most %d bytes of UTF-8", OutputTailMaxBytes)
+	if len(r.OutputTail) > OutputTailMaxBytes || !ValidText(r.OutputTail) {
+		return fieldErr("output_tail", "at most %d bytes of UTF-8 without NUL", OutputTailMaxBytes)
 	}
 	if r.DurationMs < 0 || r.DurationMs > MaxDurationMs {
 		return fieldErr("duration_ms", "%d, want 0…%d", r.DurationMs, int64(MaxDurationMs))
 	}
 	return nil
+}
+
+// ValidText reports whether s is text the dispatcher can store: valid UTF-8 without NUL (a JSON
+// string may hold "\u0000"; a PostgreSQL jsonb value may not).
+func ValidText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+// StorableText is s with invalid UTF-8 and NUL each replaced by U+FFFD: what a worker reports
+// of a job's output and errors, so a report is never refused for the bytes a job printed.
+func StorableText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // TruncateUTF8 returns at most max bytes of s, cut at a rune boundary, for messages and reasons.

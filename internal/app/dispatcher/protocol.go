@@ -130,6 +130,8 @@ func (d *Dispatcher) storeError(endpoint string, err error) *apiError {
 		return fail(workerproto.CodeLeasesActive, "the session still holds active leases")
 	case errors.Is(err, dispatch.ErrStopping):
 		return fail(workerproto.CodeUnavailable, "dispatcher stopping")
+	case errors.Is(err, dispatch.ErrBadValue):
+		return fail(workerproto.CodeBadRequest, "a value of the request cannot be stored")
 	}
 	var fe *workerproto.FieldError
 	if errors.As(err, &fe) {
