@@ -167,6 +167,9 @@ func (r *Runner) serve(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if sess == nil {
+			return nil // ctx ended before a dispatcher answered the registration
+		}
 		free := r.waitFree(ctx)
 		if free == 0 {
 			continue // ctx ended, or the session changed
