@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -76,6 +77,9 @@ type ClientOptions struct {
 	// RetryMin and RetryMax bound the exponential backoff between retries of idempotent calls.
 	// Zero is 100 ms and 2 s.
 	RetryMin, RetryMax time.Duration
+	// AllowPlaintext lets an http:// URL name another host than this one's loopback: without it
+	// the token would cross the network in clear text, so such a URL is refused.
+	AllowPlaintext bool
 }
 
 // Client speaks protocol v1 to a set of dispatcher replicas: one method per endpoint. The
@@ -92,6 +96,15 @@ type Client struct {
 	cur     atomic.Uint32 // index of the dispatcher the next request goes to
 }
 
+// loopback reports whether host names this machine's loopback interface.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // NewClient checks the options and returns a Client. It opens no connection.
 func NewClient(opts ClientOptions) (*Client, error) {
 	if len(opts.Dispatchers) == 0 {
@@ -106,6 +119,9 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		}
 		if u.User != nil {
 			return nil, fmt.Errorf("worker: dispatcher URL of host %q holds credentials; use the token", u.Host)
+		}
+		if u.Scheme == "http" && !opts.AllowPlaintext && !loopback(u.Hostname()) {
+			return nil, fmt.Errorf("worker: dispatcher URL %d of %d is http:// to host %q, not loopback: the token would cross the network in clear text; use https:// (or allow plaintext)", i+1, len(opts.Dispatchers), u.Hostname())
 		}
 		urls = append(urls, strings.TrimRight(u.String(), "/"))
 	}

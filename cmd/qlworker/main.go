@@ -92,6 +92,7 @@ type options struct {
 	labels      map[string]string
 	drainGrace  time.Duration
 	transport   http.RoundTripper
+	plaintext   bool
 	logger      *slog.Logger
 }
 
@@ -128,6 +129,7 @@ func parse(args []string, stdout, stderr io.Writer) (*options, bool, error) {
 		logFormat   = fs.String("log-format", "text", "log format on stderr: text (terminals) or json (collectors)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		version     = fs.Bool("version", false, "print the version and exit")
+		plaintext   = fs.Bool("allow-plaintext", false, "allow an http:// --dispatcher on another host than loopback (the token then crosses the network in clear text)")
 		labels      = labelsFlag{}
 	)
 	fs.Var(labels, "label", "a label `key=value` the session offers to task selectors; repeatable (≤ 16)")
@@ -159,7 +161,7 @@ func parse(args []string, stdout, stderr io.Writer) (*options, bool, error) {
 	if fs.NArg() > 0 {
 		return nil, false, usagef("unexpected argument %s (see qlworker --help)", word(fs.Arg(0)))
 	}
-	o := &options{name: *name, capacity: *capacity, labels: labels, drainGrace: *drainGrace}
+	o := &options{name: *name, capacity: *capacity, labels: labels, drainGrace: *drainGrace, plaintext: *plaintext}
 	var level slog.Level
 	if *logFormat != "text" && *logFormat != "json" {
 		return nil, false, usagef("--log-format %s: want text or json", word(*logFormat))
@@ -274,7 +276,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "qlworker: %v\n", err)
 		return exitUsage
 	}
-	client, err := worker.NewClient(worker.ClientOptions{Dispatchers: o.dispatchers, Token: o.token, Transport: o.transport})
+	client, err := worker.NewClient(worker.ClientOptions{Dispatchers: o.dispatchers, Token: o.token, Transport: o.transport,
+		AllowPlaintext: o.plaintext})
 	if err != nil {
 		fmt.Fprintf(stderr, "qlworker: --dispatcher: %s\n", strings.TrimPrefix(err.Error(), "worker: "))
 		return exitUsage

@@ -65,6 +65,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad drain grace", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--drain-grace", "10ms"}, "--drain-grace 10ms"},
 		{"bad url", []string{"--dispatcher", "ftp://x", "--name", "w1", "--token-file", good}, "--dispatcher: dispatcher URL 1 of 1"},
 		{"url with password", []string{"--dispatcher", "http://u:pw@h", "--name", "w1", "--token-file", good}, "holds credentials"},
+		{"plaintext to another host", []string{"--dispatcher", "http://192.0.2.1:8443", "--name", "w1", "--token-file", good}, "is http:// to host \"192.0.2.1\", not loopback"},
 		{"unknown flag", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--shell"}, "unknown flag --shell"},
 		{"bad ca file", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--ca-file", good}, "--ca-file: no PEM certificate"},
 		{"bad log level", []string{"--dispatcher", d, "--name", "w1", "--token-file", good, "--log-level", "loud"}, "--log-level \"loud\""},
