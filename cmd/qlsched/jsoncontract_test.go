@@ -76,7 +76,9 @@ projects:
 	// commands that print no document refuse --format json (exit 2) before they start anything
 	refused := map[string][]string{
 		"run": {"run", "--http-addr", "127.0.0.1:0", "--database-url", d.URL("ql_runtime")},
-		"ui":  {"ui", "--http-addr", "127.0.0.1:0", "--database-url", d.URL("ql_admin")},
+		"dispatch": {"dispatch", "--owner", "d1", "--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+			"--database-url", d.URL("ql_runtime")},
+		"ui": {"ui", "--http-addr", "127.0.0.1:0", "--database-url", d.URL("ql_admin")},
 	}
 
 	leaves := jsondoc.Commands(t, (&app{}).rootCmd())
