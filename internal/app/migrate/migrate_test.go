@@ -119,7 +119,7 @@ func TestUpToStopsThereAndStatusShowsPending(t *testing.T) {
 		}
 	}
 	var field *migrate.FieldError
-	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 21") {
+	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 22") {
 		t.Errorf("Up(ctx, 99): err %v, want a *FieldError of field To saying which versions exist", err)
 	}
 }
