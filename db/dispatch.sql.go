@@ -235,6 +235,7 @@ cand AS (
                 AND $4::jsonb @> kr.worker_selector
                 AND NOT EXISTS (SELECT 1 FROM control_core.attempts a JOIN control_core.dispatch_offers o
                                 ON o.attempt_id = a.attempt_id AND o.worker_session_id = $5::uuid
+                                   AND o.state = 'rejected'
                                 WHERE a.run_id = r.run_id AND a.state = 'claimed')
               ORDER BY coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms), r.run_id
               LIMIT least($6::integer, $1::integer)) w) c
@@ -260,7 +261,7 @@ type DispatchCandidatesRow struct {
 
 // The fair placement read (read-only; design §3.2): a skip scan of runs_dispatch_queue_idx over
 // at most max_projects projects after the cursor, then per project the oldest ready Runs this
-// session may take (labels ⊇ the revision's selector, never offered to it before), at most
+// session may take (labels ⊇ the revision's selector, never rejected by it), at most
 // scan_cap of them, round robin (every project's oldest before any project's second). The
 // session's filters apply inside the scan, before its bound: Runs it may not take never hide
 // younger ones it may (they cost reading past them instead). Stale by design: Offer re-checks
@@ -787,7 +788,8 @@ checked AS (
     CROSS JOIN sess
     WHERE sess.labels @> kr.worker_selector
       AND NOT EXISTS (SELECT 1 FROM control_core.dispatch_offers o
-                      WHERE o.attempt_id = a.attempt_id AND o.worker_session_id = sess.worker_session_id)
+                      WHERE o.attempt_id = a.attempt_id AND o.worker_session_id = sess.worker_session_id
+                        AND o.state = 'rejected')
 ),
 chosen AS (
     SELECT c.run_id, c.project_id, c.task_id, c.task_revision, c.trigger_id, c.scheduled_for_ms, c.ord, c.callback_hash, c.attempt_id, c.attempt_no, c.max_attempts, c.spec, c.digests_ok, c.k, gen_random_uuid() AS offer_id
@@ -888,7 +890,8 @@ type OfferRow struct {
 // P and P′ (design §3.3): the session (T + S, locked, so placements for one session serialise and
 // its capacity holds), then the candidates' Runs in candidate order with SKIP LOCKED, each
 // re-verified (queued, project active, ready, newest Attempt claimed in shape, labels ⊇ selector,
-// never offered to this session before) and its task and execution digests recomputed. At most
+// never rejected by this session: an offer that expired unanswered may come back to it) and its
+// task and execution digests recomputed. At most
 // the session's free capacity is offered; a Run whose revision no longer recomputes is failed
 // closed (P′). Returns the offers made (corrupt ones are not returned).
 func (q *Queries) Offer(ctx context.Context, arg OfferParams) ([]OfferRow, error) {

@@ -94,6 +94,25 @@ func TestRejectNeverReoffersToTheSameSession(t *testing.T) {
 	}
 }
 
+// An offer that expired unanswered (its answer lost, its dispatcher killed) does not keep the
+// Run from the session it was made to: with two workers that each missed one offer, a rule
+// against every earlier offer left the Run queued for ever (the dispatcher-SIGKILL gate caught
+// it on PostgreSQL 18). Only a rejection keeps a session away.
+func TestAnExpiredOfferComesBackToTheSameSession(t *testing.T) {
+	f := newFx(t)
+	run := f.queue("p", 1)[0]
+	c := f.token("w")
+	s := f.session(c, 1, nil)
+	o := f.place(c, s, 1)[0]
+	f.expireOffer(o.OfferID)
+	if n, err := f.store.ExpireOffers(bg, 16); err != nil || n != 1 {
+		t.Fatalf("ExpireOffers: %d, %v; want 1", n, err)
+	}
+	if got := f.place(c, s, 1); len(got) != 1 || got[0].RunID != run {
+		t.Fatalf("after its offer expired the session was offered %+v; want the Run %s again", got, run)
+	}
+}
+
 // A Task with a selector reaches only sessions whose labels include it.
 func TestLabels(t *testing.T) {
 	f := newFx(t)

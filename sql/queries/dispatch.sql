@@ -39,7 +39,7 @@ SELECT EXISTS (SELECT 1 FROM control_core.worker_tokens t
 -- name: DispatchCandidates :many
 -- The fair placement read (read-only; design §3.2): a skip scan of runs_dispatch_queue_idx over
 -- at most max_projects projects after the cursor, then per project the oldest ready Runs this
--- session may take (labels ⊇ the revision's selector, never offered to it before), at most
+-- session may take (labels ⊇ the revision's selector, never rejected by it), at most
 -- scan_cap of them, round robin (every project's oldest before any project's second). The
 -- session's filters apply inside the scan, before its bound: Runs it may not take never hide
 -- younger ones it may (they cost reading past them instead). Stale by design: Offer re-checks
@@ -69,6 +69,7 @@ cand AS (
                 AND @labels::jsonb @> kr.worker_selector
                 AND NOT EXISTS (SELECT 1 FROM control_core.attempts a JOIN control_core.dispatch_offers o
                                 ON o.attempt_id = a.attempt_id AND o.worker_session_id = @session_id::uuid
+                                   AND o.state = 'rejected'
                                 WHERE a.run_id = r.run_id AND a.state = 'claimed')
               ORDER BY coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms), r.run_id
               LIMIT least(@scan_cap::integer, @slots::integer)) w) c
@@ -81,7 +82,8 @@ LIMIT @slots::integer;
 -- P and P′ (design §3.3): the session (T + S, locked, so placements for one session serialise and
 -- its capacity holds), then the candidates' Runs in candidate order with SKIP LOCKED, each
 -- re-verified (queued, project active, ready, newest Attempt claimed in shape, labels ⊇ selector,
--- never offered to this session before) and its task and execution digests recomputed. At most
+-- never rejected by this session: an offer that expired unanswered may come back to it) and its
+-- task and execution digests recomputed. At most
 -- the session's free capacity is offered; a Run whose revision no longer recomputes is failed
 -- closed (P′). Returns the offers made (corrupt ones are not returned).
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
@@ -131,7 +133,8 @@ checked AS (
     CROSS JOIN sess
     WHERE sess.labels @> kr.worker_selector
       AND NOT EXISTS (SELECT 1 FROM control_core.dispatch_offers o
-                      WHERE o.attempt_id = a.attempt_id AND o.worker_session_id = sess.worker_session_id)
+                      WHERE o.attempt_id = a.attempt_id AND o.worker_session_id = sess.worker_session_id
+                        AND o.state = 'rejected')
 ),
 chosen AS (
     SELECT c.*, gen_random_uuid() AS offer_id
