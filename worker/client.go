@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -96,15 +95,6 @@ type Client struct {
 	cur     atomic.Uint32 // index of the dispatcher the next request goes to
 }
 
-// loopback reports whether host names this machine's loopback interface.
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // NewClient checks the options and returns a Client. It opens no connection.
 func NewClient(opts ClientOptions) (*Client, error) {
 	if len(opts.Dispatchers) == 0 {
@@ -120,7 +110,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		if u.User != nil {
 			return nil, fmt.Errorf("worker: dispatcher URL of host %q holds credentials; use the token", u.Host)
 		}
-		if u.Scheme == "http" && !opts.AllowPlaintext && !loopback(u.Hostname()) {
+		if u.Scheme == "http" && !opts.AllowPlaintext && !workerproto.Loopback(u.Hostname()) {
 			return nil, fmt.Errorf("worker: dispatcher URL %d of %d is http:// to host %q, not loopback: the token would cross the network in clear text; use https:// (or allow plaintext)", i+1, len(opts.Dispatchers), u.Hostname())
 		}
 		urls = append(urls, strings.TrimRight(u.String(), "/"))

@@ -2,6 +2,7 @@ package workerproto
 
 import (
 	"fmt"
+	"net"
 	"regexp"
 	"sort"
 	"strings"
@@ -181,6 +182,16 @@ func (r *CompleteRequest) Validate() error {
 		return fieldErr("duration_ms", "%d, want 0…%d", r.DurationMs, int64(MaxDurationMs))
 	}
 	return nil
+}
+
+// Loopback reports whether host names this machine's loopback interface: the one place plaintext
+// may carry a worker token (the dispatcher's --listen and the worker's --dispatcher).
+func Loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ValidText reports whether s is text the dispatcher can store: valid UTF-8 without NUL (a JSON

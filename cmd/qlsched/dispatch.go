@@ -19,6 +19,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/app/verify"
 	"github.com/qlcontrol/controlcore/internal/base/limits"
 	"github.com/qlcontrol/controlcore/roles"
+	"github.com/qlcontrol/controlcore/workerproto"
 )
 
 // dispatchConfigFlags is the flag of each dispatch.Config field: Validate names fields
@@ -176,11 +177,7 @@ func loopback(addr string) bool {
 	if err != nil {
 		return false
 	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return workerproto.Loopback(host)
 }
 
 func (a *app) dispatch(ctx context.Context, cfg dispatch.Config, opts dispatchOptions, names roles.Names) error {
