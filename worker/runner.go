@@ -178,7 +178,6 @@ func (r *Runner) serve(ctx context.Context) error {
 		if wait <= 0 || wait > workerproto.MaxPollWaitMs*time.Millisecond {
 			wait = 25 * time.Second
 		}
-		sent := time.Now()
 		resp, err := r.client.Poll(ctx, sess.id, workerproto.PollRequest{WaitMs: wait.Milliseconds(), MaxOffers: free})
 		switch code := ErrorCode(err); {
 		case err == nil:
@@ -201,7 +200,7 @@ func (r *Runner) serve(ctx context.Context) error {
 			continue
 		}
 		for _, o := range resp.Offers {
-			r.take(ctx, sess, o, sent)
+			r.take(ctx, sess, o)
 		}
 		if resp.DispatcherStopping {
 			r.client.failover()
@@ -298,10 +297,15 @@ func (r *Runner) signalFree() {
 
 // take acknowledges one offer and starts its job, or rejects it when the Runner is stopping or
 // full (a dispatcher never offers more than asked; this is the backstop).
-func (r *Runner) take(ctx context.Context, sess *session, o workerproto.Offer, polled time.Time) {
+func (r *Runner) take(ctx context.Context, sess *session, o workerproto.Offer) {
 	log := r.log.With("offer_id", o.OfferID, "attempt_id", o.AttemptID, "run_id", o.RunID)
-	// The offer's time counts from before the poll was sent: conservative.
-	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), polled.Add(time.Duration(o.ExpiresInMs)*time.Millisecond))
+	// The dispatcher, not this deadline, decides whether the offer is still live (in database
+	// time): the deadline only bounds the retries. It counts from now, when the offer is in hand,
+	// never from when the long poll was sent (an offer made late in a poll would be given up
+	// before it was ever ACKed), and leaves one CallTimeout past the offer's expiry, so an ACK
+	// whose answer was lost is replayed and answered with its lease, which is never left to
+	// expire with no job behind it.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(o.ExpiresInMs)*time.Millisecond+r.cfg.CallTimeout)
 	defer cancel()
 	r.mu.Lock()
 	full := len(r.jobs) >= r.cfg.Capacity
