@@ -423,10 +423,15 @@ LEFT JOIN (
 ORDER BY 1;
 
 -- name: DueLeases :many
--- E's finder: active leases past their expiry, oldest first (run_leases_live_expiry_idx).
+-- E's finder: active leases past their expiry, oldest first (run_leases_live_expiry_idx), only
+-- those FinishAttempts can end (the Attempt running, its Run running or cancelled): a lease it would skip for ever must not fill
+-- every batch ahead of the ones it can.
 SELECT l.attempt_id::uuid AS attempt_id
 FROM control_core.run_leases l
 WHERE l.state = 'active' AND l.expires_at_ms <= control_core.db_now_ms()
+  AND EXISTS (SELECT 1 FROM control_core.attempts a JOIN control_core.runs r ON r.run_id = a.run_id
+              WHERE a.attempt_id = l.attempt_id AND a.state = 'running' AND a.run_lease_id = l.run_lease_id
+                AND r.state IN ('running', 'cancelled'))
 ORDER BY l.expires_at_ms
 LIMIT @max_rows::integer;
 
