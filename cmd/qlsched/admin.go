@@ -99,11 +99,43 @@ func (a *app) adminCmd(cmd *cobra.Command, validate func(*cobra.Command) error, 
 			if err := adminErr(err); err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			return a.output(out, doc, func() { text(out) })
+			out := &recordingWriter{w: cmd.OutOrStdout()}
+			err = a.output(out, doc, func() { text(out) })
+			if err == nil {
+				err = out.err
+			}
+			if err == nil {
+				return nil
+			}
+			if u, ok := doc.(unshownUndo); ok { // what must not outlive an output nobody saw
+				return u.undoUnshown(cmd, pool, err)
+			}
+			return fmt.Errorf("writing the output: %w", err)
 		})
 	}
 	return cmd
+}
+
+// recordingWriter keeps the first write error, so a text output that failed (a full disk, a
+// closed pipe) exits nonzero like a JSON one, instead of 0 with nothing printed.
+type recordingWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (r *recordingWriter) Write(b []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.w.Write(b)
+	r.err = err
+	return n, err
+}
+
+// unshownUndo is a document whose write must be undone when its output failed: a secret shown
+// once that nobody saw.
+type unshownUndo interface {
+	undoUnshown(cmd *cobra.Command, pool *dbconn.DB, writeErr error) error
 }
 
 // publish is an admin command that writes through the publisher (the admin role).

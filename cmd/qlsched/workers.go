@@ -12,6 +12,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/app/cli"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
 // workerCmd is `qlsched worker token create|revoke|list`: the bearer tokens workers authenticate
@@ -43,9 +44,10 @@ Text output: the token alone on stdout (a script can capture it), a warning on s
 		return admin.ValidateWorkerName(name)
 	}, func(cmd *cobra.Command, p *admin.Publisher) (any, func(io.Writer), error) {
 		res, err := p.CreateWorkerToken(cmd.Context(), name)
-		return document{"qlsched.worker-token-create/v1", res}, func(out io.Writer) {
-			fmt.Fprintln(out, res.Token)
-			fmt.Fprintf(cmd.ErrOrStderr(), "worker token %s (id %s) created: it is shown once, store it now\n", res.Name, res.ID)
+		return createdToken{document{"qlsched.worker-token-create/v1", res}, res}, func(out io.Writer) {
+			if _, err := fmt.Fprintln(out, res.Token); err == nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "worker token %s (id %s) created: it is shown once, store it now\n", res.Name, res.ID)
+			}
 		}, err
 	})
 	cmd.Flags().StringVar(&name, "name", "", "the token's name: "+admin.WorkerNameRule)
@@ -187,4 +189,20 @@ func labelsText(l map[string]string) string {
 		parts = append(parts, k+"="+l[k])
 	}
 	return strings.Join(parts, ",")
+}
+
+// createdToken is token create's document: a token whose one showing failed is revoked at once,
+// since nobody can ever hold it (and a live token nobody holds is only a risk).
+type createdToken struct {
+	document
+	res admin.WorkerTokenCreated
+}
+
+func (c createdToken) undoUnshown(cmd *cobra.Command, pool *dbconn.DB, writeErr error) error {
+	_, err := admin.NewPublisher(pool).RevokeWorkerTokens(cmd.Context(), admin.WorkerTokenRevoke{ID: c.res.ID})
+	if err != nil {
+		return fmt.Errorf("writing the token: %w; worker token %s (id %s) was created but never shown, and revoking it failed (%v): revoke it with `qlsched worker token revoke --id %s`",
+			writeErr, c.res.Name, c.res.ID, err, c.res.ID)
+	}
+	return fmt.Errorf("writing the token: %w; worker token %s (id %s) was created but never shown, so it was revoked", writeErr, c.res.Name, c.res.ID)
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -131,6 +134,47 @@ func TestRunsCancel(t *testing.T) {
 		r := run(t, append(c.args, url...)...)
 		if r.code != c.code || !strings.Contains(r.stdout+r.stderr, c.want) {
 			t.Errorf("%v: exit %d, %q %q; want exit %d mentioning %q", c.args, r.code, r.stdout, r.stderr, c.code, c.want)
+		}
+	}
+}
+
+// A token whose one showing failed (stdout a full disk) is never left live: the command exits
+// nonzero, says the token was revoked, and token list shows it revoked; in text and in JSON.
+// (A text output once ignored the write error and exited 0 with the token lost and live.)
+func TestATokenNobodySawIsRevoked(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	url := d.URL("ql_admin")
+	for _, format := range []string{"text", "json"} {
+		full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(qlsched(t), "worker", "token", "create", "--name", "lost-"+format, "--format", format, "--database-url", url)
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = full, &stderr
+		err = cmd.Run()
+		full.Close()
+		if err == nil || !strings.Contains(stderr.String(), "never shown, so it was revoked") {
+			t.Errorf("%s: create into a full disk: %v, stderr %q; want a nonzero exit saying the token was revoked", format, err, stderr.String())
+		}
+		if strings.Contains(stderr.String(), "shown once") {
+			t.Errorf("%s: stderr says the token was shown: %q", format, stderr.String())
+		}
+	}
+	list := run(t, "worker", "token", "list", "--format", "json", "--database-url", url)
+	var doc struct {
+		Tokens []struct {
+			Name        string `json:"name"`
+			RevokedAtMs *int64 `json:"revoked_at_ms"`
+		} `json:"tokens"`
+	}
+	if err := json.Unmarshal([]byte(list.stdout), &doc); err != nil || len(doc.Tokens) != 2 {
+		t.Fatalf("token list: %v, %q; want the two tokens", err, list.stdout)
+	}
+	for _, tk := range doc.Tokens {
+		if tk.RevokedAtMs == nil {
+			t.Errorf("token %s is live though nobody ever saw it", tk.Name)
 		}
 	}
 }
