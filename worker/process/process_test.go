@@ -19,6 +19,16 @@ import (
 	"github.com/qlcontrol/controlcore/workerproto"
 )
 
+// TestMain lets this test binary be the job supervisor, as qlworker is.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == process.SupervisorCommand {
+		os.Exit(process.Supervise(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+var supervisor = []string{"/proc/self/exe", process.SupervisorCommand}
+
 func job(t *testing.T, spec any) worker.Job {
 	t.Helper()
 	raw, ok := spec.(string)
@@ -34,7 +44,7 @@ func job(t *testing.T, spec any) worker.Job {
 
 func runSpec(t *testing.T, ctx context.Context, spec any) worker.Result {
 	t.Helper()
-	return process.New(process.Options{KillGrace: 500 * time.Millisecond})(ctx, job(t, spec))
+	return process.New(process.Options{KillGrace: 500 * time.Millisecond, Supervisor: supervisor})(ctx, job(t, spec))
 }
 
 func wantOutcome(t *testing.T, res worker.Result, outcome, kind string) {
@@ -71,7 +81,7 @@ func TestSpecErrors(t *testing.T) {
 		{"missing dir", `{"command":["true"],"dir":"/no/such/dir"}`, workerproto.KindSpawn, ""},
 		{"bad timeout", `{"command":["true"],"timeout":"soon"}`, workerproto.KindBadSpec, `"timeout"`},
 		{"negative timeout", `{"command":["true"],"timeout":"-1s"}`, workerproto.KindBadSpec, `"timeout"`},
-		{"unknown field", `{"command":["true"],"timeuot":"1s"}`, workerproto.KindBadSpec, `"timeuot"`},
+		{"unknown field", `{"command":["true"],"timeuot":"1s"}`, workerproto.KindBadSpec, `unknown field`},
 		{"empty command", `{"command":[]}`, workerproto.KindBadSpec, `"command"`},
 		{"command not a list", `{"command":"echo hi"}`, workerproto.KindBadSpec, `command`},
 		{"not JSON", `{"command":`, workerproto.KindBadSpec, "JSON"},
@@ -91,14 +101,64 @@ func TestSpecErrors(t *testing.T) {
 	}
 }
 
-func TestSpecMessagesDoNotQuoteSecrets(t *testing.T) {
-	res := runSpec(t, context.Background(), `{"command":["/no/such/program-s3cr3t tok"],"timeout":"pass w0rd"}`)
-	if strings.Contains(res.Error.Message, "w0rd") {
-		t.Fatalf("message %q quotes the spec's value", res.Error.Message)
+// secret is distinctive: none of its 4-byte pieces occurs in a message by chance.
+const secret = "Zq9xK7wPv3Lm"
+
+// leaks reports a 4-byte (or longer) piece of secret in text.
+func leaks(text string) string {
+	for i := 0; i+4 <= len(secret); i++ {
+		if strings.Contains(text, secret[i:i+4]) {
+			return secret[i : i+4]
+		}
 	}
-	res = runSpec(t, context.Background(), `{"command":["/no/such/program s3cr3t"]}`)
-	if strings.Contains(res.Error.Message, "s3cr3t") {
-		t.Fatalf("message %q quotes the spec's program", res.Error.Message)
+	return ""
+}
+
+// No refusal quotes a spec's value, key or field name, not even in part: each field in turn
+// holds the secret in a form that makes the job fail before it runs.
+func TestSpecSecretsNeverInMessages(t *testing.T) {
+	cases := []struct{ name, spec string }{
+		{"program in PATH", `{"command":["` + secret + `"]}`},
+		{"program path", `{"command":["/no/such/` + secret + `"]}`},
+		{"program relative", `{"command":["./` + secret + `"],"dir":"/"}`},
+		{"program not executable", `{"command":["/etc/hostname"],"env":{"X":"` + secret + `"}}`},
+		{"program is a dir", `{"command":["/tmp/"],"env":{"X":"` + secret + `"}}`},
+		{"program with a space", `{"command":["no such ` + secret + `"]}`},
+		{"arg with a NUL", `{"command":["true","` + secret + `\u0000"]}`},
+		{"arg not a string", `{"command":["true",{"` + secret + `":1}]}`},
+		{"dir missing", `{"command":["true"],"dir":"/no/such/` + secret + `"}`},
+		{"dir a file", `{"command":["true"],"dir":"/etc/hostname/` + secret + `"}`},
+		{"dir with a NUL", `{"command":["true"],"dir":"` + secret + `\u0000"}`},
+		{"timeout word", `{"command":["true"],"timeout":"` + secret + `"}`},
+		{"timeout number-ish", `{"command":["true"],"timeout":"9` + secret + `"}`},
+		{"timeout negative", `{"command":["true"],"timeout":"-1s` + secret + `"}`},
+		{"timeout not a string", `{"command":["true"],"timeout":{"` + secret + `":1}}`},
+		{"env key with =", `{"command":["true"],"env":{"` + secret + `=x":"v"}}`},
+		{"env value with a NUL", `{"command":["true"],"env":{"K":"` + secret + `\u0000"}}`},
+		{"env value not a string", `{"command":["true"],"env":{"` + secret + `":7}}`},
+		{"unknown field", `{"command":["true"],"` + secret + `":"` + secret + `"}`},
+		{"two values", `{"command":["true"]} {"` + secret + `":1}`},
+		{"bad JSON", `{"command":["true"],"env":{"` + secret + `"}}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runSpec(t, context.Background(), tc.spec)
+			if res.Outcome != workerproto.OutcomeFailed || res.Error == nil {
+				t.Fatalf("result %+v, want a failure", res)
+			}
+			if res.ExitCode != nil {
+				t.Fatalf("exit code %d: the job ran", *res.ExitCode)
+			}
+			text := res.Error.Kind + " " + res.Error.Message + " " + res.OutputTail + " " + res.Signal
+			if piece := leaks(text); piece != "" {
+				t.Fatalf("%q holds %q, a piece of the spec's secret", text, piece)
+			}
+			if _, _, err := process.ParseSpec([]byte(tc.spec)); err != nil {
+				if piece := leaks(err.Error()); piece != "" {
+					t.Fatalf("ParseSpec: %q holds %q", err, piece)
+				}
+			}
+		})
 	}
 }
 
@@ -195,10 +255,17 @@ func TestTimeoutKillsTheProcessGroup(t *testing.T) {
 }
 
 func TestCancelKillsTheProcessGroup(t *testing.T) {
+	for _, sup := range [][]string{supervisor, nil} {
+		t.Run(fmt.Sprintf("supervised=%v", sup != nil), func(t *testing.T) { testCancelKillsTheProcessGroup(t, sup) })
+	}
+}
+
+func testCancelKillsTheProcessGroup(t *testing.T, sup []string) {
 	spec, pidFile := grandchildSpec(t, nil)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	done := make(chan worker.Result, 1)
-	go func() { done <- runSpec(t, ctx, spec) }()
+	h := process.New(process.Options{KillGrace: 500 * time.Millisecond, Supervisor: sup})
+	go func() { done <- h(ctx, job(t, spec)) }()
 	pid := readPid(t, pidFile)
 	if !alive(pid) {
 		t.Fatal("the grandchild is not running before the cancel")
@@ -225,4 +292,15 @@ func TestStrayChildrenDieWithTheJob(t *testing.T) {
 	wantOutcome(t, res, workerproto.OutcomeSucceeded, "")
 	pid := readPid(t, pidFile)
 	eventually.True(t, 5*time.Second, "the stray child to be dead", func() bool { return !alive(pid) })
+}
+
+// A descendant that left the job's process group (setsid) is still the job's: the supervisor,
+// its subreaper, kills it on timeout too.
+func TestTimeoutKillsDescendantsOutsideTheGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	res := runSpec(t, context.Background(), map[string]any{"timeout": "300ms",
+		"command": []string{"sh", "-c", `setsid sh -c 'trap "" TERM; sleep 20' > /dev/null 2>&1 & echo $! > "$1"; wait`, "sh", pidFile}})
+	wantOutcome(t, res, workerproto.OutcomeFailed, workerproto.KindTimeout)
+	pid := readPid(t, pidFile)
+	eventually.True(t, 5*time.Second, "the descendant in a session of its own to be dead", func() bool { return !alive(pid) })
 }
