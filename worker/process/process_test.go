@@ -304,3 +304,27 @@ func TestTimeoutKillsDescendantsOutsideTheGroup(t *testing.T) {
 	pid := readPid(t, pidFile)
 	eventually.True(t, 5*time.Second, "the descendant in a session of its own to be dead", func() bool { return !alive(pid) })
 }
+
+// A stop sends SIGTERM to the whole group, not only to the program: its child may shut down
+// cleanly too (it records the SIGTERM while the program waits for it; a child that got only
+// the SIGKILL after the program's exit or the kill grace could not).
+func TestStopSignalsTheWholeGroup(t *testing.T) {
+	for _, sup := range [][]string{supervisor, nil} {
+		t.Run(fmt.Sprintf("supervised=%v", sup != nil), func(t *testing.T) {
+			dir := t.TempDir()
+			ready, termed := filepath.Join(dir, "ready"), filepath.Join(dir, "termed")
+			child := `trap 'echo term > "$2"; exit 0' TERM; echo up > "$1"; while :; do sleep 0.05; done`
+			spec := map[string]any{"command": []string{"sh", "-c", `trap wait TERM; sh -c "$0" child "$1" "$2" & wait`, child, ready, termed}}
+			ctx, cancel := context.WithCancelCause(context.Background())
+			done := make(chan worker.Result, 1)
+			h := process.New(process.Options{KillGrace: 2 * time.Second, Supervisor: sup})
+			go func() { done <- h(ctx, job(t, spec)) }()
+			eventually.NoError(t, 10*time.Second, "the child's trap to be set", func() error { _, err := os.Stat(ready); return err })
+			cancel(worker.ErrCancelled)
+			<-done
+			if b, err := os.ReadFile(termed); err != nil || string(b) != "term\n" {
+				t.Fatalf("the child got no SIGTERM (%q, %v)", b, err)
+			}
+		})
+	}
+}

@@ -71,8 +71,7 @@ func Supervise(args []string) int {
 	for {
 		select {
 		case <-exited:
-			killDescendants(pgid)
-			reapDescendants()
+			sweep(pgid) // strays of a leader that exited
 			ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			report("exit %d", uint32(ws))
 			return 0
@@ -102,6 +101,12 @@ func killDescendants(pgid int) {
 	for _, pid := range children() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+}
+
+// sweep kills the job's group and every descendant, and reaps them all.
+func sweep(pgid int) {
+	killDescendants(pgid)
+	reapDescendants()
 }
 
 // reapDescendants kills and reaps children until none is left: each death re-parents that
