@@ -359,7 +359,7 @@ func TestSIGKILLedWorkerLeavesNoJobRunning(t *testing.T) {
 // A timeout stops the whole tree (the grandchild ignores SIGTERM: only the SIGKILL after the
 // kill grace ends it) and the report says timeout.
 func TestTimeoutKillsTheJobsTree(t *testing.T) {
-	spec, childFile, grandchildFile := treeSpec(t, "300ms")
+	spec, childFile, grandchildFile := treeSpec(t, "1s")
 	url, completes := fakeDispatcher(t, spec)
 	_, logs := startWorker(t, url)
 	child, grandchild := pidIn(t, childFile), pidIn(t, grandchildFile)

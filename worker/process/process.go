@@ -266,8 +266,8 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 		case <-kill.C:
 			killGroup() // the kill grace is over
 		}
-		if supervised { // a supervisor that does not end after its kill is broken: end it
-			kill.Reset(opts.KillGrace)
+		if supervised { // a supervisor that does not end after its kill is wedged: end it
+			kill.Reset(supervisorWedged)
 			select {
 			case <-exited:
 			case <-kill.C:
@@ -354,6 +354,11 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 }
 
 var errTimeout = errors.New("timeout")
+
+// supervisorWedged is how long a supervisor may take to end after its kill signal before the
+// worker SIGKILLs it (its report is then lost; the job's group was killed directly already).
+// Generous: a loaded machine must not lose reports to it.
+const supervisorWedged = 10 * time.Second
 
 func describeWait(ws syscall.WaitStatus) string {
 	if ws.Signaled() {

@@ -242,7 +242,7 @@ func readPid(t *testing.T, file string) int {
 }
 
 func TestTimeoutKillsTheProcessGroup(t *testing.T) {
-	spec, pidFile := grandchildSpec(t, map[string]any{"timeout": "300ms"})
+	spec, pidFile := grandchildSpec(t, map[string]any{"timeout": "1s"}) // time to start under load
 	start := time.Now()
 	res := runSpec(t, context.Background(), spec)
 	took := time.Since(start)
@@ -298,7 +298,7 @@ func TestStrayChildrenDieWithTheJob(t *testing.T) {
 // its subreaper, kills it on timeout too.
 func TestTimeoutKillsDescendantsOutsideTheGroup(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	res := runSpec(t, context.Background(), map[string]any{"timeout": "300ms",
+	res := runSpec(t, context.Background(), map[string]any{"timeout": "1s",
 		"command": []string{"sh", "-c", `setsid sh -c 'trap "" TERM; sleep 20' > /dev/null 2>&1 & echo $! > "$1"; wait`, "sh", pidFile}})
 	wantOutcome(t, res, workerproto.OutcomeFailed, workerproto.KindTimeout)
 	pid := readPid(t, pidFile)
