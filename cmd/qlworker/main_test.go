@@ -323,6 +323,7 @@ func pidIn(t *testing.T, file string) int {
 		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err
 	})
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // a failed test leaves nothing running
 	return pid
 }
 

@@ -40,6 +40,9 @@ func Supervise(args []string) int {
 	// The job's Pdeathsig is tied to the thread that forks it: this goroutine keeps its thread
 	// until the process exits.
 	runtime.LockOSThread()
+	// Inherited without close-on-exec: the job must not hold the status pipe (the worker reads it
+	// to its end, which would then wait for a descendant that outlived the supervisor).
+	syscall.CloseOnExec(statusFD)
 	status := os.NewFile(statusFD, "status")
 	report := func(format string, a ...any) { _, _ = fmt.Fprintf(status, format+"\n", a...) }
 	sigs := make(chan os.Signal, 8)
