@@ -301,6 +301,9 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 		return r
 	}
 	ws, _ := state.Sys().(syscall.WaitStatus)
+	stopMu.Lock()
+	why := stopWhy
+	stopMu.Unlock()
 	if supervised {
 		st := <-statusDone
 		switch {
@@ -309,14 +312,17 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 			r.OutputTail, r.OutputTruncated = res.OutputTail, res.OutputTruncated
 			return r
 		case !st.exit:
-			r := failed(workerproto.KindHandler, "the job's supervisor ended without a report (%s); the job's group was killed", describeWait(ws))
 			if g := jobPgid.Load(); g > 0 {
 				_ = syscall.Kill(-int(g), syscall.SIGKILL)
 			}
-			r.OutputTail, r.OutputTruncated = res.OutputTail, res.OutputTruncated
-			return r
+			if why == nil { // a stop may end a supervisor still starting: that is the stop's result
+				r := failed(workerproto.KindHandler, "the job's supervisor ended without a report (%s); the job's group was killed", describeWait(ws))
+				r.OutputTail, r.OutputTruncated = res.OutputTail, res.OutputTruncated
+				return r
+			}
+		default:
+			ws = st.waitStat
 		}
-		ws = st.waitStat
 	}
 	switch {
 	case ws.Signaled():
@@ -325,9 +331,6 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 		code := ws.ExitStatus()
 		res.ExitCode = &code
 	}
-	stopMu.Lock()
-	why := stopWhy
-	stopMu.Unlock()
 	elapsed := time.Since(started).Round(time.Millisecond)
 	switch {
 	case why == errTimeout:
