@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -327,5 +328,37 @@ func TestStopSignalsTheWholeGroup(t *testing.T) {
 				t.Fatalf("the child got no SIGTERM (%q, %v)", b, err)
 			}
 		})
+	}
+}
+
+// The kernel sends the Pdeathsig when the *thread* that forked a job exits, and the Go runtime
+// ends a thread whose locked goroutine returns. Jobs are forked from a thread the worker keeps:
+// goroutines that lock their thread and return while jobs run (ending their threads) kill none.
+func TestThreadExitsDoNotKillJobs(t *testing.T) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // end threads, one after the other, as long as jobs start and run
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ended := make(chan struct{})
+			go func() { runtime.LockOSThread(); close(ended) }() // returns locked: its thread exits
+			<-ended
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	spec := map[string]any{"command": []string{"sleep", "0.3"}}
+	for range 4 {
+		results := make(chan worker.Result, 4)
+		for range 4 {
+			go func() { results <- runSpec(t, context.Background(), spec) }()
+		}
+		for range 4 {
+			wantOutcome(t, <-results, workerproto.OutcomeSucceeded, "")
+		}
 	}
 }
