@@ -196,7 +196,7 @@ func spawnReason(class string) string {
 	return "the system refused to start it"
 }
 
-// readStatus reads the supervisor's status lines until EOF.
+// supStatus is what the supervisor reported on its status pipe.
 type supStatus struct {
 	pid      int
 	spawn    string // the start error's class, if the job did not start
@@ -204,6 +204,7 @@ type supStatus struct {
 	waitStat syscall.WaitStatus
 }
 
+// readStatus reads the supervisor's status lines until EOF (only the supervisor holds the pipe).
 func readStatus(sc *bufio.Scanner, pidSeen func(int)) supStatus {
 	var st supStatus
 	for sc.Scan() {
