@@ -47,7 +47,8 @@ Usage:
 
 It registers a session of NAME with CAPACITY slots, long-polls for offers, runs each offered
 spec {"command":["prog","arg",…],"env":{…},"dir":"…","timeout":"30s"} as an argv (never through a
-shell) in a process group of its own, renews its leases by heartbeat and stops a job before its
+shell) in a process group of its own, under a small supervisor process that kills the job and all
+its descendants if qlworker dies (even by SIGKILL), renews its leases by heartbeat and stops a job before its
 lease could expire if the dispatchers become unreachable. Any replica serves any request: list
 them all, the worker moves to the next one when one fails.
 
@@ -284,7 +285,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	runner, err := worker.NewRunner(worker.Config{
 		Client: client, Name: o.name, Capacity: o.capacity, Labels: o.labels,
-		Handler: process.New(process.Options{}), DrainGrace: o.drainGrace, Logger: o.logger,
+		Handler: process.New(process.Options{Supervisor: supervisor}), DrainGrace: o.drainGrace, Logger: o.logger,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "qlworker: %v\n", err)
@@ -316,4 +317,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+// supervisor re-executes this binary (the running one, even if replaced on disk) as the per-job
+// supervisor: a job and all its descendants die when qlworker dies, also by SIGKILL.
+var supervisor = []string{"/proc/self/exe", process.SupervisorCommand}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == process.SupervisorCommand {
+		os.Exit(process.Supervise(os.Args[2:])) // hidden: never a flag, never in --help
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -7,11 +7,16 @@
 // timeout passes or the job's context ends (cancel, lease loss, drain). It keeps the last 8 KiB of
 // the combined stdout and stderr and reports the exit code or the signal.
 //
+// With Options.Supervisor, each job runs under a small supervisor process (Supervise) that dies
+// with the worker (Pdeathsig) and then kills the job's group and every descendant (it is their
+// child subreaper): a worker killed by SIGKILL leaves nothing running. Linux only.
+//
 // Unknown spec fields are refused (bad_spec), as the protocol refuses unknown keys: a misspelt
 // "timeout" must not run a job without one. The spec may hold secrets: no message quotes it.
 package process
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -20,10 +25,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -47,6 +53,13 @@ type Options struct {
 	KillGrace time.Duration
 	// BaseEnv is the environment the spec's env is added to; nil is the worker's own.
 	BaseEnv []string
+	// Supervisor is the argv that starts the per-job supervisor: a binary that runs
+	// Supervise(os.Args[2:]) when its first argument is SupervisorCommand, e.g. qlworker's
+	// {"/proc/self/exe", SupervisorCommand} (the running binary, even if replaced on disk).
+	// With it, a job and all its descendants die when the worker dies by any means (the lease
+	// they run under would expire and the Run be retried elsewhere). Nil runs the job as a
+	// direct child: that child dies with the worker, its children do not.
+	Supervisor []string
 }
 
 // TailBytes is how much of the output is kept: the protocol's output tail.
@@ -61,7 +74,7 @@ func New(opts Options) worker.Handler {
 }
 
 // ParseSpec decodes and checks a spec; its error is the bad_spec message (it names the field,
-// never a value).
+// never a value, nor a key of "env", nor an unknown field's name).
 func ParseSpec(raw []byte) (Spec, time.Duration, error) {
 	var s Spec
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -82,7 +95,7 @@ func ParseSpec(raw []byte) (Spec, time.Duration, error) {
 	}
 	for k, v := range s.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return s, 0, fmt.Errorf("spec: env key %s is not a valid variable (or its value holds a NUL byte)", word(k))
+			return s, 0, errors.New(`spec: an "env" key is not a valid variable name (empty, or holds "=" or a NUL byte), or its value holds a NUL byte`)
 		}
 	}
 	if strings.IndexByte(s.Dir, 0) >= 0 {
@@ -92,7 +105,7 @@ func ParseSpec(raw []byte) (Spec, time.Duration, error) {
 	if s.Timeout != "" {
 		d, err := time.ParseDuration(s.Timeout)
 		if err != nil || d <= 0 {
-			return s, 0, fmt.Errorf(`spec: "timeout" is %s, want a positive duration such as "30s" or "5m"`, word(s.Timeout))
+			return s, 0, errors.New(`spec: "timeout" is not a positive duration such as "30s" or "5m"`)
 		}
 		timeout = d
 	}
@@ -106,33 +119,24 @@ func describeJSONError(err error) string {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		return fmt.Sprintf("field %q must be %s, not a JSON %s", te.Field, te.Type, te.Value)
+		// Field is a path; past its first element it may hold an "env" key.
+		field, _, _ := strings.Cut(te.Field, ".")
+		if !knownField[field] {
+			return "not a JSON object of the spec's shape"
+		}
+		return fmt.Sprintf("field %q must be %s, not a JSON %s", field, te.Type, te.Value)
 	case errors.As(err, &se):
 		return fmt.Sprintf("not valid JSON (at byte %d)", se.Offset)
 	case errors.Is(err, io.EOF):
 		return "empty"
 	}
-	msg := err.Error()
-	if quoted, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		name, err := strconv.Unquote(quoted)
-		if err != nil {
-			name = quoted
-		}
-		return "unknown field " + word(name) + ` (known: "command", "env", "dir", "timeout")`
+	if strings.HasPrefix(err.Error(), "json: unknown field ") {
+		return `an unknown field (known: "command", "env", "dir", "timeout"; field names are not shown)`
 	}
 	return "not a JSON object of the spec's shape"
 }
 
-// safeWord is what a message may quote of a spec (a program name, a duration); anything else is
-// described by its length only, as the command-line tools do.
-var safeWord = regexp.MustCompile(`^[A-Za-z0-9_./+-]{1,64}$`)
-
-func word(s string) string {
-	if safeWord.MatchString(s) {
-		return strconv.Quote(s)
-	}
-	return fmt.Sprintf("(%d bytes, not shown)", len(s))
-}
+var knownField = map[string]bool{"command": true, "env": true, "dir": true, "timeout": true}
 
 func failed(kind, format string, args ...any) worker.Result {
 	return worker.Result{Outcome: workerproto.OutcomeFailed, Error: &workerproto.AttemptError{
@@ -155,27 +159,78 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 		env = append(env, k+"="+v) // later entries win (os/exec keeps the last of a key)
 	}
 
-	// exec.Command, not a shell: the argv reaches the program as it is.
+	// exec.Command, not a shell: the argv reaches the program as it is. It resolves the program
+	// in the worker's $PATH, as a direct start would.
 	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
+	if cmd.Err != nil {
+		return failed(workerproto.KindSpawn, "cannot start the program: %s", spawnReason(spawnClass(cmd.Err)))
+	}
+	supervised := len(opts.Supervisor) > 0
+	var statusR, statusW *os.File
+	if supervised {
+		// The supervisor gets the job's env and dir: it passes them on to the job.
+		args := append(append([]string(nil), opts.Supervisor...), strconv.Itoa(os.Getpid()), cmd.Path, "--")
+		cmd = &exec.Cmd{Path: opts.Supervisor[0], Args: append(args, spec.Command...)}
+		if statusR, statusW, err = os.Pipe(); err != nil {
+			return failed(workerproto.KindSpawn, "create the status pipe: %s", pathError(err))
+		}
+		cmd.ExtraFiles = []*os.File{statusW}
+		defer statusR.Close()
+	}
 	cmd.Env, cmd.Dir = env, spec.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group of its own: a stop reaches its children
+	// A group of its own, so a stop reaches the job's children; the kernel signals the child when
+	// the worker dies: the supervisor then kills the job's tree; an unsupervised job dies alone.
+	deathSig := syscall.SIGKILL
+	if supervised {
+		deathSig = sigParentDied
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: deathSig}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return failed(workerproto.KindSpawn, "create the output pipe: %v", err)
+		if statusW != nil {
+			statusW.Close()
+		}
+		return failed(workerproto.KindSpawn, "create the output pipe: %s", pathError(err))
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw // an *os.File: handed to the child, no copying goroutine in Wait
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return failed(workerproto.KindSpawn, "cannot start program %s: %s", word(spec.Command[0]), spawnReason(err))
-	}
+	err = start(cmd)
 	pw.Close()
+	if statusW != nil {
+		statusW.Close()
+	}
+	if err != nil {
+		pr.Close()
+		what := "the program"
+		if supervised {
+			what = "the job's supervisor (or its dir)"
+		}
+		return failed(workerproto.KindSpawn, "cannot start %s: %s", what, spawnReason(spawnClass(err)))
+	}
 	started := time.Now()
 	ring := newRing(TailBytes)
 	copied := make(chan struct{})
 	go func() { _, _ = io.Copy(ring, pr); close(copied) }()
 
-	pgid := cmd.Process.Pid
+	// The job's group: the direct child's, or the one the supervisor reports.
+	var jobPgid atomic.Int64
+	statusDone := make(chan supStatus, 1)
+	if supervised {
+		go func() {
+			statusDone <- readStatus(bufio.NewScanner(statusR), func(pid int) { jobPgid.Store(int64(pid)) })
+		}()
+	} else {
+		jobPgid.Store(int64(cmd.Process.Pid))
+	}
+	// killGroup SIGKILLs the job's whole tree: the supervisor kills the group and the descendants
+	// that left it; the worker also kills the group itself, in case the supervisor is stuck.
+	killGroup := func() {
+		if supervised {
+			_ = cmd.Process.Signal(sigKill)
+		}
+		if g := jobPgid.Load(); g > 0 {
+			_ = syscall.Kill(-int(g), syscall.SIGKILL)
+		}
+	}
 	exited := make(chan struct{})
 	var stopMu sync.Mutex
 	var stopWhy error // set before the group is signalled
@@ -198,21 +253,37 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 		stopMu.Lock()
 		stopWhy = why
 		stopMu.Unlock()
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		if supervised {
+			_ = cmd.Process.Signal(sigStop) // it forwards SIGTERM to the job's group
+		} else {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		}
 		kill := time.NewTimer(opts.KillGrace)
 		defer kill.Stop()
 		select {
 		case <-exited:
+			return
 		case <-kill.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL) // the kill grace is over
+			killGroup() // the kill grace is over
+		}
+		if supervised { // a supervisor that does not end after its kill is wedged: end it
+			kill.Reset(supervisorWedged)
+			select {
+			case <-exited:
+			case <-kill.C:
+				_ = cmd.Process.Kill()
+			}
 		}
 	}()
 
 	waitErr := cmd.Wait()
 	close(exited)
 	// The leader is gone; what it left in its group must not outlive the attempt (it would run
-	// without a lease). Then the pipe closes once the last writer is dead.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL) // strays of a leader that exited
+	// without a lease). The supervisor has done this already, and more. Then the pipe closes
+	// once the last writer is dead.
+	if !supervised {
+		killGroup()
+	}
 	select {
 	case <-copied:
 	case <-time.After(opts.KillGrace):
@@ -225,27 +296,47 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 	res.OutputTail, res.OutputTruncated = ring.tail()
 	state := cmd.ProcessState
 	if state == nil {
-		r := failed(workerproto.KindHandler, "wait for the process: %v", waitErr)
+		r := failed(workerproto.KindHandler, "wait for the process: %s", waitReason(waitErr))
 		r.OutputTail, r.OutputTruncated = res.OutputTail, res.OutputTruncated
 		return r
 	}
 	ws, _ := state.Sys().(syscall.WaitStatus)
+	stopMu.Lock()
+	why := stopWhy
+	stopMu.Unlock()
+	if supervised {
+		st := <-statusDone
+		switch {
+		case st.spawn != "":
+			r := failed(workerproto.KindSpawn, "cannot start the program: %s", spawnReason(st.spawn))
+			r.OutputTail, r.OutputTruncated = res.OutputTail, res.OutputTruncated
+			return r
+		case !st.exit:
+			if g := jobPgid.Load(); g > 0 {
+				_ = syscall.Kill(-int(g), syscall.SIGKILL)
+			}
+			if why == nil { // a stop may end a supervisor still starting: that is the stop's result
+				r := failed(workerproto.KindHandler, "the job's supervisor ended without a report (%s); the job's group was killed", describeWait(ws))
+				r.OutputTail, r.OutputTruncated = res.OutputTail, res.OutputTruncated
+				return r
+			}
+		default:
+			ws = st.waitStat
+		}
+	}
 	switch {
 	case ws.Signaled():
 		res.Signal = signalName(ws.Signal())
 	default:
-		code := state.ExitCode()
+		code := ws.ExitStatus()
 		res.ExitCode = &code
 	}
-	stopMu.Lock()
-	why := stopWhy
-	stopMu.Unlock()
 	elapsed := time.Since(started).Round(time.Millisecond)
 	switch {
 	case why == errTimeout:
 		res.Outcome = workerproto.OutcomeFailed
 		res.Error = &workerproto.AttemptError{Kind: workerproto.KindTimeout,
-			Message: fmt.Sprintf("timed out after %s (spec timeout %s); the process group was stopped", elapsed, timeout)}
+			Message: fmt.Sprintf("timed out after %s (the spec's timeout); the process group was stopped", elapsed)}
 	case why != nil:
 		kind := workerproto.KindCancelled
 		if errors.Is(why, worker.ErrLeaseExpired) || errors.Is(why, worker.ErrLeaseLost) {
@@ -267,21 +358,61 @@ func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 
 var errTimeout = errors.New("timeout")
 
-// spawnReason is the cause of a failed start without the path exec quotes (the spec's).
-func spawnReason(err error) string {
-	switch {
-	case errors.Is(err, exec.ErrNotFound):
-		return "not found in $PATH"
-	case errors.Is(err, os.ErrNotExist):
-		return "no such file or directory (the program or the dir)"
-	case errors.Is(err, os.ErrPermission):
-		return "permission denied"
+// supervisorWedged is how long a supervisor may take to end after its kill signal before the
+// worker SIGKILLs it (its report is then lost; the job's group was killed directly already).
+// Generous: a loaded machine must not lose reports to it.
+const supervisorWedged = 10 * time.Second
+
+func describeWait(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by " + signalName(ws.Signal())
 	}
+	return fmt.Sprintf("exit status %d", ws.ExitStatus())
+}
+
+// pathError is an *os.PathError without its path.
+func pathError(err error) string {
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return pe.Op + ": " + pe.Err.Error()
 	}
-	return "the system refused to start it"
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return "the system refused"
+}
+
+// waitReason is a failed wait without the path os/exec may quote.
+func waitReason(err error) string { return pathError(err) }
+
+// The forking thread: the kernel sends a child its Pdeathsig when the *thread* that forked it
+// exits, and the Go runtime ends a thread when a goroutine locked to it returns. Every job is
+// started from one goroutine locked to its thread that never returns, so that thread lives as
+// long as the worker, whatever other code does with LockOSThread.
+var (
+	forkOnce sync.Once
+	forkReq  chan forkCall
+)
+
+type forkCall struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func start(cmd *exec.Cmd) error {
+	forkOnce.Do(func() {
+		forkReq = make(chan forkCall)
+		go func() {
+			runtime.LockOSThread() // never unlocked: this thread is the parent of every job
+			for c := range forkReq {
+				c.done <- c.cmd.Start() // *os.File stdio: Start spawns no goroutine that needs this thread
+			}
+		}()
+	})
+	c := forkCall{cmd: cmd, done: make(chan error, 1)}
+	forkReq <- c
+	return <-c.done
 }
 
 var signalNames = map[syscall.Signal]string{

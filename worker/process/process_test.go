@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +19,16 @@ import (
 	"github.com/qlcontrol/controlcore/worker/process"
 	"github.com/qlcontrol/controlcore/workerproto"
 )
+
+// TestMain lets this test binary be the job supervisor, as qlworker is.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == process.SupervisorCommand {
+		os.Exit(process.Supervise(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+var supervisor = []string{"/proc/self/exe", process.SupervisorCommand}
 
 func job(t *testing.T, spec any) worker.Job {
 	t.Helper()
@@ -34,7 +45,7 @@ func job(t *testing.T, spec any) worker.Job {
 
 func runSpec(t *testing.T, ctx context.Context, spec any) worker.Result {
 	t.Helper()
-	return process.New(process.Options{KillGrace: 500 * time.Millisecond})(ctx, job(t, spec))
+	return process.New(process.Options{KillGrace: 500 * time.Millisecond, Supervisor: supervisor})(ctx, job(t, spec))
 }
 
 func wantOutcome(t *testing.T, res worker.Result, outcome, kind string) {
@@ -71,7 +82,7 @@ func TestSpecErrors(t *testing.T) {
 		{"missing dir", `{"command":["true"],"dir":"/no/such/dir"}`, workerproto.KindSpawn, ""},
 		{"bad timeout", `{"command":["true"],"timeout":"soon"}`, workerproto.KindBadSpec, `"timeout"`},
 		{"negative timeout", `{"command":["true"],"timeout":"-1s"}`, workerproto.KindBadSpec, `"timeout"`},
-		{"unknown field", `{"command":["true"],"timeuot":"1s"}`, workerproto.KindBadSpec, `"timeuot"`},
+		{"unknown field", `{"command":["true"],"timeuot":"1s"}`, workerproto.KindBadSpec, `unknown field`},
 		{"empty command", `{"command":[]}`, workerproto.KindBadSpec, `"command"`},
 		{"command not a list", `{"command":"echo hi"}`, workerproto.KindBadSpec, `command`},
 		{"not JSON", `{"command":`, workerproto.KindBadSpec, "JSON"},
@@ -91,14 +102,64 @@ func TestSpecErrors(t *testing.T) {
 	}
 }
 
-func TestSpecMessagesDoNotQuoteSecrets(t *testing.T) {
-	res := runSpec(t, context.Background(), `{"command":["/no/such/program-s3cr3t tok"],"timeout":"pass w0rd"}`)
-	if strings.Contains(res.Error.Message, "w0rd") {
-		t.Fatalf("message %q quotes the spec's value", res.Error.Message)
+// secret is distinctive: none of its 4-byte pieces occurs in a message by chance.
+const secret = "Zq9xK7wPv3Lm"
+
+// leaks reports a 4-byte (or longer) piece of secret in text.
+func leaks(text string) string {
+	for i := 0; i+4 <= len(secret); i++ {
+		if strings.Contains(text, secret[i:i+4]) {
+			return secret[i : i+4]
+		}
 	}
-	res = runSpec(t, context.Background(), `{"command":["/no/such/program s3cr3t"]}`)
-	if strings.Contains(res.Error.Message, "s3cr3t") {
-		t.Fatalf("message %q quotes the spec's program", res.Error.Message)
+	return ""
+}
+
+// No refusal quotes a spec's value, key or field name, not even in part: each field in turn
+// holds the secret in a form that makes the job fail before it runs.
+func TestSpecSecretsNeverInMessages(t *testing.T) {
+	cases := []struct{ name, spec string }{
+		{"program in PATH", `{"command":["` + secret + `"]}`},
+		{"program path", `{"command":["/no/such/` + secret + `"]}`},
+		{"program relative", `{"command":["./` + secret + `"],"dir":"/"}`},
+		{"program not executable", `{"command":["/etc/hostname"],"env":{"X":"` + secret + `"}}`},
+		{"program is a dir", `{"command":["/tmp/"],"env":{"X":"` + secret + `"}}`},
+		{"program with a space", `{"command":["no such ` + secret + `"]}`},
+		{"arg with a NUL", `{"command":["true","` + secret + `\u0000"]}`},
+		{"arg not a string", `{"command":["true",{"` + secret + `":1}]}`},
+		{"dir missing", `{"command":["true"],"dir":"/no/such/` + secret + `"}`},
+		{"dir a file", `{"command":["true"],"dir":"/etc/hostname/` + secret + `"}`},
+		{"dir with a NUL", `{"command":["true"],"dir":"` + secret + `\u0000"}`},
+		{"timeout word", `{"command":["true"],"timeout":"` + secret + `"}`},
+		{"timeout number-ish", `{"command":["true"],"timeout":"9` + secret + `"}`},
+		{"timeout negative", `{"command":["true"],"timeout":"-1s` + secret + `"}`},
+		{"timeout not a string", `{"command":["true"],"timeout":{"` + secret + `":1}}`},
+		{"env key with =", `{"command":["true"],"env":{"` + secret + `=x":"v"}}`},
+		{"env value with a NUL", `{"command":["true"],"env":{"K":"` + secret + `\u0000"}}`},
+		{"env value not a string", `{"command":["true"],"env":{"` + secret + `":7}}`},
+		{"unknown field", `{"command":["true"],"` + secret + `":"` + secret + `"}`},
+		{"two values", `{"command":["true"]} {"` + secret + `":1}`},
+		{"bad JSON", `{"command":["true"],"env":{"` + secret + `"}}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runSpec(t, context.Background(), tc.spec)
+			if res.Outcome != workerproto.OutcomeFailed || res.Error == nil {
+				t.Fatalf("result %+v, want a failure", res)
+			}
+			if res.ExitCode != nil {
+				t.Fatalf("exit code %d: the job ran", *res.ExitCode)
+			}
+			text := res.Error.Kind + " " + res.Error.Message + " " + res.OutputTail + " " + res.Signal
+			if piece := leaks(text); piece != "" {
+				t.Fatalf("%q holds %q, a piece of the spec's secret", text, piece)
+			}
+			if _, _, err := process.ParseSpec([]byte(tc.spec)); err != nil {
+				if piece := leaks(err.Error()); piece != "" {
+					t.Fatalf("ParseSpec: %q holds %q", err, piece)
+				}
+			}
+		})
 	}
 }
 
@@ -178,11 +239,12 @@ func readPid(t *testing.T, file string) int {
 		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err
 	})
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // a failed test leaves nothing running
 	return pid
 }
 
 func TestTimeoutKillsTheProcessGroup(t *testing.T) {
-	spec, pidFile := grandchildSpec(t, map[string]any{"timeout": "300ms"})
+	spec, pidFile := grandchildSpec(t, map[string]any{"timeout": "1s"}) // time to start under load
 	start := time.Now()
 	res := runSpec(t, context.Background(), spec)
 	took := time.Since(start)
@@ -195,10 +257,17 @@ func TestTimeoutKillsTheProcessGroup(t *testing.T) {
 }
 
 func TestCancelKillsTheProcessGroup(t *testing.T) {
+	for _, sup := range [][]string{supervisor, nil} {
+		t.Run(fmt.Sprintf("supervised=%v", sup != nil), func(t *testing.T) { testCancelKillsTheProcessGroup(t, sup) })
+	}
+}
+
+func testCancelKillsTheProcessGroup(t *testing.T, sup []string) {
 	spec, pidFile := grandchildSpec(t, nil)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	done := make(chan worker.Result, 1)
-	go func() { done <- runSpec(t, ctx, spec) }()
+	h := process.New(process.Options{KillGrace: 500 * time.Millisecond, Supervisor: sup})
+	go func() { done <- h(ctx, job(t, spec)) }()
 	pid := readPid(t, pidFile)
 	if !alive(pid) {
 		t.Fatal("the grandchild is not running before the cancel")
@@ -225,4 +294,71 @@ func TestStrayChildrenDieWithTheJob(t *testing.T) {
 	wantOutcome(t, res, workerproto.OutcomeSucceeded, "")
 	pid := readPid(t, pidFile)
 	eventually.True(t, 5*time.Second, "the stray child to be dead", func() bool { return !alive(pid) })
+}
+
+// A descendant that left the job's process group (setsid) is still the job's: the supervisor,
+// its subreaper, kills it on timeout too.
+func TestTimeoutKillsDescendantsOutsideTheGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	res := runSpec(t, context.Background(), map[string]any{"timeout": "1s",
+		"command": []string{"sh", "-c", `setsid sh -c 'trap "" TERM; sleep 20' > /dev/null 2>&1 & echo $! > "$1"; wait`, "sh", pidFile}})
+	wantOutcome(t, res, workerproto.OutcomeFailed, workerproto.KindTimeout)
+	pid := readPid(t, pidFile)
+	eventually.True(t, 5*time.Second, "the descendant in a session of its own to be dead", func() bool { return !alive(pid) })
+}
+
+// A stop sends SIGTERM to the whole group, not only to the program: its child may shut down
+// cleanly too (it records the SIGTERM while the program waits for it; a child that got only
+// the SIGKILL after the program's exit or the kill grace could not).
+func TestStopSignalsTheWholeGroup(t *testing.T) {
+	for _, sup := range [][]string{supervisor, nil} {
+		t.Run(fmt.Sprintf("supervised=%v", sup != nil), func(t *testing.T) {
+			dir := t.TempDir()
+			ready, termed := filepath.Join(dir, "ready"), filepath.Join(dir, "termed")
+			child := `trap 'echo term > "$2"; exit 0' TERM; echo up > "$1"; while :; do sleep 0.05; done`
+			spec := map[string]any{"command": []string{"sh", "-c", `trap wait TERM; sh -c "$0" child "$1" "$2" & wait`, child, ready, termed}}
+			ctx, cancel := context.WithCancelCause(context.Background())
+			done := make(chan worker.Result, 1)
+			h := process.New(process.Options{KillGrace: 2 * time.Second, Supervisor: sup})
+			go func() { done <- h(ctx, job(t, spec)) }()
+			eventually.NoError(t, 10*time.Second, "the child's trap to be set", func() error { _, err := os.Stat(ready); return err })
+			cancel(worker.ErrCancelled)
+			<-done
+			if b, err := os.ReadFile(termed); err != nil || string(b) != "term\n" {
+				t.Fatalf("the child got no SIGTERM (%q, %v)", b, err)
+			}
+		})
+	}
+}
+
+// The kernel sends the Pdeathsig when the *thread* that forked a job exits, and the Go runtime
+// ends a thread whose locked goroutine returns. Jobs are forked from a thread the worker keeps:
+// goroutines that lock their thread and return while jobs run (ending their threads) kill none.
+func TestThreadExitsDoNotKillJobs(t *testing.T) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // end threads, one after the other, as long as jobs start and run
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ended := make(chan struct{})
+			go func() { runtime.LockOSThread(); close(ended) }() // returns locked: its thread exits
+			<-ended
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	spec := map[string]any{"command": []string{"sleep", "0.3"}}
+	for range 4 {
+		results := make(chan worker.Result, 4)
+		for range 4 {
+			go func() { results <- runSpec(t, context.Background(), spec) }()
+		}
+		for range 4 {
+			wantOutcome(t, <-results, workerproto.OutcomeSucceeded, "")
+		}
+	}
 }
