@@ -196,6 +196,7 @@ func TestGateDispatchPartitionWorker(t *testing.T) {
 		}
 	}()
 	partitioned := time.Now()
+	g.worker("worker-b", tok, 1) // polling by the time attempt 2 is queued: worker-a's late report is still on its way
 	// The moment the job is gone: the database clock, the lease, and how many jobs had started.
 	var now, expires int64
 	var state string
@@ -217,7 +218,6 @@ func TestGateDispatchPartitionWorker(t *testing.T) {
 	if now >= expires || state != "active" || starts != 1 {
 		t.Errorf("attempt 1's job outlived its lease: gone at %d, lease %s expiring at %d, %d jobs started by then", now, state, expires, starts)
 	}
-	g.worker("worker-b", tok, 1)
 	eventually.True(t, 30*time.Second, "attempt 2 running on worker-b", func() bool {
 		return regexp.MustCompile(`^1:expired:worker-a 2:(running|succeeded):worker-b$`).MatchString(g.runAttempts(run))
 	})
