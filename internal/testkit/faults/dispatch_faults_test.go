@@ -221,10 +221,11 @@ func TestGateDispatchPartitionWorker(t *testing.T) {
 	eventually.True(t, 30*time.Second, "attempt 2 running on worker-b", func() bool {
 		return regexp.MustCompile(`^1:expired:worker-a 2:(running|succeeded):worker-b$`).MatchString(g.runAttempts(run))
 	})
+	t.Logf("attempt 2 running on worker-b %s after the partition", time.Since(partitioned).Round(time.Millisecond))
 	proxy.Heal()
 	healed = true
 	refused := a.waitFor(t, regexp.MustCompile(`complete failed.*lease_lost`), "the late report refused")
-	t.Logf("worker-a after the heal: %s", refused[0])
+	t.Logf("worker-a's late report refused %s after the partition: %s", time.Since(partitioned).Round(time.Millisecond), refused[0])
 	g.settled(30 * time.Second)
 
 	if s := g.text(`SELECT state FROM control_core.runs WHERE run_id = $1`, run); s != "succeeded" {
