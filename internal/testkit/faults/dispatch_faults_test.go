@@ -262,7 +262,10 @@ func TestGateDispatchThroughPgBouncer(t *testing.T) {
 	g.task("k", 1, "--sleep", "1s")
 	tok := g.token("fleet")
 	g.scheduler()
-	bouncer := g.d.StartPgBouncer(t, "transaction")
+	// A KILL that catches a server login marks the pool failed for server_login_retry (default
+	// 15 s: three gate leases, so every lease in flight would expire and the Runs fail for want
+	// of a dispatcher, not for a fault of the loop); 1 s keeps the outage inside a lease.
+	bouncer := g.d.StartPgBouncer(t, "transaction", "server_login_retry = 1")
 	d := g.dispatcherOn("gate-dispatch", bouncer.URL("ql_runtime"))
 	g.worker("worker-a", tok, 2)
 	g.worker("worker-b", tok, 2)
