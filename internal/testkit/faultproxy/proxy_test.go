@@ -491,19 +491,20 @@ func TestCloseEndsEverything(t *testing.T) {
 // its transaction, and resets the client; an earlier statement's answer passes.
 func TestDropResponseTo(t *testing.T) {
 	t.Parallel()
+	other, begin, ack, commit := query("-- name: Other\nSELECT 1"), query("BEGIN"), query("  -- name: Ack :one\nWITH x AS (SELECT 1) SELECT 1"), query("COMMIT")
 	addr := fakeServer(t, func(c net.Conn) {
 		srvRead(c, len(startupMsg()))
 		srvWrite(c, concat(authOK(), ready('I')))
-		for _, reply := range [][]byte{
-			concat(complete("SELECT 1"), ready('I')),
-			concat(complete("BEGIN"), ready('T')),
-			concat(complete("SELECT 1"), ready('T')),
-			concat(complete("COMMIT"), ready('I')),
+		for _, step := range []struct{ q, reply []byte }{
+			{other, concat(complete("SELECT 1"), ready('I'))},
+			{begin, concat(complete("BEGIN"), ready('T'))},
+			{ack, concat(complete("SELECT 1"), ready('T'))},
+			{commit, concat(complete("COMMIT"), ready('I'))},
 		} {
-			if _, err := c.Read(make([]byte, 256)); err != nil {
+			if !srvRead(c, len(step.q)) {
 				return
 			}
-			srvWrite(c, reply)
+			srvWrite(c, step.reply)
 		}
 	})
 	p := startProxy(t, addr)
@@ -511,13 +512,13 @@ func TestDropResponseTo(t *testing.T) {
 	c := dial(t, p)
 	writeAll(t, c, startupMsg())
 	readN(t, c, len(authOK())+len(ready('I')))
-	writeAll(t, c, query("-- name: Other\nSELECT 1"))
+	writeAll(t, c, other)
 	readN(t, c, len(complete("SELECT 1"))+len(ready('I')))
-	writeAll(t, c, query("BEGIN"))
+	writeAll(t, c, begin)
 	readN(t, c, len(complete("BEGIN"))+len(ready('T')))
-	writeAll(t, c, query("  -- name: Ack :one\nWITH x AS (SELECT 1) SELECT 1"))
+	writeAll(t, c, ack)
 	// the statement's answer (in a transaction) is held back; the client goes on to COMMIT
-	writeAll(t, c, query("COMMIT"))
+	writeAll(t, c, commit)
 	_ = c.SetReadDeadline(deadline())
 	n, err := c.Read(make([]byte, 64))
 	if n != 0 || !errors.Is(err, syscall.ECONNRESET) {
