@@ -59,7 +59,9 @@ mutate-fast:
 # The fault and HA gates of issue #5 (internal/testkit/faults, build tag "faults", so `make test` does not
 # run them twice) and the fault proxy's own tests: backend termination, physical promotion,
 # raw-wire COMMIT-response loss, network partition, the same faults through PgBouncer in
-# transaction and session pooling (TestGatePooler*), and a short chaos soak (the CI_CHAOS
+# transaction and session pooling (TestGatePooler*), the closed loop's process gates
+# (TestGateDispatch*: worker SIGKILL/SIGSTOP, dispatcher SIGKILL, cancel, token revoke, a lost
+# ACK/completion answer, a worker partition, PgBouncer; docs/dispatch.md), and a short chaos soak (the CI_CHAOS
 # settings). Each gate starts its own PostgreSQL servers and fails, never skips, when it cannot.
 .PHONY: test-faults test-faults-matrix chaos
 FAULTS_TEST_FLAGS ?= -count=1 -timeout 30m -v

@@ -13,6 +13,10 @@
 //   - PartitionOnQuery: a partition that begins just before a client's statement with a given
 //     prefix would leave the proxy (its simple Query, or the Bind that executes it), so a test can
 //     cut a replica off at an exact point of its protocol, also inside a pipeline.
+//   - DropResponseTo: a client's statement with a given prefix runs, and the server's answer is
+//     swallowed up to the end of its transaction, then the client connection is reset: the
+//     commit-response loss of one exact statement, also of one that commits alone (autocommit),
+//     which sends no "COMMIT" tag for DropNextCommit to see.
 //
 // Messages are forwarded whole, each one decided on once it is complete; an SSL or GSS
 // encrypted session cannot be read and is passed through without faults.
@@ -34,6 +38,8 @@ type Drop struct {
 	// Tags are the command tags the connection had received before, oldest first (at most 64):
 	// what the client had been told, so a test can show what the driver observed.
 	Tags []string
+	// Swallowed are the command tags DropResponseTo swallowed, in order (empty for DropNextCommit).
+	Swallowed []string
 }
 
 // Stats counts what went through the proxy.
@@ -60,12 +66,18 @@ type Proxy struct {
 	drops       []chan Drop   // armed COMMIT drops, oldest first
 	traps       []trap        // on client statements
 	tagTraps    []trap        // on server command tags
+	respDrops   []respDrop    // on client statements: swallow their answer
 	stats       Stats
 }
 
 type trap struct {
 	prefix string
 	fired  chan struct{}
+}
+
+type respDrop struct {
+	prefix string
+	ch     chan Drop
 }
 
 // Start listens on a free loopback port and forwards every connection to target (host:port).
@@ -125,6 +137,21 @@ func (p *Proxy) PartitionOnCommandTag(prefix string) <-chan struct{} {
 	ch := make(chan struct{})
 	p.mu.Lock()
 	p.tagTraps = append(p.tagTraps, trap{prefix: prefix, fired: ch})
+	p.mu.Unlock()
+	return ch
+}
+
+// DropResponseTo arms one fault on the first client statement whose SQL starts with prefix
+// (matched as PartitionOnQuery matches): the statement reaches the server, and everything the
+// server sends on that connection from then on is swallowed up to and including the
+// ReadyForQuery that reports the transaction ended (idle), after which the client connection is
+// reset (RST). So the statement's transaction committed (or, had it failed, rolled back: the
+// swallowed tags tell) and the client saw only a broken connection. Meant for a client that
+// waits for each answer before it sends on (not a pipeline). The channel receives the Drop.
+func (p *Proxy) DropResponseTo(prefix string) <-chan Drop {
+	ch := make(chan Drop, 1)
+	p.mu.Lock()
+	p.respDrops = append(p.respDrops, respDrop{prefix: strings.ToLower(prefix), ch: ch})
 	p.mu.Unlock()
 	return ch
 }
@@ -286,6 +313,20 @@ func (p *Proxy) takeTrap(sql string) (chan struct{}, bool) {
 	return nil, false
 }
 
+// takeRespDrop consumes the first armed response drop that sql matches.
+func (p *Proxy) takeRespDrop(sql string) (chan Drop, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sql = strings.ToLower(strings.TrimSpace(sql))
+	for i, d := range p.respDrops {
+		if strings.HasPrefix(sql, d.prefix) {
+			p.respDrops = append(p.respDrops[:i:i], p.respDrops[i+1:]...)
+			return d.ch, true
+		}
+	}
+	return nil, false
+}
+
 // takeTagTrap consumes the first armed command-tag trap that tag matches.
 func (p *Proxy) takeTagTrap(tag string) (chan struct{}, bool) {
 	p.mu.Lock()
@@ -310,10 +351,11 @@ type link struct {
 	id             int
 	p              *Proxy
 	client, server net.Conn
-	single         atomic.Int32 // one-byte negotiation answers the server still owes
-	raw            atomic.Bool  // pass through unparsed from now on
-	tags           []string     // written by downstream only
-	statements     statements   // written by upstream only
+	single         atomic.Int32              // one-byte negotiation answers the server still owes
+	raw            atomic.Bool               // pass through unparsed from now on
+	tags           []string                  // written by downstream only
+	statements     statements                // written by upstream only
+	respDrop       atomic.Pointer[chan Drop] // set by upstream: downstream swallows from now on
 	closeOnce      sync.Once
 }
 
@@ -361,6 +403,9 @@ func (l *link) upstream() {
 				l.single.Add(1) // before it leaves: the answer may come back at once
 			}
 			if sql, executes := l.statements.executes(m); executes {
+				if ch, armed := l.p.takeRespDrop(sql); armed {
+					l.respDrop.Store(&ch) // before the statement leaves: its answer cannot overtake
+				}
 				if fired, trapped := l.p.takeTrap(sql); trapped {
 					// what precedes the query still gets through; the query is held
 					if err := l.p.forward(l.server, buf[:out]); err != nil {
@@ -391,6 +436,7 @@ func (l *link) upstream() {
 func (l *link) downstream() {
 	defer l.close()
 	var fr backendFramer
+	var swallowed []string
 	buf := make([]byte, 0, 16<<10)
 	chunk := make([]byte, 32<<10)
 	for {
@@ -411,6 +457,19 @@ func (l *link) downstream() {
 				if b := m.body[0]; b == 'S' || b == 'G' {
 					l.passThrough() // encrypted from here on
 				}
+			}
+			if ch := l.respDrop.Load(); ch != nil {
+				if tag, ok := commandTag(m); ok {
+					swallowed = append(swallowed, tag)
+				}
+				if m.typ == 'Z' && len(m.body) == 1 && m.body[0] == 'I' {
+					_ = l.p.forward(l.client, buf[:out])
+					l.reset()
+					*ch <- Drop{Conn: l.id, At: time.Now(), Tags: append([]string(nil), l.tags...), Swallowed: swallowed}
+					return
+				}
+				buf = append(buf[:out], buf[out+m.size:]...) // swallowed
+				continue
 			}
 			if tag, ok := commandTag(m); ok {
 				if tag == "COMMIT" {

@@ -486,3 +486,50 @@ func TestCloseEndsEverything(t *testing.T) {
 		}
 	}
 }
+
+// DropResponseTo swallows the answer to one statement, up to the idle ReadyForQuery that ends
+// its transaction, and resets the client; an earlier statement's answer passes.
+func TestDropResponseTo(t *testing.T) {
+	t.Parallel()
+	other, begin, ack, commit := query("-- name: Other\nSELECT 1"), query("BEGIN"), query("  -- name: Ack :one\nWITH x AS (SELECT 1) SELECT 1"), query("COMMIT")
+	addr := fakeServer(t, func(c net.Conn) {
+		srvRead(c, len(startupMsg()))
+		srvWrite(c, concat(authOK(), ready('I')))
+		for _, step := range []struct{ q, reply []byte }{
+			{other, concat(complete("SELECT 1"), ready('I'))},
+			{begin, concat(complete("BEGIN"), ready('T'))},
+			{ack, concat(complete("SELECT 1"), ready('T'))},
+			{commit, concat(complete("COMMIT"), ready('I'))},
+		} {
+			if !srvRead(c, len(step.q)) {
+				return
+			}
+			srvWrite(c, step.reply)
+		}
+	})
+	p := startProxy(t, addr)
+	dropped := p.DropResponseTo("-- name: Ack")
+	c := dial(t, p)
+	writeAll(t, c, startupMsg())
+	readN(t, c, len(authOK())+len(ready('I')))
+	writeAll(t, c, other)
+	readN(t, c, len(complete("SELECT 1"))+len(ready('I')))
+	writeAll(t, c, begin)
+	readN(t, c, len(complete("BEGIN"))+len(ready('T')))
+	writeAll(t, c, ack)
+	// the statement's answer (in a transaction) is held back; the client goes on to COMMIT
+	writeAll(t, c, commit)
+	_ = c.SetReadDeadline(deadline())
+	n, err := c.Read(make([]byte, 64))
+	if n != 0 || !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("after the trapped statement: read %d bytes, err %v; want nothing and ECONNRESET", n, err)
+	}
+	select {
+	case d := <-dropped:
+		if !slices.Equal(d.Tags, []string{"SELECT 1", "BEGIN"}) || !slices.Equal(d.Swallowed, []string{"SELECT 1", "COMMIT"}) {
+			t.Errorf("drop %+v; want tags SELECT 1, BEGIN before, SELECT 1, COMMIT swallowed", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no drop event")
+	}
+}

@@ -226,7 +226,13 @@ var listenLine = regexp.MustCompile(`listen=(https?://\S+)`)
 // joins g.urls.
 func (g *gate) dispatcher(owner string) *proc {
 	g.t.Helper()
-	p := g.start(owner, g.qlsched, "dispatch", "--database-url", g.runtime, "--owner", owner, "--listen", "127.0.0.1:0",
+	return g.dispatcherOn(owner, g.runtime)
+}
+
+// dispatcherOn is dispatcher with databaseURL (through a fault proxy or PgBouncer).
+func (g *gate) dispatcherOn(owner, databaseURL string) *proc {
+	g.t.Helper()
+	p := g.start(owner, g.qlsched, "dispatch", "--database-url", databaseURL, "--owner", owner, "--listen", "127.0.0.1:0",
 		"--http-addr", "127.0.0.1:0", "--lease", gateLease.String(), "--sweep-interval", "200ms", "--offer-ttl", "2s",
 		"--poll-max-wait", "2s")
 	g.urls = append(g.urls, p.waitFor(g.t, listenLine, "listening")[1])
@@ -236,7 +242,13 @@ func (g *gate) dispatcher(owner string) *proc {
 // worker starts qlworker name with the token file and every dispatcher URL known so far.
 func (g *gate) worker(name, tokenFile string, capacity int) *proc {
 	g.t.Helper()
-	return g.start(name, g.qlworker, "--dispatcher", strings.Join(g.urls, ","), "--token-file", tokenFile,
+	return g.workerAt(name, tokenFile, capacity, g.urls...)
+}
+
+// workerAt is worker with the dispatcher URLs given (through a fault proxy).
+func (g *gate) workerAt(name, tokenFile string, capacity int, urls ...string) *proc {
+	g.t.Helper()
+	return g.start(name, g.qlworker, "--dispatcher", strings.Join(urls, ","), "--token-file", tokenFile,
 		"--name", name, "--capacity", strconv.Itoa(capacity), "--log-level", "debug")
 }
 
