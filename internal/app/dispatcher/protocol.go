@@ -192,19 +192,24 @@ func bodyID(field, s string) (uuid.UUID, *apiError) {
 	return id, nil
 }
 
-// validate runs a request's own bounds check (workerproto), naming the field.
 // readBody decodes the request body into req and, when the type has bounds, checks them: every
 // endpoint reads its body this one way.
 func readBody(c *call, req any) *apiError {
 	if e := decode(c.w, c.r, req); e != nil {
 		return e
 	}
+	return bounds(req)
+}
+
+// bounds runs the request type's own check (workerproto), if it has one.
+func bounds(req any) *apiError {
 	if v, ok := req.(interface{ Validate() error }); ok {
 		return validate(v.Validate())
 	}
 	return nil
 }
 
+// validate maps a request's bounds error, naming the field.
 func validate(err error) *apiError {
 	if err == nil {
 		return nil
