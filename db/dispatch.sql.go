@@ -371,14 +371,16 @@ func (q *Queries) DispatchDiagnosis(ctx context.Context, arg DispatchDiagnosisPa
 }
 
 const drainSession = `-- name: DrainSession :one
-WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+prev AS (SELECT p.state FROM control_core.worker_sessions p WHERE p.worker_session_id = $1::uuid FOR NO KEY UPDATE)
 UPDATE control_core.worker_sessions s SET state = 'draining'
-FROM control_core.worker_tokens t, obs
+FROM control_core.worker_tokens t, obs, prev
 WHERE s.worker_session_id = $1::uuid AND t.worker_token_id = s.worker_token_id
   AND t.token_hash = $2::text AND t.revoked_at_ms IS NULL
   AND s.state IN ('active', 'draining') AND s.expires_at_ms > obs.now_ms
 RETURNING (SELECT count(*) FROM control_core.run_leases l
-           WHERE l.worker_session_id = s.worker_session_id AND l.state = 'active')::bigint AS active_leases
+           WHERE l.worker_session_id = s.worker_session_id AND l.state = 'active')::bigint AS active_leases,
+          (prev.state = 'draining')::boolean AS already_draining
 `
 
 type DrainSessionParams struct {
@@ -386,12 +388,18 @@ type DrainSessionParams struct {
 	TokenHash string    `json:"token_hash"`
 }
 
-// D: T, S active → draining (no new offers from here on). Returns its active leases.
-func (q *Queries) DrainSession(ctx context.Context, arg DrainSessionParams) (int64, error) {
+type DrainSessionRow struct {
+	ActiveLeases    int64 `json:"active_leases"`
+	AlreadyDraining bool  `json:"already_draining"`
+}
+
+// D: T, S active → draining (no new offers from here on). Returns its active leases, and whether
+// it was draining already (prev locks the row first, so it reads the newest committed state).
+func (q *Queries) DrainSession(ctx context.Context, arg DrainSessionParams) (DrainSessionRow, error) {
 	row := q.db.QueryRow(ctx, drainSession, arg.SessionID, arg.TokenHash)
-	var active_leases int64
-	err := row.Scan(&active_leases)
-	return active_leases, err
+	var i DrainSessionRow
+	err := row.Scan(&i.ActiveLeases, &i.AlreadyDraining)
+	return i, err
 }
 
 const dueLeases = `-- name: DueLeases :many
@@ -626,6 +634,7 @@ sess AS (
     CROSS JOIN obs
     WHERE s.worker_session_id = $1::uuid AND t.token_hash = $2::text AND t.revoked_at_ms IS NULL
       AND s.state IN ('active', 'draining') AND s.expires_at_ms > obs.now_ms
+      AND cardinality($3::uuid[]) <= s.capacity   -- never more leases than it may hold
 ),
 item AS (
     SELECT attempt_id, lease_version, ord FROM ROWS FROM (unnest($3::uuid[]), unnest($4::bigint[])) WITH ORDINALITY AS i (attempt_id, lease_version, ord)
@@ -681,7 +690,8 @@ type HeartbeatRow struct {
 // H: T, S active or draining and unexpired; the session's expiry moves, and each listed lease that
 // is active, held by S, of the listed version and NOT past its expiry is renewed (an expired
 // lease the sweep has not yet ended is never resurrected). Locks no Run (Lease → Session). One
-// row per listed lease, or one row with ord 0 for none; no row: the session fence failed.
+// row per listed lease, or one row with ord 0 for none; no row: the session fence failed, or the
+// list is longer than the session's capacity (nothing is renewed, not even the session).
 func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]HeartbeatRow, error) {
 	rows, err := q.db.Query(ctx, heartbeat,
 		arg.SessionID,
@@ -743,6 +753,28 @@ func (q *Queries) LockSession(ctx context.Context, sessionID uuid.UUID) ([]uuid.
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockTokenRegistrations = `-- name: LockTokenRegistrations :exec
+
+SELECT pg_advisory_xact_lock(1902932850, hashtext($1::text))
+`
+
+// The dispatcher's transitions (docs/dispatch.md; design of issue 32, §1.2). Each transition is
+// ONE statement run in a READ COMMITTED transaction of its own: the Run is locked first by a CTE
+// of its own (lock order Run → Attempt → Offer → Lease → Session), every UPDATE repeats its
+// precondition in its WHERE (EvalPlanQual re-checks it on the newest row version), later CTEs join
+// the previous CTE's RETURNING, so a lost race writes nothing. A Run whose state changes gets
+// exactly one run_events row, seq = max + 1 under the Run lock. now is control_core.db_now_ms()
+// once per statement. A statement that wrote nothing is a lost fence: the store reads
+// DispatchDiagnosis to say which.
+// Taken before Register in the same READ COMMITTED transaction: registrations of one token run one
+// after the other, so Register's snapshot, taken after this lock, counts every session the ones
+// before it opened (the runtime role may not lock worker_tokens rows; an advisory lock needs no
+// grant). Class 0x716c7372 ('qlsr') keeps the key space apart from any other advisory lock.
+func (q *Queries) LockTokenRegistrations(ctx context.Context, tokenHash string) error {
+	_, err := q.db.Exec(ctx, lockTokenRegistrations, tokenHash)
+	return err
 }
 
 const offer = `-- name: Offer :many
@@ -941,27 +973,30 @@ func (q *Queries) Offer(ctx context.Context, arg OfferParams) ([]OfferRow, error
 }
 
 const register = `-- name: Register :one
-
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 tok AS (
     SELECT t.worker_token_id FROM control_core.worker_tokens t
-    WHERE t.token_hash = $6::text AND t.revoked_at_ms IS NULL
+    WHERE t.token_hash = $7::text AND t.revoked_at_ms IS NULL
 )
 INSERT INTO control_core.worker_sessions (worker_session_id, worker_id, state, capacity, heartbeat_at_ms,
                                           expires_at_ms, created_at_ms, worker_token_id, labels, protocol)
 SELECT gen_random_uuid(), $1::text, 'active', $2::integer, obs.now_ms,
        obs.now_ms + $3::bigint, obs.now_ms, tok.worker_token_id, $4::jsonb, $5::integer
 FROM tok, obs
+WHERE (SELECT count(*) FROM control_core.worker_sessions s
+       WHERE s.worker_token_id = tok.worker_token_id AND s.state IN ('active', 'draining')
+         AND s.expires_at_ms > obs.now_ms) < $6::integer
 RETURNING worker_session_id, (expires_at_ms - heartbeat_at_ms)::bigint AS expires_in_ms
 `
 
 type RegisterParams struct {
-	WorkerID   string `json:"worker_id"`
-	Capacity   int32  `json:"capacity"`
-	LeaseTtlMs int64  `json:"lease_ttl_ms"`
-	Labels     []byte `json:"labels"`
-	Protocol   int32  `json:"protocol"`
-	TokenHash  string `json:"token_hash"`
+	WorkerID    string `json:"worker_id"`
+	Capacity    int32  `json:"capacity"`
+	LeaseTtlMs  int64  `json:"lease_ttl_ms"`
+	Labels      []byte `json:"labels"`
+	Protocol    int32  `json:"protocol"`
+	MaxSessions int32  `json:"max_sessions"`
+	TokenHash   string `json:"token_hash"`
 }
 
 type RegisterRow struct {
@@ -969,15 +1004,8 @@ type RegisterRow struct {
 	ExpiresInMs     int64     `json:"expires_in_ms"`
 }
 
-// The dispatcher's transitions (docs/dispatch.md; design of issue 32, §1.2). Each transition is
-// ONE statement run in a READ COMMITTED transaction of its own: the Run is locked first by a CTE
-// of its own (lock order Run → Attempt → Offer → Lease → Session), every UPDATE repeats its
-// precondition in its WHERE (EvalPlanQual re-checks it on the newest row version), later CTEs join
-// the previous CTE's RETURNING, so a lost race writes nothing. A Run whose state changes gets
-// exactly one run_events row, seq = max + 1 under the Run lock. now is control_core.db_now_ms()
-// once per statement. A statement that wrote nothing is a lost fence: the store reads
-// DispatchDiagnosis to say which.
-// Opens a session for a live token (T). No row: the token is unknown or revoked.
+// Opens a session for a live token (T) that holds fewer than max_sessions live sessions (active or
+// draining, unexpired). No row: the token is unknown or revoked, or at its bound.
 func (q *Queries) Register(ctx context.Context, arg RegisterParams) (RegisterRow, error) {
 	row := q.db.QueryRow(ctx, register,
 		arg.WorkerID,
@@ -985,6 +1013,7 @@ func (q *Queries) Register(ctx context.Context, arg RegisterParams) (RegisterRow
 		arg.LeaseTtlMs,
 		arg.Labels,
 		arg.Protocol,
+		arg.MaxSessions,
 		arg.TokenHash,
 	)
 	var i RegisterRow

@@ -110,14 +110,23 @@ func (s *Store) Register(ctx context.Context, cred Credential, reg Registration)
 		return Session{}, fmt.Errorf("dispatch register: labels: %w", err)
 	}
 	var row db.RegisterRow
-	err = s.run(ctx, "register", func(q *db.Queries) error {
+	// The token's registrations run one after the other (LockTokenRegistrations), so racing ones
+	// cannot all see a free place under MaxSessionsPerToken.
+	err = s.runTx(ctx, "register", func(q *db.Queries) error {
+		if e := q.LockTokenRegistrations(ctx, cred.TokenHash); e != nil {
+			return e
+		}
 		var e error
 		row, e = q.Register(ctx, db.RegisterParams{WorkerID: reg.Name, Capacity: int32(reg.Capacity),
-			LeaseTtlMs: ms(s.cfg.LeaseTTL), Labels: labels, Protocol: int32(reg.Protocol), TokenHash: cred.TokenHash})
+			LeaseTtlMs: ms(s.cfg.LeaseTTL), Labels: labels, Protocol: int32(reg.Protocol), TokenHash: cred.TokenHash,
+			MaxSessions: MaxSessionsPerToken})
 		return e
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Session{}, ErrUnauthorized
+		if e := s.tokenFence(ctx, cred); e != nil {
+			return Session{}, e
+		}
+		return Session{}, ErrTooManySessions
 	}
 	if err != nil {
 		return Session{}, err
@@ -159,6 +168,12 @@ func (s *Store) Session(ctx context.Context, cred Credential, sessionID uuid.UUI
 		return sess, ErrSessionGone
 	}
 	return sess, nil
+}
+
+// Authenticate is the token fence alone: ErrUnauthorized for an unknown or revoked token. The
+// dispatcher runs it before it reads a request's body.
+func (s *Store) Authenticate(ctx context.Context, cred Credential) error {
+	return s.tokenFence(ctx, cred)
 }
 
 func (s *Store) tokenFence(ctx context.Context, cred Credential) error {
@@ -437,6 +452,10 @@ func (s *Store) Heartbeat(ctx context.Context, cred Credential, sessionID uuid.U
 		if err := sessionError(d, "active", "draining"); err != nil {
 			return HeartbeatResult{}, err
 		}
+		// The session is live: the list was longer than its capacity (or it expired meanwhile).
+		if sess, err := s.Session(ctx, cred, sessionID); (err == nil || errors.Is(err, ErrSessionDraining)) && len(leases) > sess.Capacity {
+			return HeartbeatResult{}, ErrTooManyLeases
+		}
 		return HeartbeatResult{}, ErrSessionGone
 	}
 	res := HeartbeatResult{SessionExpiresInMs: rows[0].SessionExpiresInMs, Leases: make([]LeaseState, 0, len(leases))}
@@ -536,12 +555,18 @@ func (s *Store) completeLost(ctx context.Context, cred Credential, attemptID uui
 		return e
 	})
 	if err == nil {
+		c := Completion{RunState: r.RunState, Replay: true}
+		if r.RunState == "cancelled" {
+			// F″ ended the Attempt cancelled whatever the first report said: a later report from
+			// the same lease is answered by the Run, as the first was (a cancelled report is what
+			// happened, any other is refused as the first non-cancelled one was).
+			if rep.Outcome != OutcomeCancelled {
+				return c, false, ErrRunCancelled
+			}
+			return c, false, nil
+		}
 		if r.Outcome != string(rep.Outcome) {
 			return Completion{}, false, ErrLeaseLost
-		}
-		c := Completion{RunState: r.RunState, Replay: true}
-		if r.RunState == "cancelled" && rep.Outcome != OutcomeCancelled {
-			return c, false, ErrRunCancelled
 		}
 		return c, false, nil
 	}
@@ -582,10 +607,10 @@ func (s *Store) finish(ctx context.Context, what string, p db.FinishAttemptsPara
 // Offers whose Runs are busy are left to the offer sweep (X). ErrUnauthorized, ErrNotFound,
 // ErrSessionGone.
 func (s *Store) Drain(ctx context.Context, cred Credential, sessionID uuid.UUID) (DrainResult, error) {
-	var active int64
+	var row db.DrainSessionRow
 	err := s.run(ctx, "drain", func(q *db.Queries) error {
 		var e error
-		active, e = q.DrainSession(ctx, db.DrainSessionParams{SessionID: sessionID, TokenHash: cred.TokenHash})
+		row, e = q.DrainSession(ctx, db.DrainSessionParams{SessionID: sessionID, TokenHash: cred.TokenHash})
 		return e
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -605,7 +630,7 @@ func (s *Store) Drain(ctx context.Context, cred Credential, sessionID uuid.UUID)
 	if err != nil {
 		return DrainResult{}, err
 	}
-	return DrainResult{WithdrawnOffers: n, ActiveLeases: int(active)}, nil
+	return DrainResult{WithdrawnOffers: n, ActiveLeases: int(row.ActiveLeases), AlreadyDraining: row.AlreadyDraining}, nil
 }
 
 // Close ends a session that holds no active lease (Q); closing a closed session is a no-op.

@@ -20,7 +20,13 @@ var (
 	ErrLeasesActive    = errors.New("session holds active leases") // close refused (409 leases_active)
 	ErrStopping        = errors.New("dispatcher stopping")         // the placer stopped: polls answer [] (dispatcher_stopping)
 	ErrBadValue        = errors.New("value the database refuses")  // data exception (class 22): a retry cannot help (400)
+	ErrTooManySessions = errors.New("too many sessions")           // the token holds MaxSessionsPerToken live sessions (409 too_many_sessions)
+	ErrTooManyLeases   = errors.New("more leases than capacity")   // a heartbeat lists more leases than the session's capacity (400)
 )
+
+// MaxSessionsPerToken bounds the live (active or draining, unexpired) sessions of one worker token:
+// a worker that registers in a loop fills no table. A closed or expired session does not count.
+const MaxSessionsPerToken = 64
 
 // Credential identifies the caller of every worker-facing transition: the sha256 of its bearer
 // token (HashToken). The token itself never enters the store.
@@ -157,4 +163,5 @@ type Completion struct {
 type DrainResult struct {
 	WithdrawnOffers int
 	ActiveLeases    int
+	AlreadyDraining bool // an earlier drain moved the session to draining
 }

@@ -101,8 +101,10 @@ func (r *RegisterRequest) Validate() error {
 
 // Validate checks a poll's own bounds (the session's poll_max_wait_ms is the dispatcher's).
 func (r *PollRequest) Validate() error {
-	if r.WaitMs < 0 || r.WaitMs > MaxPollWaitMs {
-		return fieldErr("wait_ms", "%d, want 0…%d", r.WaitMs, MaxPollWaitMs)
+	// 0 is refused rather than read as "the longest": a client that meant "do not wait" learns
+	// at once that a poll always waits (the first offer or the deadline answers it).
+	if r.WaitMs < 1 || r.WaitMs > MaxPollWaitMs {
+		return fieldErr("wait_ms", "%d, want 1…%d", r.WaitMs, MaxPollWaitMs)
 	}
 	if r.MaxOffers < 1 || r.MaxOffers > MaxCapacity {
 		return fieldErr("max_offers", "%d, want 1…%d", r.MaxOffers, MaxCapacity)

@@ -15,6 +15,7 @@ const (
 	CodeRunCancelled       = "run_cancelled"       // 409: ack of a cancelled Run; a completion refused
 	CodeLeaseLost          = "lease_lost"          // 409: lease expired, foreign or of an old version
 	CodeLeasesActive       = "leases_active"       // 409: close while leases are active
+	CodeTooManySessions    = "too_many_sessions"   // 409: register while the token holds its bound of live sessions
 	CodeSessionGone        = "session_gone"        // 410: session expired or closed (every lease lost)
 	CodeTooLarge           = "too_large"           // 413: body over MaxBodyBytes
 	CodeUnsupportedMedia   = "unsupported_media"   // 415: not application/json
@@ -32,7 +33,7 @@ func StatusOf(code string) int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeSessionDraining, CodeOfferGone, CodeRunCancelled, CodeLeaseLost, CodeLeasesActive:
+	case CodeSessionDraining, CodeOfferGone, CodeRunCancelled, CodeLeaseLost, CodeLeasesActive, CodeTooManySessions:
 		return http.StatusConflict
 	case CodeSessionGone:
 		return http.StatusGone
@@ -65,5 +66,5 @@ const AuthenticateHeader = `Bearer realm="qlsched"`
 var ErrorCodes = []string{
 	CodeBadRequest, CodeUnknownField, CodeUnauthorized, CodeNotFound, CodeUnsupportedVersion,
 	CodeMethodNotAllowed, CodeSessionDraining, CodeOfferGone, CodeRunCancelled, CodeLeaseLost,
-	CodeLeasesActive, CodeSessionGone, CodeTooLarge, CodeUnsupportedMedia, CodeUnavailable,
+	CodeLeasesActive, CodeTooManySessions, CodeSessionGone, CodeTooLarge, CodeUnsupportedMedia, CodeUnavailable,
 }

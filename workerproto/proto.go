@@ -206,10 +206,14 @@ type CompleteResponse struct {
 // DrainRequest is the body of POST /v1/sessions/{sid}/drain: `{}`.
 type DrainRequest struct{}
 
-// DrainResponse is the 200 body of a drain.
+// DrainResponse is the 200 body of a drain: the offers this call withdrew, the session's active
+// leases now, and whether an earlier drain had already moved it to draining (a repeated drain:
+// nothing else changes, WithdrawnOffers is then 0 unless an earlier drain left an offer whose Run
+// was busy).
 type DrainResponse struct {
-	WithdrawnOffers int `json:"withdrawn_offers"`
-	ActiveLeases    int `json:"active_leases"`
+	WithdrawnOffers int  `json:"withdrawn_offers"`
+	ActiveLeases    int  `json:"active_leases"`
+	AlreadyDraining bool `json:"already_draining"`
 }
 
 // The enums as lists (the schema's enums; a test holds them equal).

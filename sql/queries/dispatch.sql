@@ -7,8 +7,16 @@
 -- once per statement. A statement that wrote nothing is a lost fence: the store reads
 -- DispatchDiagnosis to say which.
 
+-- name: LockTokenRegistrations :exec
+-- Taken before Register in the same READ COMMITTED transaction: registrations of one token run one
+-- after the other, so Register's snapshot, taken after this lock, counts every session the ones
+-- before it opened (the runtime role may not lock worker_tokens rows; an advisory lock needs no
+-- grant). Class 0x716c7372 ('qlsr') keeps the key space apart from any other advisory lock.
+SELECT pg_advisory_xact_lock(1902932850, hashtext(@token_hash::text));
+
 -- name: Register :one
--- Opens a session for a live token (T). No row: the token is unknown or revoked.
+-- Opens a session for a live token (T) that holds fewer than max_sessions live sessions (active or
+-- draining, unexpired). No row: the token is unknown or revoked, or at its bound.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 tok AS (
     SELECT t.worker_token_id FROM control_core.worker_tokens t
@@ -19,6 +27,9 @@ INSERT INTO control_core.worker_sessions (worker_session_id, worker_id, state, c
 SELECT gen_random_uuid(), @worker_id::text, 'active', @capacity::integer, obs.now_ms,
        obs.now_ms + @lease_ttl_ms::bigint, obs.now_ms, tok.worker_token_id, @labels::jsonb, @protocol::integer
 FROM tok, obs
+WHERE (SELECT count(*) FROM control_core.worker_sessions s
+       WHERE s.worker_token_id = tok.worker_token_id AND s.state IN ('active', 'draining')
+         AND s.expires_at_ms > obs.now_ms) < @max_sessions::integer
 RETURNING worker_session_id, (expires_at_ms - heartbeat_at_ms)::bigint AS expires_in_ms;
 
 -- name: SessionForToken :one
@@ -379,7 +390,8 @@ FROM cur JOIN run ON run.run_id = cur.run_id JOIN off ON off.offer_id = cur.offe
 -- H: T, S active or draining and unexpired; the session's expiry moves, and each listed lease that
 -- is active, held by S, of the listed version and NOT past its expiry is renewed (an expired
 -- lease the sweep has not yet ended is never resurrected). Locks no Run (Lease → Session). One
--- row per listed lease, or one row with ord 0 for none; no row: the session fence failed.
+-- row per listed lease, or one row with ord 0 for none; no row: the session fence failed, or the
+-- list is longer than the session's capacity (nothing is renewed, not even the session).
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 sess AS (
     SELECT s.worker_session_id
@@ -388,6 +400,7 @@ sess AS (
     CROSS JOIN obs
     WHERE s.worker_session_id = @session_id::uuid AND t.token_hash = @token_hash::text AND t.revoked_at_ms IS NULL
       AND s.state IN ('active', 'draining') AND s.expires_at_ms > obs.now_ms
+      AND cardinality(@attempt_ids::uuid[]) <= s.capacity   -- never more leases than it may hold
 ),
 item AS (
     SELECT * FROM ROWS FROM (unnest(@attempt_ids::uuid[]), unnest(@lease_versions::bigint[])) WITH ORDINALITY AS i (attempt_id, lease_version, ord)
@@ -589,15 +602,18 @@ SELECT EXISTS (SELECT 1 FROM tok)::boolean AS token_ok,
 FROM obs;
 
 -- name: DrainSession :one
--- D: T, S active → draining (no new offers from here on). Returns its active leases.
-WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
+-- D: T, S active → draining (no new offers from here on). Returns its active leases, and whether
+-- it was draining already (prev locks the row first, so it reads the newest committed state).
+WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
+prev AS (SELECT p.state FROM control_core.worker_sessions p WHERE p.worker_session_id = @session_id::uuid FOR NO KEY UPDATE)
 UPDATE control_core.worker_sessions s SET state = 'draining'
-FROM control_core.worker_tokens t, obs
+FROM control_core.worker_tokens t, obs, prev
 WHERE s.worker_session_id = @session_id::uuid AND t.worker_token_id = s.worker_token_id
   AND t.token_hash = @token_hash::text AND t.revoked_at_ms IS NULL
   AND s.state IN ('active', 'draining') AND s.expires_at_ms > obs.now_ms
 RETURNING (SELECT count(*) FROM control_core.run_leases l
-           WHERE l.worker_session_id = s.worker_session_id AND l.state = 'active')::bigint AS active_leases;
+           WHERE l.worker_session_id = s.worker_session_id AND l.state = 'active')::bigint AS active_leases,
+          (prev.state = 'draining')::boolean AS already_draining;
 
 -- name: CloseSession :one
 -- Q: T, S active or draining, no active lease → closed.

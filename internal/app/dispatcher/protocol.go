@@ -58,7 +58,8 @@ func (d *Dispatcher) routes() http.Handler {
 }
 
 // serve wraps an endpoint: in-flight accounting for Stop, method, authentication (a missing or
-// malformed token is refused before any database work), the recovery that keeps a bug in one
+// malformed token is refused before any database work, an unknown or revoked one before the body
+// is read; two Authorization headers are refused), the recovery that keeps a bug in one
 // request from reaching the server, and the metrics. It never logs a header or a body.
 func (d *Dispatcher) serve(e endpoint) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -86,13 +87,27 @@ func (d *Dispatcher) serve(e endpoint) http.Handler {
 			writeError(w, fail(code, "%s wants %s", e.name, e.method))
 			return
 		}
+		if twoAuthorizations(r) {
+			code = workerproto.CodeBadRequest
+			writeError(w, fail(code, "more than one Authorization header"))
+			return
+		}
 		token := bearer(r)
 		if !dispatch.WellFormed(token, dispatch.WorkerTokenPrefix) {
 			code = workerproto.CodeUnauthorized
 			writeError(w, fail(code, ""))
 			return
 		}
-		status, body, aerr := e.serve(&call{w: w, r: r, ctx: r.Context(), cred: dispatch.CredentialFor(token)})
+		// The token is checked before the body is read: an unknown or revoked token costs one
+		// indexed read, never up to MaxBodyBytes of reading. Every statement checks it again.
+		cred := dispatch.CredentialFor(token)
+		if err := d.store.Authenticate(r.Context(), cred); err != nil {
+			aerr := d.storeError(e.name, err)
+			code = aerr.code
+			writeError(w, aerr)
+			return
+		}
+		status, body, aerr := e.serve(&call{w: w, r: r, ctx: r.Context(), cred: cred})
 		if aerr != nil {
 			code = aerr.code
 			writeError(w, aerr)
@@ -130,6 +145,10 @@ func (d *Dispatcher) storeError(endpoint string, err error) *apiError {
 		return fail(workerproto.CodeLeasesActive, "the session still holds active leases")
 	case errors.Is(err, dispatch.ErrStopping):
 		return fail(workerproto.CodeUnavailable, "dispatcher stopping")
+	case errors.Is(err, dispatch.ErrTooManySessions):
+		return fail(workerproto.CodeTooManySessions, "the token holds %d live sessions: close one or let it expire", dispatch.MaxSessionsPerToken)
+	case errors.Is(err, dispatch.ErrTooManyLeases):
+		return fail(workerproto.CodeBadRequest, "leases: more than the session's capacity")
 	case errors.Is(err, dispatch.ErrBadValue):
 		return fail(workerproto.CodeBadRequest, "a value of the request cannot be stored")
 	}
@@ -173,19 +192,24 @@ func bodyID(field, s string) (uuid.UUID, *apiError) {
 	return id, nil
 }
 
-// validate runs a request's own bounds check (workerproto), naming the field.
 // readBody decodes the request body into req and, when the type has bounds, checks them: every
 // endpoint reads its body this one way.
 func readBody(c *call, req any) *apiError {
 	if e := decode(c.w, c.r, req); e != nil {
 		return e
 	}
+	return bounds(req)
+}
+
+// bounds runs the request type's own check (workerproto), if it has one.
+func bounds(req any) *apiError {
 	if v, ok := req.(interface{ Validate() error }); ok {
 		return validate(v.Validate())
 	}
 	return nil
 }
 
+// validate maps a request's bounds error, naming the field.
 func validate(err error) *apiError {
 	if err == nil {
 		return nil
@@ -385,7 +409,8 @@ func (d *Dispatcher) drain(c *call) (int, any, *apiError) {
 		return 0, nil, d.storeError("drain", err)
 	}
 	d.placer.Kick()
-	return http.StatusOK, workerproto.DrainResponse{WithdrawnOffers: res.WithdrawnOffers, ActiveLeases: res.ActiveLeases}, nil
+	return http.StatusOK, workerproto.DrainResponse{WithdrawnOffers: res.WithdrawnOffers, ActiveLeases: res.ActiveLeases,
+		AlreadyDraining: res.AlreadyDraining}, nil
 }
 
 func (d *Dispatcher) close(c *call) (int, any, *apiError) {

@@ -1,12 +1,15 @@
 package dispatcher
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/qlcontrol/controlcore/workerproto"
 )
@@ -35,7 +38,8 @@ func fail(code, format string, args ...any) *apiError {
 }
 
 // bearer returns the token of an "Authorization: Bearer …" header, or "" when there is none
-// in that form. The scheme is case-insensitive (RFC 9110 §11.1).
+// in that form. The scheme is case-insensitive (RFC 9110 §11.1). A request with more than one
+// Authorization header is refused before this (twoAuthorizations): which one counts is ambiguous.
 func bearer(r *http.Request) string {
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
@@ -45,9 +49,19 @@ func bearer(r *http.Request) string {
 	return strings.TrimSpace(token)
 }
 
-// decode reads exactly one JSON object of at most maxBody bytes into v, refusing fields v does
-// not have: a worker speaking a newer protocol learns it at once instead of having a field
-// silently dropped. An empty body decodes as {} (drain, close).
+// twoAuthorizations reports whether r carries more than one Authorization header.
+func twoAuthorizations(r *http.Request) bool { return len(r.Header.Values("Authorization")) > 1 }
+
+// maxDepth bounds the nesting of a request body: the deepest request (a heartbeat's lease list)
+// nests 3 deep.
+const maxDepth = 16
+
+// decode reads exactly one JSON object of at most maxBody bytes into v, strictly: every key must
+// be one of v's JSON names exactly (encoding/json alone would take "Capacity" for "capacity")
+// and appear once (it would keep the last), so a worker speaking a newer protocol, or a buggy
+// one, learns it at once instead of having a field silently dropped or replaced; the body must be
+// UTF-8 and its strings whole Unicode (encoding/json would store U+FFFD for either). An empty
+// body decodes as {} (drain, close). Every endpoint decodes this one way.
 func decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
 	body := http.MaxBytesReader(w, r.Body, maxBody)
 	raw, err := io.ReadAll(body)
@@ -58,21 +72,199 @@ func decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
 		}
 		return errorf(http.StatusBadRequest, workerproto.CodeBadRequest, "request body could not be read")
 	}
-	if len(strings.TrimSpace(string(raw))) == 0 {
+	return decodeBytes(raw, v)
+}
+
+// decodeBytes is decode after the body was read (the fuzz target calls it directly).
+func decodeBytes(raw []byte, v any) *apiError {
+	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = []byte("{}")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
+	if !utf8.Valid(raw) {
+		return errorf(http.StatusBadRequest, workerproto.CodeBadRequest, "request body is not valid UTF-8")
 	}
-	if dec.More() {
-		return errorf(http.StatusBadRequest, workerproto.CodeBadRequest, "request body holds more than one JSON value")
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // a number is only scanned here; its range is Unmarshal's to judge
+	if e := strictValue(dec, reflect.TypeOf(v), "", 0); e != nil {
+		return e
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errorf(http.StatusBadRequest, workerproto.CodeBadRequest, "request body holds more than one JSON value")
 	}
+	if loneSurrogate(raw) {
+		return errorf(http.StatusBadRequest, workerproto.CodeBadRequest, "request body holds a string that is not valid Unicode (a lone \\u surrogate)")
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(v); err != nil {
+		return decodeError(err)
+	}
 	return nil
+}
+
+// strictValue reads one JSON value from dec, checking the keys of every object against t, the Go
+// type it will be decoded into (nil: anything): a struct's keys must be its JSON names exactly, a
+// map's keys are free; in both no key may appear twice. A value of the wrong type is left to
+// Unmarshal to refuse. path is the key path for messages ("leases[].attempt_id").
+func strictValue(dec *json.Decoder, t reflect.Type, path string, depth int) *apiError {
+	if depth > maxDepth {
+		return errorf(http.StatusBadRequest, workerproto.CodeBadRequest, "request body nests deeper than %d", maxDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return tokenError(err)
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch tok {
+	case json.Delim('['):
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for dec.More() {
+			if e := strictValue(dec, elem, path+"[]", depth+1); e != nil {
+				return e
+			}
+		}
+	case json.Delim('{'):
+		var fields map[string]reflect.Type
+		var elem reflect.Type
+		if t != nil && t.Kind() == reflect.Struct {
+			fields = jsonFields(t)
+		} else if t != nil && t.Kind() == reflect.Map {
+			elem = t.Elem()
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return tokenError(err)
+			}
+			key, _ := kt.(string)
+			name := join(path, key)
+			if seen[key] {
+				if !fieldName(key) {
+					return errorf(http.StatusBadRequest, workerproto.CodeBadRequest, "request body repeats a key")
+				}
+				return errorf(http.StatusBadRequest, workerproto.CodeBadRequest, "duplicate key %q", name)
+			}
+			seen[key] = true
+			ft := elem
+			if fields != nil {
+				var ok bool
+				if ft, ok = fields[key]; !ok {
+					return unknownField(name, key, fields)
+				}
+			}
+			if e := strictValue(dec, ft, name, depth+1); e != nil {
+				return e
+			}
+		}
+	default:
+		return nil // a scalar
+	}
+	if _, err := dec.Token(); err != nil { // the closing delimiter
+		return tokenError(err)
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// jsonFields maps t's JSON names to their types (exported fields; the name before any option).
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	m := make(map[string]reflect.Type, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		m[name] = f.Type
+	}
+	return m
+}
+
+// unknownField names a key the type does not have, and the key it differs from only in case.
+func unknownField(name, key string, fields map[string]reflect.Type) *apiError {
+	if !fieldName(key) {
+		return errorf(http.StatusBadRequest, workerproto.CodeUnknownField, "request body has an unknown field")
+	}
+	for f := range fields {
+		if strings.EqualFold(f, key) {
+			return errorf(http.StatusBadRequest, workerproto.CodeUnknownField, "unknown field %q (keys are case-sensitive: %q)", name, f)
+		}
+	}
+	return errorf(http.StatusBadRequest, workerproto.CodeUnknownField, "unknown field %q", name)
+}
+
+// tokenError is a tokeniser's error in decodeError's terms (truncated input ends in io.EOF).
+func tokenError(err error) *apiError {
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return decodeError(err)
+}
+
+// loneSurrogate reports whether a string of the JSON text raw (already tokenised: valid JSON)
+// holds a \u escape of half a UTF-16 surrogate pair, which encoding/json decodes as U+FFFD.
+func loneSurrogate(raw []byte) bool {
+	in := false
+	for i := 0; i < len(raw); i++ {
+		switch {
+		case raw[i] == '"':
+			in = !in
+		case raw[i] == '\\' && in:
+			if i+5 >= len(raw) || raw[i+1] != 'u' {
+				i++ // a one-character escape
+				continue
+			}
+			r := hex4(raw[i+2 : i+6])
+			switch {
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return true
+			case r >= 0xD800 && r <= 0xDBFF:
+				if i+11 >= len(raw) || raw[i+6] != '\\' || raw[i+7] != 'u' {
+					return true
+				}
+				if lo := hex4(raw[i+8 : i+12]); lo < 0xDC00 || lo > 0xDFFF {
+					return true
+				}
+				i += 6
+			}
+			i += 5
+		}
+	}
+	return false
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			r |= rune(c-'A') + 10
+		}
+	}
+	return r
 }
 
 // decodeError says what was wrong with a body by position and field name only: encoding/json's
@@ -105,14 +297,14 @@ func decodeError(err error) *apiError {
 	return errorf(http.StatusBadRequest, workerproto.CodeBadRequest, "request body does not match the request's schema")
 }
 
-// fieldName is whether s looks like a protocol key (snake_case, short): only such names are
+// fieldName is whether s looks like a protocol key (snake_case or a miscased one, short): only such names are
 // echoed in an error message.
 func fieldName(s string) bool {
 	if s == "" || len(s) > 64 {
 		return false
 	}
 	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.') {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.') {
 			return false
 		}
 	}
