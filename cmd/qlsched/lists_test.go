@@ -119,6 +119,28 @@ func TestPagedListsReturnEveryRowOnceInKeyOrder(t *testing.T) {
 		c = append(c, fmt.Sprintf("c/t%d", i))
 	}
 	allTriggers := slices.Concat(a, big, c)
+	// The reads run in parallel (each walk pages through processes, one after the other); the
+	// case that adds a row runs after all of them.
+	t.Run("reads", func(t *testing.T) { pagedListReads(t, db, a, big, c, allTriggers) })
+	t.Run("a row added before the cursor between pages", func(t *testing.T) {
+		p := jsonPage(t, append([]string{"trigger", "list", "--project", "a", "--limit", "3"}, db...)...)
+		// a-t0 sorts before the page's end: the next page neither repeats nor skips a row
+		d.Exec(t, `SET session_replication_role = replica;
+			INSERT INTO control_core.triggers (project_id, trigger_id, head_revision) VALUES ('a', 't0', 1);
+			INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
+			        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
+			    VALUES ('a', 't0', 1, 'cron', '0 * * * *', 'UTC', 'skip', 60000, true, 'job', 1, repeat('a', 64));
+			INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, state_version, claim_version, updated_at_ms)
+			    VALUES ('a', 't0', 1, 1, 0, control_core.db_now_ms())`)
+		p2 := jsonPage(t, append([]string{"trigger", "list", "--project", "a", "--limit", "3", "--after", *p.NextAfter}, db...)...)
+		if !slices.Equal(p.keys(), a[:3]) || !slices.Equal(p2.keys(), a[3:6]) {
+			t.Errorf("pages %v then %v; want %v then %v", p.keys(), p2.keys(), a[:3], a[3:6])
+		}
+	})
+}
+
+// pagedListReads are TestPagedListsReturnEveryRowOnceInKeyOrder's reads, parallel subtests of t.
+func pagedListReads(t *testing.T, db, a, big, c, allTriggers []string) {
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -132,7 +154,9 @@ func TestPagedListsReturnEveryRowOnceInKeyOrder(t *testing.T) {
 		{"tasks by 2", []string{"task", "list", "--limit", "2"}, []string{"a/job", "a/job2", "a/job3", "b/job", "big/job", "c/job"}},
 		{"tasks of a by 2", []string{"task", "list", "--project", "a", "--limit", "2"}, []string{"a/job", "a/job2", "a/job3"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		// the two walks are independent reads: two subtests, so the longest (by 1) is half a chain
+		t.Run(tc.name+"/json", func(t *testing.T) {
+			t.Parallel()
 			// by the JSON's next_after
 			var got []string
 			args := append(slices.Clone(tc.args), db...)
@@ -150,9 +174,12 @@ func TestPagedListsReturnEveryRowOnceInKeyOrder(t *testing.T) {
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("JSON pages: %v\nwant %v", got, tc.want)
 			}
+		})
+		t.Run(tc.name+"/text", func(t *testing.T) {
+			t.Parallel()
 			// by running the command line the text prints
-			got = nil
-			args = append(slices.Clone(tc.args), db...)
+			var got []string
+			args := append(slices.Clone(tc.args), db...)
 			for page := 0; ; page++ {
 				if page > len(tc.want)+1 {
 					t.Fatalf("more than %d pages", page)
@@ -189,6 +216,7 @@ func TestPagedListsReturnEveryRowOnceInKeyOrder(t *testing.T) {
 	}
 
 	t.Run("default limit", func(t *testing.T) {
+		t.Parallel()
 		p := jsonPage(t, append([]string{"trigger", "list", "--project", "big"}, db...)...)
 		if len(p.Triggers) != admin.DefaultListLimit || !p.More || *p.NextAfter != big[admin.DefaultListLimit-1] {
 			t.Errorf("%d triggers, more %v, next %v; want %d, more, next %s", len(p.Triggers), p.More, p.NextAfter,
@@ -200,21 +228,6 @@ func TestPagedListsReturnEveryRowOnceInKeyOrder(t *testing.T) {
 		}
 	})
 
-	t.Run("a row added before the cursor between pages", func(t *testing.T) {
-		p := jsonPage(t, append([]string{"trigger", "list", "--project", "a", "--limit", "3"}, db...)...)
-		// a-t0 sorts before the page's end: the next page neither repeats nor skips a row
-		d.Exec(t, `SET session_replication_role = replica;
-			INSERT INTO control_core.triggers (project_id, trigger_id, head_revision) VALUES ('a', 't0', 1);
-			INSERT INTO control_core.trigger_revisions (project_id, trigger_id, revision, kind, cron_spec, timezone,
-			        misfire_policy, misfire_grace_ms, enabled, task_id, task_revision, content_digest)
-			    VALUES ('a', 't0', 1, 'cron', '0 * * * *', 'UTC', 'skip', 60000, true, 'job', 1, repeat('a', 64));
-			INSERT INTO control_core.trigger_schedules (project_id, trigger_id, trigger_revision, state_version, claim_version, updated_at_ms)
-			    VALUES ('a', 't0', 1, 1, 0, control_core.db_now_ms())`)
-		p2 := jsonPage(t, append([]string{"trigger", "list", "--project", "a", "--limit", "3", "--after", *p.NextAfter}, db...)...)
-		if !slices.Equal(p.keys(), a[:3]) || !slices.Equal(p2.keys(), a[3:6]) {
-			t.Errorf("pages %v then %v; want %v then %v", p.keys(), p2.keys(), a[:3], a[3:6])
-		}
-	})
 }
 
 // Bad paging flags are refused before any connection (exit 2, naming the flag), and --help

@@ -18,12 +18,25 @@ import (
 // retransmitting them) at an exact point of A's protocol while A holds a claim. The admit goes
 // out as one pipeline (Bind/Execute of BEGIN, the admit and COMMIT, then Sync, in one write);
 // the proxy can cut before it, inside it, or after the server ran it.
+//
+// The cases run in parallel: each has its own database, proxy and replicas (in this process),
+// and most of each is waiting out a lease or a timeout, whose bounds they check from below.
 func TestGatePartition(t *testing.T) {
-	t.Run("timeouts reach the server", testTimeoutsReachTheServer)
-	t.Run("late admit after the heal is a race", testPartitionLateAdmitIsARace)
-	t.Run("a partitioned replica notices within its bounds", testPartitionNoticedWithinBounds)
-	t.Run("the reply to a committed admit is lost", testPartitionLosesTheReply)
-	t.Run("a pipeline cut before its COMMIT keeps the row", testPartitionInsideThePipeline)
+	for _, c := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"timeouts reach the server", testTimeoutsReachTheServer},
+		{"late admit after the heal is a race", testPartitionLateAdmitIsARace},
+		{"a partitioned replica notices within its bounds", testPartitionNoticedWithinBounds},
+		{"the reply to a committed admit is lost", testPartitionLosesTheReply},
+		{"a pipeline cut before its COMMIT keeps the row", testPartitionInsideThePipeline},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.test(t)
+		})
+	}
 }
 
 const partitionLease = 2 * time.Second

@@ -53,6 +53,8 @@ func TestGatePooler(t *testing.T) {
 	for _, f := range faults {
 		for _, mode := range f.modes {
 			t.Run(f.name+"/"+mode, func(t *testing.T) {
+				// in parallel: each case has its own database, PgBouncer and replicas
+				t.Parallel()
 				start := time.Now()
 				pt := newPooledTarget(t, mode)
 				r1, r2 := pt.startReplica("pooled-1", nil), pt.startReplica("pooled-2", nil)

@@ -55,6 +55,15 @@ type Server struct {
 	// two parallel tests updating the same pg_authid row fail with "tuple concurrently updated".
 	rolesMu sync.Mutex
 	seq     atomic.Int64
+	// seeded are the templates of NewSeeded by key, dropped with the template in close.
+	seededMu sync.Mutex
+	seeded   map[string]*seededTemplate
+}
+
+// seededTemplate is one NewSeeded template: made once, by the first test that asks for it.
+type seededTemplate struct {
+	mu   sync.Mutex
+	name string // set once seeded
 }
 
 var (
@@ -270,6 +279,9 @@ func (s *Server) close() (left []string, err error) {
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(s.template)+" WITH (FORCE)"); err != nil {
 		return nil, fmt.Errorf("drop the template %s: %w", s.template, err)
 	}
+	if _, err := dropOwn(ctx, conn, fmt.Sprintf(`^ql_tmpl_%d_s[0-9]+$`, os.Getpid()), "^$"); err != nil {
+		return nil, fmt.Errorf("drop the seeded templates: %w", err)
+	}
 	left, err = dropOwn(ctx, conn, fmt.Sprintf(`^ql_t_%d_[0-9]+$`, os.Getpid()), fmt.Sprintf(`^ql[a-z]+%d_`, os.Getpid()))
 	if err != nil {
 		return left, fmt.Errorf("databases and roles of this test binary left on %s: %w", s.Source, err)
@@ -328,7 +340,54 @@ type DB struct {
 func New(t testing.TB) *DB {
 	t.Helper()
 	s := Get(t)
-	d := s.create(t, s.template)
+	return s.grantDatabase(t, s.create(t, s.template))
+}
+
+// NewSeeded is New with what seed did on a database of its own: seed runs once per test binary
+// and key, on a clone of the migrated template that becomes the template of every database
+// NewSeeded returns for that key. It spares tests that each start from the same published
+// objects the commands that publish them (processes, connections, transactions), once per test.
+// seed may fail its test (t.Fatal): the next test asking for key seeds again. It must leave no
+// connection open: a template with a session cannot be cloned.
+func NewSeeded(t testing.TB, key string, seed func(d *DB)) *DB {
+	t.Helper()
+	s := Get(t)
+	s.seededMu.Lock()
+	if s.seeded == nil {
+		s.seeded = map[string]*seededTemplate{}
+	}
+	st := s.seeded[key]
+	if st == nil {
+		st = &seededTemplate{}
+		s.seeded[key] = st
+	}
+	s.seededMu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock() // also when seed fails its test (runtime.Goexit)
+	if st.name == "" {
+		name := fmt.Sprintf("ql_tmpl_%d_s%d", os.Getpid(), s.seq.Add(1))
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, s.URL("", "postgres"))
+		if err != nil {
+			t.Fatalf("connect to %s server: %v", s.Source, err)
+		}
+		s.mu.Lock()
+		_, err = conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(s.template)+s.cloneStrategy())
+		s.mu.Unlock()
+		conn.Close(ctx)
+		if err != nil {
+			t.Fatalf("create the seeded template %s: %v", name, err)
+		}
+		seed(s.grantDatabase(t, &DB{Name: name, Server: s, Names: s.Names}))
+		st.name = name
+	}
+	return s.grantDatabase(t, s.create(t, st.name))
+}
+
+// grantDatabase installs the model's database ACL on d, which CREATE DATABASE does not copy from
+// the template.
+func (s *Server) grantDatabase(t testing.TB, d *DB) *DB {
+	t.Helper()
 	ctx := context.Background()
 	// CREATE DATABASE does not copy the template's database ACL: install that part of the model.
 	conn, err := pgx.Connect(ctx, s.URL("", d.Name))
@@ -372,7 +431,7 @@ func (s *Server) create(t testing.TB, template string) *DB {
 	}
 	defer conn.Close(ctx)
 	s.mu.Lock()
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(template))
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(template)+s.cloneStrategy())
 	s.mu.Unlock()
 	if err != nil {
 		t.Fatalf("create database %s from %s: %v", name, template, err)
@@ -392,6 +451,17 @@ func (s *Server) create(t testing.TB, template string) *DB {
 		}
 	})
 	return &DB{Name: name, Server: s, Names: s.Names}
+}
+
+// cloneStrategy is FILE_COPY (PostgreSQL 15+; older servers only have it) on the servers testpg
+// starts: the clone is copied as files, not WAL-logged block by block (15's default, WAL_LOG).
+// There (fsync off, so the two checkpoints it takes are cheap) that halves the server's work per
+// clone and its drop, and the clone holds s.mu, which every parallel test of the binary waits on.
+func (s *Server) cloneStrategy() string {
+	if s.BinDir != "" && s.VersionNum >= 150000 {
+		return " STRATEGY FILE_COPY"
+	}
+	return ""
 }
 
 // URL is a URL for role on this database; "" is the superuser.
