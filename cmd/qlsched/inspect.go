@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -419,86 +418,8 @@ Attempt to a worker; a retried Run is queued again with a new Attempt (docs/disp
 	fl.StringVar(&since, "since", "", "only Runs admitted within this duration (1h) or at or after this RFC 3339 time")
 	fl.IntVar(&f.Limit, "limit", 50, fmt.Sprintf("at most this many runs, newest first (1 … %d)", admin.MaxRunsLimit))
 
-	var runID uuid.UUID
-	show := a.list("show RUN_ID", "Show one run: the Run, its Attempts and Events, lag and idempotency key",
-		`runs show prints one Run (occurrence, idempotency key, state, owner, queued time and admission
-lag), its Attempts (state, worker, session, lease, offer; whether a result or an error is
-recorded, never their content) and its Events in order.
-
-A Run admitted by the scheduler is queued with one claimed remote_worker Attempt: it waits for a
-dispatcher (qlsched dispatch) to offer it to a worker (docs/dispatch.md; workers list shows the
-live workers and their free capacity).`,
-		func() error { return nil },
-		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
-			d, err := r.ShowRun(cmd.Context(), runID)
-			return document{"qlsched.runs-show/v1", d}, func(out io.Writer) { printRunShow(out, d) }, err
-		})
-	show.Args = func(_ *cobra.Command, args []string) error {
-		if len(args) != 1 {
-			return cli.Usagef("runs show takes one RUN_ID (a UUID), got %d arguments", len(args))
-		}
-		id, err := uuid.Parse(args[0])
-		if err != nil {
-			return cli.Usagef("RUN_ID %q: not a UUID", args[0])
-		}
-		runID = id
-		return nil
-	}
-	cmd.AddCommand(list, show)
+	cmd.AddCommand(list, a.runsShowCmd())
 	return cmd
-}
-
-func printRunShow(out io.Writer, d admin.RunDetail) {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
-	row("run", d.RunID.String())
-	row("project", d.ProjectID)
-	row("task", fmt.Sprintf("%s revision %d (execution revision %s)", d.TaskID, d.TaskRevision, d.ExecutionRevisionID))
-	if d.TriggerID != nil && d.TriggerRevision != nil {
-		row("trigger", fmt.Sprintf("%s revision %d", *d.TriggerID, *d.TriggerRevision))
-	} else {
-		row("trigger", "- (started by hand)")
-	}
-	row("scheduled for", utc(d.ScheduledForMs))
-	row("idempotency key", d.IdempotencyKey)
-	row("state", d.State)
-	row("owner", d.Owner)
-	row("queued at", utc(d.QueuedAtMs))
-	lag := "-"
-	if d.LagMs != nil {
-		lag = ms(*d.LagMs).String()
-	}
-	row("lag", lag)
-	row("cancel requested", utc(d.CancelRequestedAtMs))
-	row("finished", utc(d.FinishedAtMs))
-	if d.State == "queued" {
-		row("note", "queued: waiting for a dispatcher to offer its Attempt to a worker (qlsched workers list)")
-	}
-	tw.Flush()
-
-	fmt.Fprintln(out)
-	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ATTEMPT\tNO\tEXECUTOR\tSTATE\tWORKER\tSTARTED\tFINISHED\tRESULT\tERROR")
-	for _, x := range d.Attempts {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.AttemptID, x.AttemptNo, x.ExecutorKind, x.State, deref(x.WorkerID),
-			utc(x.StartedAtMs), utc(x.FinishedAtMs), recorded(x.HasResult), recorded(x.HasError))
-	}
-	tw.Flush()
-
-	fmt.Fprintln(out)
-	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tEVENT\tAT\tDETAIL")
-	for _, e := range d.Events {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", e.Seq, e.Type, utc(&e.AtMs), e.Detail)
-	}
-	tw.Flush()
-}
-
-func recorded(b bool) string {
-	if b {
-		return "recorded"
-	}
-	return "-"
 }
 
 // durationShaped matches what time.ParseDuration reads apart from its range: digits with units.

@@ -43,7 +43,7 @@ opened), 3 cannot connect or the database failed.`,
 	cli.FormatVar(pf, &a.format)
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text (terminals) or json (collectors)")
 	pf.StringVar(&a.logLevelStr, "log-level", "info", "log level: debug, info, warn or error")
-	root.AddCommand(a.runCmd(), a.statusCmd(), a.projectCmd(), a.taskCmd(), a.triggerCmd(), a.runsWithStory(), a.uiCmd())
+	root.AddCommand(a.runCmd(), a.statusCmd(), a.projectCmd(), a.taskCmd(), a.triggerCmd(), a.runsWithCancel(), a.uiCmd())
 	// worker tokens and sessions (workers.go)
 	root.AddCommand(a.workerCmd(), a.workersCmd())
 	root.AddCommand(a.dispatchCmd())     // a dispatcher replica (dispatch.go)

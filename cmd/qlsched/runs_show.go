@@ -14,19 +14,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/app/cli"
 )
 
-// runsWithStory is `qlsched runs` with cancel and with show telling a Run's whole story (issue
-// 33): this show replaces runsCmd's.
-func (a *app) runsWithStory() *cobra.Command {
-	cmd := a.runsWithCancel()
-	for _, c := range cmd.Commands() {
-		if c.Name() == "show" {
-			cmd.RemoveCommand(c)
-		}
-	}
-	cmd.AddCommand(a.runsShowCmd())
-	return cmd
-}
-
+// runsShowCmd is `qlsched runs show`: one Run's whole story (issue 33).
 func (a *app) runsShowCmd() *cobra.Command {
 	var (
 		runID uuid.UUID
