@@ -489,7 +489,7 @@ type result struct {
 // Complete ends an Attempt with the worker's report (F, F′, F″; F‴ for a replay). ErrLeaseLost
 // (expired, foreign, an old version, a different outcome than an earlier report), ErrRunCancelled
 // (a succeeded/failed report on a cancelled Run: kept on the Attempt, refused for the Run),
-// ErrNotFound, ErrUnauthorized.
+// ErrBusy (the Run stayed locked: retryable), ErrNotFound, ErrUnauthorized.
 func (s *Store) Complete(ctx context.Context, cred Credential, attemptID uuid.UUID, rep Report) (Completion, error) {
 	switch rep.Outcome {
 	case OutcomeSucceeded, OutcomeFailed, OutcomeCancelled, OutcomeHandedBack:
@@ -532,7 +532,9 @@ func (s *Store) Complete(ctx context.Context, cred Credential, attemptID uuid.UU
 		c, retry, err := s.completeLost(ctx, cred, attemptID, rep, cb)
 		if !retry || try >= maxTries {
 			if retry {
-				err = ErrLeaseLost
+				// Every check of the report still holds; only the Run's lock (a cancel, a sweep)
+				// outlasted the tries: the worker retries, its report is never dropped as lost.
+				err = ErrBusy
 			}
 			return c, err
 		}

@@ -22,6 +22,7 @@ var (
 	ErrBadValue        = errors.New("value the database refuses")  // data exception (class 22): a retry cannot help (400)
 	ErrTooManySessions = errors.New("too many sessions")           // the token holds MaxSessionsPerToken live sessions (409 too_many_sessions)
 	ErrTooManyLeases   = errors.New("more leases than capacity")   // a heartbeat lists more leases than the session's capacity (400)
+	ErrBusy            = errors.New("run busy")                    // the Run stayed locked by another transition: retry (503)
 )
 
 // MaxSessionsPerToken bounds the live (active or draining, unexpired) sessions of one worker token:

@@ -149,6 +149,8 @@ func (d *Dispatcher) storeError(endpoint string, err error) *apiError {
 		return fail(workerproto.CodeTooManySessions, "the token holds %d live sessions: close one or let it expire", dispatch.MaxSessionsPerToken)
 	case errors.Is(err, dispatch.ErrTooManyLeases):
 		return fail(workerproto.CodeBadRequest, "leases: more than the session's capacity")
+	case errors.Is(err, dispatch.ErrBusy):
+		return fail(workerproto.CodeUnavailable, "the Run is busy: retry")
 	case errors.Is(err, dispatch.ErrBadValue):
 		return fail(workerproto.CodeBadRequest, "a value of the request cannot be stored")
 	}
