@@ -17,8 +17,10 @@ import (
 // holding 100,000 finished and 10,000 queued Runs), the index dropped in the second one only;
 // batches are claimed and admitted in alternation (which database goes first alternates too), so
 // both share the same seconds of the server. Only the admit is timed (the claim is the same
-// statement on both). It reports each database's mean and median per admitted Run and their
-// ratios (with the index / without it).
+// statement on both). It reports each database's mean and median per admitted Run, their ratios
+// (with the index / without it), and the WAL each admit wrote per Run (the server's insert
+// position before and after it; the server holds only these two databases, and the timed admit
+// runs alone on it).
 // Run: nice -n 10 go test -run '^$' -bench 'BenchmarkAdmitDispatchQueueIndex/batch_1$' -benchtime 1000x -count 5 ./coordinator/
 //
 //	nice -n 10 go test -run '^$' -bench 'BenchmarkAdmitDispatchQueueIndex/batch_128' -benchtime 40x -count 5 ./coordinator/
@@ -29,6 +31,7 @@ func BenchmarkAdmitDispatchQueueIndex(b *testing.B) {
 			ctx := context.Background()
 			names := []string{"idx", "noidx"}
 			stores := make([]*Store, len(names))
+			fxs := make([]*fixture, len(names))
 			for i, name := range names {
 				f := newFixture(b)
 				f.bulkSchedules(triggers, triggers, triggers)
@@ -42,11 +45,11 @@ func BenchmarkAdmitDispatchQueueIndex(b *testing.B) {
 					f.exec(`DROP INDEX control_core.runs_dispatch_queue_idx`) // this bench database only
 				}
 				f.exec(`VACUUM ANALYZE control_core.runs`)
-				stores[i] = NewStore(f.rt)
+				stores[i], fxs[i] = NewStore(f.rt), f
 			}
 			per := make([][]time.Duration, len(names)) // per admitted Run, one entry per batch
 			var total [2]time.Duration
-			var admitted [2]int
+			var admitted, wal [2]int
 			for n := 0; b.Loop(); n++ {
 				for k := range names {
 					i := (n + k) % len(names)
@@ -58,9 +61,11 @@ func BenchmarkAdmitDispatchQueueIndex(b *testing.B) {
 					for j, c := range claims { // next an hour ahead: the row is not due again in the run
 						items[j] = AdmitItem{Claim: c, ScheduledFor: *c.CursorMs, Next: c.ClaimedAtMs + 3_600_000, RunID: uuid.New()}
 					}
+					lsn := fxs[i].count(`SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint`)
 					start := time.Now()
 					res := stores[i].AdmitBatch(ctx, items, 3)
 					d := time.Since(start)
+					wal[i] += fxs[i].count(`SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint`) - lsn
 					for _, r := range res {
 						if r.Err != nil || r.Outcome != Written {
 							b.Fatalf("%s: admit: %v, %v", names[i], r.Outcome, r.Err)
@@ -77,6 +82,7 @@ func BenchmarkAdmitDispatchQueueIndex(b *testing.B) {
 				med[i] = float64(per[i][len(per[i])/2].Nanoseconds())
 				b.ReportMetric(float64(total[i].Nanoseconds())/float64(admitted[i]), "ns/run-"+name)
 				b.ReportMetric(med[i], "p50-ns/run-"+name)
+				b.ReportMetric(float64(wal[i])/float64(admitted[i]), "walB/run-"+name)
 			}
 			b.ReportMetric(float64(total[0])/float64(admitted[0])/(float64(total[1])/float64(admitted[1])), "mean-idx/noidx")
 			b.ReportMetric(med[0]/med[1], "p50-idx/noidx")

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/dispatch"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
@@ -69,14 +71,17 @@ func BenchmarkDispatchCandidatesQueueIndex(b *testing.B) {
 				med[i] = float64(lat[i][len(lat[i])/2].Nanoseconds())
 				b.ReportMetric(mean[i], "ns/read-"+name)
 				b.ReportMetric(med[i], "p50-ns/read-"+name)
-				pages, seqRuns, queueIdx, rows := fxs[i].candidatesPlan(b)
+				pages, seqRuns, queueIdx, rows, plan := fxs[i].candidatesPlan(b)
 				b.ReportMetric(pages, "pages-"+name)
 				if name == "idx" && (seqRuns || !queueIdx || rows != 16 || pages > 1500) {
-					b.Errorf("with the index: %v rows, %v pages, seq scan of runs %v, queue index used %v", rows, pages, seqRuns, queueIdx)
+					b.Errorf("with the index: %v rows, %v pages, seq scan of runs %v, queue index used %v; plan:\n%s", rows, pages, seqRuns, queueIdx, plan)
 				}
 			}
 			b.ReportMetric(mean[0]/mean[1], "mean-idx/noidx")
 			b.ReportMetric(med[0]/med[1], "p50-idx/noidx")
+			// also as a line: a failed bound suppresses the metrics above
+			b.Logf("%s: per read mean %.2f ms with the index, %.2f ms without (%.3f); p50 %.2f / %.2f ms (%.3f)",
+				size.name, mean[0]/1e6, mean[1]/1e6, mean[0]/mean[1], med[0]/1e6, med[1]/1e6, med[0]/med[1])
 		})
 	}
 }
@@ -109,8 +114,9 @@ func (f *fx) bulkQueue(finished, queued int) {
 
 // candidatesPlan runs DispatchCandidates once under EXPLAIN (ANALYZE, BUFFERS) as
 // TestDispatchCandidatesReadsNoHistory does, and returns the pages it touched (shared hit + read),
-// whether it scanned runs sequentially, whether it used runs_dispatch_queue_idx, and its rows.
-func (f *fx) candidatesPlan(t testing.TB) (pages float64, seqRuns, queueIdx bool, rows float64) {
+// whether it scanned runs sequentially, whether it used runs_dispatch_queue_idx, its rows, and the
+// plan of a second execution in text form (for a failure message).
+func (f *fx) candidatesPlan(t testing.TB) (pages float64, seqRuns, queueIdx bool, rows float64, text string) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := f.su.Acquire(ctx)
@@ -145,5 +151,15 @@ func (f *fx) candidatesPlan(t testing.TB) (pages float64, seqRuns, queueIdx bool
 		}
 	}
 	walk(root)
-	return root["Shared Hit Blocks"].(float64) + root["Shared Read Blocks"].(float64), seqRuns, queueIdx, root["Actual Rows"].(float64)
+	var lines []string
+	r, err := conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS)
+		EXECUTE bench_candidates('', 64, '{}', '00000000-0000-0000-0000-000000000000', 64, 16)`)
+	if err == nil {
+		lines, err = pgx.CollectRows(r, pgx.RowTo[string])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root["Shared Hit Blocks"].(float64) + root["Shared Read Blocks"].(float64), seqRuns, queueIdx, root["Actual Rows"].(float64),
+		strings.Join(lines, "\n")
 }
