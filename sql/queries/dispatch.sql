@@ -54,14 +54,18 @@ SELECT EXISTS (SELECT 1 FROM control_core.worker_tokens t
 -- scan_cap of them, round robin (every project's oldest before any project's second). The
 -- session's filters apply inside the scan, before its bound: Runs it may not take never hide
 -- younger ones it may (they cost reading past them instead). Stale by design: Offer re-checks
--- everything under lock.
+-- everything under lock. Each step of the skip scan orders by the queue index's whole key (not
+-- min(project_id)), so no other index of runs can serve it: with half a table queued, the planner
+-- once walked a project's finished history through runs_task_revision_idx for min().
 WITH RECURSIVE obs AS (SELECT control_core.db_now_ms() AS now_ms),
 heads (project_id, n) AS (
-    SELECT (SELECT min(r.project_id) FROM control_core.runs r
-            WHERE r.state = 'queued' AND r.project_id > @after::text), 1
+    SELECT (SELECT r.project_id FROM control_core.runs r
+            WHERE r.state = 'queued' AND r.project_id > @after::text
+            ORDER BY r.project_id, coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms), r.run_id LIMIT 1), 1
   UNION ALL
-    SELECT (SELECT min(r.project_id) FROM control_core.runs r
-            WHERE r.state = 'queued' AND r.project_id > h.project_id), h.n + 1
+    SELECT (SELECT r.project_id FROM control_core.runs r
+            WHERE r.state = 'queued' AND r.project_id > h.project_id
+            ORDER BY r.project_id, coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms), r.run_id LIMIT 1), h.n + 1
     FROM heads h WHERE h.project_id IS NOT NULL AND h.n < @max_projects::integer
 ),
 cand AS (
