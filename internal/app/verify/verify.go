@@ -554,7 +554,7 @@ func runtimeFindings(ctx context.Context, q *db.Queries, names roles.Names, all 
 			Fix:     fmt.Sprintf("connect as %s (--database-url or QL_DATABASE_URL naming that user)", names.Runtime)})
 		return out, nil
 	}
-	f, err := runtimeMaySetReplica(ctx, q, names, serverVersionNum, out)
+	f, err := runtimeMaySetReplica(ctx, q, names, serverVersionNum)
 	if err != nil {
 		return nil, err
 	}
@@ -569,9 +569,8 @@ func runtimeFindings(ctx context.Context, q *db.Queries, names roles.Names, all 
 // PUBLIC or to a role whose privileges it inherits; or SUPERUSER): `SET LOCAL
 // session_replication_role = replica` would turn off every trigger for its writes, the deferred
 // run_attempt_agree and the guards included. The audit names each grant (parameter_privilege);
-// this check does not depend on reading the grants right, and adds a finding only when no
-// parameter_privilege finding already names the parameter.
-func runtimeMaySetReplica(ctx context.Context, q *db.Queries, names roles.Names, serverVersionNum int32, found []Finding) (*Finding, error) {
+// this check does not depend on reading the grants right (or on the runtime being no superuser).
+func runtimeMaySetReplica(ctx context.Context, q *db.Queries, names roles.Names, serverVersionNum int32) (*Finding, error) {
 	const parameter = "session_replication_role"
 	if serverVersionNum < 150000 {
 		return nil, nil // no parameter privileges before 15: only a superuser may set it (role_attribute drift)
@@ -580,9 +579,7 @@ func runtimeMaySetReplica(ctx context.Context, q *db.Queries, names roles.Names,
 	if err != nil {
 		return nil, fmt.Errorf("read whether %s may set %s: %w", names.Runtime, parameter, err)
 	}
-	if !may || slices.ContainsFunc(found, func(f Finding) bool {
-		return f.Kind == "parameter_privilege" && strings.HasPrefix(f.Object, "parameter "+parameter+":")
-	}) {
+	if !may {
 		return nil, nil
 	}
 	return &Finding{Severity: SeverityDrift, Kind: "runtime_parameter_privilege", Object: "parameter " + parameter, Role: names.Runtime,

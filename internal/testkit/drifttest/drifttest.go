@@ -49,7 +49,9 @@ func (c Case) DB(t testing.TB) *testpg.DB {
 }
 
 // Render fills the placeholders of c.SQL for database and names.
-func (c Case) Render(database string, names roles.Names) string { return render(c.SQL, database, names) }
+func (c Case) Render(database string, names roles.Names) string {
+	return render(c.SQL, database, names)
+}
 
 func render(sql, database string, names roles.Names) string {
 	q := func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
