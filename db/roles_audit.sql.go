@@ -9,6 +9,20 @@ import (
 	"context"
 )
 
+const currentUserMaySetParameter = `-- name: CurrentUserMaySetParameter :one
+SELECT pg_catalog.has_parameter_privilege(current_user, $1::text, 'SET')::boolean AS may_set
+`
+
+// Whether the connected role may SET the parameter (PostgreSQL 15 and later): by a grant to it,
+// to PUBLIC or to a role whose privileges it inherits, or as a superuser. Readiness's own check
+// of session_replication_role, whatever route the privilege takes.
+func (q *Queries) CurrentUserMaySetParameter(ctx context.Context, parameter string) (bool, error) {
+	row := q.db.QueryRow(ctx, currentUserMaySetParameter, parameter)
+	var may_set bool
+	err := row.Scan(&may_set)
+	return may_set, err
+}
+
 const databaseConnections = `-- name: DatabaseConnections :one
 SELECT d.datname::text AS database, d.datconnlimit::integer AS connection_limit, d.datallowconn::boolean AS allow_connections
 FROM pg_catalog.pg_database d
@@ -329,6 +343,64 @@ func (q *Queries) OtherDatabasePrivileges(ctx context.Context, roleNames []strin
 			&i.Via,
 			&i.Grantor,
 			&i.DatabaseOwner,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const parameterPrivileges = `-- name: ParameterPrivileges :many
+SELECT p.parname::text AS parameter,
+       CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.pg_get_userbyid(x.grantee) END::text AS grantee,
+       pg_catalog.pg_get_userbyid(x.grantor)::text AS grantor,
+       x.privilege_type::text AS privilege,
+       x.is_grantable::boolean AS grantable,
+       r.rolname::text AS role_name,
+       pg_catalog.pg_get_userbyid(10)::text AS bootstrap_superuser
+FROM pg_catalog.pg_parameter_acl p
+CROSS JOIN LATERAL pg_catalog.aclexplode(p.paracl) AS x(grantor, grantee, privilege_type, is_grantable)
+JOIN pg_catalog.pg_roles r ON r.rolname = ANY ($1::text[])
+WHERE x.grantee = 0 OR x.grantee = r.oid OR pg_catalog.pg_has_role(r.oid, x.grantee, 'MEMBER')
+ORDER BY 1, 2, 3, 4, 6
+`
+
+type ParameterPrivilegesRow struct {
+	Parameter          string `json:"parameter"`
+	Grantee            string `json:"grantee"`
+	Grantor            string `json:"grantor"`
+	Privilege          string `json:"privilege"`
+	Grantable          bool   `json:"grantable"`
+	RoleName           string `json:"role_name"`
+	BootstrapSuperuser string `json:"bootstrap_superuser"`
+}
+
+// Parameter privileges (GRANT SET | ALTER SYSTEM ON PARAMETER, PostgreSQL 15 and later; the
+// catalog does not exist before, so roles.ReadAuditIn runs this only on 15+) that one of the
+// four roles holds: granted to it, to PUBLIC, or to a role it is a member of (MEMBER: through
+// inheritance or SET ROLE, either one lets it use them). One row per ACL entry and model role;
+// grantee is 'PUBLIC' for PUBLIC. pg_parameter_acl is readable by every role.
+func (q *Queries) ParameterPrivileges(ctx context.Context, roleNames []string) ([]ParameterPrivilegesRow, error) {
+	rows, err := q.db.Query(ctx, parameterPrivileges, roleNames)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ParameterPrivilegesRow{}
+	for rows.Next() {
+		var i ParameterPrivilegesRow
+		if err := rows.Scan(
+			&i.Parameter,
+			&i.Grantee,
+			&i.Grantor,
+			&i.Privilege,
+			&i.Grantable,
+			&i.RoleName,
+			&i.BootstrapSuperuser,
 		); err != nil {
 			return nil, err
 		}

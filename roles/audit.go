@@ -93,7 +93,7 @@ func (d Drift) Concerns(role string) bool {
 var DriftKinds = []string{
 	"database_setting", "database_connections", "role_setting", "missing_role", "role_attribute", "membership", "login_member",
 	"predefined_member", "owner", "large_object_owner", "extra_privilege", "grant_option", "column_privilege", "large_object_privilege",
-	"definer_function", "missing_privilege", "default_privilege",
+	"parameter_privilege", "definer_function", "missing_privilege", "default_privilege",
 }
 
 // The fix phases. Settings come first: a database-level default_transaction_read_only makes the
@@ -116,7 +116,8 @@ const (
 func (a *Audit) RolesOnly() *Audit {
 	out := &Audit{}
 	for _, d := range a.Drift {
-		if d.phase <= phaseMembership {
+		// Parameter privileges are the roles' own, cluster-wide, whatever the schema's version.
+		if d.phase <= phaseMembership || d.Kind == "parameter_privilege" {
 			out.Drift = append(out.Drift, d)
 		}
 	}
@@ -240,6 +241,12 @@ func ReadAuditIn(ctx context.Context, conn dbconn.Querier, names Names, opts Aud
 	if err != nil {
 		return nil, fmt.Errorf("read members of predefined roles: %w", err)
 	}
+	var parameters []db.ParameterPrivilegesRow
+	if info.ServerVersionNum >= 150000 { // pg_parameter_acl is PostgreSQL 15's; before, no such privilege exists
+		if parameters, err = q.ParameterPrivileges(ctx, names.All()); err != nil {
+			return nil, fmt.Errorf("read parameter privileges: %w", err)
+		}
+	}
 	a := &Audit{Database: info.Database, ServerVersion: info.ServerVersion, ServerVersionNum: int(info.ServerVersionNum),
 		Rows: []Row{}, Drift: []Drift{}, Notes: []Drift{}, AllowedMembers: allowed, bootstrap: ownership.BootstrapSuperuser}
 	ownerPrivs := map[string][]string{}
@@ -255,6 +262,7 @@ func ReadAuditIn(ctx context.Context, conn dbconn.Querier, names Names, opts Aud
 	a.compareObjects(names, ownerPrivs, objects, acl)
 	a.compareLargeObjects(names, largeObjects)
 	a.compareDefinerFunctions(names, definers)
+	a.compareParameterPrivileges(names, parameters)
 	a.compareColumns(columns)
 	a.compareDefaults(names, defACL)
 	a.noteOtherDatabases(elsewhere)

@@ -203,3 +203,28 @@ WHERE p.oid < 16384 AND NOT p.rolsuper AND r.oid >= 16384 AND NOT r.rolsuper
           AND pg_catalog.has_database_privilege(x.oid, pg_catalog.current_database(), 'CONNECT')))
 GROUP BY 1, 2, 3
 ORDER BY 1, 2, 3;
+
+-- name: ParameterPrivileges :many
+-- Parameter privileges (GRANT SET | ALTER SYSTEM ON PARAMETER, PostgreSQL 15 and later; the
+-- catalog does not exist before, so roles.ReadAuditIn runs this only on 15+) that one of the
+-- four roles holds: granted to it, to PUBLIC, or to a role it is a member of (MEMBER: through
+-- inheritance or SET ROLE, either one lets it use them). One row per ACL entry and model role;
+-- grantee is 'PUBLIC' for PUBLIC. pg_parameter_acl is readable by every role.
+SELECT p.parname::text AS parameter,
+       CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.pg_get_userbyid(x.grantee) END::text AS grantee,
+       pg_catalog.pg_get_userbyid(x.grantor)::text AS grantor,
+       x.privilege_type::text AS privilege,
+       x.is_grantable::boolean AS grantable,
+       r.rolname::text AS role_name,
+       pg_catalog.pg_get_userbyid(10)::text AS bootstrap_superuser
+FROM pg_catalog.pg_parameter_acl p
+CROSS JOIN LATERAL pg_catalog.aclexplode(p.paracl) AS x(grantor, grantee, privilege_type, is_grantable)
+JOIN pg_catalog.pg_roles r ON r.rolname = ANY (@role_names::text[])
+WHERE x.grantee = 0 OR x.grantee = r.oid OR pg_catalog.pg_has_role(r.oid, x.grantee, 'MEMBER')
+ORDER BY 1, 2, 3, 4, 6;
+
+-- name: CurrentUserMaySetParameter :one
+-- Whether the connected role may SET the parameter (PostgreSQL 15 and later): by a grant to it,
+-- to PUBLIC or to a role whose privileges it inherits, or as a superuser. Readiness's own check
+-- of session_replication_role, whatever route the privilege takes.
+SELECT pg_catalog.has_parameter_privilege(current_user, @parameter::text, 'SET')::boolean AS may_set;

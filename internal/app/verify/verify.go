@@ -351,7 +351,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		}
 		findings := fromRoles(audit, opts.Names)
 		if opts.Scope == ScopeRuntime {
-			if findings, err = runtimeFindings(ctx, q, opts.Names, findings); err != nil {
+			if findings, err = runtimeFindings(ctx, q, opts.Names, findings, info.ServerVersionNum); err != nil {
 				return nil, err
 			}
 			privileges = "the runtime role's exact privileges, PUBLIC's and the database's"
@@ -535,8 +535,9 @@ func (r *Report) checkStream(ctx context.Context, tx pgx.Tx, q *db.Queries, info
 // runtimeFindings keeps the privilege findings that refuse a replica (roles.Drift.ReachesRuntime:
 // what changes the runtime's statements, or lets any role read or change what they use beyond
 // the model), and the notes that concern the runtime role, PUBLIC or the database. It adds one if
-// the connected role is not the runtime role, whose exact privileges are the ones checked.
-func runtimeFindings(ctx context.Context, q *db.Queries, names roles.Names, all []Finding) ([]Finding, error) {
+// the connected role is not the runtime role, whose exact privileges are the ones checked, and
+// one if the runtime role may SET session_replication_role by any route (runtimeMaySetReplica).
+func runtimeFindings(ctx context.Context, q *db.Queries, names roles.Names, all []Finding, serverVersionNum int32) ([]Finding, error) {
 	var out []Finding
 	for _, f := range all {
 		if f.runtime || (f.Severity == SeverityNote && (f.Role == "" || f.Role == names.Runtime || f.Role == string(roles.Public))) {
@@ -551,6 +552,39 @@ func runtimeFindings(ctx context.Context, q *db.Queries, names roles.Names, all 
 		out = append(out, Finding{Severity: SeverityDrift, Kind: "connected_role", Object: who.CurrentUser, Role: who.CurrentUser,
 			Message: fmt.Sprintf("connected as %s; a replica runs as the runtime role %s, whose exact privileges readiness checks", who.CurrentUser, names.Runtime),
 			Fix:     fmt.Sprintf("connect as %s (--database-url or QL_DATABASE_URL naming that user)", names.Runtime)})
+		return out, nil
+	}
+	f, err := runtimeMaySetReplica(ctx, q, names, serverVersionNum)
+	if err != nil {
+		return nil, err
+	}
+	if f != nil {
+		out = append(out, *f)
 	}
 	return out, nil
+}
+
+// runtimeMaySetReplica asks the server itself whether the connected runtime role may SET
+// session_replication_role (PostgreSQL 15 and later: a parameter privilege granted to it, to
+// PUBLIC or to a role whose privileges it inherits; or SUPERUSER): `SET LOCAL
+// session_replication_role = replica` would turn off every trigger for its writes, the deferred
+// run_attempt_agree and the guards included. The audit names each grant (parameter_privilege);
+// this check does not depend on reading the grants right (or on the runtime being no superuser).
+func runtimeMaySetReplica(ctx context.Context, q *db.Queries, names roles.Names, serverVersionNum int32) (*Finding, error) {
+	const parameter = "session_replication_role"
+	if serverVersionNum < 150000 {
+		return nil, nil // no parameter privileges before 15: only a superuser may set it (role_attribute drift)
+	}
+	may, err := q.CurrentUserMaySetParameter(ctx, parameter)
+	if err != nil {
+		return nil, fmt.Errorf("read whether %s may set %s: %w", names.Runtime, parameter, err)
+	}
+	if !may {
+		return nil, nil
+	}
+	return &Finding{Severity: SeverityDrift, Kind: "runtime_parameter_privilege", Object: "parameter " + parameter, Role: names.Runtime,
+		Message: fmt.Sprintf("the runtime role %s may SET %s (has_parameter_privilege): SET LOCAL %s = replica turns off every trigger for its writes, the foreign keys', "+
+			"the deferred run_attempt_agree and every guard and audit trigger included; the model grants no parameter privilege and the runtime is no superuser", names.Runtime, parameter, parameter),
+		Fix: fmt.Sprintf("REVOKE SET ON PARAMETER %s FROM %s (or from PUBLIC, or from the role %s is a member of, whichever holds it; `qlmigrate verify` names it)",
+			parameter, pgx.Identifier{names.Runtime}.Sanitize(), names.Runtime)}, nil
 }

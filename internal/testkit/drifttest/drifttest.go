@@ -27,27 +27,41 @@ type Case struct {
 	// PrivateRoles: the change alters a role itself (cluster-wide), so the test needs roles of
 	// its own (testpg.NewPrivate).
 	PrivateRoles bool
+	// Undo, run as a superuser when the test ends (before the roles are dropped), removes what
+	// would keep DropWithRoles from dropping them: a parameter privilege (pg_parameter_acl is
+	// cluster-wide, and a role holding one cannot be dropped). Same placeholders as SQL.
+	Undo string
 }
 
 // DB returns a migrated database for the case: one with roles of its own when it changes a role.
 func (c Case) DB(t testing.TB) *testpg.DB {
 	t.Helper()
+	d := testpg.New
 	if c.PrivateRoles {
-		return testpg.NewPrivate(t)
+		d = testpg.NewPrivate
 	}
-	return testpg.New(t)
+	db := d(t)
+	if c.Undo != "" {
+		// registered after the database's own clean-up, so it runs first
+		t.Cleanup(func() { db.Exec(t, render(c.Undo, db.Name, db.Names)) })
+	}
+	return db
 }
 
 // Render fills the placeholders of c.SQL for database and names.
 func (c Case) Render(database string, names roles.Names) string {
+	return render(c.SQL, database, names)
+}
+
+func render(sql, database string, names roles.Names) string {
 	q := func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 	return strings.NewReplacer("{owner}", q(names.Owner), "{admin}", q(names.Admin), "{runtime}", q(names.Runtime),
-		"{worker}", q(names.WorkerIngress), "{db}", q(database), "{prefix}", names.Prefix).Replace(c.SQL)
+		"{worker}", q(names.WorkerIngress), "{db}", q(database), "{prefix}", names.Prefix).Replace(sql)
 }
 
 // Cases is every class: issue 16's points 1 and 2 (firstRound), then issue 30's, 37's and 32's, one file per
 // class so that each class's cases stay beside each other.
-var Cases = slices.Concat(firstRound, enforcement, settings, database, writers, builtins, strictness, repair, reads, recovery, dispatch)
+var Cases = slices.Concat(firstRound, enforcement, settings, database, writers, builtins, strictness, repair, reads, recovery, dispatch, parameters)
 
 // firstRound is issue 16's points 1 and 2.
 var firstRound = []Case{
