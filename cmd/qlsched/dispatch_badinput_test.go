@@ -104,9 +104,9 @@ func TestDispatchBadInputGate(t *testing.T) {
 	// Specs the worker cannot run: a failed Attempt whose error names the reason (but for the Run
 	// the hostile client took and reported succeeded).
 	for _, w := range []struct{ task, kind, says string }{
-		{"missing", workerproto.KindSpawn, "cannot start program"},
+		{"missing", workerproto.KindSpawn, "cannot start the program"},
 		{"badtimeout", workerproto.KindBadSpec, `"timeout"`},
-		{"nocommand", workerproto.KindBadSpec, "spec: unknown field"},
+		{"nocommand", workerproto.KindBadSpec, "an unknown field"},
 	} {
 		if n := l.count(t, `SELECT count(*) FROM control_core.attempts a JOIN control_core.runs r ON r.run_id = a.run_id
 			WHERE r.task_id = $1 AND r.run_id <> $4::uuid AND (a.state <> 'failed' OR a.error->>'kind' <> $2 OR strpos(a.error->>'message', $3) = 0)`,
