@@ -166,8 +166,8 @@ func (f *fx) handBack(c dispatch.Credential, s dispatch.Session) string {
 }
 
 // A hand-back does not use up an attempt: with the default max_attempts 1 (run once), a Run handed
-// back twice by draining workers is queued at once each time and its third Attempt succeeds; a
-// failure after that is the Run's one counted attempt and fails it.
+// back twice by draining workers is queued at once each time and its third Attempt succeeds. With
+// max_attempts 2, a Run handed back once still has two failures to spend.
 func TestAHandBackIsNotAnAttempt(t *testing.T) {
 	t.Parallel()
 	f := newFx(t)
@@ -196,20 +196,24 @@ func TestAHandBackIsNotAnAttempt(t *testing.T) {
 		"run.dispatching run.running run.queued:handed_back run.dispatching run.running run.succeeded" {
 		t.Errorf("events: %s", got)
 	}
-	// Run 2: handed back once, then it fails: that failure is its one attempt.
+	// Run 2, max_attempts 2: handed back, then two failures: the first is retried (one attempt
+	// counted of two), the second fails the Run.
+	f.policy("p", 2, 0, "{}")
 	runs = append(runs, f.queue("p", 1)...)
 	if got := f.handBack(c, s); got != "queued" {
 		t.Fatalf("Run 2's hand-back: the Run is %s, want queued", got)
 	}
-	s2, o, l := f.running(c)
-	code := 1
-	comp, err = f.store.Complete(bg, c, o.AttemptID, dispatch.Report{SessionID: s2.ID, CallbackToken: o.CallbackToken,
-		LeaseVersion: l.LeaseVersion, Outcome: dispatch.OutcomeFailed, ExitCode: &code})
-	if err != nil || comp.RunState != "failed" || o.RunID != runs[1] {
-		t.Fatalf("Run 2's attempt 2 (Run %s) failed: complete = %+v, %v; want the Run failed", o.RunID, comp, err)
+	for _, want := range []string{"queued", "failed"} {
+		s2, o, l := f.running(c)
+		code := 1
+		comp, err = f.store.Complete(bg, c, o.AttemptID, dispatch.Report{SessionID: s2.ID, CallbackToken: o.CallbackToken,
+			LeaseVersion: l.LeaseVersion, Outcome: dispatch.OutcomeFailed, ExitCode: &code})
+		if err != nil || comp.RunState != want || o.RunID != runs[1] {
+			t.Fatalf("Run 2's attempt %d (Run %s) failed: complete = %+v, %v; want the Run %s", o.AttemptNo, o.RunID, comp, err, want)
+		}
 	}
 	if got := f.events(runs[1]); got != "run.created run.queued run.dispatching run.running run.queued:handed_back "+
-		"run.dispatching run.running run.failed:attempts_exhausted" {
+		"run.dispatching run.running run.queued:retry run.dispatching run.running run.failed:attempts_exhausted" {
 		t.Errorf("Run 2's events: %s", got)
 	}
 }
