@@ -74,10 +74,10 @@ func TestStartupRecoveryExcludesExactlyTheDispatchersShapes(t *testing.T) {
 		{"run dispatching, attempt claimed (past I1)", "", replica(`UPDATE control_core.runs SET state = 'dispatching'`), true},
 		{"cancel requested", "", `UPDATE control_core.runs SET cancel_requested_at_ms = 1`, true},
 		// A newer claimed Attempt beside a live older one is in no recovery index: the newest is
-		// in the dispatcher's shape. I1 refuses the pair's next state change at commit
-		// (TestRunAndNewestAttemptAgreeAtCommit), so the dispatcher cannot move it either.
-		{"a newer attempt beside a live one", "", `INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state)
-			SELECT gen_random_uuid(), run_id, 2, 'remote_worker', 'claimed' FROM control_core.runs`, false},
+		// in the dispatcher's shape. I1 refuses the insert at commit (pg-0023) and the pair's next
+		// state change (TestRunAndNewestAttemptAgreeAtCommit); past I1, recovery leaves it alone.
+		{"a newer attempt beside a live one (past I1)", "", replica(`INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state)
+			SELECT gen_random_uuid(), run_id, 2, 'remote_worker', 'claimed' FROM control_core.runs`), false},
 		{"operator-owned run, drifted", "", `UPDATE control_core.runs SET owner = 'operator'; UPDATE control_core.attempts SET worker_id = 'w1'`, false},
 	}
 	for _, tc := range cases {
@@ -188,8 +188,10 @@ func TestRecoveryReachesCandidatesBehindSkippedOnes(t *testing.T) {
 			scheduled_for_ms + g * 1000, 'ql3:cron:v1:' || trigger_id || ':' || trigger_revision || ':' || (scheduled_for_ms + g * 1000),
 			'queued', 'runtime', g, created_at_ms, updated_at_ms
 		FROM control_core.runs, generate_series(1, $1::integer) g`, held+behind)
-	f.exec(`INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state)
-		SELECT gen_random_uuid(), run_id, 1, 'remote_worker', 'dispatching' FROM control_core.runs WHERE queued_at_ms <= $1`, held+behind)
+	// a queued Run with a dispatching Attempt disagrees (I1 refuses it at commit since pg-0023): drift
+	// written past I1, as recovery finds it
+	f.exec(replica(fmt.Sprintf(`INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state)
+		SELECT gen_random_uuid(), run_id, 1, 'remote_worker', 'dispatching' FROM control_core.runs WHERE queued_at_ms <= %d`, held+behind)))
 	f.exec(fmt.Sprintf(`CREATE FUNCTION control_core.test_hold() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			IF (SELECT queued_at_ms FROM control_core.runs WHERE run_id = OLD.run_id) <= %d THEN RETURN NULL; END IF;

@@ -480,7 +480,10 @@ run_lock AS (
 ),
 cur AS (
     SELECT i.ord, i.fence, i.outcome, i.result, i.error, r.run_id, r.state AS run_state, a.attempt_id,
-           a.attempt_no, l.run_lease_id, kr.max_attempts, kr.retry_backoff_ms
+           a.attempt_no, l.run_lease_id, kr.max_attempts, kr.retry_backoff_ms,
+           (SELECT count(*) FROM control_core.attempts h
+            WHERE h.run_id = a.run_id AND h.attempt_no < a.attempt_no
+              AND h.result ->> 'outcome' = 'handed_back')::integer AS hand_backs
     FROM item i
     JOIN control_core.attempts a ON a.attempt_id = i.attempt_id AND a.state = 'running'
     JOIN run_lock r ON r.run_id = a.run_id
@@ -507,14 +510,15 @@ lease AS (
     RETURNING l.run_lease_id
 ),
 decided AS (
-    SELECT cur.ord, cur.fence, cur.outcome, cur.result, cur.error, cur.run_id, cur.run_state, cur.attempt_id, cur.attempt_no, cur.run_lease_id, cur.max_attempts, cur.retry_backoff_ms,
+    SELECT cur.ord, cur.fence, cur.outcome, cur.result, cur.error, cur.run_id, cur.run_state, cur.attempt_id, cur.attempt_no, cur.run_lease_id, cur.max_attempts, cur.retry_backoff_ms, cur.hand_backs,
            (CASE WHEN cur.fence = 'expiry' THEN 'expired'
                  WHEN cur.run_state = 'cancelled' THEN 'cancelled'
                  WHEN cur.outcome = 'succeeded' THEN 'succeeded'
                  ELSE 'failed' END)::text AS attempt_after,
            (CASE WHEN cur.run_state = 'running' AND NOT (cur.fence = 'worker' AND cur.outcome = 'succeeded')
                  THEN control_core.retry_at_ms(CASE WHEN cur.fence = 'expiry' THEN 'expired' ELSE cur.outcome END,
-                                               cur.attempt_no, cur.max_attempts, cur.retry_backoff_ms, obs.now_ms)
+                                               cur.attempt_no, cur.hand_backs, cur.max_attempts, cur.retry_backoff_ms,
+                                               obs.now_ms)
             END)::bigint AS retry_at
     FROM cur JOIN lease ON lease.run_lease_id = cur.run_lease_id, obs
 ),
@@ -551,10 +555,14 @@ ev AS (
            CASE run.state
              WHEN 'succeeded' THEN jsonb_build_object('attempt_no', d.attempt_no, 'exit_code', d.result -> 'exit_code',
                                                       'duration_ms', d.result -> 'duration_ms')
-             WHEN 'queued' THEN jsonb_build_object('reason', CASE WHEN d.fence = 'expiry' THEN 'lease_expired' ELSE 'retry' END,
+             WHEN 'queued' THEN jsonb_build_object('reason', CASE WHEN d.fence = 'expiry' THEN 'lease_expired'
+                                                                  WHEN d.outcome = 'handed_back' THEN 'handed_back'
+                                                                  ELSE 'retry' END,
                                                    'failed_attempt_no', d.attempt_no, 'retry_at_ms', d.retry_at,
                                                    'error', jsonb_build_object('kind', d.error -> 'kind'))
-             ELSE jsonb_build_object('reason', CASE WHEN d.fence = 'expiry' THEN 'lease_expired' ELSE 'attempts_exhausted' END,
+             ELSE jsonb_build_object('reason', CASE WHEN d.fence = 'expiry' THEN 'lease_expired'
+                                                    WHEN d.outcome = 'handed_back' THEN 'hand_backs_exhausted'
+                                                    ELSE 'attempts_exhausted' END,
                                      'attempt_no', d.attempt_no, 'error', jsonb_build_object('kind', d.error -> 'kind'))
            END
     FROM run JOIN decided d ON d.run_id = run.run_id, obs
@@ -592,7 +600,8 @@ type FinishAttemptsRow struct {
 // waits; a skipped worker item is retried by the store). The Attempt ends (succeeded, failed,
 // expired; cancelled on a cancelled Run), the lease ends (released; expired), and a running Run
 // succeeds, is queued for a retry (control_core.retry_at_ms: a new claimed Attempt attempt_no + 1)
-// or fails; a cancelled Run is never changed here.
+// or fails; a cancelled Run is never changed here. hand_backs: the Run's earlier Attempts that were
+// handed back (recorded outcome), which retry_at_ms does not count as attempts (pg-0023).
 func (q *Queries) FinishAttempts(ctx context.Context, arg FinishAttemptsParams) ([]FinishAttemptsRow, error) {
 	rows, err := q.db.Query(ctx, finishAttempts,
 		arg.AttemptIds,

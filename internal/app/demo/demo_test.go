@@ -27,7 +27,7 @@ func TestDemoOnAServerStartsReplicasAsRunDoes(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	for _, want := range []string{"demo-replica-1: ready; startup recovery: 0 candidates", "pg-0001-bootstrap … pg-0022-dispatch-loop",
-		"control-core is at v21 / dispatch_loop", "every occurrence admitted exactly once"} {
+		"control-core is at v22 / loop_integrity", "every occurrence admitted exactly once"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

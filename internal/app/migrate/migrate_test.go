@@ -59,12 +59,12 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if len(applied) != 22 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[21].Migration.Name != "pg-0022-dispatch-loop" {
+	if len(applied) != 23 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[22].Migration.Name != "pg-0023-loop-integrity" {
 		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0022-dispatch-loop", len(applied), applied)
 	}
 	capability, err := db.New(d.Pool(t, "")).Capability(ctx, "control-core")
-	if err != nil || capability.Version != 21 || capability.Name != "dispatch_loop" {
-		t.Fatalf("capability = %+v, %v; want v21 dispatch_loop", capability, err)
+	if err != nil || capability.Version != 22 || capability.Name != "loop_integrity" {
+		t.Fatalf("capability = %+v, %v; want v22 loop_integrity", capability, err)
 	}
 
 	su := d.Pool(t, "")
@@ -119,7 +119,7 @@ func TestUpToStopsThereAndStatusShowsPending(t *testing.T) {
 		}
 	}
 	var field *migrate.FieldError
-	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 22") {
+	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 23") {
 		t.Errorf("Up(ctx, 99): err %v, want a *FieldError of field To saying which versions exist", err)
 	}
 }

@@ -90,7 +90,7 @@ func TestRunReportsAnEditedEmbeddedFile(t *testing.T) {
 }
 
 // BenchmarkVerify measures one complete verify (all seven checks, one read-only transaction) on
-// a clean v21 database over an open connection, as `qlmigrate verify` runs it.
+// a clean v22 database over an open connection, as `qlmigrate verify` runs it.
 func BenchmarkVerify(b *testing.B) {
 	d := testpg.New(b)
 	conn := connect(b, d.URL("ql_owner"))

@@ -1,6 +1,6 @@
 package drifttest
 
-// dispatch: what the closed loop (pg-0022, issue 32) holds as database facts: one active lease per
+// dispatch: what the closed loop (pg-0022, pg-0023, issue 32) holds as database facts: one active lease per
 // Run and one live offer per Attempt (unique partial indexes), the placement queue's index, the
 // token guard, the Run/Attempt agreement at commit (I1), the rule functions the dispatcher and
 // recovery share, and the grants on worker tokens and cancel_run. Each change would let a
@@ -43,6 +43,19 @@ var dispatch = []Case{
 		SQL: `GRANT DELETE ON control_core.worker_tokens TO {runtime}`, Object: "control_core.worker_tokens", Runtime: true},
 	{Name: "SELECT on worker tokens for the worker ingress role",
 		SQL: `GRANT SELECT ON control_core.worker_tokens TO {worker}`, Object: "control_core.worker_tokens", Runtime: true},
+	// pg-0023: I1 on an Attempt's insert, a lease's Run tied to its Attempt's, the hand-back cap
+	{Name: "the Run and Attempt agreement on attempts narrowed back to state updates",
+		SQL: `DROP TRIGGER run_attempt_agree ON control_core.attempts;
+		      CREATE CONSTRAINT TRIGGER run_attempt_agree AFTER UPDATE OF state ON control_core.attempts
+		          DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION control_core.run_attempt_agree()`,
+		Object: "run_attempt_agree", Runtime: true},
+	{Name: "the lease's Run no longer tied to its Attempt's Run",
+		SQL:    `ALTER TABLE control_core.run_leases DROP CONSTRAINT run_leases_attempt_run_fkey`,
+		Object: "run_leases_attempt_run_fkey", Runtime: true},
+	{Name: "the hand-back cap replaced",
+		SQL: `CREATE OR REPLACE FUNCTION control_core.max_hand_backs() RETURNS integer
+		      LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000000 $$`,
+		Object: "control_core.max_hand_backs()", Runtime: true},
 	{Name: "EXECUTE on cancel_run revoked from the admin role (not the runtime's)",
 		SQL:    `REVOKE EXECUTE ON FUNCTION control_core.cancel_run(uuid, text) FROM {admin}`,
 		Object: "control_core.cancel_run(uuid, text)", Runtime: false},
