@@ -135,7 +135,7 @@ const (
 	OutcomeSucceeded  Outcome = "succeeded"
 	OutcomeFailed     Outcome = "failed"
 	OutcomeCancelled  Outcome = "cancelled"
-	OutcomeHandedBack Outcome = "handed_back" // drain grace exceeded: counts as an attempt, retried without backoff
+	OutcomeHandedBack Outcome = "handed_back" // drain grace exceeded: not an attempt, retried at once (control_core.max_hand_backs per Run)
 )
 
 // Report is a worker's completion of an Attempt (POST /v1/attempts/{id}/complete), validated by

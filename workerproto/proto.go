@@ -152,7 +152,7 @@ const (
 	OutcomeSucceeded  = "succeeded"
 	OutcomeFailed     = "failed"
 	OutcomeCancelled  = "cancelled"
-	OutcomeHandedBack = "handed_back" // drain grace exceeded: counts as an attempt, retried at once
+	OutcomeHandedBack = "handed_back" // drain grace exceeded: not an attempt, retried at once (at most 16 per Run)
 )
 
 // Error kinds of a failed (or cancelled, handed back) Attempt.
