@@ -495,7 +495,7 @@ cur AS (
        OR (i.fence = 'worker' AND i.outcome IN ('succeeded', 'failed', 'cancelled', 'handed_back')
            AND l.worker_session_id = i.session_id AND l.lease_version = i.lease_version
            AND a.callback_token_hash = i.callback_hash
-           AND octet_length(i.result::text) <= 12288
+           AND octet_length(i.result::text) <= 65536
            AND EXISTS (SELECT 1 FROM control_core.worker_sessions s
                        JOIN control_core.worker_tokens t ON t.worker_token_id = s.worker_token_id
                        WHERE s.worker_session_id = i.session_id AND s.state IN ('active', 'draining')
@@ -594,7 +594,11 @@ type FinishAttemptsRow struct {
 	AttemptStateAfter string    `json:"attempt_state_after"`
 }
 
-// F, F′, F″ and E in one statement; items as parallel arrays. fence 'worker': C + L + S + T, the
+// F, F′, F″ and E in one statement; items as parallel arrays. A report's result is bounded by the
+// protocol (a tail of 8192 bytes); 65536 is only the backstop, above the worst escaping of a valid
+// one as jsonb text (every tail byte a control character, \u00XX: 6 × 8192), so no valid report
+// writes nothing while every fence holds (it was once 12288: a coloured log was never stored).
+// fence 'worker': C + L + S + T, the
 // lease row active (its time is not required: nothing was retried yet, see docs/dispatch.md);
 // fence 'expiry': the lease active and past its expiry. Runs are locked SKIP LOCKED (the sweep never
 // waits; a skipped worker item is retried by the store). The Attempt ends (succeeded, failed,

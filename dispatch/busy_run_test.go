@@ -49,3 +49,22 @@ func TestAReportAgainstALockedRunIsBusyNotLost(t *testing.T) {
 		})
 	}
 }
+
+// The largest tail the protocol allows, at its worst escaping as jsonb text (8192 control
+// characters, \u001b each), is kept: the store's size backstop was once below it, so such a
+// report (a coloured log) wrote nothing while every fence held, and was retried until it was lost.
+func TestAReportWithTheWorstEscapedTailIsKept(t *testing.T) {
+	f := newFx(t)
+	f.queue("p", 1)
+	c := f.token("w")
+	s, o, l := f.running(c)
+	tail := strings.Repeat("\x1b", 8192)
+	got, err := f.store.Complete(bg, c, o.AttemptID, dispatch.Report{SessionID: s.ID, CallbackToken: o.CallbackToken,
+		LeaseVersion: l.LeaseVersion, Outcome: dispatch.OutcomeSucceeded, OutputTail: tail})
+	if err != nil || got.RunState != "succeeded" {
+		t.Fatalf("a report with 8192 escape characters: %+v, %v; want the Run succeeded", got, err)
+	}
+	if n := f.str(`SELECT length(result->>'output_tail')::text FROM control_core.attempts WHERE attempt_id = $1`, o.AttemptID); n != "8192" {
+		t.Errorf("stored tail of %s characters, want 8192", n)
+	}
+}
