@@ -14,7 +14,8 @@ import (
 )
 
 // Bounds of a Run's story: how many of its offers and events it lists (the newest). Attempts are
-// all listed: a Run has at most its task revision's max_attempts (MaxMaxAttempts) of them.
+// all listed: a Run has at most max_attempts (≤ MaxMaxAttempts) plus its hand-backs
+// (control_core.max_hand_backs(), 16) of them, well under MaxStoryList.
 const (
 	DefaultStoryOffers = 20
 	DefaultStoryEvents = 100
@@ -139,7 +140,7 @@ type StoryOffer struct {
 }
 
 // RunStory reads one Run's story in one snapshot. The nil UUID is a FieldError; a Run that does
-// not exist is ErrNotFound. The read is bounded: all Attempts (≤ MaxMaxAttempts), the newest
+// not exist is ErrNotFound. The read is bounded: all Attempts (≤ MaxMaxAttempts + 16 hand-backs), the newest
 // offers and events up to the limits, and the counts of both.
 func (r *Reader) RunStory(ctx context.Context, runID uuid.UUID, l StoryLimits) (RunStory, error) {
 	var out RunStory
@@ -173,7 +174,7 @@ func (r *Reader) RunStory(ctx context.Context, runID uuid.UUID, l StoryLimits) (
 		if lag, ok := admissionLag(out.ScheduledForMs, out.QueuedAtMs); ok {
 			out.LagMs = &lag
 		}
-		attempts, err := q.RunStoryAttempts(ctx, db.RunStoryAttemptsParams{RunID: runID, MaxRows: MaxMaxAttempts})
+		attempts, err := q.RunStoryAttempts(ctx, db.RunStoryAttemptsParams{RunID: runID, MaxRows: MaxStoryList})
 		if err != nil {
 			return fmt.Errorf("read attempts of run %s: %w", runID, err)
 		}

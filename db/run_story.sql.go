@@ -200,7 +200,7 @@ type RunStoryHeadRow struct {
 // token's hash, the execution revision's spec (docs/dispatch.md: secrets). An Attempt's result is
 // the worker's report (exit status, output tail): what the operator came for, so it is selected.
 // The Run, its task revision's retry policy, and how many offers and events it has. Attempts of a
-// Run are at most its task revision's max_attempts (≤ 100). The offer count probes
+// Run are at most its task revision's max_attempts (≤ 100) plus its hand-backs (≤ 16, pg-0023). The offer count probes
 // dispatch_offers_attempt_idx once per Attempt (the offers of one Run); the event count is one
 // probe of the (run_id, seq) index (seq counts 1, 2, … with no gap: every writer appends max+1).
 func (q *Queries) RunStoryHead(ctx context.Context, runID uuid.UUID) (RunStoryHeadRow, error) {

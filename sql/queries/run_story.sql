@@ -6,7 +6,7 @@
 
 -- name: RunStoryHead :one
 -- The Run, its task revision's retry policy, and how many offers and events it has. Attempts of a
--- Run are at most its task revision's max_attempts (≤ 100). The offer count probes
+-- Run are at most its task revision's max_attempts (≤ 100) plus its hand-backs (≤ 16, pg-0023). The offer count probes
 -- dispatch_offers_attempt_idx once per Attempt (the offers of one Run); the event count is one
 -- probe of the (run_id, seq) index (seq counts 1, 2, … with no gap: every writer appends max+1).
 SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.execution_revision_id, r.trigger_id, r.trigger_revision,
