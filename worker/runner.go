@@ -199,8 +199,9 @@ func (r *Runner) serve(ctx context.Context) error {
 			}
 			continue
 		}
+		inHand := time.Now() // one base for every offer of this answer: ACKs are sent one by one
 		for _, o := range resp.Offers {
-			r.take(ctx, sess, o)
+			r.take(ctx, sess, o, inHand)
 		}
 		if resp.DispatcherStopping {
 			r.client.failover()
@@ -297,15 +298,16 @@ func (r *Runner) signalFree() {
 
 // take acknowledges one offer and starts its job, or rejects it when the Runner is stopping or
 // full (a dispatcher never offers more than asked; this is the backstop).
-func (r *Runner) take(ctx context.Context, sess *session, o workerproto.Offer) {
+func (r *Runner) take(ctx context.Context, sess *session, o workerproto.Offer, inHand time.Time) {
 	log := r.log.With("offer_id", o.OfferID, "attempt_id", o.AttemptID, "run_id", o.RunID)
 	// The dispatcher, not this deadline, decides whether the offer is still live (in database
-	// time): the deadline only bounds the retries. It counts from now, when the offer is in hand,
-	// never from when the long poll was sent (an offer made late in a poll would be given up
-	// before it was ever ACKed), and leaves one CallTimeout past the offer's expiry, so an ACK
+	// time): the deadline only bounds the retries. It counts from when the poll's answer was in
+	// hand, never from when the long poll was sent (an offer made late in a poll would be given
+	// up before it was ever ACKed), and leaves one CallTimeout past the offer's expiry, so an ACK
 	// whose answer was lost is replayed and answered with its lease, which is never left to
-	// expire with no job behind it.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(o.ExpiresInMs)*time.Millisecond+r.cfg.CallTimeout)
+	// expire with no job behind it. One base for all the answer's offers bounds how long the
+	// poll loop can wait on an unreachable dispatcher: one deadline, not one per offer.
+	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), inHand.Add(time.Duration(o.ExpiresInMs)*time.Millisecond+r.cfg.CallTimeout))
 	defer cancel()
 	r.mu.Lock()
 	full := len(r.jobs) >= r.cfg.Capacity
