@@ -26,7 +26,7 @@ func TestDemoOnAServerStartsReplicasAsRunDoes(t *testing.T) {
 	if err := demo.Run(context.Background(), demo.Options{Replicas: 1, Duration: 2 * time.Second, Server: server, Out: &out}); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"demo-replica-1: ready; startup recovery: 0 candidates", "pg-0001-bootstrap … pg-0022-dispatch-loop",
+	for _, want := range []string{"demo-replica-1: ready; startup recovery: 0 candidates", "pg-0001-bootstrap … pg-0023-loop-integrity",
 		"control-core is at v22 / loop_integrity", "every occurrence admitted exactly once"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())

@@ -60,7 +60,7 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 		t.Fatalf("up: %v", err)
 	}
 	if len(applied) != 23 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[22].Migration.Name != "pg-0023-loop-integrity" {
-		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0022-dispatch-loop", len(applied), applied)
+		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0023-loop-integrity", len(applied), applied)
 	}
 	capability, err := db.New(d.Pool(t, "")).Capability(ctx, "control-core")
 	if err != nil || capability.Version != 22 || capability.Name != "loop_integrity" {
