@@ -383,7 +383,7 @@ func TestListsAndRunShow(t *testing.T) {
 		}
 	}
 
-	d, err := r.ShowRun(ctx, recent)
+	d, err := r.RunStory(ctx, recent, admin.StoryLimits{Offers: admin.DefaultStoryOffers, Events: admin.DefaultStoryEvents})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ func TestListsAndRunShow(t *testing.T) {
 		len(d.Events) != 2 || d.Events[0].Type != "run.created" || string(d.Events[0].Detail) != `{"run_state": "queued"}` {
 		t.Errorf("run %+v; want lag 40 ms, one Attempt with a result, events created and queued", d)
 	}
-	if _, err := r.ShowRun(ctx, uuid.New()); !errors.Is(err, admin.ErrNotFound) {
+	if _, err := r.RunStory(ctx, uuid.New(), admin.StoryLimits{Offers: 1, Events: 1}); !errors.Is(err, admin.ErrNotFound) {
 		t.Errorf("unknown run: %v; want ErrNotFound", err)
 	}
 }

@@ -3,11 +3,9 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/schedule"
@@ -217,31 +215,6 @@ func (r *Reader) TaskPage(ctx context.Context, f TaskFilter) (TaskList, error) {
 	return out, err
 }
 
-// RunDetail is one Run with its Attempts and Events, as `runs show` reports it.
-type RunDetail struct {
-	RunID               uuid.UUID `json:"run_id"`
-	ProjectID           string    `json:"project_id"`
-	TaskID              string    `json:"task_id"`
-	TaskRevision        int64     `json:"task_revision"`
-	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
-	TriggerID           *string   `json:"trigger_id"`
-	TriggerRevision     *int64    `json:"trigger_revision"`
-	ScheduledForMs      *int64    `json:"scheduled_for_ms"`
-	IdempotencyKey      string    `json:"idempotency_key"`
-	State               string    `json:"state"`
-	Owner               string    `json:"owner"`
-	QueuedAtMs          *int64    `json:"queued_at_ms"`
-	CancelRequestedAtMs *int64    `json:"cancel_requested_at_ms"`
-	FinishedAtMs        *int64    `json:"finished_at_ms"`
-	CreatedAtMs         int64     `json:"created_at_ms"`
-	UpdatedAtMs         int64     `json:"updated_at_ms"`
-	// LagMs is the admission lag, queued minus scheduled time; nil for a Run that lacks either.
-	LagMs    *int64    `json:"lag_ms"`
-	NowMs    int64     `json:"now_ms"`
-	Attempts []Attempt `json:"attempts"`
-	Events   []Event   `json:"events"`
-}
-
 // Attempt is one Attempt of a Run. Its result and error are reported as present or not only:
 // they may hold a worker's payload.
 type Attempt struct {
@@ -268,49 +241,6 @@ type Event struct {
 	Type    string          `json:"type"`
 	AtMs    int64           `json:"at_ms"`
 	Detail  json.RawMessage `json:"detail"`
-}
-
-// ShowRun reads one Run with its Attempts and Events. A Run that does not exist is ErrNotFound.
-func (r *Reader) ShowRun(ctx context.Context, runID uuid.UUID) (RunDetail, error) {
-	var out RunDetail
-	if runID == uuid.Nil {
-		return out, fieldErrf(FieldRun, "the nil UUID names no Run")
-	}
-	err := r.snapshot(ctx, func(q *db.Queries) error {
-		x, err := q.GetRun(ctx, runID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("run %s: %w", runID, ErrNotFound)
-		} else if err != nil {
-			return fmt.Errorf("read run %s: %w", runID, err)
-		}
-		out = RunDetail{RunID: x.RunID, ProjectID: x.ProjectID, TaskID: x.TaskID, TaskRevision: x.TaskRevision,
-			ExecutionRevisionID: x.ExecutionRevisionID, TriggerID: textPtr(x.TriggerID), TriggerRevision: int8Ptr(x.TriggerRevision),
-			ScheduledForMs: int8Ptr(x.ScheduledForMs), IdempotencyKey: x.IdempotencyKey, State: x.State, Owner: x.Owner,
-			QueuedAtMs: int8Ptr(x.QueuedAtMs), CancelRequestedAtMs: int8Ptr(x.CancelRequestedAtMs), FinishedAtMs: int8Ptr(x.FinishedAtMs),
-			CreatedAtMs: x.CreatedAtMs, UpdatedAtMs: x.UpdatedAtMs, NowMs: x.NowMs, Attempts: []Attempt{}, Events: []Event{}}
-		if lag, ok := admissionLag(out.ScheduledForMs, out.QueuedAtMs); ok {
-			out.LagMs = &lag
-		}
-		attempts, err := q.ListAttempts(ctx, runID)
-		if err != nil {
-			return fmt.Errorf("read attempts of run %s: %w", runID, err)
-		}
-		for _, a := range attempts {
-			out.Attempts = append(out.Attempts, Attempt{AttemptID: a.AttemptID, AttemptNo: a.AttemptNo, ExecutorKind: a.ExecutorKind,
-				State: a.State, WorkerID: textPtr(a.WorkerID), WorkerSessionID: uuidPtr(a.WorkerSessionID), RunLeaseID: uuidPtr(a.RunLeaseID),
-				OfferID: uuidPtr(a.OfferID), StartedAtMs: int8Ptr(a.StartedAtMs), FinishedAtMs: int8Ptr(a.FinishedAtMs),
-				CreatedAtMs: a.CreatedAtMs, UpdatedAtMs: a.UpdatedAtMs, HasResult: a.HasResult, HasError: a.HasError})
-		}
-		events, err := q.ListRunEvents(ctx, runID)
-		if err != nil {
-			return fmt.Errorf("read events of run %s: %w", runID, err)
-		}
-		for _, e := range events {
-			out.Events = append(out.Events, Event{EventID: e.EventID, Seq: e.Seq, Type: e.Type, AtMs: e.AtMs, Detail: e.Detail})
-		}
-		return nil
-	})
-	return out, err
 }
 
 func uuidPtr(v uuid.NullUUID) *uuid.UUID {

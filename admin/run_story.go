@@ -44,7 +44,7 @@ func (l StoryLimits) Validate() error {
 // RunStory is the whole story of one Run, read in one snapshot: its admission (the Run's own
 // fields: trigger, occurrence, created_at_ms is when it was admitted, owner who owns it), its
 // retry policy, every Attempt with its worker, lease and outcome, its newest offers and its
-// newest events. Its JSON is qlsched.runs-show/v1: the fields of RunDetail, and more.
+// newest events. Its JSON is qlsched.runs-show/v1 (docs/json.md).
 // Never in it: the callback token hash, a worker token's hash, the executor spec.
 type RunStory struct {
 	RunID               uuid.UUID `json:"run_id"`

@@ -34,24 +34,3 @@ WHERE (sqlc.narg(project_id)::text IS NULL OR t.project_id = sqlc.narg(project_i
 ORDER BY t.project_id, t.task_id
 LIMIT @max_rows::integer;
 
--- name: GetRun :one
-SELECT r.run_id, r.project_id, r.task_id, r.task_revision, r.execution_revision_id, r.trigger_id, r.trigger_revision,
-       r.scheduled_for_ms, r.idempotency_key, r.state, r.owner, r.queued_at_ms, r.cancel_requested_at_ms,
-       r.finished_at_ms, r.created_at_ms, r.updated_at_ms, control_core.db_now_ms()::bigint AS now_ms
-FROM control_core.runs r
-WHERE r.run_id = @run_id::uuid;
-
--- name: ListAttempts :many
--- A Run's Attempts; result and error are reported as present or not (they may hold payloads).
-SELECT a.attempt_id, a.attempt_no, a.executor_kind, a.state, a.worker_id, a.worker_session_id, a.run_lease_id,
-       a.offer_id, a.started_at_ms, a.finished_at_ms, a.created_at_ms, a.updated_at_ms,
-       (a.result IS NOT NULL)::boolean AS has_result, (a.error IS NOT NULL)::boolean AS has_error
-FROM control_core.attempts a
-WHERE a.run_id = @run_id::uuid
-ORDER BY a.attempt_no;
-
--- name: ListRunEvents :many
-SELECT e.event_id, e.seq, e.type, e.at_ms, e.detail
-FROM control_core.run_events e
-WHERE e.run_id = @run_id::uuid
-ORDER BY e.seq;
