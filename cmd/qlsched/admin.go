@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -98,6 +101,13 @@ func (a *app) adminCmd(cmd *cobra.Command, validate func(*cobra.Command) error, 
 			doc, text, err := do(cmd, pool)
 			if err := adminErr(err); err != nil {
 				return err
+			}
+			if _, ok := doc.(unshownUndo); ok {
+				// A closed stdout pipe would kill the process with SIGPIPE before the undo ran;
+				// while SIGPIPE is asked for, the write fails with EPIPE instead.
+				sigpipe := make(chan os.Signal, 1)
+				signal.Notify(sigpipe, syscall.SIGPIPE)
+				defer signal.Stop(sigpipe)
 			}
 			out := &recordingWriter{w: cmd.OutOrStdout()}
 			err = a.output(out, doc, func() { text(out) })

@@ -138,28 +138,43 @@ func TestRunsCancel(t *testing.T) {
 	}
 }
 
-// A token whose one showing failed (stdout a full disk) is never left live: the command exits
-// nonzero, says the token was revoked, and token list shows it revoked; in text and in JSON.
-// (A text output once ignored the write error and exited 0 with the token lost and live.)
+// A token whose one showing failed (stdout a full disk, or a pipe nobody reads) is never left
+// live: the command exits nonzero, says the token was revoked, and token list shows it revoked;
+// in text and in JSON. (A text output once ignored the write error and exited 0 with the token
+// lost and live; a closed pipe once killed the command with SIGPIPE before it could revoke.)
 func TestATokenNobodySawIsRevoked(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
 	url := d.URL("ql_admin")
-	for _, format := range []string{"text", "json"} {
-		full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(qlsched(t), "worker", "token", "create", "--name", "lost-"+format, "--format", format, "--database-url", url)
-		var stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = full, &stderr
-		err = cmd.Run()
-		full.Close()
-		if err == nil || !strings.Contains(stderr.String(), "never shown, so it was revoked") {
-			t.Errorf("%s: create into a full disk: %v, stderr %q; want a nonzero exit saying the token was revoked", format, err, stderr.String())
-		}
-		if strings.Contains(stderr.String(), "shown once") {
-			t.Errorf("%s: stderr says the token was shown: %q", format, stderr.String())
+	sinks := map[string]func() (*os.File, error){
+		"a full disk": func() (*os.File, error) { return os.OpenFile("/dev/full", os.O_WRONLY, 0) },
+		"a closed pipe": func() (*os.File, error) {
+			r, w, err := os.Pipe()
+			if err == nil {
+				err = r.Close()
+			}
+			return w, err
+		},
+	}
+	created := 0
+	for sink, open := range sinks {
+		for _, format := range []string{"text", "json"} {
+			out, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(qlsched(t), "worker", "token", "create", "--name", fmt.Sprintf("lost-%d", created), "--format", format, "--database-url", url)
+			created++
+			var stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = out, &stderr
+			err = cmd.Run()
+			out.Close()
+			if err == nil || !strings.Contains(stderr.String(), "never shown, so it was revoked") {
+				t.Errorf("%s into %s: %v, stderr %q; want a nonzero exit saying the token was revoked", format, sink, err, stderr.String())
+			}
+			if strings.Contains(stderr.String(), "shown once") {
+				t.Errorf("%s into %s: stderr says the token was shown: %q", format, sink, stderr.String())
+			}
 		}
 	}
 	list := run(t, "worker", "token", "list", "--format", "json", "--database-url", url)
@@ -169,8 +184,8 @@ func TestATokenNobodySawIsRevoked(t *testing.T) {
 			RevokedAtMs *int64 `json:"revoked_at_ms"`
 		} `json:"tokens"`
 	}
-	if err := json.Unmarshal([]byte(list.stdout), &doc); err != nil || len(doc.Tokens) != 2 {
-		t.Fatalf("token list: %v, %q; want the two tokens", err, list.stdout)
+	if err := json.Unmarshal([]byte(list.stdout), &doc); err != nil || len(doc.Tokens) != created {
+		t.Fatalf("token list: %v, %q; want the %d tokens", err, list.stdout, created)
 	}
 	for _, tk := range doc.Tokens {
 		if tk.RevokedAtMs == nil {
