@@ -17,9 +17,13 @@ import (
 	"github.com/qlcontrol/controlcore/internal/app/verify"
 	"github.com/qlcontrol/controlcore/internal/base/buildinfo"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
+	"github.com/qlcontrol/controlcore/worker/process"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == process.SupervisorCommand {
+		os.Exit(process.Supervise(os.Args[2:])) // the workers' per-job supervisor, as qlworker's
+	}
 	a := &app{}
 	os.Exit(cli.Run(a.rootCmd(), os.Args[1:], os.Stderr, a.redact))
 }
@@ -84,6 +88,7 @@ started), 3 cannot connect or the database failed, 130 interrupted (what it star
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Out = cmd.OutOrStdout()
+			opts.Supervisor = supervisor
 			if cmd.Flag("database-url").Changed {
 				var err error
 				if a.conn, err = dbconn.Resolve(a.databaseURL); err != nil {
@@ -106,6 +111,10 @@ started), 3 cannot connect or the database failed, 130 interrupted (what it star
 	return root
 }
 
+// supervisor re-executes this binary as the workers' per-job supervisor (qlworker's): a job and
+// its descendants die with the demo, even when it is killed.
+var supervisor = []string{"/proc/self/exe", process.SupervisorCommand}
+
 // demoErr maps what the demo found onto the exit-code contract: a problem (exit 1) when the
 // server is unfit or the stack misbehaved; connection and database errors keep their own codes.
 func demoErr(err error) error {
@@ -114,7 +123,7 @@ func demoErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, demo.ErrNotSuperuser), errors.Is(err, demo.ErrDrift), errors.Is(err, demo.ErrNotExactOnce),
-		errors.As(err, &notReady):
+		errors.Is(err, demo.ErrLoopAudit), errors.As(err, &notReady):
 		return &cli.ProblemError{Err: err}
 	}
 	return err // a connection or database error: exit 3
