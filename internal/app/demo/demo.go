@@ -175,7 +175,7 @@ func (d *demo) run(ctx context.Context) error {
 			d.step("stopping PostgreSQL and removing %s", cluster.DataDir())
 			_ = cluster.Stop()
 		}()
-		d.step("PostgreSQL from %s on 127.0.0.1:%d", cluster.BinDir, cluster.Port)
+		d.step("PostgreSQL from %s on 127.0.0.1:%d, data in %s", cluster.BinDir, cluster.Port, cluster.DataDir())
 		d.marker = cluster.DataDir()
 		su, err := dbconn.Resolve(cluster.URL("postgres", "postgres"))
 		if err != nil {
@@ -215,13 +215,16 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	defer stopLoop()
-	cancelled := d.startCanceller(ctx, adminPool)
+	cctx, stopCanceller := context.WithCancel(ctx)
+	cancelled := d.startCanceller(cctx, adminPool)
+	defer func() { stopCanceller(); <-cancelled }()
 	if err := d.runReplicas(ctx, names, adminPool); err != nil {
 		return err
 	}
 	if err := d.settle(ctx, adminPool); err != nil {
 		return err
 	}
+	stopCanceller()
 	<-cancelled
 	stopLoop()
 	return d.report(ctx, adminPool)
