@@ -94,8 +94,8 @@ const (
 	flakyAttempts = 2
 	workers       = 2
 	workerSlots   = 2
-	// onceAfter is how long after publishing the sleeper's trigger fires (once: a daily cron at
-	// that second)
+	// onceAfter is how long after the replicas started the sleeper's trigger fires (once: a
+	// daily cron at that second)
 	onceAfter = 2 * time.Second
 	// settle bounds the wait for the admitted Runs to finish after the replicas stopped
 	settle = 15 * time.Second
@@ -323,7 +323,7 @@ func (d *demo) prepare(ctx context.Context, names roles.Names) error {
 // publish publishes the project, its three tasks and their triggers, and creates the workers'
 // token (returned, never printed), all as the admin role.
 func (d *demo) publish(ctx context.Context, pool *dbconn.DB, names roles.Names) (string, error) {
-	d.step("publishing project demo, tasks %s, %s and %s, and %d triggers (as %s)", taskHello, taskFlaky, taskSleeper, len(Triggers)+2, names.Admin)
+	d.step("publishing project demo, tasks %s, %s and %s, and %d triggers (as %s)", taskHello, taskFlaky, taskSleeper, len(Triggers)+1, names.Admin)
 	pub := admin.NewPublisher(pool)
 	if _, err := pub.CreateProject(ctx, "demo"); err != nil {
 		return "", err
@@ -346,21 +346,16 @@ func (d *demo) publish(ctx context.Context, pool *dbconn.DB, names roles.Names) 
 		}
 		fmt.Fprintf(d.Out, "    task %-8s %s\n", t.spec.Task, t.command)
 	}
-	once := time.Now().Add(onceAfter).UTC().Truncate(time.Second).Add(time.Second)
 	triggers := append([]admin.TriggerSpec(nil), Triggers...)
 	for i := range triggers {
 		triggers[i].Task = taskHello
 	}
 	triggers = append(triggers,
-		admin.TriggerSpec{Task: taskFlaky, Trigger: triggerFlaky, Cron: "*/3 * * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip},
-		admin.TriggerSpec{Task: taskSleeper, Trigger: triggerOnce, Cron: fmt.Sprintf("%d %d %d * * *", once.Second(), once.Minute(), once.Hour()),
-			TimeZone: "UTC", Misfire: schedule.MisfireFireOnce})
+		admin.TriggerSpec{Task: taskFlaky, Trigger: triggerFlaky, Cron: "*/3 * * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip})
 	for _, t := range triggers {
-		t.Project, t.Enabled = "demo", true
-		if _, err := pub.PublishTrigger(ctx, t); err != nil {
+		if err := d.publishTrigger(ctx, pub, t); err != nil {
 			return "", err
 		}
-		fmt.Fprintf(d.Out, "    %-14s %-16q %-18s misfire %-9s task %s\n", t.Trigger, t.Cron, t.TimeZone, t.Misfire, t.Task)
 	}
 	tok, err := pub.CreateWorkerToken(ctx, "demo-workers")
 	if err != nil {
@@ -368,6 +363,24 @@ func (d *demo) publish(ctx context.Context, pool *dbconn.DB, names roles.Names) 
 	}
 	fmt.Fprintf(d.Out, "    worker token demo-workers (id %s) created, as qlsched worker token create does; the secret stays in memory\n", tok.ID)
 	return tok.Token, nil
+}
+
+func (d *demo) publishTrigger(ctx context.Context, pub *admin.Publisher, t admin.TriggerSpec) error {
+	t.Project, t.Enabled = "demo", true
+	if _, err := pub.PublishTrigger(ctx, t); err != nil {
+		return err
+	}
+	fmt.Fprintf(d.Out, "    %-14s %-16q %-18s misfire %-9s task %s\n", t.Trigger, t.Cron, t.TimeZone, t.Misfire, t.Task)
+	return nil
+}
+
+// publishOnce publishes the sleeper's trigger once the replicas run: a daily cron at the second
+// onceAfter from now (rounded up), so it fires once, whatever the time the replicas took to start.
+func (d *demo) publishOnce(ctx context.Context, pool *dbconn.DB) error {
+	once := time.Now().Add(onceAfter).UTC().Truncate(time.Second).Add(time.Second)
+	d.step("publishing trigger %s: it fires once, at %s", triggerOnce, once.Format("15:04:05"))
+	return d.publishTrigger(ctx, admin.NewPublisher(pool), admin.TriggerSpec{Task: taskSleeper, Trigger: triggerOnce,
+		Cron: fmt.Sprintf("%d %d %d * * *", once.Second(), once.Minute(), once.Hour()), TimeZone: "UTC", Misfire: schedule.MisfireFireOnce})
 }
 
 // replica is one running replica of the demo.
@@ -420,6 +433,9 @@ func (d *demo) runReplicas(ctx context.Context, names roles.Names, adminPool *db
 		}
 		fmt.Fprintf(d.Out, "    %s: ready; startup recovery: %d candidates, %d failed closed\n", owner, rep.Candidates, rep.FailedClosed)
 		replicas = append(replicas, r)
+	}
+	if err := d.publishOnce(ctx, adminPool); err != nil {
+		return err
 	}
 
 	runCtx, stopRun := context.WithTimeout(ctx, d.Duration)

@@ -29,7 +29,7 @@ func TestDemoOnAServerRunsTheClosedLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	if err := demo.Run(context.Background(), demo.Options{Replicas: 1, Duration: 4 * time.Second, Server: server, Out: &out}); err != nil {
+	if err := demo.Run(context.Background(), demo.Options{Replicas: 1, Duration: 5 * time.Second, Server: server, Out: &out}); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	text := out.String()
