@@ -47,15 +47,28 @@ func (a *app) rootCmd() *cobra.Command {
 	opts := demo.Options{Replicas: 2, Duration: 20 * time.Second}
 	root := &cobra.Command{
 		Use:   "qldemo [--replicas 2] [--duration 20s] [--database-url URL]",
-		Short: "Run the whole stack on an embedded throwaway PostgreSQL, then remove it",
+		Short: "Run the whole closed loop on an embedded throwaway PostgreSQL, then remove it",
 		Long: `qldemo starts a throwaway PostgreSQL from this machine's server binaries (QL_PG_BIN,
 pg_config or /usr/lib/postgresql/*/bin), creates the four roles, applies the migration stream as
 the owner role, verifies it (checksums, capability, readiness, exact privileges), publishes a
-project, a task and a few cron triggers as the admin role, and runs --replicas scheduler replicas
-for --duration, each started as qlsched run starts one (its own pool as the runtime role,
-readiness, startup recovery, then the rounds), with a progress line a second. It then prints
-the admitted runs and the exactly-once audit, and stops and removes everything it started, also
-on Ctrl-C.
+project, three tasks and a few cron triggers and creates a worker token as the admin role, and
+runs --replicas scheduler replicas for --duration, each started as qlsched run starts one (its
+own pool as the runtime role, readiness, startup recovery, then the rounds), with a progress
+line a second.
+
+Beside them it runs the rest of the closed loop, in-process: one dispatcher, started as qlsched
+dispatch starts one (runtime role, readiness, the worker protocol on a loopback port of its
+own), and two workers built as qlworker builds one (2 slots each, every job in a process group
+of its own under qldemo's supervisor). They run the Runs' commands: hello (sh -c "echo hello")
+succeeds; flaky (false) exits 1, is retried once after 500ms and fails; the one sleeper Run
+(sleep 60, published a few seconds in) is cancelled while it runs, through the admin path of
+qlsched runs cancel. After --duration the replicas stop and the demo waits (at most 15s) for
+the admitted Runs to finish.
+
+It then prints the admitted runs, the exactly-once audit, the Runs per task and state (the
+retried-and-failed Run with its 2 attempts, the cancelled one) and the execution audit (the
+closed loop's invariants: leases, attempts, events), and stops and removes everything it
+started, worker jobs included, also on Ctrl-C.
 
 With --database-url (the flag only: QL_DATABASE_URL or PG* variables alone never send the demo
 to a server, so a shell set up for production does not run it there) it uses that server

@@ -3,24 +3,65 @@
 // sweeps and cancels. Store tests run it at their end; the process gates run it after the
 // faults. It reads through any querier (a superuser or runtime connection) and writes nothing.
 //
-// The invariants are one query, LoopAuditChecks (sql/queries/loop_audit.sql), the same the
-// demo's execution audit prints (admin.Reader.LoopAudit).
+// The invariants are one query, LoopAuditChecks of sql/queries/loop_audit.sql, the one the
+// demo's execution audit prints (admin.Reader.LoopAudit). The test kit imports no generated
+// code (rule 1 of docs/architecture.md), so it runs that query's text, read from the file.
 package loopaudit
 
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 
-	"github.com/qlcontrol/controlcore/db"
+	"github.com/jackc/pgx/v5"
 )
 
-// Querier is what the audit reads through (a *pgxpool.Pool, *pgx.Conn or pgx.Tx).
-type Querier = db.DBTX
+// Querier is what the audit reads through (a *pgxpool.Pool, *pgx.Conn, pgx.Tx or dbconn.Querier).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+const queryName = "-- name: LoopAuditChecks :many"
+
+// checksSQL reads the text of LoopAuditChecks from sql/queries/loop_audit.sql, once.
+var checksSQL = sync.OnceValues(func() (string, error) {
+	_, here, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("loop audit: cannot locate this package's source")
+	}
+	path := filepath.Join(filepath.Dir(here), "..", "..", "..", "sql", "queries", "loop_audit.sql")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("loop audit: %w", err)
+	}
+	_, text, ok := strings.Cut(string(b), queryName)
+	if !ok {
+		return "", fmt.Errorf("loop audit: %s has no %q", path, queryName)
+	}
+	text, _, _ = strings.Cut(text, "-- name:")
+	return strings.TrimSuffix(strings.TrimSpace(text), ";"), nil
+})
 
 // Violations returns one line per broken invariant ("name: n rows"); none when all hold.
 func Violations(ctx context.Context, q Querier) ([]string, error) {
-	checks, err := db.New(q).LoopAuditChecks(ctx)
+	sql, err := checksSQL()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, sql)
+	if err != nil {
+		return nil, fmt.Errorf("loop audit: %w", err)
+	}
+	type check struct {
+		Name       string
+		Violations int64
+	}
+	checks, err := pgx.CollectRows(rows, pgx.RowToStructByPos[check])
 	if err != nil {
 		return nil, fmt.Errorf("loop audit: %w", err)
 	}
@@ -30,7 +71,7 @@ func Violations(ctx context.Context, q Querier) ([]string, error) {
 	var out []string
 	for _, c := range checks {
 		if c.Violations != 0 {
-			out = append(out, fmt.Sprintf("%s: %d rows break it", c.CheckName, c.Violations))
+			out = append(out, fmt.Sprintf("%s: %d rows break it", c.Name, c.Violations))
 		}
 	}
 	return out, nil
