@@ -111,59 +111,62 @@ var (
 func TestDemoCleansUpAfterItselfAlsoOnCtrlC(t *testing.T) {
 	t.Parallel()
 	for _, interrupt := range []bool{false, true} {
-		cmd := exec.Command(qldemo(t), "--duration", "5s")
-		out := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if interrupt {
-			eventually.NoError(t, 60*time.Second, "a worker of the demo to run the sleeper", func() error {
-				if o := out.String(); !strings.Contains(o, "is running on a worker: cancelling it in 1s") {
-					return fmt.Errorf("output so far:\n%s", o)
+		t.Run(fmt.Sprintf("interrupt=%v", interrupt), func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(qldemo(t), "--duration", "5s")
+			out := &syncBuffer{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if interrupt {
+				eventually.NoError(t, 60*time.Second, "a worker of the demo to run the sleeper", func() error {
+					if o := out.String(); !strings.Contains(o, "is running on a worker: cancelling it in 1s") {
+						return fmt.Errorf("output so far:\n%s", o)
+					}
+					return nil
+				})
+				m := dataDir.FindStringSubmatch(out.String())
+				if m == nil {
+					t.Fatalf("the demo did not name its data directory:\n%s", out.String())
 				}
-				return nil
-			})
-			m := dataDir.FindStringSubmatch(out.String())
+				if jobs := processesMarked(t, m[1]); len(jobs) == 0 {
+					t.Fatalf("no process of the sleeper's job runs (the check below would prove nothing):\n%s", out.String())
+				}
+				if err := cmd.Process.Signal(os.Interrupt); err != nil {
+					t.Fatalf("interrupt the demo: %v", err)
+				}
+			}
+			err := cmd.Wait()
+			code := cmd.ProcessState.ExitCode()
+			switch {
+			case !interrupt && (err != nil || !strings.Contains(out.String(), "every occurrence admitted exactly once")):
+				t.Fatalf("demo: exit %d\n%s", code, out.String())
+			case interrupt && code != 130:
+				t.Fatalf("interrupted demo: exit %d, want 130\n%s", code, out.String())
+			case !interrupt:
+				for _, re := range []string{`hello\s+succeeded\s+runs [1-9]`, `retried and failed: run \S+ \(flaky-3s\) failed, attempts 2,`,
+					`cancelled while it ran: run \S+ \(sleep-once\) cancelled, attempts 1,`, `every invariant holds`} {
+					if !regexp.MustCompile(re).MatchString(out.String()) {
+						t.Errorf("output lacks %s:\n%s", re, out.String())
+					}
+				}
+			}
+			m := removingDir.FindStringSubmatch(out.String())
 			if m == nil {
-				t.Fatalf("the demo did not name its data directory:\n%s", out.String())
+				t.Fatalf("the demo did not say what it removed:\n%s", out.String())
 			}
-			if jobs := processesMarked(t, m[1]); len(jobs) == 0 {
-				t.Fatalf("no process of the sleeper's job runs (the check below would prove nothing):\n%s", out.String())
+			cluster := filepath.Dir(m[1])
+			if _, err := os.Stat(cluster); !os.IsNotExist(err) {
+				t.Errorf("interrupt=%v: %s still exists (%v)", interrupt, cluster, err)
 			}
-			if err := cmd.Process.Signal(os.Interrupt); err != nil {
-				t.Fatalf("interrupt the demo: %v", err)
+			if ps, _ := exec.Command("pgrep", "-f", m[1]).Output(); len(bytes.TrimSpace(ps)) > 0 {
+				t.Errorf("interrupt=%v: a process still runs on %s: %s", interrupt, m[1], ps)
 			}
-		}
-		err := cmd.Wait()
-		code := cmd.ProcessState.ExitCode()
-		switch {
-		case !interrupt && (err != nil || !strings.Contains(out.String(), "every occurrence admitted exactly once")):
-			t.Fatalf("demo: exit %d\n%s", code, out.String())
-		case interrupt && code != 130:
-			t.Fatalf("interrupted demo: exit %d, want 130\n%s", code, out.String())
-		case !interrupt:
-			for _, re := range []string{`hello\s+succeeded\s+runs [1-9]`, `retried and failed: run \S+ \(flaky-3s\) failed, attempts 2,`,
-				`cancelled while it ran: run \S+ \(sleep-once\) cancelled, attempts 1,`, `every invariant holds`} {
-				if !regexp.MustCompile(re).MatchString(out.String()) {
-					t.Errorf("output lacks %s:\n%s", re, out.String())
-				}
+			if jobs := processesMarked(t, m[1]); len(jobs) > 0 {
+				t.Errorf("interrupt=%v: jobs of the demo still run: pids %v", interrupt, jobs)
 			}
-		}
-		m := removingDir.FindStringSubmatch(out.String())
-		if m == nil {
-			t.Fatalf("the demo did not say what it removed:\n%s", out.String())
-		}
-		cluster := filepath.Dir(m[1])
-		if _, err := os.Stat(cluster); !os.IsNotExist(err) {
-			t.Errorf("interrupt=%v: %s still exists (%v)", interrupt, cluster, err)
-		}
-		if ps, _ := exec.Command("pgrep", "-f", m[1]).Output(); len(bytes.TrimSpace(ps)) > 0 {
-			t.Errorf("interrupt=%v: a process still runs on %s: %s", interrupt, m[1], ps)
-		}
-		if jobs := processesMarked(t, m[1]); len(jobs) > 0 {
-			t.Errorf("interrupt=%v: jobs of the demo still run: pids %v", interrupt, jobs)
-		}
+		})
 	}
 }
 
