@@ -8,12 +8,13 @@ import (
 )
 
 // TriggerAudit is the exactly-once audit of one trigger's admitted occurrences: every occurrence
-// must have one Run (Duplicates 0) with one Attempt and two Events (Misshapen 0).
+// must have one Run (Duplicates 0), admitted with Attempt 1 and the Events run.created and
+// run.queued, its Attempts numbered 1 … n (Misshapen 0): before dispatch and after.
 type TriggerAudit struct {
 	ProjectID, TriggerID string
 	Runs, Occurrences    int64
 	Duplicates           int64 // Runs beyond the first for an occurrence of the same revision
-	Misshapen            int64 // Runs without exactly 1 Attempt and 2 Events
+	Misshapen            int64 // Runs not admitted as one Run with Attempt 1, run.created and run.queued
 	FirstMs, LastMs      int64 // the first and last scheduled occurrence
 	LagP50Ms             float64
 	LagMaxMs             int64

@@ -17,9 +17,13 @@ import (
 	"github.com/qlcontrol/controlcore/internal/app/verify"
 	"github.com/qlcontrol/controlcore/internal/base/buildinfo"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
+	"github.com/qlcontrol/controlcore/worker/process"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == process.SupervisorCommand {
+		os.Exit(process.Supervise(os.Args[2:])) // the workers' per-job supervisor, as qlworker's
+	}
 	a := &app{}
 	os.Exit(cli.Run(a.rootCmd(), os.Args[1:], os.Stderr, a.redact))
 }
@@ -43,15 +47,28 @@ func (a *app) rootCmd() *cobra.Command {
 	opts := demo.Options{Replicas: 2, Duration: 20 * time.Second}
 	root := &cobra.Command{
 		Use:   "qldemo [--replicas 2] [--duration 20s] [--database-url URL]",
-		Short: "Run the whole stack on an embedded throwaway PostgreSQL, then remove it",
+		Short: "Run the whole closed loop on an embedded throwaway PostgreSQL, then remove it",
 		Long: `qldemo starts a throwaway PostgreSQL from this machine's server binaries (QL_PG_BIN,
 pg_config or /usr/lib/postgresql/*/bin), creates the four roles, applies the migration stream as
 the owner role, verifies it (checksums, capability, readiness, exact privileges), publishes a
-project, a task and a few cron triggers as the admin role, and runs --replicas scheduler replicas
-for --duration, each started as qlsched run starts one (its own pool as the runtime role,
-readiness, startup recovery, then the rounds), with a progress line a second. It then prints
-the admitted runs and the exactly-once audit, and stops and removes everything it started, also
-on Ctrl-C.
+project, three tasks and a few cron triggers and creates a worker token as the admin role, and
+runs --replicas scheduler replicas for --duration, each started as qlsched run starts one (its
+own pool as the runtime role, readiness, startup recovery, then the rounds), with a progress
+line a second.
+
+Beside them it runs the rest of the closed loop, in-process: one dispatcher, started as qlsched
+dispatch starts one (runtime role, readiness, the worker protocol on a loopback port of its
+own), and two workers built as qlworker builds one (2 slots each, every job in a process group
+of its own under qldemo's supervisor). They run the Runs' commands: hello (sh -c "echo hello")
+succeeds; flaky (false) exits 1, is retried once after 500ms and fails; the one sleeper Run
+(sleep 60, published a few seconds in) is cancelled while it runs, through the admin path of
+qlsched runs cancel. After --duration the replicas stop and the demo waits (at most 15s) for
+the admitted Runs to finish.
+
+It then prints the admitted runs, the exactly-once audit, the Runs per task and state (the
+retried-and-failed Run with its 2 attempts, the cancelled one) and the execution audit (the
+closed loop's invariants: leases, attempts, events), and stops and removes everything it
+started, worker jobs included, also on Ctrl-C.
 
 With --database-url (the flag only: QL_DATABASE_URL or PG* variables alone never send the demo
 to a server, so a shell set up for production does not run it there) it uses that server
@@ -84,6 +101,7 @@ started), 3 cannot connect or the database failed, 130 interrupted (what it star
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Out = cmd.OutOrStdout()
+			opts.Supervisor = supervisor
 			if cmd.Flag("database-url").Changed {
 				var err error
 				if a.conn, err = dbconn.Resolve(a.databaseURL); err != nil {
@@ -106,6 +124,10 @@ started), 3 cannot connect or the database failed, 130 interrupted (what it star
 	return root
 }
 
+// supervisor re-executes this binary as the workers' per-job supervisor (qlworker's): a job and
+// its descendants die with the demo, even when it is killed.
+var supervisor = []string{"/proc/self/exe", process.SupervisorCommand}
+
 // demoErr maps what the demo found onto the exit-code contract: a problem (exit 1) when the
 // server is unfit or the stack misbehaved; connection and database errors keep their own codes.
 func demoErr(err error) error {
@@ -114,7 +136,7 @@ func demoErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, demo.ErrNotSuperuser), errors.Is(err, demo.ErrDrift), errors.Is(err, demo.ErrNotExactOnce),
-		errors.As(err, &notReady):
+		errors.Is(err, demo.ErrLoopAudit), errors.As(err, &notReady):
 		return &cli.ProblemError{Err: err}
 	}
 	return err // a connection or database error: exit 3

@@ -100,49 +100,73 @@ func TestDemoOnAGivenServer(t *testing.T) {
 	}
 }
 
-var removingDir = regexp.MustCompile(`removing (\S+)`)
+var (
+	removingDir = regexp.MustCompile(`removing (\S+)`)
+	dataDir     = regexp.MustCompile(`data in (\S+)`)
+)
 
-// The demo runs end to end on its own throwaway PostgreSQL and leaves nothing behind: not when it
-// finishes, not when it is interrupted.
+// The demo runs the closed loop end to end on its own throwaway PostgreSQL and leaves nothing
+// behind: not when it finishes, not when it is interrupted while a worker runs a job (the job,
+// under the demo's supervisor, is stopped too).
 func TestDemoCleansUpAfterItselfAlsoOnCtrlC(t *testing.T) {
 	t.Parallel()
 	for _, interrupt := range []bool{false, true} {
-		cmd := exec.Command(qldemo(t), "--duration", "4s")
-		out := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if interrupt {
-			eventually.NoError(t, 60*time.Second, "the demo to start its replicas", func() error {
-				if o := out.String(); !strings.Contains(o, "running 2 replicas") {
-					return fmt.Errorf("output so far:\n%s", o)
-				}
-				return nil
-			})
-			if err := cmd.Process.Signal(os.Interrupt); err != nil {
-				t.Fatalf("interrupt the demo: %v", err)
+		t.Run(fmt.Sprintf("interrupt=%v", interrupt), func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(qldemo(t), "--duration", "5s")
+			out := &syncBuffer{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
 			}
-		}
-		err := cmd.Wait()
-		code := cmd.ProcessState.ExitCode()
-		switch {
-		case !interrupt && (err != nil || !strings.Contains(out.String(), "every occurrence admitted exactly once")):
-			t.Fatalf("demo: exit %d\n%s", code, out.String())
-		case interrupt && code != 130:
-			t.Fatalf("interrupted demo: exit %d, want 130\n%s", code, out.String())
-		}
-		m := removingDir.FindStringSubmatch(out.String())
-		if m == nil {
-			t.Fatalf("the demo did not say what it removed:\n%s", out.String())
-		}
-		cluster := filepath.Dir(m[1])
-		if _, err := os.Stat(cluster); !os.IsNotExist(err) {
-			t.Errorf("interrupt=%v: %s still exists (%v)", interrupt, cluster, err)
-		}
-		if ps, _ := exec.Command("pgrep", "-f", m[1]).Output(); len(bytes.TrimSpace(ps)) > 0 {
-			t.Errorf("interrupt=%v: a process still runs on %s: %s", interrupt, m[1], ps)
-		}
+			if interrupt {
+				eventually.NoError(t, 60*time.Second, "a worker of the demo to run the sleeper", func() error {
+					if o := out.String(); !strings.Contains(o, "is running on a worker: cancelling it in 1s") {
+						return fmt.Errorf("output so far:\n%s", o)
+					}
+					return nil
+				})
+				m := dataDir.FindStringSubmatch(out.String())
+				if m == nil {
+					t.Fatalf("the demo did not name its data directory:\n%s", out.String())
+				}
+				if jobs := processesMarked(t, m[1]); len(jobs) == 0 {
+					t.Fatalf("no process of the sleeper's job runs (the check below would prove nothing):\n%s", out.String())
+				}
+				if err := cmd.Process.Signal(os.Interrupt); err != nil {
+					t.Fatalf("interrupt the demo: %v", err)
+				}
+			}
+			err := cmd.Wait()
+			code := cmd.ProcessState.ExitCode()
+			switch {
+			case !interrupt && (err != nil || !strings.Contains(out.String(), "every occurrence admitted exactly once")):
+				t.Fatalf("demo: exit %d\n%s", code, out.String())
+			case interrupt && code != 130:
+				t.Fatalf("interrupted demo: exit %d, want 130\n%s", code, out.String())
+			case !interrupt:
+				for _, re := range []string{`hello\s+succeeded\s+runs [1-9]`, `retried and failed: run \S+ \(flaky-3s\) failed, attempts 2,`,
+					`cancelled while it ran: run \S+ \(sleep-once\) cancelled, attempts 1,`, `every invariant holds`} {
+					if !regexp.MustCompile(re).MatchString(out.String()) {
+						t.Errorf("output lacks %s:\n%s", re, out.String())
+					}
+				}
+			}
+			m := removingDir.FindStringSubmatch(out.String())
+			if m == nil {
+				t.Fatalf("the demo did not say what it removed:\n%s", out.String())
+			}
+			cluster := filepath.Dir(m[1])
+			if _, err := os.Stat(cluster); !os.IsNotExist(err) {
+				t.Errorf("interrupt=%v: %s still exists (%v)", interrupt, cluster, err)
+			}
+			if ps, _ := exec.Command("pgrep", "-f", m[1]).Output(); len(bytes.TrimSpace(ps)) > 0 {
+				t.Errorf("interrupt=%v: a process still runs on %s: %s", interrupt, m[1], ps)
+			}
+			if jobs := processesMarked(t, m[1]); len(jobs) > 0 {
+				t.Errorf("interrupt=%v: jobs of the demo still run: pids %v", interrupt, jobs)
+			}
+		})
 	}
 }
 
@@ -162,4 +186,26 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// processesMarked are the pids of the processes whose environment holds the demo's marker,
+// QLDEMO_ID=marker (its data directory): its jobs and their supervisors, nothing else.
+func processesMarked(t *testing.T, marker string) []string {
+	t.Helper()
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []byte("QLDEMO_ID=" + marker + "\x00")
+	var pids []string
+	for _, p := range procs {
+		if p.Name()[0] < '0' || p.Name()[0] > '9' {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + p.Name() + "/environ")
+		if err == nil && bytes.Contains(env, want) {
+			pids = append(pids, p.Name())
+		}
+	}
+	return pids
 }

@@ -1,8 +1,11 @@
 // Package demo runs the whole stack once, for a person watching: a PostgreSQL (a throwaway one it
 // starts, or a database of its own on a given server), the four roles, the migration stream,
 // verify, a published project, and replicas composed as `qlsched run` composes one (readiness,
-// startup recovery, lifecycle), then the admitted Runs and the exactly-once audit. It removes
-// everything it started, also when its context is cancelled.
+// startup recovery, lifecycle); beside them the rest of the closed loop: one dispatcher composed
+// as `qlsched dispatch` composes one and two workers built as qlworker builds one, which run the
+// Runs' commands (one succeeds, one fails and is retried, one is cancelled while it runs). Then
+// the Runs, the exactly-once audit and the execution audit. It removes everything it started,
+// also when its context is cancelled.
 package demo
 
 import (
@@ -11,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +48,10 @@ type Options struct {
 	Server *dbconn.Config
 	// Out receives the progress, one line at a time.
 	Out io.Writer
+	// Supervisor is the workers' per-job supervisor argv (process.Options.Supervisor): with it, a
+	// job and its descendants die with the demo even when it is killed; nil runs each job as a
+	// direct child of the demo (stopped with its process group when the demo stops).
+	Supervisor []string
 }
 
 // Validate checks the bounds; its error names the field.
@@ -62,6 +70,7 @@ var (
 	ErrNotSuperuser = errors.New("not a superuser: the demo creates a database and the four roles")
 	ErrDrift        = errors.New("verify found drift on a fresh database")
 	ErrNotExactOnce = errors.New("exactly-once audit failed")
+	ErrLoopAudit    = errors.New("execution audit failed")
 )
 
 // Triggers are the sample triggers: every second, every 2 s catching up once, every 5 s skipping
@@ -73,6 +82,25 @@ var Triggers = []admin.TriggerSpec{
 	{Trigger: "nightly", Cron: "0 3 * * *", TimeZone: "Asia/Tokyo", Misfire: schedule.MisfireFireOnce},
 }
 
+// The tasks the workers run: every hello Run succeeds; every flaky Run exits 1, is retried once
+// after retryBackoff and fails; the one sleeper Run is cancelled while it runs.
+const (
+	taskHello     = "hello"
+	taskFlaky     = "flaky"
+	taskSleeper   = "sleeper"
+	triggerFlaky  = "flaky-3s"
+	triggerOnce   = "sleep-once"
+	retryBackoff  = 500 * time.Millisecond
+	flakyAttempts = 2
+	workers       = 2
+	workerSlots   = 2
+	// onceAfter is how long after the replicas started the sleeper's trigger fires (once: a
+	// daily cron at that second)
+	onceAfter = 2 * time.Second
+	// settle bounds the wait for the admitted Runs to finish after the replicas stopped
+	settle = 15 * time.Second
+)
+
 // cadence is the replicas' round cadence: short, so that a few seconds show many rounds.
 const cadence = 250 * time.Millisecond
 
@@ -82,6 +110,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	opts.Out = &lockedWriter{w: opts.Out} // fmt.Fprintf writes a line in one Write
 	d := &demo{Options: opts, database: "control"}
 	if err := d.run(ctx); err != nil {
 		return err
@@ -109,14 +138,28 @@ func (d *demo) nextSteps() {
 	for _, s := range nextStepCommands {
 		fmt.Fprintf(d.Out, "    %s\n", s)
 	}
-	fmt.Fprintln(d.Out, "    The Runs stay queued, each with one claimed remote_worker Attempt: the scheduler only admits")
-	fmt.Fprintln(d.Out, "    them; a dispatcher outside this project takes the Attempt (README.md, \"Where Runs go after admission\").")
+	fmt.Fprintln(d.Out, "    The Runs stay queued, each with one claimed remote_worker Attempt, until a dispatcher")
+	fmt.Fprintln(d.Out, "    (qlsched dispatch) offers them to workers (qlworker), as this demo did (docs/dispatch.md).")
 }
 
 type demo struct {
 	Options
 	su       *dbconn.Config
 	database string
+	// marker is in every job's environment (QLDEMO_ID): what this demo started, and only that
+	marker string
+}
+
+// lockedWriter serialises the lines of the progress loop and the canceller.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (d *demo) step(format string, args ...any) { fmt.Fprintf(d.Out, "==> "+format+"\n", args...) }
@@ -132,7 +175,8 @@ func (d *demo) run(ctx context.Context) error {
 			d.step("stopping PostgreSQL and removing %s", cluster.DataDir())
 			_ = cluster.Stop()
 		}()
-		d.step("PostgreSQL from %s on 127.0.0.1:%d", cluster.BinDir, cluster.Port)
+		d.step("PostgreSQL from %s on 127.0.0.1:%d, data in %s", cluster.BinDir, cluster.Port, cluster.DataDir())
+		d.marker = cluster.DataDir()
 		su, err := dbconn.Resolve(cluster.URL("postgres", "postgres"))
 		if err != nil {
 			return err
@@ -140,6 +184,7 @@ func (d *demo) run(ctx context.Context) error {
 		d.su = su
 	} else {
 		d.su, d.database = d.Server, fmt.Sprintf("qlsched_demo_%d", time.Now().UnixMilli())
+		d.marker = d.database
 		d.step("using the server of --database-url, %s, in a new database %s", d.Server.Describe(), d.database)
 	}
 	if err := d.createDatabase(ctx); err != nil {
@@ -161,12 +206,27 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	defer adminPool.Close()
-	if err := d.publish(ctx, adminPool, names); err != nil {
+	token, err := d.publish(ctx, adminPool, names)
+	if err != nil {
 		return err
 	}
-	if err := d.runReplicas(ctx, names); err != nil {
+	stopLoop, err := d.startLoop(ctx, names, token)
+	if err != nil {
 		return err
 	}
+	defer stopLoop()
+	cctx, stopCanceller := context.WithCancel(ctx)
+	cancelled := d.startCanceller(cctx, adminPool)
+	defer func() { stopCanceller(); <-cancelled }()
+	if err := d.runReplicas(ctx, names, adminPool); err != nil {
+		return err
+	}
+	if err := d.settle(ctx, adminPool); err != nil {
+		return err
+	}
+	stopCanceller()
+	<-cancelled
+	stopLoop()
 	return d.report(ctx, adminPool)
 }
 
@@ -260,24 +320,67 @@ func (d *demo) prepare(ctx context.Context, names roles.Names) error {
 	return nil
 }
 
-func (d *demo) publish(ctx context.Context, pool *dbconn.DB, names roles.Names) error {
-	d.step("publishing project demo, task hello and %d triggers (as %s)", len(Triggers), names.Admin)
+// publish publishes the project, its three tasks and their triggers, and creates the workers'
+// token (returned, never printed), all as the admin role.
+func (d *demo) publish(ctx context.Context, pool *dbconn.DB, names roles.Names) (string, error) {
+	d.step("publishing project demo, tasks %s, %s and %s, and %d triggers (as %s)", taskHello, taskFlaky, taskSleeper, len(Triggers)+1, names.Admin)
 	pub := admin.NewPublisher(pool)
 	if _, err := pub.CreateProject(ctx, "demo"); err != nil {
-		return err
+		return "", err
 	}
-	task := admin.TaskSpec{Project: "demo", Task: "hello", ExecutorSpec: []byte(`{"image":"example/hello:1","args":["--greet","world"]}`)}
-	if _, err := pub.PublishTask(ctx, task); err != nil {
-		return err
+	backoff := retryBackoff
+	env := fmt.Sprintf(`"env":{"QLDEMO_ID":%q}`, d.marker)
+	tasks := []struct {
+		spec    admin.TaskSpec
+		command string
+	}{
+		{admin.TaskSpec{Task: taskHello, ExecutorSpec: []byte(`{"command":["sh","-c","echo hello"],` + env + `}`)}, `sh -c "echo hello"`},
+		{admin.TaskSpec{Task: taskFlaky, ExecutorSpec: []byte(`{"command":["false"],` + env + `}`), MaxAttempts: flakyAttempts, RetryBackoff: &backoff},
+			fmt.Sprintf("false (exits 1), max attempts %d, retry backoff %s", flakyAttempts, retryBackoff)},
+		{admin.TaskSpec{Task: taskSleeper, ExecutorSpec: []byte(`{"command":["sleep","60"],` + env + `}`)}, "sleep 60 (cancelled while it runs)"},
 	}
-	for _, t := range Triggers {
-		t.Project, t.Task, t.Enabled = "demo", "hello", true
-		if _, err := pub.PublishTrigger(ctx, t); err != nil {
-			return err
+	for _, t := range tasks {
+		t.spec.Project = "demo"
+		if _, err := pub.PublishTask(ctx, t.spec); err != nil {
+			return "", err
 		}
-		fmt.Fprintf(d.Out, "    %-14s %-16q %-18s misfire %s\n", t.Trigger, t.Cron, t.TimeZone, t.Misfire)
+		fmt.Fprintf(d.Out, "    task %-8s %s\n", t.spec.Task, t.command)
 	}
+	triggers := append([]admin.TriggerSpec(nil), Triggers...)
+	for i := range triggers {
+		triggers[i].Task = taskHello
+	}
+	triggers = append(triggers,
+		admin.TriggerSpec{Task: taskFlaky, Trigger: triggerFlaky, Cron: "*/3 * * * * *", TimeZone: "UTC", Misfire: schedule.MisfireSkip})
+	for _, t := range triggers {
+		if err := d.publishTrigger(ctx, pub, t); err != nil {
+			return "", err
+		}
+	}
+	tok, err := pub.CreateWorkerToken(ctx, "demo-workers")
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(d.Out, "    worker token demo-workers (id %s) created, as qlsched worker token create does; the secret stays in memory\n", tok.ID)
+	return tok.Token, nil
+}
+
+func (d *demo) publishTrigger(ctx context.Context, pub *admin.Publisher, t admin.TriggerSpec) error {
+	t.Project, t.Enabled = "demo", true
+	if _, err := pub.PublishTrigger(ctx, t); err != nil {
+		return err
+	}
+	fmt.Fprintf(d.Out, "    %-14s %-16q %-18s misfire %-9s task %s\n", t.Trigger, t.Cron, t.TimeZone, t.Misfire, t.Task)
 	return nil
+}
+
+// publishOnce publishes the sleeper's trigger once the replicas run: a daily cron at the second
+// onceAfter from now (rounded up), so it fires once, whatever the time the replicas took to start.
+func (d *demo) publishOnce(ctx context.Context, pool *dbconn.DB) error {
+	once := time.Now().Add(onceAfter).UTC().Truncate(time.Second).Add(time.Second)
+	d.step("publishing trigger %s: it fires once, at %s", triggerOnce, once.Format("15:04:05"))
+	return d.publishTrigger(ctx, admin.NewPublisher(pool), admin.TriggerSpec{Task: taskSleeper, Trigger: triggerOnce,
+		Cron: fmt.Sprintf("%d %d %d * * *", once.Second(), once.Minute(), once.Hour()), TimeZone: "UTC", Misfire: schedule.MisfireFireOnce})
 }
 
 // replica is one running replica of the demo.
@@ -301,7 +404,7 @@ func startReplica(ctx context.Context, pool *dbconn.DB, names roles.Names, owner
 	return &replica{co: r.Coordinator, lc: r.Lifecycle}, r.Recovery, nil
 }
 
-func (d *demo) runReplicas(ctx context.Context, names roles.Names) error {
+func (d *demo) runReplicas(ctx context.Context, names roles.Names, adminPool *dbconn.DB) error {
 	d.step("running %d replicas for %s (as %s, cadence %s): readiness, startup recovery, rounds", d.Replicas, d.Duration, names.Runtime, cadence)
 	var (
 		replicas []*replica
@@ -331,6 +434,9 @@ func (d *demo) runReplicas(ctx context.Context, names roles.Names) error {
 		fmt.Fprintf(d.Out, "    %s: ready; startup recovery: %d candidates, %d failed closed\n", owner, rep.Candidates, rep.FailedClosed)
 		replicas = append(replicas, r)
 	}
+	if err := d.publishOnce(ctx, adminPool); err != nil {
+		return err
+	}
 
 	runCtx, stopRun := context.WithTimeout(ctx, d.Duration)
 	defer stopRun()
@@ -353,9 +459,15 @@ func (d *demo) runReplicas(ctx context.Context, names roles.Names) error {
 			sum.Races += st.Races
 			sum.Errors += st.Errors
 		}
+		// the Runs the workers finished so far (the loop's side of the progress line)
+		var finished string
+		if la, err := admin.NewReader(adminPool).LoopAudit(ctx); err == nil {
+			finished = fmt.Sprintf(" | succeeded %-4d failed %-3d cancelled %d",
+				la.Runs("", "succeeded"), la.Runs("", "failed"), la.Runs("", "cancelled"))
+		}
 		// one line each: a log or a pipe gets lines, not one long line of carriage returns
-		fmt.Fprintf(d.Out, "    %4.0fs  claims %-5d admits %-5d skips %-3d releases %-3d races %-3d errors %d\n",
-			time.Since(started).Seconds(), sum.Claims, sum.Admits, sum.Skips, sum.Releases, sum.Races, sum.Errors)
+		fmt.Fprintf(d.Out, "    %4.0fs  claims %-5d admits %-5d skips %-3d releases %-3d races %-3d errors %d%s\n",
+			time.Since(started).Seconds(), sum.Claims, sum.Admits, sum.Skips, sum.Releases, sum.Races, sum.Errors, finished)
 	}
 	for _, r := range replicas {
 		if err := r.lc.Stop(context.Background()); err != nil {
@@ -373,7 +485,7 @@ func (d *demo) runReplicas(ctx context.Context, names roles.Names) error {
 	return nil
 }
 
-// report prints the newest Runs and the exactly-once audit.
+// report prints the newest Runs, the exactly-once audit and the execution audit.
 func (d *demo) report(ctx context.Context, pool *dbconn.DB) error {
 	d.step("admitted runs (newest 8)")
 	runs, err := admin.NewReader(pool).Runs(ctx, admin.RunFilter{Limit: 8})
@@ -389,7 +501,7 @@ func (d *demo) report(ctx context.Context, pool *dbconn.DB) error {
 			at = time.UnixMilli(*r.ScheduledForMs).UTC().Format("15:04:05.000")
 		}
 		lag, _ := r.LagMs()
-		fmt.Fprintf(d.Out, "    %s  %-13s scheduled %s  lag %4dms  %s  attempts %d events %d\n", r.RunID, trigger, at, lag,
+		fmt.Fprintf(d.Out, "    %s  %-13s scheduled %s  lag %4dms  %-9s  attempts %d events %d\n", r.RunID, trigger, at, lag,
 			r.State, r.Attempts, r.Events)
 	}
 	d.step("exactly-once audit")
@@ -406,6 +518,6 @@ func (d *demo) report(ctx context.Context, pool *dbconn.DB) error {
 	if problems != 0 {
 		return fmt.Errorf("%d duplicate or misshapen runs: %w", problems, ErrNotExactOnce)
 	}
-	fmt.Fprintln(d.Out, "    every occurrence admitted exactly once: 1 Run, 1 Attempt, 2 Events each")
-	return nil
+	fmt.Fprintln(d.Out, "    every occurrence admitted exactly once: 1 Run each, admitted with Attempt 1, run.created and run.queued")
+	return d.reportLoop(ctx, pool)
 }

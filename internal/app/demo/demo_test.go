@@ -1,7 +1,10 @@
 package demo_test
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +17,11 @@ import (
 func TestMain(m *testing.M) { testpg.Main(m) }
 
 // The demo's replicas start as `qlsched run` starts one (readiness, startup recovery, rounds), its
-// progress comes in lines (a log gets no carriage returns), and every occurrence is admitted once.
-func TestDemoOnAServerStartsReplicasAsRunDoes(t *testing.T) {
+// progress comes in lines (a log gets no carriage returns), every occurrence is admitted once, and
+// the closed loop runs: the dispatcher's workers run the Runs (hello succeeds, flaky is retried
+// and fails, the sleeper is cancelled while it runs), the execution audit is clean and no job of
+// the demo outlives it.
+func TestDemoOnAServerRunsTheClosedLoop(t *testing.T) {
 	t.Parallel()
 	d := testpg.NewEmpty(t)
 	server, err := dbconn.Resolve(d.URL(""))
@@ -23,17 +29,38 @@ func TestDemoOnAServerStartsReplicasAsRunDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	if err := demo.Run(context.Background(), demo.Options{Replicas: 1, Duration: 2 * time.Second, Server: server, Out: &out}); err != nil {
+	if err := demo.Run(context.Background(), demo.Options{Replicas: 1, Duration: 5 * time.Second, Server: server, Out: &out}); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
+	text := out.String()
 	for _, want := range []string{"demo-replica-1: ready; startup recovery: 0 candidates", "pg-0001-bootstrap … pg-0023-loop-integrity",
-		"control-core is at v22 / loop_integrity", "every occurrence admitted exactly once"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+		"control-core is at v22 / loop_integrity", "every occurrence admitted exactly once",
+		"dispatcher demo-dispatcher (as ql_runtime): readiness ok", "demo-worker-1: 2 slots", "demo-worker-2: 2 slots",
+		"cancelled (was running)", "every invariant holds"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
 		}
 	}
-	if strings.Contains(out.String(), "\r") {
-		t.Errorf("output holds a carriage return:\n%q", out.String())
+	if m := regexp.MustCompile(`hello\s+succeeded\s+runs (\d+)\s+attempts (\d+)`).FindStringSubmatch(text); m == nil || m[1] == "0" || m[1] != m[2] {
+		t.Errorf("no hello Run succeeded at its first Attempt (%q):\n%s", m, text)
+	}
+	for _, re := range []string{`retried and failed: run \S+ \(flaky-3s\) failed, attempts 2,`, `cancelled while it ran: run \S+ \(sleep-once\) cancelled, attempts 1,`} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("output lacks %s:\n%s", re, text)
+		}
+	}
+	if strings.Contains(text, "rows break it") || strings.Contains(text, "still live") {
+		t.Errorf("the execution audit found a problem, or Runs did not finish:\n%s", text)
+	}
+	if strings.Contains(text, "\r") {
+		t.Errorf("output holds a carriage return:\n%q", text)
+	}
+	db := regexp.MustCompile(`in a new database (qlsched_demo_\d+)`).FindStringSubmatch(text)
+	if db == nil {
+		t.Fatalf("the output does not name its database:\n%s", text)
+	}
+	if left := processesMarked(t, db[1]); len(left) > 0 {
+		t.Errorf("jobs of the demo still run: pids %v", left)
 	}
 }
 
@@ -51,4 +78,26 @@ func TestOptionsAreCheckedBeforeAnythingStarts(t *testing.T) {
 			t.Errorf("%+v: err %v, output %q; want an error and nothing started", o, err, out.String())
 		}
 	}
+}
+
+// processesMarked are the pids of the processes whose environment holds the demo's marker,
+// QLDEMO_ID=marker: its jobs (and their supervisors), and nothing else.
+func processesMarked(t *testing.T, marker string) []string {
+	t.Helper()
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []byte("QLDEMO_ID=" + marker + "\x00")
+	var pids []string
+	for _, p := range procs {
+		if p.Name()[0] < '0' || p.Name()[0] > '9' {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + p.Name() + "/environ")
+		if err == nil && bytes.Contains(env, want) {
+			pids = append(pids, p.Name())
+		}
+	}
+	return pids
 }
