@@ -94,6 +94,57 @@ func (q *Queries) BenchLoopLive(ctx context.Context, projectID string) (int64, e
 	return column_1, err
 }
 
+const benchLoopPhases = `-- name: BenchLoopPhases :one
+WITH p AS (
+    SELECT (SELECT e.at_ms FROM control_core.run_events e WHERE e.run_id = r.run_id AND e.type = 'run.dispatching' ORDER BY e.seq LIMIT 1) - r.queued_at_ms AS placed,
+           a.started_at_ms - (SELECT e.at_ms FROM control_core.run_events e WHERE e.run_id = r.run_id AND e.type = 'run.dispatching' ORDER BY e.seq LIMIT 1) AS acked,
+           r.finished_at_ms - a.started_at_ms AS ran
+    FROM control_core.runs r
+    JOIN control_core.attempts a ON a.run_id = r.run_id AND a.attempt_no = 1
+    WHERE r.project_id = $1::text AND r.queued_at_ms >= $2::bigint AND r.queued_at_ms < $3::bigint
+      AND r.state = 'succeeded')
+SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY placed), 0)::float8 AS placed_p50_ms,
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY placed), 0)::float8 AS placed_p99_ms,
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY acked), 0)::float8 AS acked_p50_ms,
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY acked), 0)::float8 AS acked_p99_ms,
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ran), 0)::float8 AS ran_p50_ms,
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ran), 0)::float8 AS ran_p99_ms
+FROM p
+`
+
+type BenchLoopPhasesParams struct {
+	ProjectID string `json:"project_id"`
+	FromMs    int64  `json:"from_ms"`
+	ToMs      int64  `json:"to_ms"`
+}
+
+type BenchLoopPhasesRow struct {
+	PlacedP50Ms float64 `json:"placed_p50_ms"`
+	PlacedP99Ms float64 `json:"placed_p99_ms"`
+	AckedP50Ms  float64 `json:"acked_p50_ms"`
+	AckedP99Ms  float64 `json:"acked_p99_ms"`
+	RanP50Ms    float64 `json:"ran_p50_ms"`
+	RanP99Ms    float64 `json:"ran_p99_ms"`
+}
+
+// Where admitted → finished goes, medians and p99s over a project's Runs admitted in
+// [from_ms, to_ms) with one Attempt: placement (admitted → offered, the run.dispatching event),
+// the worker's acknowledgement (offered → running) and the Attempt (running → the Run finished:
+// the job's process and the report).
+func (q *Queries) BenchLoopPhases(ctx context.Context, arg BenchLoopPhasesParams) (BenchLoopPhasesRow, error) {
+	row := q.db.QueryRow(ctx, benchLoopPhases, arg.ProjectID, arg.FromMs, arg.ToMs)
+	var i BenchLoopPhasesRow
+	err := row.Scan(
+		&i.PlacedP50Ms,
+		&i.PlacedP99Ms,
+		&i.AckedP50Ms,
+		&i.AckedP99Ms,
+		&i.RanP50Ms,
+		&i.RanP99Ms,
+	)
+	return i, err
+}
+
 const benchLoopSessions = `-- name: BenchLoopSessions :one
 SELECT count(*)::bigint FROM control_core.worker_sessions WHERE state = 'active'
 `

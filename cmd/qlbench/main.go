@@ -105,7 +105,7 @@ final log line, claim latency from their /metrics histograms, CPU and RSS from /
            (read, median, max, target, pass) in the Markdown of docs/performance.md, "Scale";
            --format json for the document. Needs --runtime-url (and --admin-url for the reads
            as the admin role) with --database-url.
-  loop     the closed loop (issue 33): --triggers every-second triggers (100 by default for
+  loop     the closed loop (issue 33): --triggers every-second triggers (20 by default for
            this scenario) of a task whose command is ["true"], one ` + "`qlsched run`" + ` process,
            --dispatchers ` + "`qlsched dispatch`" + ` processes and --workers ` + "`qlworker`" + ` processes of
            --capacity slots each, all connected as the runtime role. After a 5 s warm-up, a

@@ -30,11 +30,11 @@ const Loop = "loop"
 
 // Loop defaults and targets (docs/performance.md, The loop).
 const (
-	DefaultLoopTriggers    = 100
+	DefaultLoopTriggers    = 20
 	DefaultLoopDispatchers = 2
 	DefaultLoopWorkers     = 4
 	DefaultLoopCapacity    = 4
-	DefaultLoopCeilingRuns = 2000
+	DefaultLoopCeilingRuns = 1000
 	// LoopTargetP99Ms is admitted → running p99 below capacity; LoopTargetRatio the completions
 	// per second against the loop's own ceiling.
 	LoopTargetP99Ms = 50
@@ -68,16 +68,40 @@ type LoopReport struct {
 	Completions          int64   `json:"completions"`
 	CompletionsPerSecond float64 `json:"completions_per_second"`
 	// the ceiling: CeilingRuns pre-admitted Runs from the first start to the last finish
-	CeilingRuns          int64   `json:"ceiling_runs"`
-	CeilingSeconds       float64 `json:"ceiling_seconds"`
-	CeilingPerSecond     float64 `json:"ceiling_per_second"`
-	CeilingNotSucceeded  int64   `json:"ceiling_not_succeeded"`
-	CeilingRunningP99Ms  float64 `json:"ceiling_running_p99_ms"`
-	Ratio                float64 `json:"ratio"` // completions_per_second ÷ ceiling_per_second
-	TargetP99Ms          float64 `json:"target_p99_ms"`
-	TargetRatio          float64 `json:"target_ratio"`
-	RunningP99WithinGoal bool    `json:"running_p99_within_target"`
-	RatioWithinGoal      bool    `json:"ratio_within_target"`
+	CeilingRuns         int64   `json:"ceiling_runs"`
+	CeilingSeconds      float64 `json:"ceiling_seconds"`
+	CeilingPerSecond    float64 `json:"ceiling_per_second"`
+	CeilingNotSucceeded int64   `json:"ceiling_not_succeeded"`
+	CeilingRunningP99Ms float64 `json:"ceiling_running_p99_ms"`
+	Ratio               float64 `json:"ratio"` // completions_per_second ÷ ceiling_per_second
+	// where the time goes, of the window's Runs and of the ceiling's: placement (admitted →
+	// offered), the worker's acknowledgement (offered → running), the Attempt (running → finished)
+	Phases               LoopPhases `json:"phases"`
+	CeilingPhases        LoopPhases `json:"ceiling_phases"`
+	TargetP99Ms          float64    `json:"target_p99_ms"`
+	TargetRatio          float64    `json:"target_ratio"`
+	RunningP99WithinGoal bool       `json:"running_p99_within_target"`
+	RatioWithinGoal      bool       `json:"ratio_within_target"`
+}
+
+// LoopPhases are medians and p99s of admitted → finished, split at the offer and the start.
+type LoopPhases struct {
+	PlacedP50Ms float64 `json:"placed_p50_ms"`
+	PlacedP99Ms float64 `json:"placed_p99_ms"`
+	AckedP50Ms  float64 `json:"acked_p50_ms"`
+	AckedP99Ms  float64 `json:"acked_p99_ms"`
+	RanP50Ms    float64 `json:"ran_p50_ms"`
+	RanP99Ms    float64 `json:"ran_p99_ms"`
+}
+
+func loopPhases(ctx context.Context, q *db.Queries, project string, from, to int64) (LoopPhases, error) {
+	r, err := q.BenchLoopPhases(ctx, db.BenchLoopPhasesParams{ProjectID: project, FromMs: from, ToMs: to})
+	return LoopPhases(r), err
+}
+
+func (p LoopPhases) text() string {
+	return fmt.Sprintf("placement p50 %.0fms p99 %.0fms · acknowledgement p50 %.0fms p99 %.0fms · attempt p50 %.0fms p99 %.0fms",
+		p.PlacedP50Ms, p.PlacedP99Ms, p.AckedP50Ms, p.AckedP99Ms, p.RanP50Ms, p.RanP99Ms)
 }
 
 func (c Config) validateLoop() error {
@@ -218,6 +242,9 @@ func runLoop(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbconn.DB
 		return err
 	}
 	rep.CompletionsPerSecond = float64(rep.Completions) / rep.WindowSeconds
+	if rep.Phases, err = loopPhases(ctx, q, loopProject, from, to); err != nil {
+		return err
+	}
 	say("loop: %d Runs admitted in %.1fs, admitted → running p50 %.0fms p99 %.0fms max %dms, %.1f completions/s",
 		rep.Runs, rep.WindowSeconds, rep.RunningP50Ms, rep.RunningP99Ms, rep.RunningMaxMs, rep.CompletionsPerSecond)
 
@@ -294,6 +321,9 @@ func loopCeiling(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbcon
 		return err
 	}
 	rep.CeilingRuns, rep.CeilingNotSucceeded, rep.CeilingRunningP99Ms = lat.Runs, lat.NotSucceeded, lat.P99Ms
+	if rep.CeilingPhases, err = loopPhases(ctx, q, project, 0, 1<<62); err != nil {
+		return err
+	}
 	if span := lat.LastFinishMs - lat.FirstStartMs; span > 0 {
 		rep.CeilingSeconds = float64(span) / 1000
 		rep.CeilingPerSecond = float64(lat.Runs-lat.NotSucceeded) / rep.CeilingSeconds
@@ -336,10 +366,12 @@ func (r *LoopReport) Text() string {
 	fmt.Fprintf(&b, "  runs                 %d admitted in the window, %d not succeeded\n", r.Runs, r.NotSucceeded)
 	fmt.Fprintf(&b, "  admitted → running   p50 %.0fms  p99 %.0fms  max %dms  (target p99 ≤ %.0fms: %s)\n",
 		r.RunningP50Ms, r.RunningP99Ms, r.RunningMaxMs, r.TargetP99Ms, pass(r.RunningP99WithinGoal))
+	fmt.Fprintf(&b, "  phases               %s\n", r.Phases.text())
 	fmt.Fprintf(&b, "  completions          %d  (%.1f/s)\n", r.Completions, r.CompletionsPerSecond)
 	if r.CeilingRuns > 0 {
 		fmt.Fprintf(&b, "  ceiling              %.1f/s  (%d pre-admitted Runs drained in %.1fs by the same dispatchers and workers; %d not succeeded)\n",
 			r.CeilingPerSecond, r.CeilingRuns, r.CeilingSeconds, r.CeilingNotSucceeded)
+		fmt.Fprintf(&b, "  ceiling phases       %s\n", r.CeilingPhases.text())
 		fmt.Fprintf(&b, "  ratio                %.2f  (target ≥ %.2f: %s; at %d every-second triggers the demand is %d/s)\n",
 			r.Ratio, r.TargetRatio, pass(r.RatioWithinGoal), r.Triggers, r.Triggers)
 	}
