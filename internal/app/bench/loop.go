@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -291,6 +292,7 @@ func loopCeiling(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbcon
 	}
 	admitCfg := cfg
 	admitCfg.Budget, admitCfg.Cadence, admitCfg.Batch, admitCfg.Duration = 256, 10*time.Millisecond, 128, 2*time.Minute
+	admitCfg.Log = slog.New(slog.DiscardHandler) // saturated by design: the backlog is the point
 	res, err := runReplicas(ctx, []*dbconn.DB{pool}, admitCfg, func(s coordinator.Snapshot) bool { return s.Admits >= int64(cfg.CeilingRuns) })
 	pool.Close()
 	if err != nil {
