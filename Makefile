@@ -142,6 +142,27 @@ bench:
 	@$(MAKE) --no-print-directory bench-burst
 	@$(MAKE) --no-print-directory bench-pooler
 
+# Issue 33's loop end to end, beside River (docs/performance.md, The loop; docs/dispatch.md,
+# Sizing): LOOP_TRIGGERS every-second triggers through one `qlsched run`, LOOP_DISPATCHERS
+# `qlsched dispatch` and LOOP_WORKERS `qlworker` processes (LOOP_CAPACITY slots each) running
+# ["true"] for LOOP_DURATION, then the loop's own ceiling (LOOP_CEILING pre-admitted Runs drained
+# by the same processes); then River on a throwaway server from the same binaries, as many
+# periodic jobs every second worked by one client with as many slots, each job running `true`;
+# one table with the ratios. About 2½ minutes on the 2-core machine. Not run by make test or CI.
+.PHONY: bench-loop
+LOOP_TRIGGERS ?= 20
+LOOP_DISPATCHERS ?= 2
+LOOP_WORKERS ?= 4
+LOOP_CAPACITY ?= 4
+LOOP_DURATION ?= 40s
+LOOP_CEILING ?= 1000
+bench-loop:
+	go build -o bin/ ./cmd/...
+	bin/qlbench --scenario loop --triggers $(LOOP_TRIGGERS) --dispatchers $(LOOP_DISPATCHERS) --workers $(LOOP_WORKERS) \
+	  --capacity $(LOOP_CAPACITY) --duration $(LOOP_DURATION) --ceiling-runs $(LOOP_CEILING) --format json > bin/bench-loop.json
+	cd bench/river && go run . loop --jobs $(LOOP_TRIGGERS) --workers $(LOOP_WORKERS) --capacity $(LOOP_CAPACITY) \
+	  --duration $(LOOP_DURATION) --against ../../bin/bench-loop.json
+
 # Issue 20's bursts: N triggers sharing one minute-aligned spec, two minute boundaries each, N =
 # 10,000 and 50,000, one and four in-process replicas, single and batch admission, each burst's
 # drain time and lag against the batch ceiling of the same write set in the same run. Each run

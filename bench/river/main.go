@@ -14,6 +14,9 @@
 // and one audit by scheduled second (internal/testkit/chaos):
 //
 //	go build -o bin/ ./cmd/qlsched && cd bench/river && go run . chaos --qlsched ../../bin/qlsched --jobs 50 --duration 45s
+//
+// `river loop` (loop.go) is the peer of `qlbench --scenario loop`: the same periodic jobs worked
+// by the client's own workers, each running the loop's no-op command (make bench-loop).
 package main
 
 import (
@@ -59,6 +62,13 @@ type result struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "loop" {
+		if err := peerLoop(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "river loop:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && (os.Args[1] == "chaos" || os.Args[1] == "chaos-client") {
 		run := peerChaos
 		if os.Args[1] == "chaos-client" {

@@ -33,6 +33,7 @@ type app struct {
 	logFormat   string
 	logLevelStr string
 	qlsched     string
+	qlworker    string
 
 	logLevel slog.Level
 	conn     *dbconn.Config
@@ -49,9 +50,11 @@ func (a *app) rootCmd() *cobra.Command {
 	cfg := bench.Config{Scenario: bench.Backlog, Triggers: 10000, Every: "minute", Replicas: 4,
 		Duration: 30 * time.Second, Budget: 256, Cadence: 10 * time.Millisecond, Batch: 1, Bursts: 2,
 		Projects: bench.DefaultScaleProjects, HistoryRuns: bench.DefaultScaleHistoryRuns, Samples: 5,
-		MassPublish: bench.DefaultScaleMassPublish, InitWait: 2 * time.Minute}
+		MassPublish: bench.DefaultScaleMassPublish, InitWait: 2 * time.Minute,
+		Dispatchers: bench.DefaultLoopDispatchers, Workers: bench.DefaultLoopWorkers, Capacity: bench.DefaultLoopCapacity,
+		CeilingRuns: bench.DefaultLoopCeilingRuns}
 	root := &cobra.Command{
-		Use:   "qlbench [--scenario backlog|steady|burst|scale] [--triggers N] [--replicas R] [--duration D]",
+		Use:   "qlbench [--scenario backlog|steady|burst|scale|loop] [--triggers N] [--replicas R] [--duration D]",
 		Short: "Measure admission throughput against the database's ceiling, latency and lag",
 		Long: `qlbench starts a throwaway PostgreSQL with fsync on (or uses --database-url: a migrated database
 and a role that may publish and claim, e.g. a superuser; QL_DATABASE_URL and the PG* variables
@@ -102,6 +105,20 @@ final log line, claim latency from their /metrics histograms, CPU and RSS from /
            (read, median, max, target, pass) in the Markdown of docs/performance.md, "Scale";
            --format json for the document. Needs --runtime-url (and --admin-url for the reads
            as the admin role) with --database-url.
+  loop     the closed loop (issue 33): --triggers every-second triggers (20 by default for
+           this scenario) of a task whose command is ["true"], one ` + "`qlsched run`" + ` process,
+           --dispatchers ` + "`qlsched dispatch`" + ` processes and --workers ` + "`qlworker`" + ` processes of
+           --capacity slots each, all connected as the runtime role. After a 5 s warm-up, a
+           --duration window; then the scheduler stops and the Runs in flight finish. From the
+           database, in database time: admitted → running p50/p99/max (the first Attempt's
+           start, the worker's acknowledgement, minus the Run's admission) of the Runs
+           admitted in the window, and the Runs that succeeded in it per second. Then the
+           loop's own ceiling: the workers stop, --ceiling-runs Runs are admitted (in-process,
+           batch admission), as many workers start again and drain them through the same
+           dispatchers: Runs ÷ (last finish − first start). Targets: p99 ≤ 50 ms below
+           capacity, completions/s ≥ 0.8 × the ceiling (when the demand, --triggers per
+           second, reaches it). --qlworker names the worker binary (default: beside qlbench,
+           else on PATH). Not run in CI: ` + "`make bench-loop`" + ` runs it beside River.
 
 Each measured phase (a ceiling, a burst) starts on vacuumed and analysed tables (the Run tables
 once they hold Runs), so no phase pays autovacuum for the one before; best effort (the role may
@@ -138,7 +155,15 @@ started), 3 cannot connect or the database failed, 130 interrupted.`,
 				}
 				cfg.URL = a.databaseURL
 			}
-			if cfg.Processes || cfg.Scenario == bench.Scale || cmd.Flags().Changed("qlsched") {
+			if cfg.Scenario == bench.Loop && !cmd.Flags().Changed("triggers") {
+				cfg.Triggers = bench.DefaultLoopTriggers
+			}
+			if cfg.Scenario == bench.Loop {
+				if cfg.WorkerExe, err = siblingBinary("qlworker", "--qlworker", a.qlworker); err != nil {
+					return err
+				}
+			}
+			if cfg.Processes || cfg.Scenario == bench.Scale || cfg.Scenario == bench.Loop || cmd.Flags().Changed("qlsched") {
 				if cfg.Exe, err = qlschedBinary(a.qlsched); err != nil {
 					return err
 				}
@@ -190,6 +215,11 @@ started), 3 cannot connect or the database failed, 130 interrupted.`,
 	f.IntVar(&cfg.MassPublish, "mass-publish", cfg.MassPublish, "scale: new triggers in the mass publish (0: none)")
 	f.DurationVar(&cfg.InitWait, "init-wait", cfg.InitWait, "scale: how long to wait for an initialisation (the data set's, the mass publish's)")
 	f.StringVar(&cfg.AdminURL, "admin-url", "", "scale with --database-url: the URL the timed reads connect with (the admin role; default --database-url)")
+	f.IntVar(&cfg.Dispatchers, "dispatchers", cfg.Dispatchers, "loop: `qlsched dispatch` processes, 1 … 16")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "loop: `qlworker` processes, 1 … 64")
+	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "loop: jobs each worker runs at once, 1 … 256")
+	f.IntVar(&cfg.CeilingRuns, "ceiling-runs", cfg.CeilingRuns, "loop: pre-admitted Runs the ceiling drains (0: no ceiling)")
+	f.StringVar(&a.qlworker, "qlworker", "", "loop: the qlworker binary (default: qlworker beside qlbench, else on PATH)")
 	f.StringVar(&a.qlsched, "qlsched", "", "the qlsched binary --processes and scale run (default: qlsched beside qlbench, else on PATH)")
 	return root
 }
@@ -217,4 +247,26 @@ func qlschedBinary(flag string) (string, error) {
 	}
 	return "", cli.Usagef("--processes and --scenario scale run qlsched: none beside qlbench (%s) nor on PATH; "+
 		"build it: go build -o bin/ ./cmd/... and run bin/qlbench, or give --qlsched PATH", self)
+}
+
+// siblingBinary finds binary name as qlschedBinary finds qlsched: flag (its value given), else
+// beside this binary, else on PATH; not finding it is a usage error.
+func siblingBinary(name, flagName, value string) (string, error) {
+	if value != "" {
+		p, err := exec.LookPath(value)
+		if err != nil {
+			return "", cli.Usagef("%s %s: %v", flagName, value, err)
+		}
+		return filepath.Abs(p)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if p, err := exec.LookPath(filepath.Join(filepath.Dir(exe), name)); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", cli.Usagef("--scenario loop runs %s: none beside qlbench nor on PATH; build it: go build -o bin/ ./cmd/... "+
+		"and run bin/qlbench, or give %s PATH", name, flagName)
 }

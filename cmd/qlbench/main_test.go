@@ -43,7 +43,7 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 	}{
 		{[]string{"--budget", "300"}, nil, "--budget 300: want 1 … 256"},
 		{[]string{"--cadence", "1ms"}, nil, "--cadence 1ms"},
-		{[]string{"--scenario", "nope"}, nil, `--scenario "nope": want backlog, steady, burst or scale`},
+		{[]string{"--scenario", "nope"}, nil, `--scenario "nope": want backlog, steady, burst, scale or loop`},
 		{[]string{"--scenario", "burst", "--bursts", "11"}, nil, "--bursts 11"},
 		{[]string{"--log-format", "xml"}, nil, "--log-format"},
 		{[]string{"--processes", "--qlsched", "/bin/true"}, nil, "--processes with --database-url needs --runtime-url"},
@@ -51,6 +51,12 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"--processes", "--qlsched", "/nonexistent/qlsched"}, nil, "--qlsched /nonexistent/qlsched"},
 		{[]string{"--scenario", "scale"}, noPath, "build it: go build -o bin/ ./cmd/... and run bin/qlbench"},
 		{[]string{"--processes"}, noPath, "nor on PATH"},
+		{[]string{"--scenario", "loop", "--qlworker", "/nonexistent/qlworker"}, nil, "--qlworker /nonexistent/qlworker"},
+		{[]string{"--scenario", "loop"}, noPath, "--scenario loop runs qlworker: none beside qlbench nor on PATH"},
+		{[]string{"--scenario", "loop", "--qlworker", "/bin/true", "--qlsched", "/bin/true", "--workers", "0"}, nil, "--workers 0: want 1 … 64"},
+		{[]string{"--scenario", "loop", "--qlworker", "/bin/true", "--qlsched", "/bin/true", "--dispatchers", "17"}, nil, "--dispatchers 17: want 1 … 16"},
+		{[]string{"--scenario", "loop", "--qlworker", "/bin/true", "--qlsched", "/bin/true", "--duration", "2s"}, nil, "--duration 2s: want 5s … 1h"},
+		{[]string{"--scenario", "loop", "--qlworker", "/bin/true", "--qlsched", "/bin/true"}, nil, "--scenario loop with --database-url needs --runtime-url"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " ")+map[bool]string{true: " (no qlsched on PATH)"}[c.env != nil], func(t *testing.T) {

@@ -71,6 +71,13 @@ type Config struct {
 	Samples     int
 	MassPublish int
 	InitWait    time.Duration
+	// Loop only (loop.go): dispatcher and worker processes, slots per worker, the ceiling's
+	// pre-admitted Runs, and the qlworker binary.
+	Dispatchers int
+	Workers     int
+	Capacity    int
+	CeilingRuns int
+	WorkerExe   string
 }
 
 // Validate checks the bounds before anything starts.
@@ -78,8 +85,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Scenario == Scale:
 		return c.validateScale()
+	case c.Scenario == Loop:
+		return c.validateLoop()
 	case c.Scenario != Backlog && c.Scenario != Steady && c.Scenario != Burst:
-		return fmt.Errorf("--scenario %q: want backlog, steady, burst or scale", c.Scenario)
+		return fmt.Errorf("--scenario %q: want backlog, steady, burst, scale or loop", c.Scenario)
 	case c.Scenario == Burst && (c.Bursts < 1 || c.Bursts > 10):
 		return fmt.Errorf("--bursts %d: want 1 … 10", c.Bursts)
 	case c.Scenario == Burst && c.Processes:
@@ -154,6 +163,8 @@ type Report struct {
 	AnonRSSMiB      float64 `json:"anon_rss_mib"` // of RSSMiB: heap and stacks, not the binary's pages
 	// scale only: the data set, the reads' timings, the mass publish
 	Scale *ScaleReport `json:"scale,omitempty"`
+	// loop only: the closed loop's figures
+	Loop *LoopReport `json:"loop,omitempty"`
 }
 
 // Run sets up, measures and reports. progress gets one line per phase.
@@ -216,6 +227,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		}
 		rep.Scale = &ScaleReport{Server: rep.Server}
 		return rep, runScale(ctx, cfg, adminURL, cfg.RuntimeURL, admin, rep.Scale, say)
+	}
+	if cfg.Scenario == Loop {
+		rep.Loop = &LoopReport{Server: rep.Server}
+		return rep, runLoop(ctx, cfg, conn, admin, rep.Loop, say)
 	}
 
 	project := "bench-" + strconv.FormatInt(time.Now().UnixMilli(), 36)
@@ -747,6 +762,9 @@ func rssOf(status string) memory {
 func (r Report) Text() string {
 	if r.Scale != nil {
 		return r.Scale.Text()
+	}
+	if r.Loop != nil {
+		return r.Loop.Text()
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "scenario %s, mode %s (admit batch %d), PostgreSQL %s: %d triggers, %d %s replicas, budget %d, cadence %gms, %.1fs\n",
