@@ -56,8 +56,11 @@ func (s *server) funcs() template.FuncMap {
 }
 
 // free is what a worker session could still take: its capacity less what it holds (live offers
-// and active leases), never below 0.
+// and active leases), never below 0; a draining session takes nothing more.
 func free(x admin.WorkerSession) int64 {
+	if x.State != "active" {
+		return 0
+	}
 	return max(int64(x.Capacity)-x.InFlight, 0)
 }
 
