@@ -18,7 +18,6 @@ CROSS JOIN LATERAL (
     FROM (SELECT 1
           FROM control_core.runs r
           WHERE r.project_id = p.project_id AND r.state = 'queued'
-          ORDER BY r.project_id, coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms), r.run_id
           LIMIT $1::integer) x
 ) q
 LEFT JOIN LATERAL (
@@ -43,10 +42,12 @@ type ConsoleQueueDepthRow struct {
 // REPEATABLE READ READ ONLY snapshot. Never selected: an executor spec, a token or its hash.
 // Per project: its queued Runs, counted up to @max_rows (a count equal to it means "at least"),
 // and the ready time of the head of its queue (the oldest: the backoff end for a retry, else the
-// scheduled time, else the queue time; 0 when the queue is empty). Both are ranges of the partial
-// runs_dispatch_queue_idx (pg-0022), which holds the queued Runs only: the cost follows the queue
-// (capped) and the projects, never the Runs' history. The head is the index's first entry, the
-// same order placement takes Runs in (dispatch.sql's DispatchCandidates).
+// scheduled time, else the queue time, or 0 when the queue is empty). The head is the first entry
+// of the partial runs_dispatch_queue_idx (pg-0022), which holds the queued Runs only, in the order
+// placement takes them (dispatch.sql's DispatchCandidates). The count is unordered, so it stops
+// at the cap: a range of that index or of runs_project_state_created_idx at (project, 'queued'),
+// whichever the planner takes, reads queued Runs only. The cost follows the queue (capped) and
+// the projects, never the Runs' history.
 func (q *Queries) ConsoleQueueDepth(ctx context.Context, maxRows int32) ([]ConsoleQueueDepthRow, error) {
 	rows, err := q.db.Query(ctx, consoleQueueDepth, maxRows)
 	if err != nil {
