@@ -366,7 +366,7 @@ func TestLoopPages(t *testing.T) {
 	page("/runs/"+l.failed.String(), "Attempt 1: <span class=\"attempt-failed\">failed</span>", "w-busy", "token fleet",
 		l.busy.ID.String(), "version 1, released, granted", "exit code 3", "ran 1.234s", "exit_status: exit status 3",
 		"building…\n&lt;script&gt;alert(&#34;tail&#34;)&lt;/script&gt;\nexit 3", "run.created", `href="/projects/billing"`,
-		"(executor spec not shown)", "at most 1 attempts", "(the newest 1 of 1)")
+		"(executor spec not shown)", "max attempts 1, backoff 0s", "(the newest 1 of 1)")
 	page("/runs/"+l.leased.String(), `<span class="run-running">running</span>`, "version 1, active", "expires", "w-busy", ">acked<")
 	page("/runs/"+l.queued.String(), `<span class="run-queued">queued</span>`, "No offers", "Attempt 1: ")
 
