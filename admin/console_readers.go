@@ -60,6 +60,10 @@ type ProjectOverview struct {
 	Admissions        int64
 	LagP50Ms          int64
 	LagP99Ms          int64
+	// Queued counts the project's queued Runs up to CountCap (equal: at least); OldestReadyMs
+	// is the ready time of the head of its queue, 0 when none is queued (readQueues).
+	Queued        int64
+	OldestReadyMs int64
 }
 
 // MinuteAdmissions is one minute of the admissions window: how many Runs the scheduler admitted,
@@ -98,6 +102,10 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 		if err != nil {
 			return fmt.Errorf("read admissions: %w", err)
 		}
+		queues, err := readQueues(ctx, q)
+		if err != nil {
+			return err
+		}
 		out.Projects = make([]ProjectOverview, 0, len(projects))
 		index := map[string]int{}
 		n := int(window / 60000)
@@ -111,6 +119,11 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 				po.Minutes[m].StartMs = p.NowMs - window + int64(m)*60000
 			}
 			out.Projects = append(out.Projects, po)
+		}
+		for _, x := range queues {
+			if i, ok := index[x.ProjectID]; ok {
+				out.Projects[i].Queued, out.Projects[i].OldestReadyMs = x.Queued, x.OldestReadyMs
+			}
 		}
 		for _, c := range claims {
 			if i, ok := index[c.ProjectID]; ok {

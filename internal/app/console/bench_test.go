@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
@@ -110,6 +113,8 @@ func BenchmarkPages(b *testing.B) {
 
 	h := serve(b, d.Handle(b, "ql_admin")).Config.Handler
 	mid := "t" + strconv.Itoa(schedules/2)
+	var midRun uuid.UUID // the seed's Run ids are their numbers, lpad(to_hex(i), 32, '0')
+	binary.BigEndian.PutUint64(midRun[8:], uint64(runs/2))
 	older := strconv.FormatInt(time.Now().Add(-5*24*time.Hour).UnixMilli(), 10)
 	if os.Getenv("QL_CONSOLE_BENCH_EXPLAIN") != "" {
 		pool := d.Pool(b, "ql_admin")
@@ -122,6 +127,7 @@ func BenchmarkPages(b *testing.B) {
 			{"ProjectBacklog", map[string]string{"cap": "1000"}},
 			{"ProjectLiveClaims", map[string]string{"cap": "1000"}},
 			{"ConsoleAdmissions", map[string]string{"window_ms": "3600000"}},
+			{"ConsoleQueueDepth", map[string]string{"max_rows": "1000"}},
 			{"ConsoleProjectTriggers", map[string]string{"project_id": "'big'", "after_trigger": "'" + mid + "'", "max_rows": "100"}},
 			{"ConsoleTriggerRevisions", map[string]string{"project_id": "'big'", "trigger_id": "'" + mid + "'", "max_rows": "51"}},
 			{"ConsoleRunsPage", map[string]string{"project_id": "'big'", "before_created_ms": older, "before_run_id": maxUUID,
@@ -142,13 +148,17 @@ func BenchmarkPages(b *testing.B) {
 		{"runs-failed", "/projects/big/runs?state=failed"},
 		{"runs-by-trigger", "/projects/big/runs?trigger=" + mid},
 		{"runs-5-days-back", "/projects/big/runs?before=" + older + "&before_run=ffffffff-ffff-ffff-ffff-ffffffffffff"},
+		{"workers", "/workers"},
+		{"run", "/runs/" + midRun.String()},
 		{"health", "/health"},
 	}
 	for _, p := range pages {
 		b.Run(p.name, func(b *testing.B) {
 			for b.Loop() {
 				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p.path, nil))
+				req := httptest.NewRequest(http.MethodGet, p.path, nil)
+				req.Host = "127.0.0.1" // the console's own name (NewRequest's example.com is refused: 421)
+				h.ServeHTTP(rec, req)
 				if rec.Code != http.StatusOK {
 					b.Fatalf("GET %s: %d\n%s", p.path, rec.Code, rec.Body.String())
 				}

@@ -53,6 +53,7 @@ func TestBrowserLoadsEveryPage(t *testing.T) {
 		CROSS JOIN LATERAL (SELECT control_core.db_now_ms() - (3500000 * sqrt(g / 400.0))::bigint - g AS at,
 		                           (80 + (g * 37) % 300 + CASE WHEN g % 97 = 0 THEN 1800 ELSE 0 END)::bigint AS lag) x
 		JOIN control_core.task_revisions kr ON kr.project_id = 'billing' AND kr.task_id = 'job' AND kr.revision = 1`)
+	l := seedLoop(t, s) // worker sessions, a failed Run whose output tail holds a script, one leased, one queued
 	shots := t.TempDir()
 	if dir := os.Getenv("QL_CONSOLE_SCREENSHOTS"); dir != "" {
 		shots = dir
@@ -61,10 +62,16 @@ func TestBrowserLoadsEveryPage(t *testing.T) {
 		name, path string
 		want       []string
 	}{
-		{"overview", "/", []string{"billing", "ops", "replica-a: 1", ">430<", `<svg class="chart"`, `<rect class="bar"`}},
+		{"overview", "/", []string{"billing", "ops", "replica-a: 1", ">430<", `<svg class="chart"`, `<rect class="bar"`,
+			`<a href="/projects/billing/runs?state=queued">1</a>`}},
 		{"project", "/projects/billing", []string{"nightly", "hourly", "off", "Europe/Berlin", "fire_once", "claimed by replica-a"}},
 		{"trigger", "/projects/billing/triggers/nightly", []string{"cron: 0 3 * * * → 30 3 * * *", "Next occurrences", "Revision history"}},
 		{"runs", "/projects/billing/runs?trigger=hourly&state=failed", []string{"hourly", "failed", "250ms"}},
+		{"workers", "/workers", []string{"w-busy", "w-drain", "2 live sessions · capacity 5 · leases 1", "draining"}},
+		// the tail's script is text (escaped in the DOM's serialisation): had it been markup, the
+		// CSP would block it and the console check below would see the violation
+		{"run", "/runs/" + l.failed.String(), []string{"Attempt 1", "w-busy", "exit code 3", "&lt;script&gt;alert(\"tail\")&lt;/script&gt;",
+			"run.created"}},
 		{"health", "/health", []string{"OK: the database is what this binary expects"}},
 		{"not-found", "/projects/nope", []string{"not found"}},
 	}
@@ -77,8 +84,10 @@ func TestBrowserLoadsEveryPage(t *testing.T) {
 					t.Errorf("%s: the rendered page lacks %q", p.path, w)
 				}
 			}
-			if strings.Contains(dom, secret) {
-				t.Errorf("%s: the page shows an executor spec's secret", p.path)
+			for _, never := range []string{secret, l.token, l.tokenHash, l.callbackToken} {
+				if strings.Contains(dom, never) {
+					t.Errorf("%s: the page shows a secret (%.6s…)", p.path, never)
+				}
 			}
 			if len(console) > 0 {
 				t.Errorf("%s: the browser's console says:\n%s", p.path, strings.Join(console, "\n"))

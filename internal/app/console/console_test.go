@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/app/console"
@@ -182,7 +185,7 @@ func TestRunsPagesWalkEveryRunOnce(t *testing.T) {
 	s := seed(t)
 	s.d.Exec(t, `DELETE FROM control_core.runs`)
 	insertRuns(t, s.d, 120, 1000)
-	runRe := regexp.MustCompile(`<td><code>([0-9a-f-]{36})</code></td>`)
+	runRe := regexp.MustCompile(`<td><a href="/runs/[0-9a-f-]{36}"><code>([0-9a-f-]{36})</code></a></td>`)
 	nextRe := regexp.MustCompile(`href="([^"]+)" rel="next"`)
 	for _, start := range []string{"/projects/billing/runs", "/projects/billing/runs?trigger=hourly"} {
 		seen := map[string]bool{}
@@ -301,6 +304,115 @@ func TestRefusesAHostThatIsNotTheConsoles(t *testing.T) {
 		}
 		if rec.Header().Get("Content-Security-Policy") == "" {
 			t.Errorf("Host %q: no CSP", c.host)
+		}
+	}
+}
+
+// The loop's pages: the workers page shows each live session's capacity, what it holds and what
+// is free; the Run page tells the Run's story (worker, lease, exit status, the output tail
+// escaped) and never a token, its hash or a callback token; the overview shows the queue; every
+// Run a page lists links to its page.
+func TestLoopPages(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	l := seedLoop(t, s)
+	never := []string{secret, l.token, l.tokenHash, l.callbackToken, "<script>alert"}
+	page := func(path string, want ...string) string {
+		t.Helper()
+		r := get(t, s.srv.URL, path)
+		if r.code != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, r.code, r.body)
+		}
+		for _, w := range want {
+			if !strings.Contains(r.body, w) {
+				t.Errorf("GET %s: the page lacks %q", path, w)
+			}
+		}
+		for _, n := range never {
+			if strings.Contains(r.body, n) {
+				t.Errorf("GET %s: the page shows %q", path, n)
+			}
+		}
+		if r.h.Get("Content-Security-Policy") != console.ContentSecurityPolicy {
+			t.Errorf("GET %s: no CSP", path)
+		}
+		return r.body
+	}
+	num := func(ns ...int) string { // consecutive numeric cells
+		var b strings.Builder
+		for i, n := range ns {
+			if i > 0 {
+				b.WriteString("\n")
+			}
+			fmt.Fprintf(&b, `<td class="num">%d</td>`, n)
+		}
+		return b.String()
+	}
+	workers := page("/workers", "w-busy", "w-drain", "fleet", "pool=batch", `<span class="warn">draining</span>`,
+		"2 live sessions · capacity 5 · leases 1 · offers 0 · free 2 · ", "1 draining")
+	row := func(id fmt.Stringer) string {
+		_, after, _ := strings.Cut(workers, `<tr id="session-`+id.String()+`">`)
+		r, _, _ := strings.Cut(after, "</tr>")
+		return r
+	}
+	// capacity, leases held, offers, in flight, free
+	if r := row(l.busy.ID); !strings.Contains(r, num(3, 1, 0, 1, 2)) || !strings.Contains(r, " ago") {
+		t.Errorf("workers: w-busy's row, want capacity 3, 1 lease, 0 offers, 1 in flight, 2 free, a heartbeat:\n%s", r)
+	}
+	if r := row(l.draining.ID); !strings.Contains(r, num(2, 0, 0, 0, 0)) {
+		t.Errorf("workers: w-drain's row, want capacity 2 and nothing free (draining):\n%s", r)
+	}
+
+	page("/runs/"+l.failed.String(), "Attempt 1: <span class=\"attempt-failed\">failed</span>", "w-busy", "token fleet",
+		l.busy.ID.String(), "version 1, released, granted", "exit code 3", "ran 1.234s", "exit_status: exit status 3",
+		"building…\n&lt;script&gt;alert(&#34;tail&#34;)&lt;/script&gt;\nexit 3", "run.created", `href="/projects/billing"`,
+		"(executor spec not shown)", "max attempts 1, backoff 0s", "(the newest 1 of 1)")
+	page("/runs/"+l.leased.String(), `<span class="run-running">running</span>`, "version 1, active", "expires", "w-busy", ">acked<")
+	page("/runs/"+l.queued.String(), `<span class="run-queued">queued</span>`, "No offers", "Attempt 1: ")
+
+	// the queue: billing's one queued Run, ready since it was queued; ops has none
+	overview := page("/", `<a href="/projects/billing/runs?state=queued">1</a>`, `<a href="/projects/ops/runs?state=queued">0</a>`)
+	if !regexp.MustCompile(`<td class="queue-head">ready \d+s ago</td>`).MatchString(overview) {
+		t.Errorf("overview: no ready time for billing's queue head")
+	}
+
+	// every Run a page lists is a link to its page
+	linked := regexp.MustCompile(`<a href="/runs/([0-9a-f-]{36})">`)
+	unlinked := regexp.MustCompile(`<td><code>[0-9a-f-]{36}</code>`)
+	for _, p := range []string{"/projects/billing/runs", "/projects/billing/runs?state=queued", "/projects/billing/triggers/hourly",
+		"/projects/billing"} {
+		body := page(p)
+		links := linked.FindAllStringSubmatch(body, -1)
+		if len(links) == 0 {
+			t.Errorf("GET %s: no Run links", p)
+			continue
+		}
+		if m := unlinked.FindString(body); m != "" {
+			t.Errorf("GET %s: a Run id without its link: %s", p, m)
+		}
+		if r := get(t, s.srv.URL, "/runs/"+links[0][1]); r.code != http.StatusOK {
+			t.Errorf("GET %s: its first Run link answers %d", p, r.code)
+		}
+	}
+	if body := page("/projects/billing/runs?state=queued"); !strings.Contains(body, `href="/runs/`+l.queued.String()+`"`) {
+		t.Error("the queued runs page does not link the queued Run")
+	}
+
+	for _, c := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/runs/not-a-uuid", 400, "want a Run id"},
+		{"/runs/" + url.PathEscape("<b>x</b>"), 400, "want a Run id"},
+		{"/runs/00000000-0000-0000-0000-000000000000", 400, "nil UUID"},
+		{"/runs/" + uuid.NewString(), 404, "not found"},
+		{"/runs/" + l.failed.String() + "?events=5", 400, "unknown parameter"},
+		{"/workers?all=1", 400, "unknown parameter"},
+	} {
+		r := get(t, s.srv.URL, c.path)
+		if r.code != c.code || !strings.Contains(r.body, c.want) {
+			t.Errorf("GET %s: %d %q; want %d and %q", c.path, r.code, errorMessage(r.body), c.code, c.want)
 		}
 	}
 }

@@ -37,7 +37,38 @@ func (s *server) funcs() template.FuncMap {
 			return *p
 		},
 		"claim": claimState,
+		"free":  free,
+		"durp": func(ms *int64) string {
+			if ms == nil {
+				return "-"
+			}
+			return (time.Duration(*ms) * time.Millisecond).String()
+		},
+		"agop": func(ms *int64, nowMs int64) string {
+			if ms == nil {
+				return "-"
+			}
+			return ago(*ms, nowMs)
+		},
+		"text": func(b []byte) string { return string(b) },
+		"deri": func(p *int) string { return derefInt(p) },
 	}
+}
+
+// free is what a worker session could still take: its capacity less what it holds (live offers
+// and active leases), never below 0; a draining session takes nothing more.
+func free(x admin.WorkerSession) int64 {
+	if x.State != "active" {
+		return 0
+	}
+	return max(int64(x.Capacity)-x.InFlight, 0)
+}
+
+func derefInt(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.Itoa(*p)
 }
 
 func utc(ms int64) string {

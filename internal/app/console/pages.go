@@ -25,6 +25,7 @@ const (
 	runsPerPage      = 50
 	upcomingShown    = 10
 	recentRunsShown  = 20
+	workersShown     = 500
 	maxQueryParamLen = 200
 )
 
@@ -175,6 +176,65 @@ func (s *server) runs(w http.ResponseWriter, r *http.Request) {
 
 	}
 	s.render(w, r, "runs", data)
+}
+
+// workers lists the live worker sessions: one range of the live sessions' index (admin's
+// WorkerSessions), up to workersShown; ended sessions are not listed (no index bounds them).
+func (s *server) workers(w http.ResponseWriter, r *http.Request) {
+	if !s.noParams(w, r) {
+		return
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	sessions, more, err := s.opts.Reader.WorkerSessions(ctx, admin.WorkerFilter{Limit: workersShown})
+	if err != nil {
+		s.readFailed(w, r, err)
+		return
+	}
+	data := struct {
+		layout
+		Sessions             []admin.WorkerSession
+		More                 bool
+		Shown                int
+		Capacity, Leases     int64
+		Offers, Free, Drains int64
+	}{layout: layout{Title: "Workers", Nav: "workers", Refresh: int(s.opts.Refresh / time.Second)}, Sessions: sessions, More: more,
+		Shown: workersShown}
+	for _, x := range sessions {
+		data.NowMs = x.NowMs
+		data.Capacity += int64(x.Capacity)
+		data.Leases += x.Leases
+		data.Offers += x.Offers
+		data.Free += free(x)
+		if x.State == "draining" {
+			data.Drains++
+		}
+	}
+	s.render(w, r, "workers", data)
+}
+
+// run shows one Run's story, as `qlsched runs show` tells it (admin's RunStory): its admission,
+// every Attempt with its worker, lease and outcome, its newest offers and events.
+func (s *server) run(w http.ResponseWriter, r *http.Request) {
+	if !s.noParams(w, r) {
+		return
+	}
+	id, err := uuid.Parse(r.PathValue("run"))
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, "run: want a Run id (a UUID)")
+		return
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	story, err := s.opts.Reader.RunStory(ctx, id, admin.StoryLimits{})
+	if err != nil {
+		s.readFailed(w, r, err)
+		return
+	}
+	s.render(w, r, "run", struct {
+		layout
+		R admin.RunStory
+	}{layout{Title: "Run " + id.String(), Nav: "project", NowMs: story.NowMs}, story})
 }
 
 func (s *server) health(w http.ResponseWriter, r *http.Request) {

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/dispatch"
 	"github.com/qlcontrol/controlcore/internal/app/console"
 	"github.com/qlcontrol/controlcore/internal/app/verify"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
@@ -102,4 +105,86 @@ func serve(t testing.TB, pool *dbconn.DB) *httptest.Server {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// hostileTail is the output tail of the loop's failed Attempt: markup the Run page must escape.
+const hostileTail = "building…\n<script>alert(\"tail\")</script>\nexit 3\n"
+
+// loop is what seedLoop leaves: billing's worker sessions and Runs at each stage of the loop.
+type loop struct {
+	failed, leased, queued uuid.UUID // the Runs: failed (exit 3), leased to w-busy, queued
+	token, tokenHash       string    // the worker token and its hash: no page may show them
+	callbackToken          string    // the leased Attempt's callback token: nor this
+	busy, draining         dispatch.Session
+}
+
+// seedLoop drives billing's dispatch loop through the dispatcher's store (as ql_runtime): a
+// worker token "fleet", a session w-busy (capacity 3) that takes one Run to failure (exit 3,
+// hostileTail) and holds the lease of a second, a session w-drain that drains, and a third Run
+// left queued.
+func seedLoop(t *testing.T, s *seeded) loop {
+	t.Helper()
+	ctx := context.Background()
+	tok, err := admin.NewPublisher(s.d.Handle(t, "ql_admin")).CreateWorkerToken(ctx, "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := dispatch.CredentialFor(tok.Token)
+	store := dispatch.NewStore(s.d.Handle(t, "ql_runtime"), dispatch.Config{OfferTTL: time.Minute, LeaseTTL: time.Minute})
+	l := loop{token: tok.Token, tokenHash: cred.TokenHash}
+	register := func(name string, capacity int) dispatch.Session {
+		x, err := store.Register(ctx, cred, dispatch.Registration{Name: name, Capacity: capacity, Protocol: 1,
+			Labels: map[string]string{"pool": "batch"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	queue := func() uuid.UUID {
+		id := uuid.New()
+		s.d.Exec(t, `
+			INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id,
+			        idempotency_key, state, owner, queued_at_ms, created_at_ms, updated_at_ms)
+			SELECT $1::uuid, 'billing', 'job', 1, kr.execution_revision_id, 'manual:' || $1::text, 'queued', 'runtime',
+			       control_core.db_now_ms(), control_core.db_now_ms(), control_core.db_now_ms()
+			FROM control_core.task_revisions kr WHERE kr.project_id = 'billing' AND kr.task_id = 'job' AND kr.revision = 1`, id)
+		s.d.Exec(t, `INSERT INTO control_core.attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms, updated_at_ms)
+			VALUES (gen_random_uuid(), $1::uuid, 1, 'remote_worker', 'claimed', control_core.db_now_ms(), control_core.db_now_ms())`, id)
+		s.d.Exec(t, `INSERT INTO control_core.run_events (event_id, run_id, seq, type, at_ms, detail)
+			VALUES (gen_random_uuid(), $1::uuid, 1, 'run.created', control_core.db_now_ms(), '{}')`, id)
+		return id
+	}
+	take := func(x dispatch.Session) (dispatch.Offer, dispatch.Lease) {
+		cands, _, err := store.Candidates(ctx, dispatch.CandidateQuery{SessionID: x.ID, Labels: x.Labels, Slots: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		offers, err := store.Offer(ctx, cred, x.ID, cands)
+		if err != nil || len(offers) != 1 {
+			t.Fatalf("placement for %s: %d offers, %v; want 1", x.WorkerID, len(offers), err)
+		}
+		lease, err := store.Ack(ctx, cred, offers[0].OfferID, x.ID, offers[0].CallbackToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return offers[0], lease
+	}
+	l.busy = register("w-busy", 3)
+	l.failed = queue()
+	o, lease := take(l.busy)
+	exit3 := 3
+	if c, err := store.Complete(ctx, cred, o.AttemptID, dispatch.Report{SessionID: l.busy.ID, CallbackToken: o.CallbackToken,
+		LeaseVersion: lease.LeaseVersion, Outcome: dispatch.OutcomeFailed, ExitCode: &exit3, ErrorKind: "exit_status",
+		ErrorMessage: "exit status 3", OutputTail: hostileTail, DurationMs: 1234}); err != nil || c.RunState != "failed" {
+		t.Fatalf("complete: %+v, %v; want the Run failed", c, err)
+	}
+	l.leased = queue()
+	o, _ = take(l.busy)
+	l.callbackToken = o.CallbackToken
+	l.draining = register("w-drain", 2)
+	if _, err := store.Drain(ctx, cred, l.draining.ID); err != nil {
+		t.Fatal(err)
+	}
+	l.queued = queue()
+	return l
 }
