@@ -66,8 +66,8 @@ type LoopQueueRow struct {
 // replica (alert on them with max()). Both reads are bounded whatever the size of history: they walk
 // only partial indexes that hold the live rows (the queue, live sessions, live offers and leases).
 // Per project with queued Runs (a skip scan of runs_dispatch_queue_idx, as placement's, at most
-// @max_projects projects in project order): its queued Runs, counted along the index with one
-// budget of @cap rows for the whole read (each project's count is exact until the budget is spent;
+// max_projects projects in project order): its queued Runs, counted along the index with one
+// budget of cap rows for the whole read (each project's count is exact until the budget is spent;
 // past it a project counts at most 1, "at least one"), and its oldest queued Run's ready time (the
 // index key: the backoff end for a retry, else the scheduled time, else the queue time). Only active
 // projects are returned: placement never takes a paused or archived project's Runs, and a gauge on
@@ -122,7 +122,7 @@ type LoopWorkersRow struct {
 	FreeCapacity int64 `json:"free_capacity"`
 }
 
-// Live worker sessions (unexpired, along worker_sessions_live_expiry_idx, at most @cap of them) by
+// Live worker sessions (unexpired, along worker_sessions_live_expiry_idx, at most cap of them) by
 // state, and the free capacity of the active ones: capacity minus live offers and active leases
 // (the Offer's own arithmetic; a draining session takes no offers, so it has none).
 func (q *Queries) LoopWorkers(ctx context.Context, cap int32) (LoopWorkersRow, error) {

@@ -5,8 +5,8 @@
 
 -- name: LoopQueue :many
 -- Per project with queued Runs (a skip scan of runs_dispatch_queue_idx, as placement's, at most
--- @max_projects projects in project order): its queued Runs, counted along the index with one
--- budget of @cap rows for the whole read (each project's count is exact until the budget is spent;
+-- max_projects projects in project order): its queued Runs, counted along the index with one
+-- budget of cap rows for the whole read (each project's count is exact until the budget is spent;
 -- past it a project counts at most 1, "at least one"), and its oldest queued Run's ready time (the
 -- index key: the backoff end for a retry, else the scheduled time, else the queue time). Only active
 -- projects are returned: placement never takes a paused or archived project's Runs, and a gauge on
@@ -49,7 +49,7 @@ JOIN control_core.projects p ON p.project_id = h.project_id AND p.state = 'activ
 ORDER BY h.project_id;
 
 -- name: LoopWorkers :one
--- Live worker sessions (unexpired, along worker_sessions_live_expiry_idx, at most @cap of them) by
+-- Live worker sessions (unexpired, along worker_sessions_live_expiry_idx, at most cap of them) by
 -- state, and the free capacity of the active ones: capacity minus live offers and active leases
 -- (the Offer's own arithmetic; a draining session takes no offers, so it has none).
 WITH live AS (
