@@ -15,22 +15,7 @@ func TestDispatchCandidatesReadsNoHistory(t *testing.T) {
 	f := newFx(t)
 	ctx := context.Background()
 	f.queue("p", 5)
-	f.exec(`SET session_replication_role = replica;
-		INSERT INTO control_core.projects (project_id, state, revision, content_digest, created_at_ms, updated_at_ms)
-		SELECT 'q' || g, 'active', 1, repeat('a', 64), 1, 1 FROM generate_series(1, 40) g;
-		INSERT INTO control_core.tasks (project_id, task_id, head_revision, created_at_ms, updated_at_ms)
-		SELECT 'q' || g, 'task', 1, 1, 1 FROM generate_series(1, 40) g;
-		INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest, created_at_ms)
-		SELECT 'q' || g, 'task', 1, kr.execution_revision_id, kr.content_digest, 1
-		FROM generate_series(1, 40) g, control_core.task_revisions kr WHERE kr.project_id = 'p';
-		INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, idempotency_key,
-		        state, owner, queued_at_ms, finished_at_ms, created_at_ms, updated_at_ms)
-		SELECT gen_random_uuid(), CASE WHEN g <= 50000 THEN 'p' ELSE 'q' || (g % 40 + 1) END, 'task', 1, kr.execution_revision_id,
-		       'bulk:' || g, CASE WHEN g <= 50000 THEN 'succeeded' ELSE 'queued' END, 'runtime', g,
-		       CASE WHEN g <= 50000 THEN g + 1 END, 1, 1
-		FROM generate_series(1, 50400) g, control_core.task_revisions kr WHERE kr.project_id = 'p';
-		RESET session_replication_role;
-		ANALYZE control_core.runs, control_core.projects, control_core.task_revisions, control_core.attempts, control_core.dispatch_offers`)
+	f.history()
 	conn, err := f.su.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -68,4 +53,26 @@ func TestDispatchCandidatesReadsNoHistory(t *testing.T) {
 		t.Fatalf("DispatchCandidates: %v rows, %v pages; plan:\n%s", root["Actual Rows"], pages, plan)
 	}
 	t.Logf("%v pages", pages)
+}
+
+// history adds 50,000 finished Runs to project p and 400 queued ones spread over 40 projects q1 …
+// q40 (10 each, queued at 50001 … 50400 ms), and analyzes.
+func (f *fx) history() {
+	f.t.Helper()
+	f.exec(`SET session_replication_role = replica;
+		INSERT INTO control_core.projects (project_id, state, revision, content_digest, created_at_ms, updated_at_ms)
+		SELECT 'q' || g, 'active', 1, repeat('a', 64), 1, 1 FROM generate_series(1, 40) g;
+		INSERT INTO control_core.tasks (project_id, task_id, head_revision, created_at_ms, updated_at_ms)
+		SELECT 'q' || g, 'task', 1, 1, 1 FROM generate_series(1, 40) g;
+		INSERT INTO control_core.task_revisions (project_id, task_id, revision, execution_revision_id, content_digest, created_at_ms)
+		SELECT 'q' || g, 'task', 1, kr.execution_revision_id, kr.content_digest, 1
+		FROM generate_series(1, 40) g, control_core.task_revisions kr WHERE kr.project_id = 'p';
+		INSERT INTO control_core.runs (run_id, project_id, task_id, task_revision, execution_revision_id, idempotency_key,
+		        state, owner, queued_at_ms, finished_at_ms, created_at_ms, updated_at_ms)
+		SELECT gen_random_uuid(), CASE WHEN g <= 50000 THEN 'p' ELSE 'q' || (g % 40 + 1) END, 'task', 1, kr.execution_revision_id,
+		       'bulk:' || g, CASE WHEN g <= 50000 THEN 'succeeded' ELSE 'queued' END, 'runtime', g,
+		       CASE WHEN g <= 50000 THEN g + 1 END, 1, 1
+		FROM generate_series(1, 50400) g, control_core.task_revisions kr WHERE kr.project_id = 'p';
+		RESET session_replication_role;
+		ANALYZE control_core.runs, control_core.projects, control_core.task_revisions, control_core.attempts, control_core.dispatch_offers`)
 }

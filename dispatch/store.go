@@ -331,7 +331,8 @@ func (s *Store) Ack(ctx context.Context, cred Credential, offerID, sessionID uui
 	})
 	hb := ms(s.cfg.HeartbeatInterval())
 	if err == nil {
-		return Lease{LeaseVersion: row.LeaseVersion, LeaseExpiresInMs: row.LeaseExpiresInMs, HeartbeatIntervalMs: hb}, nil
+		return Lease{LeaseVersion: row.LeaseVersion, LeaseExpiresInMs: row.LeaseExpiresInMs, HeartbeatIntervalMs: hb,
+			Started: true, Waited: time.Duration(row.WaitedMs) * time.Millisecond}, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, err
@@ -523,7 +524,8 @@ func (s *Store) Complete(ctx context.Context, cred Credential, attemptID uuid.UU
 			return Completion{}, err
 		}
 		if len(rows) == 1 {
-			c := Completion{RunState: rows[0].RunStateAfter}
+			c := Completion{RunState: rows[0].RunStateAfter, AttemptState: rows[0].AttemptStateAfter,
+				Ran: time.Duration(rows[0].RanMs) * time.Millisecond}
 			if c.RunState == "cancelled" && rep.Outcome != OutcomeCancelled {
 				return c, ErrRunCancelled
 			}
@@ -671,22 +673,37 @@ func (s *Store) ExpireOffers(ctx context.Context, batch int) (int, error) {
 // ExpireLeases expires up to batch leases past their expiry (E): the Attempt expires and the Run
 // is retried or failed by the retry policy; a cancelled Run stays cancelled.
 func (s *Store) ExpireLeases(ctx context.Context, batch int) (int, error) {
+	e, err := s.ExpireLeasesCounted(ctx, batch)
+	return e.Expired, err
+}
+
+// ExpireLeasesCounted is ExpireLeases, saying also how many of the Runs went back to the queue.
+func (s *Store) ExpireLeasesCounted(ctx context.Context, batch int) (LeaseExpiries, error) {
 	var due []uuid.UUID
 	if err := s.run(ctx, "find due leases", func(q *db.Queries) error {
 		var e error
 		due, e = q.DueLeases(ctx, int32(batch))
 		return e
 	}); err != nil || len(due) == 0 {
-		return 0, err
+		return LeaseExpiries{}, err
+	}
+	var n LeaseExpiries
+	count := func(rows []db.FinishAttemptsRow) {
+		n.Expired += len(rows)
+		for _, r := range rows {
+			if r.RunStateAfter == "queued" {
+				n.Requeued++
+			}
+		}
 	}
 	rows, err := s.finish(ctx, "expire leases", expiryItems(due))
 	if err == nil || len(due) == 1 || ctx.Err() != nil {
-		return len(rows), err
+		count(rows)
+		return n, err
 	}
 	// One lease the statement cannot end (a row a hostile hand or a bug left inconsistent) must not
 	// hold back every other: each is tried alone, and the ones that fail are reported, not retried
 	// here (the next tick tries them again).
-	n := 0
 	var failed []error
 	for _, id := range due {
 		rows, err := s.finish(ctx, "expire lease", expiryItems([]uuid.UUID{id}))
@@ -697,7 +714,7 @@ func (s *Store) ExpireLeases(ctx context.Context, batch int) (int, error) {
 			failed = append(failed, fmt.Errorf("attempt %s: %w", id, err))
 			continue
 		}
-		n += len(rows)
+		count(rows)
 	}
 	return n, errors.Join(failed...)
 }

@@ -18,9 +18,10 @@ type Sweeper struct {
 	log    *slog.Logger
 	errors atomic.Int64
 
-	mu   sync.Mutex
-	stop context.CancelFunc
-	done chan struct{}
+	mu      sync.Mutex
+	observe func(Swept) // Observe's
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
 // maxRounds bounds the repeats of a full batch within one tick.
@@ -32,6 +33,22 @@ func NewSweeper(store *Store, log *slog.Logger) *Sweeper {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Sweeper{store: store, log: log}
+}
+
+// Swept is what one tick (SweepOnce) expired: offers (X), leases (E, and how many of their Runs
+// went back to the queue) and sessions (Z).
+type Swept struct {
+	Offers   int
+	Leases   LeaseExpiries
+	Sessions int
+}
+
+// Observe makes fn hear every tick's Swept, from the goroutine that swept (metrics count with it).
+// Call it before Start.
+func (w *Sweeper) Observe(fn func(Swept)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.observe = fn
 }
 
 // Errors is how many sweep statements have failed so far.
@@ -104,8 +121,19 @@ func (w *Sweeper) SweepOnce(ctx context.Context) (offers, leases, sessions int, 
 		}
 		return total
 	}
+	var requeued int
 	offers = sweep("offers", w.store.ExpireOffers)
-	leases = sweep("leases", w.store.ExpireLeases)
+	leases = sweep("leases", func(ctx context.Context, batch int) (int, error) {
+		e, err := w.store.ExpireLeasesCounted(ctx, batch)
+		requeued += e.Requeued
+		return e.Expired, err
+	})
 	sessions = sweep("sessions", w.store.ExpireSessions)
+	w.mu.Lock()
+	observe := w.observe
+	w.mu.Unlock()
+	if observe != nil {
+		observe(Swept{Offers: offers, Leases: LeaseExpiries{Expired: leases, Requeued: requeued}, Sessions: sessions})
+	}
 	return offers, leases, sessions, err
 }

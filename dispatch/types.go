@@ -3,6 +3,7 @@ package dispatch
 import (
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -97,6 +98,11 @@ type Lease struct {
 	LeaseVersion        int64
 	LeaseExpiresInMs    int64
 	HeartbeatIntervalMs int64
+	// Started: this ACK moved the Run to running (false for a replay, A′). Waited is then how long
+	// the Run waited, by database time, from when it was last queued and ready (admitted, or its
+	// retry's backoff end) to running; negative when the Run carried no queue time.
+	Started bool
+	Waited  time.Duration
 }
 
 // LeaseRef names a lease a worker holds, in a heartbeat.
@@ -158,6 +164,17 @@ type Report struct {
 type Completion struct {
 	RunState string // succeeded, queued, failed, cancelled
 	Replay   bool
+	// AttemptState is the state this report ended the Attempt in (succeeded, failed, cancelled), ""
+	// for a replay (nothing written); Ran is then how long the Attempt ran, from its lease's grant
+	// to the report, by database time.
+	AttemptState string
+	Ran          time.Duration
+}
+
+// LeaseExpiries is what one lease sweep (E) ended: the Attempts it expired, and how many of their
+// Runs it queued again for another Attempt (the others failed, or stayed cancelled).
+type LeaseExpiries struct {
+	Expired, Requeued int
 }
 
 // DrainResult answers a drain.

@@ -228,6 +228,21 @@ func TestClosedLoopWithRealProcesses(t *testing.T) {
 	if requests == 0 {
 		t.Error("no qlsched_dispatch_requests_total on the dispatchers' /metrics")
 	}
+	// The loop's counters are per replica: summed over the dispatchers, each Attempt was started
+	// by one ACK and ended by one report (a replica counts after its statement commits).
+	attempts := l.count(t, `SELECT count(*) FROM control_core.attempts`)
+	eventually.NoError(t, 10*time.Second, "the loop's counters summed over the dispatchers", func() error {
+		var started, finished float64
+		for _, h := range l.health {
+			m := scrape(t, h+"/metrics")
+			started += m["qlsched_dispatch_start_latency_seconds_count"]
+			finished += m["qlsched_dispatch_attempts_finished_total"]
+		}
+		if started != float64(attempts) || finished != float64(attempts) {
+			return fmt.Errorf("%v started and %v finished; want %d Attempts each", started, finished, attempts)
+		}
+		return nil
+	})
 	l.audit(t)
 	if n := l.count(t, `SELECT count(*) FROM control_core.attempts WHERE attempt_no <> 1 OR state <> 'succeeded'`); n != 0 {
 		t.Errorf("%d Attempts other than one succeeded first Attempt per Run (task ok never fails)", n)
@@ -264,6 +279,20 @@ func TestClosedLoopRetriesAFailedAttempt(t *testing.T) {
 	if n := l.count(t, `SELECT count(*) FROM control_core.attempts WHERE attempt_no > 2`); n != 0 {
 		t.Errorf("%d Attempts beyond --max-attempts 2", n)
 	}
+	// Summed over the dispatchers: one retry, and the Attempts' outcomes as the database has them.
+	succeeded := l.count(t, `SELECT count(*) FROM control_core.attempts WHERE state = 'succeeded'`)
+	eventually.NoError(t, 10*time.Second, "the retry and the outcomes on the dispatchers' /metrics", func() error {
+		var retries, finished float64
+		for _, h := range l.health {
+			m := scrape(t, h+"/metrics")
+			retries += m["qlsched_dispatch_retries_total"]
+			finished += m["qlsched_dispatch_attempts_finished_total"]
+		}
+		if retries != 1 || finished != float64(succeeded+1) {
+			return fmt.Errorf("%v retries, %v Attempts finished; want 1 and %d (the succeeded ones and the failed one)", retries, finished, succeeded+1)
+		}
+		return nil
+	})
 	l.stop(t)
 }
 

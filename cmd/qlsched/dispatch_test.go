@@ -58,6 +58,7 @@ func TestDispatchBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"--placement-interval", "1ms"}, "--placement-interval 1ms: want"},
 		{[]string{"--sweep-interval", "50ms"}, "--sweep-interval 50ms: want"},
 		{[]string{"--sweep-batch", "0"}, "--sweep-batch 0: want 1…1024"},
+		{[]string{"--gauge-interval", "500ms"}, "--gauge-interval 500ms: want 1s … 10m"},
 		{[]string{"--max-projects", "1025"}, "--max-projects 1025: want 1…1024"},
 		{[]string{"--scan-cap", "0"}, "--scan-cap 0: want 1…1024"},
 		{[]string{"--drain-timeout", "11m"}, "--drain-timeout 11m0s: want"},

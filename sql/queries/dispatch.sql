@@ -238,13 +238,15 @@ WHERE s.worker_session_id = @session_id::uuid AND t.token_hash = @token_hash::te
 -- (lease_version = runs.lease_version + 1) and moves Attempt and Run to running.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 run_lock AS (
-    SELECT r.run_id, r.lease_version FROM control_core.runs r
+    SELECT r.run_id, r.lease_version,
+           greatest(r.queued_at_ms, coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms)) AS ready_at_ms
+    FROM control_core.runs r
     WHERE r.run_id = (SELECT a.run_id FROM control_core.attempts a WHERE a.offer_id = @offer_id::uuid)
       AND r.state = 'dispatching'
     FOR UPDATE
 ),
 cur AS (
-    SELECT r.run_id, r.lease_version, a.attempt_id, a.attempt_no, o.offer_id, s.worker_session_id, s.worker_id
+    SELECT r.run_id, r.lease_version, r.ready_at_ms, a.attempt_id, a.attempt_no, o.offer_id, s.worker_session_id, s.worker_id
     FROM control_core.dispatch_offers o
     JOIN control_core.attempts a ON a.attempt_id = o.attempt_id AND a.offer_id = o.offer_id
     JOIN run_lock r ON r.run_id = a.run_id
@@ -292,8 +294,11 @@ ev AS (
                               'worker', cur.worker_id, 'session_id', cur.worker_session_id)
     FROM run, cur, lease, obs
 )
-SELECT lease.lease_version::bigint AS lease_version, (lease.expires_at_ms - obs.now_ms)::bigint AS lease_expires_in_ms
-FROM lease, obs, off, att, run;
+SELECT lease.lease_version::bigint AS lease_version, (lease.expires_at_ms - obs.now_ms)::bigint AS lease_expires_in_ms,
+       -- the metrics' start latency: from when the Run was last queued and ready (admitted, or its
+       -- retry's backoff end) to running, in database time; -1 when the Run carries no queue time
+       coalesce(greatest(obs.now_ms - cur.ready_at_ms, 0), -1)::bigint AS waited_ms
+FROM lease, obs, off, att, run, cur;
 
 -- name: AckReplay :one
 -- A′: the offer is already acked by this session with this callback token and its lease is
@@ -481,7 +486,7 @@ run_lock AS (
 ),
 cur AS (
     SELECT i.ord, i.fence, i.outcome, i.result, i.error, r.run_id, r.state AS run_state, a.attempt_id,
-           a.attempt_no, l.run_lease_id, kr.max_attempts, kr.retry_backoff_ms,
+           a.attempt_no, a.started_at_ms, l.run_lease_id, kr.max_attempts, kr.retry_backoff_ms,
            (SELECT count(*) FROM control_core.attempts h
             WHERE h.run_id = a.run_id AND h.attempt_no < a.attempt_no
               AND h.result ->> 'outcome' = 'handed_back')::integer AS hand_backs
@@ -569,9 +574,11 @@ ev AS (
     FROM run JOIN decided d ON d.run_id = run.run_id, obs
 )
 SELECT d.ord::bigint AS ord, d.attempt_id::uuid AS attempt_id, d.run_id::uuid AS run_id,
-       coalesce(run.state, d.run_state)::text AS run_state_after, d.attempt_after::text AS attempt_state_after
+       coalesce(run.state, d.run_state)::text AS run_state_after, d.attempt_after::text AS attempt_state_after,
+       greatest(obs.now_ms - coalesce(d.started_at_ms, obs.now_ms), 0)::bigint AS ran_ms -- lease grant to end, database time
 FROM decided d JOIN att ON att.attempt_id = d.attempt_id
 LEFT JOIN run ON run.run_id = d.run_id
+CROSS JOIN obs
 ORDER BY d.ord;
 
 -- name: CompleteReplay :one

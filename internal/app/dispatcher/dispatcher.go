@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -29,6 +30,8 @@ type Options struct {
 	Names  roles.Names     // the roles readiness checks (connected as Names.Runtime)
 	Owner  string          // this replica's name in logs and metrics
 	Log    *slog.Logger
+	// GaugeInterval is how often the loop's database gauges are read (0: DefaultGaugeInterval).
+	GaugeInterval time.Duration
 }
 
 // Dispatcher is one started replica.
@@ -42,6 +45,7 @@ type Dispatcher struct {
 	handler  http.Handler
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
+	loop     *loopMetrics
 
 	polling   atomic.Int64 // polls waiting in the placer now
 	withdrawn atomic.Bool  // /readyz fails, polls answer dispatcher_stopping
@@ -73,6 +77,11 @@ func Start(ctx context.Context, h *dbconn.DB, opts Options) (*Dispatcher, error)
 	d := &Dispatcher{store: store, log: log, cfg: cfg, reg: prometheus.NewRegistry()}
 	d.sweeper = dispatch.NewSweeper(store, log)
 	d.placer = dispatch.NewPlacer(store, log)
+	interval := opts.GaugeInterval
+	if interval <= 0 {
+		interval = DefaultGaugeInterval
+	}
+	d.initMetrics(opts.Owner, interval) // before the sweeper starts: its observer counts every tick
 	life := context.WithoutCancel(ctx)
 	if err := d.sweeper.Start(life); err != nil {
 		return nil, fmt.Errorf("start sweeper: %w", err)
@@ -81,12 +90,12 @@ func Start(ctx context.Context, h *dbconn.DB, opts Options) (*Dispatcher, error)
 		_ = d.sweeper.Stop(context.Background())
 		return nil, fmt.Errorf("start placer: %w", err)
 	}
-	d.initMetrics(opts.Owner)
+	d.loop.gauges.start(life, log)
 	d.handler = d.routes()
 	return d, nil
 }
 
-func (d *Dispatcher) initMetrics(owner string) {
+func (d *Dispatcher) initMetrics(owner string, gaugeInterval time.Duration) {
 	labels := prometheus.Labels{"owner": owner}
 	d.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qlsched_dispatch_requests_total", ConstLabels: labels,
 		Help: "Worker protocol requests by endpoint and answered code (ok, or the error code)."}, []string{"endpoint", "code"})
@@ -100,6 +109,7 @@ func (d *Dispatcher) initMetrics(owner string) {
 	polls := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_dispatch_polls_waiting", ConstLabels: labels,
 		Help: "Worker long polls waiting for offers on this dispatcher."}, func() float64 { return float64(d.WaitingPolls()) })
 	d.reg.MustRegister(d.requests, ready, polls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.loop = newLoopMetrics(d.reg, labels, d.store, d.sweeper, gaugeInterval)
 }
 
 // Handler is the worker protocol: mount it at the root of its own listener.
@@ -141,6 +151,9 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		errs := []error{d.placerErr}
 		if err := d.sweeper.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop sweeper: %w", err))
+		}
+		if err := d.loop.gauges.stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop gauge reads: %w", err))
 		}
 		d.mu.Lock()
 		d.stopped.Store(true)

@@ -318,6 +318,7 @@ func (d *Dispatcher) ack(c *call) (int, any, *apiError) {
 	if err != nil {
 		return 0, nil, d.storeError("ack", err)
 	}
+	d.loop.started(l)
 	return http.StatusOK, workerproto.AckResponse{LeaseVersion: l.LeaseVersion, LeaseExpiresInMs: l.LeaseExpiresInMs,
 		HeartbeatIntervalMs: l.HeartbeatIntervalMs}, nil
 }
@@ -390,6 +391,7 @@ func (d *Dispatcher) complete(c *call) (int, any, *apiError) {
 		rep.ErrorKind, rep.ErrorMessage = req.Error.Kind, req.Error.Message
 	}
 	res, err := d.store.Complete(c.ctx, c.cred, aid, rep)
+	d.loop.completed(rep.Outcome, res) // also a report refused for a cancelled Run: it ended the Attempt
 	if err != nil {
 		return 0, nil, d.storeError("complete", err)
 	}

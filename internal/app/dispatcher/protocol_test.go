@@ -57,13 +57,21 @@ func (l *lockedBuffer) String() string {
 // through the real coordinator, disables the trigger, and starts a dispatcher as the runtime role.
 func newFixture(t *testing.T, runs int) *fixture {
 	t.Helper()
+	return newFixtureTask(t, runs, admin.TaskSpec{})
+}
+
+// newFixtureTask is newFixture with task k's retry policy from task (its other fields are the
+// fixture's).
+func newFixtureTask(t *testing.T, runs int, task admin.TaskSpec) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	d := testpg.New(t)
 	pub := admin.NewPublisher(d.Handle(t, "ql_admin"))
 	if _, err := pub.CreateProject(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: "k", ExecutorSpec: []byte(`{"command":["true"]}`)}); err != nil {
+	task.Project, task.Task, task.ExecutorSpec = "p", "k", []byte(`{"command":["true"]}`)
+	if _, err := pub.PublishTask(ctx, task); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pub.PublishTrigger(ctx, admin.TriggerSpec{Project: "p", Trigger: "t", Task: "k", Cron: "* * * * * *",
@@ -89,7 +97,8 @@ func newFixture(t *testing.T, runs int) *fixture {
 	cfg := dispatch.Config{PlacementInterval: 5 * time.Millisecond, SweepInterval: 100 * time.Millisecond, LeaseTTL: 5 * time.Second,
 		OfferTTL: 2 * time.Second}.WithDefaults()
 	log := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	disp, err := dispatcher.Start(ctx, rt, dispatcher.Options{Config: cfg, Names: d.Names, Owner: "protocol-test", Log: log})
+	disp, err := dispatcher.Start(ctx, rt, dispatcher.Options{Config: cfg, Names: d.Names, Owner: "protocol-test", Log: log,
+		GaugeInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
