@@ -129,7 +129,7 @@ replica.`,
 	f.IntVar(&cfg.ScanCap, "scan-cap", cfg.ScanCap, "ready Runs (that the session may take) one placement read takes per project, 1 … 1024")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on stop, how long requests in flight may finish, 1s … 10m")
 	f.DurationVar(&opts.withdrawGrace, "withdraw-grace", 0, "on stop, how long /readyz fails before the placer stops, 0s … 1m")
-	f.DurationVar(&opts.gaugeInterval, "gauge-interval", dispatcher.DefaultGaugeInterval, "how often the loop's database gauges (queue per project, worker sessions) are read, in the background, 1s … 10m")
+	f.DurationVar(&opts.gaugeInterval, "gauge-interval", dispatcher.DefaultGaugeInterval, "how often the loop's database gauges (queue per project, worker sessions) are read, in the background, 1s … 30s (the reading age stays within 60s, the stale-gauges alert's threshold)")
 	f.StringVar(&opts.rolePrefix, "role-prefix", roles.DefaultPrefix, "prefix of the four roles; readiness expects to be connected as <prefix>runtime")
 	return cmd
 }
@@ -157,8 +157,8 @@ func (o *dispatchOptions) validate(cfg dispatch.Config) error {
 	if o.withdrawGrace < 0 || o.withdrawGrace > time.Minute {
 		return cli.Usagef("--withdraw-grace %s: want 0s … 1m", o.withdrawGrace)
 	}
-	if o.gaugeInterval < time.Second || o.gaugeInterval > 10*time.Minute {
-		return cli.Usagef("--gauge-interval %s: want 1s … 10m", o.gaugeInterval)
+	if o.gaugeInterval < time.Second || o.gaugeInterval > 30*time.Second {
+		return cli.Usagef("--gauge-interval %s: want 1s … 30s", o.gaugeInterval)
 	}
 	return nil
 }

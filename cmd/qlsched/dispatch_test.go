@@ -58,7 +58,10 @@ func TestDispatchBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"--placement-interval", "1ms"}, "--placement-interval 1ms: want"},
 		{[]string{"--sweep-interval", "50ms"}, "--sweep-interval 50ms: want"},
 		{[]string{"--sweep-batch", "0"}, "--sweep-batch 0: want 1…1024"},
-		{[]string{"--gauge-interval", "500ms"}, "--gauge-interval 500ms: want 1s … 10m"},
+		{[]string{"--gauge-interval", "500ms"}, "--gauge-interval 500ms: want 1s … 30s"},
+		// docs/operations.md's QlschedDispatchGaugesStale fires past 60 s of reading age: a healthy
+		// replica's age reaches the interval plus one read (bounded at 30 s), so past 30 s it misfired
+		{[]string{"--gauge-interval", "31s"}, "--gauge-interval 31s: want 1s … 30s"},
 		{[]string{"--max-projects", "1025"}, "--max-projects 1025: want 1…1024"},
 		{[]string{"--scan-cap", "0"}, "--scan-cap 0: want 1…1024"},
 		{[]string{"--drain-timeout", "11m"}, "--drain-timeout 11m0s: want"},

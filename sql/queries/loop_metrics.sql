@@ -10,7 +10,8 @@
 -- past it a project counts at most 1, "at least one"), and its oldest queued Run's ready time (the
 -- index key: the backoff end for a retry, else the scheduled time, else the queue time). Only active
 -- projects are returned: placement never takes a paused or archived project's Runs, and a gauge on
--- them would alert for ever (they still spend the budget and the project bound).
+-- them would alert for ever. Their Runs are not counted (a paused project's backlog spent the
+-- budget, and every active project after it counted 1); they still take a step of the project bound.
 WITH RECURSIVE lim AS (SELECT @cap::bigint AS cap, @max_projects::integer AS max_projects),
 heads (project_id, n, oldest_ready_ms, queued, budget) AS (
     SELECT f.project_id, 1, f.ready_ms, c.queued, lim.cap - c.queued
@@ -23,6 +24,7 @@ heads (project_id, n, oldest_ready_ms, queued, budget) AS (
         SELECT count(*) AS queued
         FROM (SELECT 1 FROM control_core.runs r
               WHERE r.state = 'queued' AND r.project_id = f.project_id
+                AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = f.project_id) = 'active'
               ORDER BY r.project_id, coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms), r.run_id
               LIMIT greatest(lim.cap, 1)) x) c
   UNION ALL
@@ -38,6 +40,7 @@ heads (project_id, n, oldest_ready_ms, queued, budget) AS (
         SELECT count(*) AS queued
         FROM (SELECT 1 FROM control_core.runs r
               WHERE r.state = 'queued' AND r.project_id = f.project_id
+                AND (SELECT p.state FROM control_core.projects p WHERE p.project_id = f.project_id) = 'active'
               ORDER BY r.project_id, coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms), r.run_id
               LIMIT greatest(h.budget, 1)) x) c
     WHERE h.n < lim.max_projects

@@ -224,6 +224,10 @@ func (s *server) run(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, "run: want a Run id (a UUID)")
 		return
 	}
+	if r.PathValue("run") != id.String() { // uppercase, braced, urn:uuid: or unhyphenated: one address per Run
+		http.Redirect(w, r, "/runs/"+id.String(), http.StatusMovedPermanently)
+		return
+	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
 	story, err := s.opts.Reader.RunStory(ctx, id, admin.StoryLimits{})
