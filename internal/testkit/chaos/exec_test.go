@@ -11,7 +11,9 @@ func TestAuditExecBySecond(t *testing.T) {
 	t.Parallel()
 	w := Window{FromMs: 10_000, ToMs: 14_000} // seconds 10 … 13
 	adm := func(sec int64) Admission { return Admission{Key: "a", SecondMs: sec * 1000, AdmittedMs: sec*1000 + 5} }
-	ex := func(sec, lagMs int64) Execution { return Execution{Key: "a", SecondMs: sec * 1000, AtMs: sec*1000 + lagMs} }
+	ex := func(sec, lagMs int64) Execution {
+		return Execution{Key: "a", SecondMs: sec * 1000, AtMs: sec*1000 + lagMs}
+	}
 	// 10: once on time; 11: twice (the first at 300 ms); 12: admitted, never executed; 13: never
 	// admitted; 9 and 14 are outside the window; 10 is executed once more for key b, not audited.
 	got := AuditExec([]string{"a"}, w,
