@@ -135,7 +135,7 @@ peer-chaos-short:
 # working the periodic jobs, and qlsched run + dispatch + qlworker (docs/performance.md, "The peer
 # under faults, whole loop"). CI does not run it.
 .PHONY: peer-chaos-loop
-PEER_LOOP_JOBS ?= 20
+PEER_LOOP_JOBS ?= 10
 PEER_LOOP_DURATION ?= 45s
 PEER_LOOP_SEED ?= 22
 peer-chaos-loop:
