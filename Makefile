@@ -131,6 +131,19 @@ peer-chaos:
 peer-chaos-short:
 	@$(MAKE) --no-print-directory peer-chaos PEER_JOBS=50 PEER_DURATION=45s PEER_SEED=22
 
+# peer-chaos-loop is the same plan over the whole loop, audited by execution: River's clients
+# working the periodic jobs, and qlsched run + dispatch + qlworker (docs/performance.md, "The peer
+# under faults, whole loop"). CI does not run it.
+.PHONY: peer-chaos-loop
+PEER_LOOP_JOBS ?= 10
+PEER_LOOP_DURATION ?= 45s
+PEER_LOOP_SEED ?= 22
+peer-chaos-loop:
+	go build -o bin/qlsched ./cmd/qlsched
+	go build -o bin/qlworker ./cmd/qlworker
+	cd bench/river && go run . chaos --qlsched ../../bin/qlsched --qlworker ../../bin/qlworker --jobs $(PEER_LOOP_JOBS) \
+	  --replicas $(PEER_REPLICAS) --duration $(PEER_LOOP_DURATION) --seed $(PEER_LOOP_SEED) --systems river-exec,qlsched-loop
+
 bench:
 	scripts/bench-pooler.sh --check # its last part, before the long runs
 	go build -o bin/ ./cmd/...

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,11 @@ type chaosConfig struct {
 	qlsched          string
 	systems          []string
 	settle           time.Duration
+	// the whole loop (river-exec, qlsched-loop)
+	qlworker             string
+	dispatchers, workers int
+	capacity             int
+	late                 time.Duration
 }
 
 func (c chaosConfig) validate() error {
@@ -47,14 +53,24 @@ func (c chaosConfig) validate() error {
 	}
 	for _, s := range c.systems {
 		switch s {
-		case "river", "river-plain":
+		case "river", "river-plain", "river-exec":
 		case "qlsched":
 			if c.qlsched == "" {
 				return errors.New("--qlsched: the qlsched binary is required for system qlsched")
 			}
+		case "qlsched-loop":
+			if c.qlsched == "" || c.qlworker == "" {
+				return errors.New("--qlsched, --qlworker: both binaries are required for system qlsched-loop")
+			}
+			if c.dispatchers < 1 || c.dispatchers > 8 || c.workers < 1 || c.workers > 8 {
+				return fmt.Errorf("--dispatchers %d, --workers %d: want 1 … 8 each", c.dispatchers, c.workers)
+			}
 		default:
-			return fmt.Errorf("--systems %q: want river, river-plain and/or qlsched", s)
+			return fmt.Errorf("--systems %q: want river, river-plain, river-exec, qlsched and/or qlsched-loop", s)
 		}
+	}
+	if c.capacity < 1 || c.capacity > 256 || c.late < time.Second {
+		return fmt.Errorf("--capacity %d: want 1 … 256; --late %s: want ≥ 1s", c.capacity, c.late)
 	}
 	p := chaos.DefaultPlanConfig(c.seed, c.duration)
 	p.FaultEvery, p.MaxStop = c.faultEvery, c.maxStop
@@ -72,6 +88,19 @@ type subject struct {
 	admitted func(ctx context.Context) ([]chaos.Admission, error)
 	sample   func(ctx context.Context, sup *chaos.Supervisor) // while faults run; nil for none
 	notes    func() []string
+	// the whole loop: more groups of processes under the same plan (qlsched's dispatchers and
+	// workers) and the executions the job logged; nil for admission only
+	groups     []group
+	executions func(ctx context.Context) ([]chaos.Execution, error)
+	procs      string // the processes, for the table
+}
+
+// group is one more tier of processes of a subject, with its own supervisor.
+type group struct {
+	prefix  string
+	slots   int
+	process chaos.Process
+	holder  func(ctx context.Context) string // the process holding work now, "" if none
 }
 
 // peerChaos is `river chaos`: the same seeded fault plan applied to R River clients and to R
@@ -89,7 +118,13 @@ func peerChaos(args []string) error {
 	fs.DurationVar(&cfg.settle, "settle", 60*time.Second, "after the faults, how long every key may take to be admitted again")
 	seed := fs.Uint64("seed", 0, "the fault plan's seed (0: from the clock, printed)")
 	fs.StringVar(&cfg.qlsched, "qlsched", "", "the qlsched binary (go build -o bin/ ./cmd/qlsched)")
-	fs.StringVar(&systems, "systems", "river,qlsched", "which systems, in order: river (unique jobs by period + RunOnStart), river-plain (River's defaults), qlsched")
+	fs.StringVar(&systems, "systems", "river,qlsched", "which systems, in order: river (unique jobs by period + RunOnStart), river-plain (River's defaults), qlsched; "+
+		"the whole loop, audited by execution: river-exec (river, its clients working the jobs), qlsched-loop (qlsched run + dispatch + qlworker)")
+	fs.StringVar(&cfg.qlworker, "qlworker", "", "the qlworker binary (qlsched-loop)")
+	fs.IntVar(&cfg.dispatchers, "dispatchers", 2, "qlsched-loop: `qlsched dispatch` processes")
+	fs.IntVar(&cfg.workers, "workers", 3, "qlsched-loop: qlworker processes")
+	fs.IntVar(&cfg.capacity, "capacity", 16, "whole loop: jobs each qlworker (--capacity) or River client (MaxWorkers) runs at once")
+	fs.DurationVar(&cfg.late, "late", 6*time.Second, "whole loop: an occurrence first executed more than this after its scheduled second is late")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -129,6 +164,7 @@ func peerChaos(args []string) error {
 		return err
 	}
 	var rows []chaos.Row
+	var execRows []chaos.ExecRow
 	var notes []string
 	failed := false
 	for _, name := range cfg.systems {
@@ -136,20 +172,27 @@ func peerChaos(args []string) error {
 		var closeFn func()
 		switch name {
 		case "river", "river-plain":
-			s, closeFn, err = riverSubject(ctx, cluster, self, cfg.jobs, name == "river-plain")
+			s, closeFn, err = riverSubject(ctx, cluster, self, cfg.jobs, name == "river-plain", "", 0)
+		case "river-exec":
+			s, closeFn, err = riverSubject(ctx, cluster, self, cfg.jobs, false, logDir, cfg.capacity)
 		case "qlsched":
 			s, closeFn, err = qlschedSubject(ctx, cluster, cfg.qlsched, cfg.jobs)
+		case "qlsched-loop":
+			s, closeFn, err = qlschedLoopSubject(ctx, cluster, cfg, self, logDir)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		row, more, err := soak(ctx, s, cfg, plan, logDir)
+		row, execRow, more, err := soak(ctx, s, cfg, plan, logDir)
+		if execRow != nil {
+			execRows = append(execRows, *execRow)
+		}
 		closeFn()
 		if err != nil {
 			failed = true
 			notes = append(notes, fmt.Sprintf("%s: %v", name, err))
 		}
-		if name == "qlsched" && row.Result.Duplicated > 0 {
+		if strings.HasPrefix(name, "qlsched") && row.Result.Duplicated > 0 {
 			failed = true
 			notes = append(notes, fmt.Sprintf("qlsched: %d duplicated admissions; want 0 (the ADR's exactly-once)", row.Result.Duplicated))
 		}
@@ -161,6 +204,11 @@ func peerChaos(args []string) error {
 		cfg.duration, cfg.faultEvery, cfg.maxStop, serverVersion(ctx, cluster), riverVersion())
 	fmt.Print(chaos.Table(rows))
 	fmt.Println()
+	if len(execRows) > 0 {
+		fmt.Printf("the whole loop, by execution (late: first executed more than %s after the scheduled second; missed: not executed by the end of the settle wait)\n\n", cfg.late)
+		fmt.Print(chaos.ExecTable(execRows))
+		fmt.Println()
+	}
 	for _, n := range notes {
 		fmt.Println("- " + n)
 	}
@@ -188,17 +236,34 @@ func serverVersion(ctx context.Context, c *pgcluster.Cluster) string {
 // soak runs one system through the plan: start R processes, wait until each is live and every
 // key admitted, warm up, apply the plan from a whole second T0, bring every process back, wait
 // until every key is admitted again after T0 + D, stop them, and audit [T0, T0 + D).
-func soak(ctx context.Context, s *subject, cfg chaosConfig, plan []chaos.Fault, logDir string) (chaos.Row, []string, error) {
+//
+// A whole-loop subject has more groups of processes (qlsched's dispatchers and workers): the
+// plan's faults take turns among the groups (fault i hits group i mod groups), a stop-all stops
+// every process of every group, and the soak also waits until every key was executed after
+// T0 + D and audits the executions (the ExecRow, nil otherwise).
+func soak(ctx context.Context, s *subject, cfg chaosConfig, plan []chaos.Fault, logDir string) (chaos.Row, *chaos.ExecRow, []string, error) {
 	row := chaos.Row{System: s.name, Jobs: cfg.jobs, Procs: cfg.replicas}
-	sup := &chaos.Supervisor{Process: s.process, Slots: cfg.replicas, Prefix: s.prefix, LogDir: logDir}
-	defer sup.KillAll()
+	groups := append([]group{{prefix: s.prefix, slots: cfg.replicas, process: s.process, holder: s.leader}}, s.groups...)
+	sups := make([]*chaos.Supervisor, len(groups))
+	for i, g := range groups {
+		sups[i] = &chaos.Supervisor{Process: g.process, Slots: g.slots, Prefix: g.prefix, LogDir: logDir}
+		defer sups[i].KillAll()
+	}
+	sup := sups[0]
 	say("%s: starting %d processes", s.name, cfg.replicas)
-	sup.StartAll()
-	if err := sup.WaitLive(ctx, 2*time.Minute); err != nil {
-		return row, nil, err
+	for i, sp := range sups {
+		sp.StartAll()
+		if err := sp.WaitLive(ctx, 2*time.Minute); err != nil {
+			return row, nil, nil, fmt.Errorf("%s processes: %w", groups[i].prefix, err)
+		}
 	}
 	if err := waitSettled(ctx, s, time.Now().UnixMilli(), time.Minute); err != nil {
-		return row, nil, fmt.Errorf("before the faults: %w", err)
+		return row, nil, nil, fmt.Errorf("before the faults: %w", err)
+	}
+	if s.executions != nil {
+		if err := waitExecuted(ctx, s, time.Now().UnixMilli(), time.Minute); err != nil {
+			return row, nil, nil, fmt.Errorf("before the faults: %w", err)
+		}
 	}
 	// A sleep on purpose: the soak measures a span of wall-clock time, and the first seconds are
 	// left out of the audited window.
@@ -212,36 +277,114 @@ func soak(ctx context.Context, s *subject, cfg chaosConfig, plan []chaos.Fault, 
 	if s.sample != nil {
 		wg.Go(func() { s.sample(sampleCtx, sup) })
 	}
-	sup.Run(ctx, t0, plan, func() string { return s.leader(ctx) })
+	plans := make([][]chaos.Fault, len(groups))
+	for i, f := range plan {
+		for g := range groups {
+			if f.Kind == chaos.StopAll || i%len(groups) == g {
+				plans[g] = append(plans[g], f)
+			}
+		}
+	}
+	var runs sync.WaitGroup
+	for i, sp := range sups {
+		runs.Go(func() { sp.Run(ctx, t0, plans[i], func() string { return groups[i].holder(ctx) }) })
+	}
+	runs.Wait()
 	stopSample()
 	wg.Wait()
 	var errs []error
-	if err := sup.WaitLive(ctx, 2*time.Minute); err != nil {
-		errs = append(errs, err)
+	for _, sp := range sups {
+		if err := sp.WaitLive(ctx, 2*time.Minute); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	settleFrom := max(w.ToMs, time.Now().UnixMilli()) + 1000
 	if err := waitSettled(ctx, s, settleFrom, cfg.settle); err != nil {
 		errs = append(errs, fmt.Errorf("after the faults: %w", err))
 	}
-	sup.StopAll(30 * time.Second)
+	if s.executions != nil {
+		if err := waitExecuted(ctx, s, settleFrom, cfg.settle); err != nil {
+			errs = append(errs, fmt.Errorf("after the faults: %w", err))
+		}
+	}
+	for i := len(sups) - 1; i >= 0; i-- { // workers first, the admission last
+		sups[i].StopAll(30 * time.Second)
+	}
 	adm, err := s.admitted(ctx)
 	if err != nil {
-		return row, nil, err
+		return row, nil, nil, err
 	}
 	row.Window, row.Result = w, chaos.Audit(s.keys, w, adm)
-	row.Injected, row.Aimed, row.Started = sup.Injected, sup.Aimed, sup.Started()
+	row.Injected, row.Aimed, row.Started = map[chaos.Kind]int{}, 0, 0
+	skipped := 0
+	for i, sp := range sups {
+		for k, n := range sp.Injected {
+			if k != chaos.StopAll || i == 0 { // a stop-all is one fault, whatever the groups
+				row.Injected[k] += n
+			}
+		}
+		row.Aimed += sp.Aimed
+		row.Started += sp.Started()
+		skipped += sp.Skipped
+	}
 	notes := []string{fmt.Sprintf("%s: %d processes started (restarts included); %d planned faults skipped because a process was already down",
-		s.name, row.Started, sup.Skipped)}
+		s.name, row.Started, skipped)}
 	if row.Result.Gaps > 0 {
 		notes = append(notes, fmt.Sprintf("%s: %d gaps, %d of them followed by an admission of the same key", s.name, row.Result.Gaps, row.Result.GapsResumed))
+	}
+	var execRow *chaos.ExecRow
+	if s.executions != nil {
+		execs, err := s.executions(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			execRow = &chaos.ExecRow{System: s.name, Jobs: cfg.jobs, Procs: s.procs, Window: w, Late: cfg.late,
+				Result: chaos.AuditExec(s.keys, w, adm, execs, cfg.late), Injected: row.Injected, Aimed: row.Aimed}
+			if len(groups) > 1 {
+				per := make([]string, len(sups))
+				for i, sp := range sups {
+					per[i] = fmt.Sprintf("%s %v (%d aimed, %d skipped)", groups[i].prefix, sp.Injected, sp.Aimed, sp.Skipped)
+				}
+				notes = append(notes, fmt.Sprintf("%s: faults by group: %s", s.name, strings.Join(per, "; ")))
+			}
+		}
 	}
 	if s.notes != nil {
 		notes = append(notes, s.notes()...)
 	}
-	if err := sup.Err(); err != nil {
-		errs = append(errs, err)
+	for _, sp := range sups {
+		if err := sp.Err(); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return row, notes, errors.Join(errs...)
+	return row, execRow, notes, errors.Join(errs...)
+}
+
+// waitExecuted polls until every key of s was executed for a second ≥ fromMs.
+func waitExecuted(ctx context.Context, s *subject, fromMs int64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		execs, err := s.executions(ctx)
+		if err == nil {
+			done := map[string]bool{}
+			for _, e := range execs {
+				if e.SecondMs >= fromMs {
+					done[e.Key] = true
+				}
+			}
+			if len(done) >= len(s.keys) {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not every key executed for a second from %s within %s (last error %v)",
+				time.UnixMilli(fromMs).UTC().Format("15:04:05"), timeout, err)
+		}
+		time.Sleep(500 * time.Millisecond) // polling the execution log
+	}
 }
 
 // waitSettled polls until every key of s was admitted for a second ≥ fromMs.
@@ -266,11 +409,18 @@ func waitSettled(ctx context.Context, s *subject, fromMs int64, timeout time.Dur
 // riverSubject migrates River into its own database and describes its clients: this binary's
 // chaos-client mode. The leader is River's river_leader row.
 //
-// plain runs River's defaults instead of its best configuration (chaos_client.go).
-func riverSubject(ctx context.Context, c *pgcluster.Cluster, self string, n int, plain bool) (*subject, func(), error) {
+// plain runs River's defaults instead of its best configuration (chaos_client.go). A logDir
+// makes it the whole loop (river-exec): the clients work the jobs, capacity at once each, and
+// every execution appends a line to an execution log in logDir.
+func riverSubject(ctx context.Context, c *pgcluster.Cluster, self string, n int, plain bool, logDir string, capacity int) (*subject, func(), error) {
 	database, name, extra := "river_chaos", "River "+riverVersion(), []string(nil)
 	if plain {
 		database, name, extra = "river_plain_chaos", "River "+riverVersion()+", defaults", []string{"--plain"}
+	}
+	execLog := ""
+	if logDir != "" {
+		execLog = filepath.Join(logDir, "river-executions.log")
+		database, name, extra = "river_exec_chaos", "River "+riverVersion()+", worked", []string{"--exec-log", execLog, "--max-workers", strconv.Itoa(capacity)}
 	}
 	conn, err := pgx.Connect(ctx, c.URL("postgres", "postgres"))
 	if err != nil {
@@ -361,6 +511,10 @@ func riverSubject(ctx context.Context, c *pgcluster.Cluster, self string, n int,
 			}
 		},
 	}
+	if execLog != "" {
+		s.procs = "clients (leader + workers)"
+		s.executions = func(context.Context) ([]chaos.Execution, error) { return riverExecutions(execLog) }
+	}
 	s.notes = func() []string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -395,4 +549,62 @@ func qlschedSubject(ctx context.Context, c *pgcluster.Cluster, bin string, n int
 		},
 	}
 	return s, q.Su.Close, nil
+}
+
+// riverExecutions reads river-exec's execution log, lines "job scheduled_second_ms unix_ms client".
+func riverExecutions(path string) ([]chaos.Execution, error) {
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	var out []chaos.Execution
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			return nil, fmt.Errorf("execution log: %q: want job second_ms unix_ms client", line)
+		}
+		sec, err1 := strconv.ParseInt(f[1], 10, 64)
+		at, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("execution log: %q: %w", line, err)
+		}
+		out = append(out, chaos.Execution{Key: f[0], SecondMs: sec, AtMs: at})
+	}
+	return out, nil
+}
+
+// qlschedLoopSubject is qlsched's whole loop: R `qlsched run`, D `qlsched dispatch` on fixed
+// loopback ports and W qlworker processes running this binary's chaos-job, which logs each
+// execution. A fault "at the leader" of the workers hits one running an Attempt; the dispatchers
+// hold no work of their own (leases are rows any dispatcher serves), so theirs falls on a pick.
+func qlschedLoopSubject(ctx context.Context, c *pgcluster.Cluster, cfg chaosConfig, self, logDir string) (*subject, func(), error) {
+	execLog := filepath.Join(logDir, "qlsched-executions.log")
+	l, err := chaos.PrepareQlschedLoop(ctx, c, "qlsched_loop_chaos", cfg.jobs, cfg.dispatchers, []string{self, "chaos-job", "--log", execLog}, logDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	run := chaos.QlschedRun{Lease: 3 * time.Second, Cadence: 500 * time.Millisecond, Batch: 16}
+	s := &subject{name: "qlsched, whole loop", prefix: "r", keys: l.Triggers, leader: l.Holder,
+		process: l.Process(cfg.qlsched, run),
+		settled: func(ctx context.Context, fromMs int64) (bool, error) {
+			var k int
+			err := l.Su.QueryRow(ctx, "SELECT count(DISTINCT trigger_id) FROM control_core.runs WHERE scheduled_for_ms >= $1", fromMs).Scan(&k)
+			return k == cfg.jobs, err
+		},
+		admitted: l.Admissions,
+		groups: []group{
+			{prefix: "d", slots: cfg.dispatchers, process: l.DispatcherProcess(cfg.qlsched, "d"), holder: func(context.Context) string { return "" }},
+			{prefix: "w", slots: cfg.workers, process: l.WorkerProcess(cfg.qlworker, cfg.capacity), holder: l.WorkerHolder},
+		},
+		executions: func(ctx context.Context) ([]chaos.Execution, error) { return l.Executions(ctx, execLog) },
+		procs:      fmt.Sprintf("%d run + %d dispatch + %d qlworker", cfg.replicas, cfg.dispatchers, cfg.workers),
+		notes: func() []string {
+			var states string
+			_ = l.Su.QueryRow(context.Background(), `SELECT coalesce(string_agg(state || ' ' || n, ', ' ORDER BY state), '')
+				FROM (SELECT state, count(*) AS n FROM control_core.attempts GROUP BY state) x`).Scan(&states)
+			return []string{fmt.Sprintf("qlsched, whole loop: `qlsched run --lease %s --cadence %s --admit-batch %d`, `qlsched dispatch --lease %s --sweep-interval 500ms --offer-ttl 2s`, `qlworker --capacity %d`, the task at most 3 Attempts, no backoff; Attempts by state at the end: %s",
+				run.Lease, run.Cadence, run.Batch, l.DispatchLease, cfg.capacity, states)}
+		},
+	}
+	return s, l.Su.Close, nil
 }

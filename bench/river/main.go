@@ -69,10 +69,13 @@ func main() {
 		}
 		return
 	}
-	if len(os.Args) > 1 && (os.Args[1] == "chaos" || os.Args[1] == "chaos-client") {
+	if len(os.Args) > 1 && (os.Args[1] == "chaos" || os.Args[1] == "chaos-client" || os.Args[1] == "chaos-job") {
 		run := peerChaos
-		if os.Args[1] == "chaos-client" {
+		switch os.Args[1] {
+		case "chaos-client":
 			run = chaosClient
+		case "chaos-job":
+			run = chaosJob
 		}
 		if err := run(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "river "+os.Args[1]+":", err)

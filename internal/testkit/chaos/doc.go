@@ -8,5 +8,8 @@
 //     them (SIGKILL + restart, SIGSTOP/SIGCONT, graceful restart, SIGSTOP of every process), every
 //     signal recorded;
 //   - Audit: occurrences by scheduled second (expected, exactly once, missed, duplicated, the
-//     admission lag), from what each system recorded, and Table, the one table of both.
+//     admission lag), from what each system recorded, and Table, the one table of both;
+//   - AuditExec and ExecTable: the whole loop, by execution (exactly once, at least once, late,
+//     missed), from an execution log the job writes; QlschedLoop adds qlsched's dispatchers and
+//     workers.
 package chaos

@@ -39,6 +39,13 @@ type QlschedRun struct {
 // PrepareQlsched creates database on c with roles and schema, publishes n every-second triggers
 // (misfire fire_once) and returns what the soak needs. Close the Su pool when done.
 func PrepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, n int) (*Qlsched, error) {
+	return prepareQlsched(ctx, c, database, n, admin.TaskSpec{ExecutorSpec: []byte(`{"image":"example/job:1"}`)}, nil)
+}
+
+// prepareQlsched is PrepareQlsched with the task's spec (its Project and Task are set here) and
+// more to publish, before the triggers (nil for nothing).
+func prepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, n int, task admin.TaskSpec,
+	more func(*admin.Publisher) error) (*Qlsched, error) {
 	su, err := pgx.Connect(ctx, c.URL("postgres", "postgres"))
 	if err != nil {
 		return nil, err
@@ -90,9 +97,16 @@ func PrepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, 
 		pool.Close()
 		return nil, err
 	}
-	if _, err := pub.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: "task", ExecutorSpec: []byte(`{"image":"example/job:1"}`)}); err != nil {
+	task.Project, task.Task = "p", "task"
+	if _, err := pub.PublishTask(ctx, task); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if more != nil {
+		if err := more(pub); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	var specs []admin.TriggerSpec
 	for i := range n {
