@@ -129,7 +129,7 @@ func TestDispatcherAlertRulesNameExportedMetrics(t *testing.T) {
 		{"QlschedDispatchNoLiveWorkers", `qlsched_dispatch_worker_sessions{state="active"}`},
 		{"QlschedDispatchNoLiveWorkers", "qlsched_dispatch_queue_oldest_age_seconds"}, // work waits: a ready Run, not a Run in backoff
 		{"QlschedDispatchLeasesExpiring", "qlsched_dispatch_leases_expired_total"},
-		{"QlschedDispatchOffersExpiring", "qlsched_dispatch_offers_expired_total"}, // a Run offered over and over stays dispatching, out of the queue gauges
+		{"QlschedDispatchOffersExpiring", "qlsched_dispatch_offers_expired_total"},    // a Run offered over and over stays dispatching, out of the queue gauges
 		{"QlschedDispatchGaugesStale", "qlsched_dispatch_gauges_reading_age_seconds"}, // the gauges are background readings
 	} {
 		expr, ok := alerts[c.alert]
