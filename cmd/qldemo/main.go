@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 	_ "time/tzdata" // every binary resolves zones identically, also in minimal containers
 
@@ -24,8 +26,22 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == process.SupervisorCommand {
 		os.Exit(process.Supervise(os.Args[2:])) // the workers' per-job supervisor, as qlworker's
 	}
+	hangUpIsInterrupt()
 	a := &app{}
 	os.Exit(cli.Run(a.rootCmd(), os.Args[1:], os.Stderr, a.redact))
+}
+
+// hangUpIsInterrupt makes a SIGHUP (the terminal closed, the ssh session dropped) an interrupt:
+// its default action would end the demo at once and leave its throwaway data directory (or its
+// database on a given server) behind; as an interrupt, the demo removes what it started.
+func hangUpIsInterrupt() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+		}
+	}()
 }
 
 // app holds the global flags.
