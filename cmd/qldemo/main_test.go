@@ -131,9 +131,13 @@ func TestDemoCleansUpAfterItselfAlsoOnCtrlC(t *testing.T) {
 				if m == nil {
 					t.Fatalf("the demo did not name its data directory:\n%s", out.String())
 				}
-				if jobs := processesMarked(t, m[1]); len(jobs) == 0 {
-					t.Fatalf("no process of the sleeper's job runs (the check below would prove nothing):\n%s", out.String())
-				}
+				// the Run is running once its offer is ACKed; the worker spawns the job after that
+				eventually.NoError(t, 30*time.Second, "the sleeper's job to run (else the check below would prove nothing)", func() error {
+					if jobs := processesMarked(t, m[1]); len(jobs) == 0 {
+						return fmt.Errorf("no process marked QLDEMO_ID=%s yet", m[1])
+					}
+					return nil
+				})
 				if err := cmd.Process.Signal(os.Interrupt); err != nil {
 					t.Fatalf("interrupt the demo: %v", err)
 				}
