@@ -164,7 +164,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func (d *demo) step(format string, args ...any) { fmt.Fprintf(d.Out, "==> "+format+"\n", args...) }
 
-func (d *demo) run(ctx context.Context) error {
+func (d *demo) run(ctx context.Context) (err error) {
 	if d.Server == nil {
 		d.step("starting a throwaway PostgreSQL")
 		cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
@@ -177,11 +177,9 @@ func (d *demo) run(ctx context.Context) error {
 		}()
 		d.step("PostgreSQL from %s on 127.0.0.1:%d, data in %s", cluster.BinDir, cluster.Port, cluster.DataDir())
 		d.marker = cluster.DataDir()
-		su, err := dbconn.Resolve(cluster.URL("postgres", "postgres"))
-		if err != nil {
+		if d.su, err = dbconn.Resolve(cluster.URL("postgres", "postgres")); err != nil {
 			return err
 		}
-		d.su = su
 	} else {
 		d.su, d.database = d.Server, fmt.Sprintf("qlsched_demo_%d", time.Now().UnixMilli())
 		d.marker = d.database
@@ -191,7 +189,8 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if d.Server != nil {
-		defer d.dropDatabase()
+		// a database left behind (with the workers' token valid in it) is a failure, not a success
+		defer func() { err = errors.Join(err, d.dropDatabase()) }()
 	}
 
 	names, err := roles.NewNames(roles.DefaultPrefix)
@@ -253,8 +252,8 @@ func (d *demo) createDatabase(ctx context.Context) error {
 }
 
 // dropDatabase drops the demo's database on a given server, also after a cancellation; when it
-// cannot, it says how to.
-func (d *demo) dropDatabase() {
+// cannot, it says how to and returns why.
+func (d *demo) dropDatabase() error {
 	d.step("dropping database %s", d.database)
 	drop := "DROP DATABASE IF EXISTS " + pgx.Identifier{d.database}.Sanitize() + " WITH (FORCE)"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -265,8 +264,11 @@ func (d *demo) dropDatabase() {
 		conn.Close(ctx)
 	}
 	if err != nil {
-		fmt.Fprintf(d.Out, "    could not drop it (%v): run %s\n", d.su.RedactError(err), drop)
+		err = d.su.RedactError(err)
+		fmt.Fprintf(d.Out, "    could not drop it (%v): run %s\n", err, drop)
+		return fmt.Errorf("database %s left behind, the worker token demo-workers valid in it: %w", d.database, err)
 	}
+	return nil
 }
 
 // prepare does what a DBA and a CI pipeline do before a replica starts: roles create, up as the
