@@ -79,7 +79,7 @@ of its own under qldemo's supervisor). They run the Runs' commands: hello (sh -c
 succeeds; flaky (false) exits 1, is retried once after 500ms and fails; the one sleeper Run
 (sleep 60, published a few seconds in) is cancelled while it runs, through the admin path of
 qlsched runs cancel. After --duration the replicas stop and the demo waits (at most 15s) for
-the admitted Runs to finish.
+the admitted Runs to finish; a Run still live then fails the execution audit (exit 1).
 
 It then prints the admitted runs, the exactly-once audit, the Runs per task and state (the
 retried-and-failed Run with its 2 attempts, the cancelled one) and the execution audit (the

@@ -52,6 +52,9 @@ type Options struct {
 	// job and its descendants die with the demo even when it is killed; nil runs each job as a
 	// direct child of the demo (stopped with its process group when the demo stops).
 	Supervisor []string
+
+	// settle replaces settleWait when not 0 (a test's short wait)
+	settle time.Duration
 }
 
 // Validate checks the bounds; its error names the field.
@@ -97,8 +100,8 @@ const (
 	// onceAfter is how long after the replicas started the sleeper's trigger fires (once: a
 	// daily cron at that second)
 	onceAfter = 2 * time.Second
-	// settle bounds the wait for the admitted Runs to finish after the replicas stopped
-	settle = 15 * time.Second
+	// settleWait bounds the wait for the admitted Runs to finish after the replicas stopped
+	settleWait = 15 * time.Second
 )
 
 // cadence is the replicas' round cadence: short, so that a few seconds show many rounds.
@@ -148,6 +151,8 @@ type demo struct {
 	database string
 	// marker is in every job's environment (QLDEMO_ID): what this demo started, and only that
 	marker string
+	// unfinished is how many admitted Runs were still live when settle gave up waiting
+	unfinished int64
 }
 
 // lockedWriter serialises the lines of the progress loop and the canceller.
