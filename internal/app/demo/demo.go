@@ -248,9 +248,16 @@ func (d *demo) createDatabase(ctx context.Context) error {
 	if !superuser {
 		return fmt.Errorf("%s: %w", d.su.Pool.ConnConfig.User, ErrNotSuperuser)
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	// template0: a fresh database whatever an administrator put into template1, and no conflict
-	// with sessions connected to template1
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{d.database}.Sanitize()+" TEMPLATE template0"); err != nil {
+	// with sessions connected to template1. Not cancelled with ctx: a CREATE DATABASE cut off by
+	// Ctrl-C may still commit on the server while the demo, never told, would not drop it; run to
+	// its end, the database is dropped by the caller like any other.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(cctx, "CREATE DATABASE "+pgx.Identifier{d.database}.Sanitize()+" TEMPLATE template0"); err != nil {
 		return d.su.RedactError(err)
 	}
 	return nil
