@@ -3,6 +3,7 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"regexp"
 	"strings"
@@ -120,14 +121,20 @@ func TestDemoFailsWhenItCannotDropItsDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	var out strings.Builder
+	out := &lockedBuilder{b: &strings.Builder{}}
 	done := make(chan error, 1)
 	go func() {
-		done <- demo.Run(context.Background(), demo.Options{Replicas: 1, Duration: time.Second, Server: server, Out: &lockedBuilder{b: &out}})
+		done <- demo.Run(context.Background(), demo.Options{Replicas: 1, Duration: time.Second, Server: server, Out: out})
 	}()
+	// named from the demo's output: other tests' demos create theirs on the same server
 	var name string
-	eventually.NoError(t, 60*time.Second, "the demo's database to exist", func() error {
-		return conn.QueryRow(context.Background(), "SELECT datname FROM pg_database WHERE datname LIKE 'qlsched\\_demo\\_%'").Scan(&name)
+	eventually.NoError(t, 60*time.Second, "the demo's database to be named", func() error {
+		var m []string
+		if m = regexp.MustCompile(`in a new database (qlsched_demo_\d+)`).FindStringSubmatch(out.String()); m == nil {
+			return errors.New("not named yet")
+		}
+		name = m[1]
+		return nil
 	})
 	// the demo's migrations alter the database too: a concurrent update is retried
 	eventually.NoError(t, 30*time.Second, "the demo's database to become a template", func() error {
@@ -148,7 +155,7 @@ func TestDemoFailsWhenItCannotDropItsDatabase(t *testing.T) {
 	}
 }
 
-// lockedBuilder lets the test hand the demo a writer it does not read until the demo returned.
+// lockedBuilder is a writer the test reads while the demo writes to it.
 type lockedBuilder struct {
 	mu sync.Mutex
 	b  *strings.Builder
@@ -158,4 +165,10 @@ func (l *lockedBuilder) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
