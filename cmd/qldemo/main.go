@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 	_ "time/tzdata" // every binary resolves zones identically, also in minimal containers
 
@@ -24,8 +26,22 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == process.SupervisorCommand {
 		os.Exit(process.Supervise(os.Args[2:])) // the workers' per-job supervisor, as qlworker's
 	}
+	hangUpIsInterrupt()
 	a := &app{}
 	os.Exit(cli.Run(a.rootCmd(), os.Args[1:], os.Stderr, a.redact))
+}
+
+// hangUpIsInterrupt makes a SIGHUP (the terminal closed, the ssh session dropped) an interrupt:
+// its default action would end the demo at once and leave its throwaway data directory (or its
+// database on a given server) behind; as an interrupt, the demo removes what it started.
+func hangUpIsInterrupt() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+		}
+	}()
 }
 
 // app holds the global flags.
@@ -63,7 +79,7 @@ of its own under qldemo's supervisor). They run the Runs' commands: hello (sh -c
 succeeds; flaky (false) exits 1, is retried once after 500ms and fails; the one sleeper Run
 (sleep 60, published a few seconds in) is cancelled while it runs, through the admin path of
 qlsched runs cancel. After --duration the replicas stop and the demo waits (at most 15s) for
-the admitted Runs to finish.
+the admitted Runs to finish; a Run still live then fails the execution audit (exit 1).
 
 It then prints the admitted runs, the exactly-once audit, the Runs per task and state (the
 retried-and-failed Run with its 2 attempts, the cancelled one) and the execution audit (the

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,9 +131,13 @@ func TestDemoCleansUpAfterItselfAlsoOnCtrlC(t *testing.T) {
 				if m == nil {
 					t.Fatalf("the demo did not name its data directory:\n%s", out.String())
 				}
-				if jobs := processesMarked(t, m[1]); len(jobs) == 0 {
-					t.Fatalf("no process of the sleeper's job runs (the check below would prove nothing):\n%s", out.String())
-				}
+				// the Run is running once its offer is ACKed; the worker spawns the job after that
+				eventually.NoError(t, 30*time.Second, "the sleeper's job to run (else the check below would prove nothing)", func() error {
+					if jobs := processesMarked(t, m[1]); len(jobs) == 0 {
+						return fmt.Errorf("no process marked QLDEMO_ID=%s yet", m[1])
+					}
+					return nil
+				})
 				if err := cmd.Process.Signal(os.Interrupt); err != nil {
 					t.Fatalf("interrupt the demo: %v", err)
 				}
@@ -208,4 +213,38 @@ func processesMarked(t *testing.T, marker string) []string {
 		}
 	}
 	return pids
+}
+
+// A hang-up (the terminal closed, the ssh session dropped) is an interrupt: the demo removes its
+// throwaway server and data directory instead of dying with them left behind.
+func TestHangUpRemovesWhatTheDemoStarted(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(qldemo(t), "--duration", "5s")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var dir string
+	eventually.NoError(t, 60*time.Second, "the demo's server to start", func() error {
+		m := dataDir.FindStringSubmatch(out.String())
+		if m == nil {
+			return fmt.Errorf("output so far:\n%s", out.String())
+		}
+		dir = m[1]
+		return nil
+	})
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatalf("hang up on the demo: %v", err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("hung-up demo: exit %d (%v), want 130\n%s", code, cmd.ProcessState, out.String())
+	}
+	if _, err := os.Stat(filepath.Dir(dir)); !os.IsNotExist(err) {
+		t.Errorf("%s still exists (%v)\n%s", filepath.Dir(dir), err, out.String())
+	}
+	if ps, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(ps)) > 0 {
+		t.Errorf("a process still runs on %s: %s", dir, ps)
+	}
 }

@@ -52,6 +52,9 @@ type Options struct {
 	// job and its descendants die with the demo even when it is killed; nil runs each job as a
 	// direct child of the demo (stopped with its process group when the demo stops).
 	Supervisor []string
+
+	// settle replaces settleWait when not 0 (a test's short wait)
+	settle time.Duration
 }
 
 // Validate checks the bounds; its error names the field.
@@ -97,8 +100,8 @@ const (
 	// onceAfter is how long after the replicas started the sleeper's trigger fires (once: a
 	// daily cron at that second)
 	onceAfter = 2 * time.Second
-	// settle bounds the wait for the admitted Runs to finish after the replicas stopped
-	settle = 15 * time.Second
+	// settleWait bounds the wait for the admitted Runs to finish after the replicas stopped
+	settleWait = 15 * time.Second
 )
 
 // cadence is the replicas' round cadence: short, so that a few seconds show many rounds.
@@ -148,6 +151,8 @@ type demo struct {
 	database string
 	// marker is in every job's environment (QLDEMO_ID): what this demo started, and only that
 	marker string
+	// unfinished is how many admitted Runs were still live when settle gave up waiting
+	unfinished int64
 }
 
 // lockedWriter serialises the lines of the progress loop and the canceller.
@@ -164,7 +169,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func (d *demo) step(format string, args ...any) { fmt.Fprintf(d.Out, "==> "+format+"\n", args...) }
 
-func (d *demo) run(ctx context.Context) error {
+func (d *demo) run(ctx context.Context) (err error) {
 	if d.Server == nil {
 		d.step("starting a throwaway PostgreSQL")
 		cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
@@ -177,11 +182,9 @@ func (d *demo) run(ctx context.Context) error {
 		}()
 		d.step("PostgreSQL from %s on 127.0.0.1:%d, data in %s", cluster.BinDir, cluster.Port, cluster.DataDir())
 		d.marker = cluster.DataDir()
-		su, err := dbconn.Resolve(cluster.URL("postgres", "postgres"))
-		if err != nil {
+		if d.su, err = dbconn.Resolve(cluster.URL("postgres", "postgres")); err != nil {
 			return err
 		}
-		d.su = su
 	} else {
 		d.su, d.database = d.Server, fmt.Sprintf("qlsched_demo_%d", time.Now().UnixMilli())
 		d.marker = d.database
@@ -191,7 +194,8 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if d.Server != nil {
-		defer d.dropDatabase()
+		// a database left behind (with the workers' token valid in it) is a failure, not a success
+		defer func() { err = errors.Join(err, d.dropDatabase()) }()
 	}
 
 	names, err := roles.NewNames(roles.DefaultPrefix)
@@ -244,17 +248,24 @@ func (d *demo) createDatabase(ctx context.Context) error {
 	if !superuser {
 		return fmt.Errorf("%s: %w", d.su.Pool.ConnConfig.User, ErrNotSuperuser)
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	// template0: a fresh database whatever an administrator put into template1, and no conflict
-	// with sessions connected to template1
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{d.database}.Sanitize()+" TEMPLATE template0"); err != nil {
+	// with sessions connected to template1. Not cancelled with ctx: a CREATE DATABASE cut off by
+	// Ctrl-C may still commit on the server while the demo, never told, would not drop it; run to
+	// its end, the database is dropped by the caller like any other.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(cctx, "CREATE DATABASE "+pgx.Identifier{d.database}.Sanitize()+" TEMPLATE template0"); err != nil {
 		return d.su.RedactError(err)
 	}
 	return nil
 }
 
 // dropDatabase drops the demo's database on a given server, also after a cancellation; when it
-// cannot, it says how to.
-func (d *demo) dropDatabase() {
+// cannot, it says how to and returns why.
+func (d *demo) dropDatabase() error {
 	d.step("dropping database %s", d.database)
 	drop := "DROP DATABASE IF EXISTS " + pgx.Identifier{d.database}.Sanitize() + " WITH (FORCE)"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -265,8 +276,11 @@ func (d *demo) dropDatabase() {
 		conn.Close(ctx)
 	}
 	if err != nil {
-		fmt.Fprintf(d.Out, "    could not drop it (%v): run %s\n", d.su.RedactError(err), drop)
+		err = d.su.RedactError(err)
+		fmt.Fprintf(d.Out, "    could not drop it (%v): run %s\n", err, drop)
+		return fmt.Errorf("database %s left behind, the worker token demo-workers valid in it: %w", d.database, err)
 	}
+	return nil
 }
 
 // prepare does what a DBA and a CI pipeline do before a replica starts: roles create, up as the

@@ -3,14 +3,19 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/qlcontrol/controlcore/internal/app/demo"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
@@ -100,4 +105,70 @@ func processesMarked(t *testing.T, marker string) []string {
 		}
 	}
 	return pids
+}
+
+// A database the demo cannot drop on a given server (here a template, which DROP DATABASE refuses)
+// is a failure that names it: it holds the workers' token, valid, and the user has to drop it.
+func TestDemoFailsWhenItCannotDropItsDatabase(t *testing.T) {
+	t.Parallel()
+	d := testpg.NewEmpty(t)
+	server, err := dbconn.Resolve(d.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), d.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	out := &lockedBuilder{b: &strings.Builder{}}
+	done := make(chan error, 1)
+	go func() {
+		done <- demo.Run(context.Background(), demo.Options{Replicas: 1, Duration: time.Second, Server: server, Out: out})
+	}()
+	// named from the demo's output: other tests' demos create theirs on the same server
+	var name string
+	eventually.NoError(t, 60*time.Second, "the demo's database to be named", func() error {
+		var m []string
+		if m = regexp.MustCompile(`in a new database (qlsched_demo_\d+)`).FindStringSubmatch(out.String()); m == nil {
+			return errors.New("not named yet")
+		}
+		name = m[1]
+		return nil
+	})
+	// the demo's migrations alter the database too: a concurrent update is retried
+	eventually.NoError(t, 30*time.Second, "the demo's database to become a template", func() error {
+		_, err := conn.Exec(context.Background(), "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" IS_TEMPLATE true")
+		return err
+	})
+	err = <-done
+	if err == nil || !strings.Contains(err.Error(), name+" left behind") {
+		t.Errorf("demo: %v; want an error naming %s left behind", err, name)
+	}
+	if strings.Contains(out.String(), "next steps") {
+		t.Errorf("the demo ended as a success:\n%s", out.String())
+	}
+	for _, q := range []string{"ALTER DATABASE " + pgx.Identifier{name}.Sanitize() + " IS_TEMPLATE false", "DROP DATABASE " + pgx.Identifier{name}.Sanitize()} {
+		if _, err := conn.Exec(context.Background(), q); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// lockedBuilder is a writer the test reads while the demo writes to it.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -140,9 +140,14 @@ func (d *demo) startCanceller(ctx context.Context, pool *dbconn.DB) <-chan struc
 // live are the states of a Run not finished.
 var live = []string{"queued", "dispatching", "running"}
 
-// settle waits, after the replicas stopped, until no admitted Run is live (at most settle): the
-// workers finish what was admitted (the retries too).
+// settle waits, after the replicas stopped, until no admitted Run is live (at most settleWait):
+// the workers finish what was admitted (the retries too). What is still live then is
+// d.unfinished, which fails the execution audit.
 func (d *demo) settle(ctx context.Context, pool *dbconn.DB) error {
+	settle := settleWait
+	if d.Options.settle != 0 {
+		settle = d.Options.settle
+	}
 	d.step("waiting for the admitted Runs to finish (at most %s)", settle)
 	started := time.Now()
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -169,6 +174,7 @@ func (d *demo) settle(ctx context.Context, pool *dbconn.DB) error {
 			return ctx.Err()
 		case <-timeout:
 			fmt.Fprintf(d.Out, "    %d Run(s) still live after %s\n", n, settle)
+			d.unfinished = n
 			return nil
 		case <-tick.C:
 		}
@@ -213,6 +219,10 @@ func (d *demo) reportLoop(ctx context.Context, pool *dbconn.DB) error {
 	}
 	if n := la.Violations(); n != 0 {
 		return fmt.Errorf("%d rows break an invariant: %w", n, ErrLoopAudit)
+	}
+	if d.unfinished != 0 {
+		fmt.Fprintf(d.Out, "    but %d admitted Run(s) did not finish: the workers did not run them\n", d.unfinished)
+		return fmt.Errorf("%d admitted Run(s) still live after the replicas stopped: %w", d.unfinished, ErrLoopAudit)
 	}
 	fmt.Fprintln(d.Out, "    every invariant holds: one active lease at most, no overlap, one success at most, states agree")
 	return nil

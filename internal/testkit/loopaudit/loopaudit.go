@@ -28,13 +28,40 @@ type Querier interface {
 
 const queryName = "-- name: LoopAuditChecks :many"
 
+// queriesFile is the path of sql/queries/loop_audit.sql: beside this source file (here), else,
+// when here is no path on this machine (a -trimpath build names it by its import path), in the
+// nearest folder above the working directory (a test's: its package's) that holds it.
+func queriesFile(here string) (string, error) {
+	rel := filepath.Join("sql", "queries", "loop_audit.sql")
+	if filepath.IsAbs(here) {
+		return filepath.Join(filepath.Dir(here), "..", "..", "..", rel), nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("loop audit: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, rel)); err == nil {
+			return filepath.Join(dir, rel), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("loop audit: no %s above the working directory", rel)
+		}
+		dir = parent
+	}
+}
+
 // checksSQL reads the text of LoopAuditChecks from sql/queries/loop_audit.sql, once.
 var checksSQL = sync.OnceValues(func() (string, error) {
 	_, here, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", fmt.Errorf("loop audit: cannot locate this package's source")
 	}
-	path := filepath.Join(filepath.Dir(here), "..", "..", "..", "sql", "queries", "loop_audit.sql")
+	path, err := queriesFile(here)
+	if err != nil {
+		return "", err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("loop audit: %w", err)
