@@ -64,6 +64,9 @@ func Resolve(flagURL string) (*Config, error) {
 	}
 	if raw == "" {
 		src = "PG* environment"
+		if !pgEnvGiven() {
+			return nil, &ConfigError{Err: ErrNoDatabase}
+		}
 	}
 	if err := checkUnambiguous(raw); err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("%s: %w", src, err)}
@@ -83,6 +86,25 @@ func Resolve(flagURL string) (*Config, error) {
 	}
 	c.SetTimeouts(t)
 	return c, nil
+}
+
+// ErrNoDatabase means no connection was given at all: no flag, no QL_DATABASE_URL and none of
+// PGTargetVars. libpq's defaults (the local socket, the OS user's name) are never a guess worth
+// connecting to.
+var ErrNoDatabase = errors.New("no database given: pass --database-url, or set QL_DATABASE_URL, " +
+	"or set the PG* variables (PGHOST, PGPORT, PGUSER, PGDATABASE or PGSERVICE)")
+
+// PGTargetVars are the PG* variables that name a target: one of them set (non-empty) means the
+// PG* environment was given. PGPASSWORD and the TLS variables alone do not say where to connect.
+var PGTargetVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGDATABASE", "PGSERVICE"}
+
+func pgEnvGiven() bool {
+	for _, v := range PGTargetVars {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // secretsOf returns what must never be printed: the password pgx will send, and PGPASSWORD even

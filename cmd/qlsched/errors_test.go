@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// runEnv is run with the connection variables (QL_DATABASE_URL, PG*) of this process removed and
+// env added.
+func runEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(qlsched(t), args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PG") && !strings.HasPrefix(kv, "QL_DATABASE_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run qlsched %v: %v", args, err)
+	}
+	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+}
+
+// With no connection given at all, a command says so and how to give one, before connecting
+// (libpq's default, the local socket as the OS user, is never tried); one PG* variable that names
+// a target is a connection given, as before.
+func TestNoDatabaseGivenSaysHowToGiveOne(t *testing.T) {
+	t.Parallel()
+	r := runEnv(t, []string{"PGPASSWORD=pw-never-shown", "PGSSLMODE=disable"}, "status")
+	if r.code != 2 || !strings.Contains(r.stderr, "no database given: pass --database-url, or set QL_DATABASE_URL") ||
+		strings.Contains(r.stderr, "cannot connect") {
+		t.Errorf("no connection given: exit %d, stderr %q; want exit 2 naming --database-url and QL_DATABASE_URL", r.code, r.stderr)
+	}
+	r = runEnv(t, []string{"PGHOST=127.0.0.1", "PGPORT=1", "PGPASSWORD=pw-never-shown"}, "status")
+	if r.code != 3 || !strings.Contains(r.stderr, "cannot connect to") || !strings.Contains(r.stderr, "@127.0.0.1:1/") {
+		t.Errorf("PGHOST and PGPORT given: exit %d, stderr %q; want exit 3 trying 127.0.0.1:1", r.code, r.stderr)
+	}
+	if strings.Contains(r.stdout+r.stderr, "pw-never-shown") {
+		t.Error("the password leaked")
+	}
+}
