@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
 // runEnv is run with the connection variables (QL_DATABASE_URL, PG*) of this process removed and
@@ -46,5 +49,21 @@ func TestNoDatabaseGivenSaysHowToGiveOne(t *testing.T) {
 	}
 	if strings.Contains(r.stdout+r.stderr, "pw-never-shown") {
 		t.Error("the password leaked")
+	}
+}
+
+// A database that does not exist on a server that is up is named as such (SQLSTATE 3D000), not
+// hidden behind the refused TLS attempt sslmode=prefer makes first.
+func TestMissingDatabaseSaysItDoesNotExist(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testpg.Get(t).URL("", "no_such_database_3d000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.RawQuery = "" // the default sslmode, prefer: TLS first, refused by this server, then plain
+	r := run(t, "status", "--database-url", u.String())
+	if r.code != 3 || !strings.Contains(r.stderr, `database "no_such_database_3d000" does not exist`) ||
+		strings.Contains(r.stderr, "TLS") {
+		t.Errorf("exit %d, stderr %q; want exit 3 saying the database does not exist, and nothing about TLS", r.code, r.stderr)
 	}
 }

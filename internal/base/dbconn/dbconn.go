@@ -254,13 +254,28 @@ func (c *Config) connectError(err error) error {
 // attempts is the message of pgx's error for all the connection attempts it made: one per address
 // and TLS mode (sslmode=prefer tries with TLS, then without), joined by newlines, so an
 // unreachable server was reported twice. Each distinct message appears once, "; " between them.
+//
+// When the server itself answered an attempt (a missing database, a refused password), the
+// attempts it answered are the most specific ones and the only ones shown: the TLS refusal of
+// sslmode=prefer's first attempt would otherwise come first and hide "database does not exist".
 func attempts(err error) string {
 	joined, ok := err.(interface{ Unwrap() []error })
 	if !ok {
 		return err.Error()
 	}
+	all := joined.Unwrap()
+	var answered []error
+	for _, e := range all {
+		var pgErr *pgconn.PgError
+		if errors.As(e, &pgErr) {
+			answered = append(answered, e)
+		}
+	}
+	if len(answered) > 0 {
+		all = answered
+	}
 	var msgs []string
-	for _, e := range joined.Unwrap() {
+	for _, e := range all {
 		if m := e.Error(); !slices.Contains(msgs, m) {
 			msgs = append(msgs, m)
 		}
