@@ -67,3 +67,20 @@ func TestMissingDatabaseSaysItDoesNotExist(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want exit 3 saying the database does not exist, and nothing about TLS", r.code, r.stderr)
 	}
 }
+
+// Resuming (or pausing) an archived project says it is archived, and not "not found": the
+// project exists, and the reader must not go looking for a typo. Still exit 1.
+func TestResumeAnArchivedProjectSaysArchived(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	adm := []string{"--database-url", d.URL("ql_admin")}
+	publish(t, adm, []string{"project", "create", "--project", "old"})
+	d.Exec(t, `UPDATE control_core.projects SET state = 'archived' WHERE project_id = 'old'`)
+	for _, action := range []string{"resume", "pause"} {
+		r := run(t, append([]string{"project", action, "--project", "old"}, adm...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "project old is archived: it cannot be "+action+"d") ||
+			strings.Contains(r.stderr, "not found") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 saying the project is archived, without \"not found\"", action, r.code, r.stderr)
+		}
+	}
+}
