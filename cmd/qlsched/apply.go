@@ -71,7 +71,7 @@ examples/schedules.yaml.`,
 			return err
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withDB(cmd.Context(), func(pool *dbconn.DB) error {
+			return a.roleHint(cmd, a.withDB(cmd.Context(), func(pool *dbconn.DB) error {
 				opts := admin.ApplyOptions{Prune: prune}
 				var (
 					plan admin.Plan
@@ -93,7 +93,7 @@ examples/schedules.yaml.`,
 					return cli.Problemf("the database differs from %s (qlsched apply -f %s applies the plan)", plan.File, file)
 				}
 				return nil
-			})
+			}))
 		},
 	}
 	fl := cmd.Flags()

@@ -84,3 +84,30 @@ func TestResumeAnArchivedProjectSaysArchived(t *testing.T) {
 		}
 	}
 }
+
+// An admin command run as the runtime role is refused by the server (SQLSTATE 42501); the error
+// adds that admin commands run as the admin role, and the role it ran as.
+func TestAdminCommandAsRuntimeNamesTheAdminRole(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	r := run(t, "project", "create", "--project", "p", "--database-url", d.URL("ql_runtime"))
+	if r.code != 3 || !strings.Contains(r.stderr, "permission denied") ||
+		!strings.Contains(r.stderr, "hint: admin commands run as the admin role ql_admin; connected as ql_runtime") {
+		t.Errorf("exit %d, stderr %q; want exit 3 with the hint naming ql_admin", r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr, testpg.Password) {
+		t.Error("the password leaked")
+	}
+}
+
+// status as a role that may not read control_core (here not even connect: the worker ingress
+// role) says which roles may run it.
+func TestStatusAsARoleThatCannotReadNamesTheRolesThatCan(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	r := run(t, "status", "--database-url", d.URL("ql_worker_ingress"))
+	if r.code != 3 || !strings.Contains(r.stderr, "permission denied") ||
+		!strings.Contains(r.stderr, "hint: qlsched status runs as a role that may read control_core: ql_admin or ql_runtime; connected as ql_worker_ingress") {
+		t.Errorf("exit %d, stderr %q; want exit 3 with the hint naming ql_admin and ql_runtime", r.code, r.stderr)
+	}
+}
