@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -109,5 +110,43 @@ func TestStatusAsARoleThatCannotReadNamesTheRolesThatCan(t *testing.T) {
 	if r.code != 3 || !strings.Contains(r.stderr, "permission denied") ||
 		!strings.Contains(r.stderr, "hint: qlsched status runs as a role that may read control_core: ql_admin or ql_runtime; connected as ql_worker_ingress") {
 		t.Errorf("exit %d, stderr %q; want exit 3 with the hint naming ql_admin and ql_runtime", r.code, r.stderr)
+	}
+}
+
+// A check with --prune that finds triggers to disable suggests the command that applies exactly
+// that plan: with --prune (without it, nothing would be disabled). A check without --prune says
+// what --prune would do to the unlisted triggers.
+func TestApplyCheckSuggestsTheCommandThatAppliesThePlan(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	adminURL := d.URL("ql_admin")
+	file := filepath.Join(t.TempDir(), "schedules.yaml")
+	two := `schema: qlsched.schedules/v1
+projects:
+  - id: ops
+    tasks:
+      - id: sweep
+        executor_spec: {image: "ops/sweep:1"}
+    triggers:
+      - id: hourly
+        task: sweep
+        cron: "0 * * * *"
+      - id: daily
+        task: sweep
+        cron: "0 3 * * *"
+`
+	writeFile(t, file, two)
+	if r := run(t, "apply", "-f", file, "--database-url", adminURL); r.code != 0 {
+		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	writeFile(t, file, strings.Replace(two, "      - id: daily\n        task: sweep\n        cron: \"0 3 * * *\"\n", "", 1))
+
+	r := run(t, "apply", "-f", file, "--check", "--prune", "--database-url", adminURL)
+	if r.code != 1 || !strings.Contains(r.stderr, "(qlsched apply -f "+file+" --prune applies the plan)") {
+		t.Errorf("check --prune: exit %d, stderr %q; want exit 1 suggesting apply with --prune", r.code, r.stderr)
+	}
+	r = run(t, "apply", "-f", file, "--check", "--database-url", adminURL)
+	if r.code != 0 || !strings.Contains(r.stdout, "1 trigger not in the file: left as they are; apply with --prune disables the enabled ones") {
+		t.Errorf("check: exit %d, stdout %q; want exit 0 saying what --prune would do", r.code, r.stdout)
 	}
 }
