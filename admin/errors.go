@@ -41,6 +41,14 @@ func fieldErr(field string, err error) error { return &FieldError{Field: field, 
 // publish, the project is archived; for pause or resume, not in the state it changes from).
 var ErrNotFound = errors.New("not found")
 
+// stateError is an object in a state the command cannot act on (an archived project paused or
+// resumed). It is ErrNotFound to errors.Is, so it exits as one, but its message names the state
+// only: "not found" would send the reader looking for a typo.
+type stateError struct{ msg string }
+
+func (e *stateError) Error() string        { return e.msg }
+func (e *stateError) Is(target error) bool { return target == ErrNotFound }
+
 // ValidateID checks a project, task or trigger identifier against the database's CHECK; field is
 // FieldProject, FieldTask or FieldTrigger.
 func ValidateID(field, id string) error {

@@ -923,7 +923,7 @@ func (p *Publisher) setProjectState(ctx context.Context, project, action, from, 
 			return errNothingWritten // rolls the lock's audit row back
 		case from:
 		default:
-			return fmt.Errorf("project %s is %s, cannot %s it: %w", project, proj.State, action, ErrNotFound)
+			return &stateError{msg: fmt.Sprintf("project %s is %s: it cannot be %sd", project, proj.State, action)}
 		}
 		row, err := q.SetProjectState(ctx, db.SetProjectStateParams{State: to, ProjectID: project})
 		if err != nil {

@@ -26,7 +26,9 @@ func (a *app) rootCmd() *cobra.Command {
 		Long: `qlmigrate applies the hand-written control-core migrations pg-0001 … pg-0023 (embedded in
 this binary) and checks a database against them.
 
-Connection: --database-url, else QL_DATABASE_URL, else the standard PG* variables.
+Connection: --database-url, else QL_DATABASE_URL, else the standard PG* variables, used only
+when one of PGHOST, PGHOSTADDR, PGPORT, PGUSER, PGDATABASE or PGSERVICE is set: with none of
+these given, a command that needs the database stops (exit 2) instead of trying libpq's defaults.
 Passwords never appear in output. Behind a transaction-pooling PgBouncer add ql_pooler=transaction
 to the URL (qlmigrate also detects PgBouncer when it refuses a startup parameter).
 

@@ -11,12 +11,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/app/cli"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/base/limits"
+	"github.com/qlcontrol/controlcore/roles"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
@@ -97,7 +100,7 @@ func (a *app) adminCmd(cmd *cobra.Command, validate func(*cobra.Command) error, 
 		return err
 	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return a.withDB(cmd.Context(), func(pool *dbconn.DB) error {
+		return a.roleHint(cmd, a.withDB(cmd.Context(), func(pool *dbconn.DB) error {
 			doc, text, err := do(cmd, pool)
 			if err := adminErr(err); err != nil {
 				return err
@@ -121,10 +124,53 @@ func (a *app) adminCmd(cmd *cobra.Command, validate func(*cobra.Command) error, 
 				return u.undoUnshown(cmd, pool, err)
 			}
 			return fmt.Errorf("writing the output: %w", err)
-		})
+		}))
 	}
 	return cmd
 }
+
+// readOnly is the annotation of a command that any role reading control_core may run (list,
+// status, …); a command without it writes, as the admin role.
+const readOnly = "qlsched/read-only"
+
+// roleHint adds to a permission denied (SQLSTATE 42501, from the server at connection or at a
+// statement) the role cmd needs and the role it ran as. The admin role's name follows the
+// connected role's prefix when that role is one of the four (acme_runtime: acme_admin), else the
+// default ql_admin.
+func (a *app) roleHint(cmd *cobra.Command, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.InsufficientPrivilege || a.conn == nil {
+		return err
+	}
+	cc := a.conn.Pool.ConnConfig
+	as := cc.User
+	if r := cc.RuntimeParams["role"]; r != "" {
+		as = r
+	}
+	names, _ := roles.NewNames(roles.DefaultPrefix)
+	for _, suffix := range []string{"owner", "admin", "runtime", "worker_ingress"} {
+		if p, ok := strings.CutSuffix(as, suffix); ok && p != "" {
+			if n, err := roles.NewNames(p); err == nil {
+				names = n
+			}
+			break
+		}
+	}
+	need := fmt.Sprintf("admin commands run as the admin role %s", names.Admin)
+	if cmd.Annotations[readOnly] != "" {
+		need = fmt.Sprintf("%s runs as a role that may read control_core: %s or %s", cmd.CommandPath(), names.Admin, names.Runtime)
+	}
+	return &hinted{msg: fmt.Sprintf("%s\n  hint: %s; connected as %s", err, need, a.conn.Redact(as)), err: err}
+}
+
+// hinted is err with a hint appended to its message; errors.Is/As see err.
+type hinted struct {
+	msg string
+	err error
+}
+
+func (h *hinted) Error() string { return h.msg }
+func (h *hinted) Unwrap() error { return h.err }
 
 // recordingWriter keeps the first write error, so a text output that failed (a full disk, a
 // closed pipe) exits nonzero like a JSON one, instead of 0 with nothing printed.

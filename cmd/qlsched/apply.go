@@ -71,7 +71,7 @@ examples/schedules.yaml.`,
 			return err
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withDB(cmd.Context(), func(pool *dbconn.DB) error {
+			return a.roleHint(cmd, a.withDB(cmd.Context(), func(pool *dbconn.DB) error {
 				opts := admin.ApplyOptions{Prune: prune}
 				var (
 					plan admin.Plan
@@ -89,11 +89,17 @@ examples/schedules.yaml.`,
 				if err := a.output(out, plan, func() { printPlan(out, plan, check) }); err != nil {
 					return err
 				}
+				// the command that applies exactly the plan shown: --prune disables what it listed
+				// to disable, and without it nothing would be
+				again := "qlsched apply -f " + file
+				if prune {
+					again += " --prune"
+				}
 				if check && !plan.InSync {
-					return cli.Problemf("the database differs from %s (qlsched apply -f %s applies the plan)", plan.File, file)
+					return cli.Problemf("the database differs from %s (%s applies the plan)", plan.File, again)
 				}
 				return nil
-			})
+			}))
 		},
 	}
 	fl := cmd.Flags()
@@ -194,6 +200,9 @@ func printPlan(w io.Writer, plan admin.Plan, check bool) {
 		fmt.Fprintf(w, "%s: the database differs (%s); nothing written (--check)\n", plan.File, counts)
 	default:
 		fmt.Fprintf(w, "%s: applied in one transaction (%s)\n", plan.File, strings.NewReplacer("to create", "created", "to update", "updated", "to disable", "disabled").Replace(counts))
+	}
+	if s.Unlisted > 0 && !plan.Prune {
+		fmt.Fprintf(w, "%s not in the file: left as they are; apply with --prune disables the enabled ones\n", triggersCount(s.Unlisted))
 	}
 	if n := plan.QueuedForInitialisation; n > 0 && !plan.InSync {
 		verb := "queued"

@@ -97,7 +97,7 @@ func deref(s *string) string {
 // list is an admin command that reads (a list or a show): validate the filter before connecting,
 // read through the reader, print (adminCmd).
 func (a *app) list(use, short, long string, validate func() error, read func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error)) *cobra.Command {
-	return a.adminCmd(&cobra.Command{Use: use, Short: short, Long: long},
+	return a.adminCmd(&cobra.Command{Use: use, Short: short, Long: long, Annotations: map[string]string{readOnly: "yes"}},
 		func(*cobra.Command) error { return validate() },
 		func(cmd *cobra.Command, pool *dbconn.DB) (any, func(io.Writer), error) {
 			return read(cmd, admin.NewReader(pool))

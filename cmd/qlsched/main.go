@@ -26,7 +26,9 @@ func (a *app) rootCmd() *cobra.Command {
 sharing one PostgreSQL database: each replica claims schedule rows under a four-part lease fence
 and admits each occurrence in one SERIALIZABLE transaction.
 
-Connection: --database-url, else QL_DATABASE_URL, else the standard PG* variables.
+Connection: --database-url, else QL_DATABASE_URL, else the standard PG* variables, used only
+when one of PGHOST, PGHOSTADDR, PGPORT, PGUSER, PGDATABASE or PGSERVICE is set: with none of
+these given, a command that needs the database stops (exit 2) instead of trying libpq's defaults.
 Passwords never appear in output or logs.
 
 Exit codes: 0 success, 1 a check found a problem, 2 bad usage or configuration (nothing was

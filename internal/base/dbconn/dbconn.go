@@ -64,6 +64,9 @@ func Resolve(flagURL string) (*Config, error) {
 	}
 	if raw == "" {
 		src = "PG* environment"
+		if !pgEnvGiven() {
+			return nil, &ConfigError{Err: ErrNoDatabase}
+		}
 	}
 	if err := checkUnambiguous(raw); err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("%s: %w", src, err)}
@@ -83,6 +86,25 @@ func Resolve(flagURL string) (*Config, error) {
 	}
 	c.SetTimeouts(t)
 	return c, nil
+}
+
+// ErrNoDatabase means no connection was given at all: no flag, no QL_DATABASE_URL and none of
+// PGTargetVars. libpq's defaults (the local socket, the OS user's name) are never a guess worth
+// connecting to.
+var ErrNoDatabase = errors.New("no database given: pass --database-url, or set QL_DATABASE_URL, " +
+	"or set the PG* variables (PGHOST, PGPORT, PGUSER, PGDATABASE or PGSERVICE)")
+
+// PGTargetVars are the PG* variables that name a target: one of them set (non-empty) means the
+// PG* environment was given. PGPASSWORD and the TLS variables alone do not say where to connect.
+var PGTargetVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGDATABASE", "PGSERVICE"}
+
+func pgEnvGiven() bool {
+	for _, v := range PGTargetVars {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // secretsOf returns what must never be printed: the password pgx will send, and PGPASSWORD even
@@ -232,13 +254,28 @@ func (c *Config) connectError(err error) error {
 // attempts is the message of pgx's error for all the connection attempts it made: one per address
 // and TLS mode (sslmode=prefer tries with TLS, then without), joined by newlines, so an
 // unreachable server was reported twice. Each distinct message appears once, "; " between them.
+//
+// When the server itself answered an attempt (a missing database, a refused password), the
+// attempts it answered are the most specific ones and the only ones shown: the TLS refusal of
+// sslmode=prefer's first attempt would otherwise come first and hide "database does not exist".
 func attempts(err error) string {
 	joined, ok := err.(interface{ Unwrap() []error })
 	if !ok {
 		return err.Error()
 	}
+	all := joined.Unwrap()
+	var answered []error
+	for _, e := range all {
+		var pgErr *pgconn.PgError
+		if errors.As(e, &pgErr) {
+			answered = append(answered, e)
+		}
+	}
+	if len(answered) > 0 {
+		all = answered
+	}
 	var msgs []string
-	for _, e := range joined.Unwrap() {
+	for _, e := range all {
 		if m := e.Error(); !slices.Contains(msgs, m) {
 			msgs = append(msgs, m)
 		}
