@@ -228,8 +228,10 @@ func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *s
 			}
 			// every trigger written pins its task's head, as a publish does; an unlisted one
 			// whose task the file does not declare keeps its pin (only enabled changes)
-			taskRev := head.taskRevision
-			if _, declared := tasks[key{it.Project, spec.Task}]; listed || declared {
+			var taskRev int64
+			if _, declared := tasks[key{it.Project, spec.Task}]; !listed && !declared {
+				taskRev = head.taskRevision
+			} else {
 				var err error
 				if taskRev, err = pins.get(ctx, q, spec.Project, spec.Task); err != nil {
 					return err

@@ -136,3 +136,70 @@ func TestRolloutMovesTheTaskTriggersToItsHead(t *testing.T) {
 		t.Errorf("rollout of a missing task: %v, want ErrNotFound", err)
 	}
 }
+
+// In an apply, a trigger moves with its task: one the file does not list, published on the
+// file's task by hand, is planned as a task_revision update when the file changes the task and
+// then pins the new head, so apply leaves no trigger of the file's tasks behind; one on a task
+// the file does not declare keeps its pin; a plan after the apply is in sync.
+func TestApplyMovesUnlistedTriggersWithTheirTask(t *testing.T) {
+	t.Parallel()
+	f := newApplyFixture(t)
+	ctx := context.Background()
+	file := `schema: qlsched.schedules/v1
+projects:
+  - id: p
+    tasks:
+      - id: k
+        executor_spec: {image: "x:1"}
+    triggers:
+      - id: a
+        task: k
+        cron: "0 3 * * *"
+`
+	if _, err := f.pub.Apply(ctx, parse(t, "s.yaml", file), admin.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pub.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: "outside", ExecutorSpec: []byte(`{"image":"o"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pub.PublishTriggers(ctx, []admin.TriggerSpec{spec("p", "byhand", "k", "0 6 * * *"), spec("p", "other", "outside", "0 7 * * *")}); err != nil {
+		t.Fatal(err)
+	}
+	changed := edit(t, file, `"x:1"`, `"x:2"`)
+	plan, err := f.rd.Plan(ctx, parse(t, "s.yaml", changed), admin.ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "project p/p unchanged\ntask p/k update executor_spec\ntrigger p/a update task_revision\ntrigger p/byhand update task_revision\ntrigger p/other unlisted\n"
+	if got := actions(plan); got != want || plan.QueuedForInitialisation != 2 {
+		t.Fatalf("plan of a changed task:\n%s(queued %d)\nwant\n%s(queued 2)", got, plan.QueuedForInitialisation, want)
+	}
+	applied, err := f.pub.Apply(ctx, parse(t, "s.yaml", changed), admin.ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(applied); got != want || !applied.Applied {
+		t.Fatalf("apply of a changed task:\n%s\nwant\n%s", got, want)
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.triggers t
+		JOIN control_core.trigger_revisions tr ON (tr.project_id, tr.trigger_id, tr.revision) = (t.project_id, t.trigger_id, t.head_revision)
+		WHERE t.project_id = 'p' AND tr.task_id = 'k' AND tr.task_revision = 2 AND tr.enabled`); n != 2 {
+		t.Errorf("%d enabled triggers of k on its head revision 2 after apply, want 2 (a and byhand)", n)
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.admin_audit_log WHERE action = 'trigger.publish' AND subject = 'byhand'
+		AND detail->>'change' = 'apply' AND detail->'changed' = '["task_revision"]'::jsonb`); n != 1 {
+		t.Errorf("%d audit rows of byhand moving with its task, want 1", n)
+	}
+	if p, err := f.rd.Plan(ctx, parse(t, "s.yaml", changed), admin.ApplyOptions{}); err != nil || !p.InSync {
+		t.Fatalf("plan after the apply: %v\n%s; want in sync", err, actions(p))
+	}
+	// with --prune an unlisted trigger of the file's task is disabled on the task's head
+	pruned := edit(t, changed, `"x:2"`, `"x:3"`)
+	p, err := f.pub.Apply(ctx, parse(t, "s.yaml", pruned), admin.ApplyOptions{Prune: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := actions(p), "project p/p unchanged\ntask p/k update executor_spec\ntrigger p/a update task_revision\ntrigger p/byhand disable task_revision enabled\ntrigger p/other disable enabled\n"; got != want {
+		t.Errorf("apply --prune of a changed task:\n%s\nwant\n%s", got, want)
+	}
+}
