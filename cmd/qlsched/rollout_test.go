@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -72,5 +73,42 @@ func TestTaskPublishNamesStaleTriggersAndRolloutMovesThem(t *testing.T) {
 	r = run(t, cmd("task", "publish", "--project", "billing", "--task", "invoice", "--executor-spec", `{"image":"billing/invoice:1.5"}`)...)
 	if r.code != 0 || strings.Contains(r.stdout, "older revisions") {
 		t.Errorf("task publish after the rollout: exit %d\n%s; want no stale triggers named", r.code, r.stdout)
+	}
+}
+
+// The model is written where an operator looks (docs/scheduling.md, the README's command table,
+// task publish --help): a trigger pins a task revision, a task publish moves no trigger, and the
+// command that does is the one task publish prints, a command of the tree.
+func TestDocsSayATriggerPinsATaskRevision(t *testing.T) {
+	t.Parallel()
+	sched, err := os.ReadFile("../../docs/scheduling.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(sched), "\n### A trigger pins a task revision\n")
+	if !ok {
+		t.Fatal("docs/scheduling.md has no section \"A trigger pins a task revision\"")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, want := range []string{"publishing a task does not move its triggers", rolloutCommand("billing", "invoice"), "--check", "apply"} {
+		if !strings.Contains(section, want) {
+			t.Errorf("docs/scheduling.md, A trigger pins a task revision: does not say %q", want)
+		}
+	}
+	if !strings.Contains(string(readme), "| `qlsched task rollout --project ID --task ID [--check]` |") ||
+		!strings.Contains(string(readme), "a publish moves no trigger") {
+		t.Error("README.md's command table does not list task rollout, or task publish does not say it moves no trigger")
+	}
+	task := (&app{}).taskCmd()
+	rollout, _, err := task.Find([]string{"rollout"})
+	if err != nil || rollout.Name() != "rollout" {
+		t.Fatalf("task rollout is not a command: %v", err)
+	}
+	if publish, _, _ := task.Find([]string{"publish"}); !strings.Contains(publish.Long, "publishing a task does not move its triggers") {
+		t.Error("task publish --help does not say that publishing a task does not move its triggers")
 	}
 }
