@@ -18,7 +18,9 @@ const PlanSchema = "qlsched.apply-plan/v1"
 type Action string
 
 // The actions of a plan. ActionUnlisted is not a change: a trigger of the file's projects that
-// the file does not list, left as it is because pruning was not asked for.
+// the file does not list, left as it is because pruning was not asked for. An unlisted trigger of
+// a task the file declares is an update when that task's head moves past the revision it pins:
+// it moves with its task, so apply leaves no trigger of the file's tasks on an older revision.
 const (
 	ActionCreate    Action = "create"
 	ActionUpdate    Action = "update"
@@ -216,13 +218,20 @@ func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *s
 			it.Revision = pub.Revision
 		case it.Kind == KindTrigger && isChange(it.Action):
 			head := st.triggers[k]
-			var spec TriggerSpec
-			var taskRev int64
+			spec, listed := triggers[k]
 			change := "apply"
-			if it.Action == ActionDisable { // a pruned trigger keeps its pin: only enabled changes
-				spec, taskRev, change = prunedSpec(it.Project, head), head.taskRevision, "prune"
+			if !listed { // a trigger the file does not list: pruned, or moving with its task
+				spec, _ = unlistedSpec(it.Project, head, it.Action == ActionDisable, nil)
+				if it.Action == ActionDisable {
+					change = "prune"
+				}
+			}
+			// every trigger written pins its task's head, as a publish does; an unlisted one
+			// whose task the file does not declare keeps its pin (only enabled changes)
+			var taskRev int64
+			if _, declared := tasks[key{it.Project, spec.Task}]; !listed && !declared {
+				taskRev = head.taskRevision
 			} else {
-				spec = triggers[k]
 				var err error
 				if taskRev, err = pins.get(ctx, q, spec.Project, spec.Task); err != nil {
 					return err
@@ -250,12 +259,20 @@ func nextRevision(head *taskRevision) int64 {
 	return head.revision + 1
 }
 
-// prunedSpec is what --prune publishes for a trigger the file does not list: its head's content,
-// disabled.
-func prunedSpec(project string, head *triggerRevision) TriggerSpec {
+// unlistedSpec is what apply publishes for a trigger the file does not list, should it publish
+// one: its head's content, disabled when pruned, pinned to its task's planned head revision when
+// the file declares the task (taskRev, by task id; a trigger moves with its task, so no trigger of
+// a file's task is left on an older revision of it), else to the revision it pins.
+func unlistedSpec(project string, head *triggerRevision, prune bool, taskRev map[string]int64) (TriggerSpec, int64) {
 	t := head.spec(project)
-	t.Enabled = false
-	return t
+	if prune {
+		t.Enabled = false
+	}
+	pin := head.taskRevision
+	if rev, ok := taskRev[head.task]; ok {
+		pin = rev
+	}
+	return t, pin
 }
 
 // sameFields says whether a plan's changes of a trigger (fields by file key) name the fields a
@@ -386,10 +403,17 @@ func makePlan(s *Schedules, st *state, opts ApplyOptions, created map[string]boo
 			}
 			h := st.triggers[key{ps.ID, id}]
 			item := PlanItem{Kind: KindTrigger, Project: ps.ID, ID: id, Action: ActionUnlisted, Revision: h.revision}
+			spec, pin := unlistedSpec(ps.ID, h, opts.Prune, taskRev)
 			switch {
 			case opts.Prune && h.enabled:
 				item.Action, item.Revision = ActionDisable, 0
-				item.Changes = planChanges(h, prunedSpec(ps.ID, h), h.taskRevision)
+				item.Changes = planChanges(h, spec, pin)
+			case pin != h.taskRevision: // its task is the file's and moved: it moves with it
+				item.Action, item.Revision = ActionUpdate, 0
+				item.Changes = planChanges(h, spec, pin)
+				if spec.Enabled {
+					plan.QueuedForInitialisation++
+				}
 			case opts.Prune:
 				item.Action = ActionUnchanged // disabled already
 			}

@@ -241,12 +241,17 @@ type TaskPublished struct {
 	RetryBackoffMs      int64             `json:"retry_backoff_ms"`
 	WorkerSelector      map[string]string `json:"worker_selector"`
 	Unchanged           bool              `json:"unchanged"`
+	// StaleTriggers are the task's triggers whose head pins an older revision of it (a trigger
+	// pins a task revision: publishing the task does not move it; RolloutTask does). Only
+	// PublishTask fills it in.
+	StaleTriggers []StaleTrigger `json:"stale_triggers"`
 }
 
 // PublishTask publishes a new revision of a task that pins a remote_worker execution revision
 // with the task's spec (identical specs share one content-addressed execution revision). A spec
 // equal to the head revision's (by its canonical jsonb digest) writes nothing and reports
-// Unchanged.
+// Unchanged. Either way it names the task's triggers left on older revisions of it
+// (StaleTriggers).
 func (p *Publisher) PublishTask(ctx context.Context, t TaskSpec) (TaskPublished, error) {
 	out := TaskPublished{ProjectID: t.Project, TaskID: t.Task}
 	if err := t.Validate(); err != nil {
@@ -255,7 +260,14 @@ func (p *Publisher) PublishTask(ctx context.Context, t TaskSpec) (TaskPublished,
 	err := p.inProject(ctx, t.Project, "task.publish", func(q *db.Queries) (bool, error) {
 		var err error
 		out, err = publishTask(ctx, q, t)
-		return err == nil && !out.Unchanged, err
+		if err != nil {
+			return false, err
+		}
+		// read under the lock, in the publish's transaction: no trigger can move meanwhile
+		if out.StaleTriggers, err = staleTriggers(ctx, q, t.Project, t.Task, out.Revision); err != nil {
+			return false, err
+		}
+		return !out.Unchanged, nil
 	})
 	return out, err
 }

@@ -273,7 +273,7 @@ exits 0. An archived project is refused (exit 1).`,
 const idRule = limits.IDRule
 
 func (a *app) taskCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "task", Short: "Publish (admin role) and list tasks"}
+	cmd := &cobra.Command{Use: "task", Short: "Publish and roll out (admin role) and list tasks"}
 	var (
 		t       admin.TaskSpec
 		spec    string
@@ -296,7 +296,11 @@ each later one (capped at 24h); --worker-label k=v (repeatable, at most 16) offe
 only to worker sessions that have every one of these labels.
 
 Idempotent: a spec, policy and selector equal to the head revision's write nothing, say
-"unchanged" and exit 0; a changed policy alone is a new revision.`,
+"unchanged" and exit 0; a changed policy alone is a new revision.
+
+A trigger pins a task revision: publishing a task does not move its triggers. The output names
+the triggers still on older revisions of the task and the command that moves them
+(qlsched task rollout).`,
 		Example: `  qlsched task publish --project billing --task invoice --executor-spec '{"image":"billing/invoice:1.4"}'`,
 	}, func(cmd *cobra.Command) error {
 		// the publisher's own checks, before connecting (every rule jsonb and the size
@@ -317,7 +321,7 @@ Idempotent: a spec, policy and selector equal to the head revision's write nothi
 		return t.Validate()
 	}, func(cmd *cobra.Command, p *admin.Publisher) (any, func(io.Writer), error) {
 		pub, err := p.PublishTask(cmd.Context(), t)
-		return document{"qlsched.task-publish/v1", pub}, func(out io.Writer) {
+		return taskPublishedDoc(pub), func(out io.Writer) {
 			verb := "published"
 			if pub.Unchanged {
 				verb = "unchanged: the head revision holds this spec"
@@ -326,6 +330,7 @@ Idempotent: a spec, policy and selector equal to the head revision's write nothi
 				t.Project, t.Task, pub.Revision, verb, pub.ExecutionRevisionID, pub.ExecutionDigest)
 			fmt.Fprintf(out, "  max attempts %d, retry backoff %s, worker labels %s\n",
 				pub.MaxAttempts, ms(pub.RetryBackoffMs), labelsText(pub.WorkerSelector))
+			writeStaleTriggers(out, pub)
 		}, err
 	})
 	fl := publish.Flags()
@@ -335,7 +340,7 @@ Idempotent: a spec, policy and selector equal to the head revision's write nothi
 	fl.DurationVar(&backoff, "retry-backoff", 0, "delay before the second Attempt, doubled after each, 0 … 24h (default 10s when --max-attempts > 1, else 0)")
 	fl.StringArrayVar(&labels, "worker-label", nil, fmt.Sprintf("a label k=v a worker must have to be offered the task's Runs (repeatable, at most %d)", admin.MaxWorkerLabels))
 	fl.StringVar(&spec, "executor-spec", "", "the remote_worker execution spec: a JSON object of at most 64 KiB that PostgreSQL jsonb stores (no \\u0000, no unpaired surrogate escapes, numbers within numeric's range, at most 1000 levels deep)")
-	cmd.AddCommand(publish, a.taskListCmd())
+	cmd.AddCommand(publish, a.taskListCmd(), a.taskRolloutCmd())
 	return cmd
 }
 

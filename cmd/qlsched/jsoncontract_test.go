@@ -51,6 +51,7 @@ projects:
 		{"project create", []string{"project", "create", "--project", "p"}, "qlsched.project-create/v1"},
 		{"task publish", []string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`}, "qlsched.task-publish/v1"},
 		{"trigger publish", append([]string{"trigger", "publish", "--task", "k", "--cron", "0 3 * * *", "--timezone", "Europe/Berlin"}, trig...), "qlsched.trigger-publish/v1"},
+		{"task rollout", []string{"task", "rollout", "--project", "p", "--task", "k"}, "qlsched.task-rollout/v1"},
 		{"trigger disable", append([]string{"trigger", "disable"}, trig...), "qlsched.trigger-disable/v1"},
 		{"trigger enable", append([]string{"trigger", "enable"}, trig...), "qlsched.trigger-enable/v1"},
 		{"apply", []string{"apply", "-f", file}, "qlsched.apply-plan/v1"},
