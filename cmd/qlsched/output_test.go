@@ -46,3 +46,38 @@ func TestTriggerPublishSaysCreated(t *testing.T) {
 		}
 	}
 }
+
+// qlsched status prints three tables, each under a heading that says what it lists, then its
+// column headings, each column's values starting where its heading does.
+func TestStatusTablesHaveHeadings(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	db := []string{"--database-url", d.URL("ql_admin")}
+	publish(t, db,
+		[]string{"project", "create", "--project", "ops"},
+		[]string{"task", "publish", "--project", "ops", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		[]string{"trigger", "publish", "--project", "ops", "--trigger", "nightly", "--task", "k", "--cron", "0 3 * * *"})
+	r := run(t, append([]string{"status"}, db...)...)
+	if r.code != 0 {
+		t.Fatalf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	tables := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n\n")
+	want := []struct{ title, columns string }{
+		{"Projects", "PROJECT  STATE   TRIGGERS  ENABLED  BACKLOG  OLDEST OVERDUE  LIVE CLAIMS  LAST ADMIT"},
+		{"Live claims by replica, all projects", "OWNER   LIVE CLAIMS  SOONEST EXPIRY"},
+		{"Last admissions (the newest per trigger among each project's newest 200 Runs)", "PROJECT  TRIGGER  REVISION  SCHEDULED FOR  ADMITTED"},
+	}
+	if len(tables) != len(want) {
+		t.Fatalf("status: %d tables; want %d\n%s", len(tables), len(want), r.stdout)
+	}
+	for i, w := range want {
+		lines := strings.Split(tables[i], "\n")
+		if len(lines) < 3 || lines[0] != w.title || strings.TrimRight(lines[1], " ") != w.columns {
+			t.Errorf("table %d: %q; want the heading %q, then the columns %q and rows", i+1, lines, w.title, w.columns)
+		}
+	}
+	rows := strings.Split(tables[0], "\n")
+	if len(rows) != 3 || !strings.HasPrefix(rows[2], "ops      active  1         1        1        -") {
+		t.Errorf("projects table: %q; want the ops row under its columns", rows)
+	}
+}

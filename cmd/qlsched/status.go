@@ -87,6 +87,7 @@ func statusDocument(res admin.Status) document {
 }
 
 func printStatus(out io.Writer, res admin.Status) {
+	fmt.Fprintln(out, "Projects")
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROJECT\tSTATE\tTRIGGERS\tENABLED\tBACKLOG\tOLDEST OVERDUE\tLIVE CLAIMS\tLAST ADMIT")
 	for _, p := range res.Projects {
@@ -111,6 +112,7 @@ func printStatus(out io.Writer, res admin.Status) {
 	tw.Flush()
 
 	fmt.Fprintln(out)
+	fmt.Fprintln(out, "Live claims by replica, all projects")
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OWNER\tLIVE CLAIMS\tSOONEST EXPIRY")
 	for _, o := range res.LiveClaimsByOwner {
@@ -122,6 +124,7 @@ func printStatus(out io.Writer, res admin.Status) {
 	tw.Flush()
 
 	fmt.Fprintln(out)
+	fmt.Fprintf(out, "Last admissions (the newest per trigger among each project's newest %d Runs)\n", admin.LastAdmitsWalk)
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROJECT\tTRIGGER\tREVISION\tSCHEDULED FOR\tADMITTED")
 	none := true
@@ -133,7 +136,7 @@ func printStatus(out io.Writer, res admin.Status) {
 		}
 	}
 	if none {
-		fmt.Fprintln(tw, "(none)\t\t\t\t")
+		fmt.Fprintln(tw, "(none)")
 	}
 	tw.Flush()
 }
