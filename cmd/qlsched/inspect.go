@@ -73,7 +73,7 @@ func claim(t admin.Trigger) string {
 	case t.ClaimOwner == nil:
 		return "-"
 	case t.ClaimLive():
-		return fmt.Sprintf("%s v%d, expires %s (in %s)", *t.ClaimOwner, t.ClaimVersion, utc(t.ClaimExpiresAtMs), ms(*t.ClaimExpiresAtMs-t.NowMs))
+		return fmt.Sprintf("%s v%d, expires %s %s", *t.ClaimOwner, t.ClaimVersion, utc(t.ClaimExpiresAtMs), paren("in "+strings.TrimLeft(msFixed(*t.ClaimExpiresAtMs-t.NowMs, ""), " ")))
 	}
 	return fmt.Sprintf("%s v%d, expired %s", *t.ClaimOwner, t.ClaimVersion, utc(t.ClaimExpiresAtMs))
 }
@@ -82,7 +82,7 @@ func ms(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
 
 func lag(r admin.Run) string {
 	if l, ok := r.LagMs(); ok {
-		return ms(l).String()
+		return msFixed(l, "")
 	}
 	return "-"
 }

@@ -116,7 +116,7 @@ func printStatus(out io.Writer, res admin.Status) {
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OWNER\tLIVE CLAIMS\tSOONEST EXPIRY")
 	for _, o := range res.LiveClaimsByOwner {
-		fmt.Fprintf(tw, "%s\t%d\tin %s\n", o.Owner, o.Claims, time.Duration(o.SoonestExpiryInMs)*time.Millisecond)
+		fmt.Fprintf(tw, "%s\t%d\tin %s\n", o.Owner, o.Claims, msFixed(o.SoonestExpiryInMs, ""))
 	}
 	if len(res.LiveClaimsByOwner) == 0 {
 		fmt.Fprintln(tw, "(none)\t0\t-")
@@ -146,5 +146,5 @@ func ago(ms, nowMs int64) string {
 	if ms == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%s (%s ago)", time.UnixMilli(ms).UTC().Format("15:04:05Z"), (time.Duration(nowMs-ms) * time.Millisecond).Round(time.Millisecond))
+	return time.UnixMilli(ms).UTC().Format("15:04:05Z") + " " + paren(msFixed(nowMs-ms, "")+" ago")
 }
