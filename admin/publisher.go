@@ -438,7 +438,8 @@ func (t TriggerSpec) Validate() error {
 // TriggerPublished describes a trigger's head revision after a publish: its content as stored,
 // and its schedule row's versions. Unchanged is true when the head already held this content:
 // nothing was written, the schedule row (cursor and claim) is untouched and Revision is the
-// head's. Changed names the fields that differ from the previous head (all of them for a new
+// head's. Created is true when the trigger did not exist: this publish created it (at revision
+// 1). Changed names the fields that differ from the previous head (all of them for a new
 // trigger, none when Unchanged).
 type TriggerPublished struct {
 	ProjectID      string                 `json:"project_id"`
@@ -455,6 +456,7 @@ type TriggerPublished struct {
 	ClaimVersion   int64                  `json:"claim_version"`
 	ContentDigest  string                 `json:"content_digest"`
 	Unchanged      bool                   `json:"unchanged"`
+	Created        bool                   `json:"created"`
 	Changed        []string               `json:"changed"`
 	// QueuedForInitialisation: a new enabled revision was written, so its schedule row waits,
 	// without a cursor, for a replica to initialise it (docs/scheduling.md, Initialisation).
@@ -819,6 +821,7 @@ func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev i
 		return out, fmt.Errorf("schedule row: %w", err)
 	}
 	out.Revision, out.StateVersion, out.ClaimVersion, out.ContentDigest = rev, sched.StateVersion, sched.ClaimVersion, tr.ContentDigest
+	out.Created = head == nil
 	out.QueuedForInitialisation = t.Enabled
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -74,6 +75,39 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 				t.Error("the password leaked")
 			}
 		})
+	}
+}
+
+// --help shows each flag with at most its type as the value placeholder: --processes is a switch,
+// --dispatchers and --workers take an int. (pflag takes back-quoted words in a flag's usage as its
+// placeholder, which once printed "--processes qlsched run".)
+func TestHelpShowsFlagsWithTheirTypes(t *testing.T) {
+	t.Parallel()
+	r := run(t, "--help")
+	if r.Code != 0 {
+		t.Fatalf("--help: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	flag := regexp.MustCompile(`^\s+(?:-\w, )?--([a-z-]+)(?: (bool|duration|format|int|int64|string))?\s{2,}\S`)
+	types := map[string]string{}
+	_, flags, ok := strings.Cut(r.Stdout, "\nFlags:\n")
+	if !ok {
+		t.Fatalf("--help has no Flags section\n%s", r.Stdout)
+	}
+	for _, line := range strings.Split(flags, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "-") {
+			continue
+		}
+		m := flag.FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("flag line with a placeholder that is not a type: %q", line)
+			continue
+		}
+		types[m[1]] = m[2]
+	}
+	for name, want := range map[string]string{"processes": "", "dispatchers": "int", "workers": "int", "duration": "duration"} {
+		if got, ok := types[name]; !ok || got != want {
+			t.Errorf("--%s shown with placeholder %q (listed: %v); want %q\n%s", name, got, ok, want, r.Stdout)
+		}
 	}
 }
 

@@ -466,7 +466,10 @@ project resume, where the misfire policy decides). An already enabled trigger is
 func triggerPublished(schema, verb string, pub admin.TriggerPublished) (document, func(io.Writer)) {
 	return document{schema, pub}, func(out io.Writer) {
 		what := fmt.Sprintf("revision %d %s (changed: %s)", pub.Revision, verb, strings.Join(pub.Changed, ", "))
-		if pub.Unchanged {
+		switch {
+		case pub.Created:
+			what = fmt.Sprintf("created (revision %d)", pub.Revision)
+		case pub.Unchanged:
 			what = fmt.Sprintf("unchanged: revision %d already holds this content; nothing written, cursor kept", pub.Revision)
 		}
 		fmt.Fprintf(out, "trigger %s/%s %s\n  task %s revision %d, cron %q, timezone %s, misfire %s (grace %s), enabled %v\n",

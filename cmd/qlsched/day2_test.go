@@ -179,7 +179,7 @@ func TestPreviewThenRunsShowWithAReplica(t *testing.T) {
 	publish(t, db, []string{"trigger", "publish", "--project", "p", "--trigger", "tokyo", "--task", "k", "--cron", "0 9 * * *", "--timezone", "Asia/Tokyo"})
 
 	list := run(t, append([]string{"trigger", "list"}, db...)...)
-	tokyo := regexp.MustCompile(`tokyo .* \d{4}-\d\d-\d\dT09:00:00\+09:00 Asia/Tokyo \(preview\)`)
+	tokyo := regexp.MustCompile(`tokyo .* \d{4}-\d\d-\d\dT09:00:00\.000\+09:00 Asia/Tokyo \(preview\)`)
 	if list.code != 0 || !tokyo.MatchString(list.stdout) || !strings.Contains(list.stdout, "Z (preview)") {
 		t.Errorf("trigger list before any claim: exit %d\n%s\nwant previews: 09:00+09:00 Asia/Tokyo and a UTC one", list.code, list.stdout)
 	}
@@ -229,7 +229,7 @@ func TestPreviewThenRunsShowWithAReplica(t *testing.T) {
 		t.Errorf("runs show: %v; want the queued Run, its claimed remote_worker Attempt, run.created and run.queued, a lag and its key", show)
 	}
 	text := run(t, append([]string{"runs", "show", runID}, db...)...)
-	when := regexp.MustCompile(`scheduled for\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n`)
+	when := regexp.MustCompile(`scheduled for\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\n`)
 	if text.code != 0 || !strings.Contains(text.stdout, "waiting for a dispatcher") || !when.MatchString(text.stdout) {
 		t.Errorf("runs show text: exit %d\n%s\nwant an RFC 3339 UTC time and the note on the dispatcher", text.code, text.stdout)
 	}

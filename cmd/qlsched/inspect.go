@@ -31,7 +31,13 @@ func (d document) MarshalJSON() ([]byte, error) {
 // The one time format of the admin commands: RFC 3339, with milliseconds only where there are
 // any. A database time (a claim's expiry, an admission) is shown in UTC ("Z"); an occurrence of
 // a trigger is shown in the trigger's zone, with its offset and, where it is not UTC, its name.
-const timeLayout = "2006-01-02T15:04:05.999Z07:00"
+// timeLayout is a time in the text output: RFC 3339 with milliseconds always, so a column of
+// times keeps one width (".999" dropped trailing zeros: "…:55.74Z" next to "…:55.728Z").
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// jsonTimeLayout is a time in a JSON document's text fields (trigger show's upcoming "at" and
+// "at_utc"): RFC 3339 with the milliseconds only when there are some, as the documents had.
+const jsonTimeLayout = "2006-01-02T15:04:05.999Z07:00"
 
 // utc renders a database time; nil is "-".
 func utc(ms *int64) string {
@@ -42,12 +48,14 @@ func utc(ms *int64) string {
 }
 
 // inZone renders an occurrence in zone (an IANA name); UTC, or a zone Go cannot load, as utc.
-func inZone(ms int64, zone string) string {
+func inZone(ms int64, zone string) string { return inZoneAs(timeLayout, ms, zone) }
+
+func inZoneAs(layout string, ms int64, zone string) string {
 	loc, err := time.LoadLocation(zone)
 	if err != nil || loc == time.UTC || zone == "UTC" {
-		return time.UnixMilli(ms).UTC().Format(timeLayout)
+		return time.UnixMilli(ms).UTC().Format(layout)
 	}
-	return time.UnixMilli(ms).In(loc).Format(timeLayout) + " " + zone
+	return time.UnixMilli(ms).In(loc).Format(layout) + " " + zone
 }
 
 // nextFire renders a trigger's next fire time, marked when it is a preview, and why there is none.
@@ -73,7 +81,7 @@ func claim(t admin.Trigger) string {
 	case t.ClaimOwner == nil:
 		return "-"
 	case t.ClaimLive():
-		return fmt.Sprintf("%s v%d, expires %s (in %s)", *t.ClaimOwner, t.ClaimVersion, utc(t.ClaimExpiresAtMs), ms(*t.ClaimExpiresAtMs-t.NowMs))
+		return fmt.Sprintf("%s v%d, expires %s %s", *t.ClaimOwner, t.ClaimVersion, utc(t.ClaimExpiresAtMs), paren("in "+strings.TrimLeft(msFixed(*t.ClaimExpiresAtMs-t.NowMs, ""), " ")))
 	}
 	return fmt.Sprintf("%s v%d, expired %s", *t.ClaimOwner, t.ClaimVersion, utc(t.ClaimExpiresAtMs))
 }
@@ -82,7 +90,7 @@ func ms(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
 
 func lag(r admin.Run) string {
 	if l, ok := r.LagMs(); ok {
-		return ms(l).String()
+		return msFixed(l, "")
 	}
 	return "-"
 }
@@ -288,7 +296,7 @@ the next fire is a preview (see trigger list). Read-only, one snapshot.`,
 			d, err := r.ShowTrigger(cmd.Context(), s)
 			upcoming := make([]occurrence, 0, len(d.Upcoming))
 			for _, at := range d.Upcoming {
-				upcoming = append(upcoming, occurrence{at, inZone(at, d.TimeZone), utc(&at)})
+				upcoming = append(upcoming, occurrence{at, inZoneAs(jsonTimeLayout, at, d.TimeZone), inZoneAs(jsonTimeLayout, at, "UTC")})
 			}
 			body := struct {
 				admin.Trigger

@@ -72,7 +72,7 @@ A RUN_ID that is not a UUID exits 2 before anything is opened; an unknown one ex
 // printRunStory prints a Run's story for a reader in a hurry: the Run, each Attempt as a block,
 // the offers, then the events as a timeline with times after admission.
 func printRunStory(out io.Writer, s admin.RunStory) {
-	since := func(at int64) string { return "+" + ms(at-s.CreatedAtMs).String() }
+	since := func(at int64) string { return msFixed(at-s.CreatedAtMs, "+") }
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("run", s.RunID.String())
@@ -90,7 +90,7 @@ func printRunStory(out io.Writer, s admin.RunStory) {
 	row("queued at", utc(s.QueuedAtMs))
 	lagText := "-"
 	if s.LagMs != nil {
-		lagText = ms(*s.LagMs).String()
+		lagText = strings.TrimLeft(msFixed(*s.LagMs, ""), " ")
 	}
 	row("lag", lagText)
 	policy := fmt.Sprintf("at most %d attempts", s.MaxAttempts)
@@ -104,7 +104,7 @@ func printRunStory(out io.Writer, s admin.RunStory) {
 	row("cancel requested", utc(s.CancelRequestedAtMs))
 	finished := utc(s.FinishedAtMs)
 	if s.FinishedAtMs != nil {
-		finished += " (" + since(*s.FinishedAtMs) + " after admission)"
+		finished += " " + paren(since(*s.FinishedAtMs)+" after admission")
 	}
 	row("finished", finished)
 	switch s.State {
@@ -178,15 +178,15 @@ func printStoryAttempt(out io.Writer, x admin.StoryAttempt, since func(int64) st
 		}
 		row("lease", v)
 	}
-	created := utc(&x.CreatedAtMs) + " (" + since(x.CreatedAtMs) + ")"
+	created := utc(&x.CreatedAtMs) + " " + paren(since(x.CreatedAtMs))
 	row("created", created)
 	if x.StartedAtMs != nil {
-		row("started", utc(x.StartedAtMs)+" ("+since(*x.StartedAtMs)+")")
+		row("started", utc(x.StartedAtMs)+" "+paren(since(*x.StartedAtMs)))
 	}
 	if x.FinishedAtMs != nil {
-		f := utc(x.FinishedAtMs) + " (" + since(*x.FinishedAtMs) + ")"
+		f := utc(x.FinishedAtMs) + " " + paren(since(*x.FinishedAtMs))
 		if x.StartedAtMs != nil {
-			f += fmt.Sprintf(", %s after its start", ms(*x.FinishedAtMs-*x.StartedAtMs))
+			f += fmt.Sprintf(", %s after its start", strings.TrimLeft(msFixed(*x.FinishedAtMs-*x.StartedAtMs, ""), " "))
 		}
 		row("finished", f)
 	}
@@ -198,7 +198,7 @@ func printStoryAttempt(out io.Writer, x admin.StoryAttempt, since func(int64) st
 		case r.Signal != "":
 			exit = "signal " + printable(r.Signal)
 		}
-		row("outcome", fmt.Sprintf("%s, exit %s, ran %s (worker's measure)", r.Outcome, exit, ms(r.DurationMs)))
+		row("outcome", fmt.Sprintf("%s, exit %s, ran %s (worker's measure)", r.Outcome, exit, strings.TrimLeft(msFixed(r.DurationMs, ""), " ")))
 	}
 	if e := x.Error; e != nil {
 		parts := []string{}

@@ -101,7 +101,7 @@ func TestRunsShowTellsTheStory(t *testing.T) {
 	flat := spaces.ReplaceAllString(text.stdout, " ")
 	for _, want := range []string{
 		"state succeeded", "retry policy at most 2 attempts, backoff 0s doubling",
-		"attempt 1 failed on w1 (token fleet)", "outcome failed, exit status 3, ran 41ms",
+		"attempt 1 failed on w1 (token fleet)", "outcome failed, exit status 3, ran 0.041s",
 		"error exit_status: exit status 3", " │ \uFFFD[31mred\uFFFD[0m\n │ boom\n",
 		"attempt 2 succeeded on w1 (token fleet)", "lease version 2, released", " │ done\n",
 		"offers: 2\n… 1 more (earlier) not shown; raise --offers\n",
@@ -117,6 +117,11 @@ func TestRunsShowTellsTheStory(t *testing.T) {
 	if got := regexp.MustCompile(`(?m)^\d+\s+\S+\s+\+\S+\s+(run\.\w+)`).FindAllStringSubmatch(text.stdout, -1); len(got) != 3 ||
 		got[0][1] != "run.dispatching" || got[2][1] != "run.succeeded" {
 		t.Errorf("timeline %v; want the newest 3 events, run.dispatching … run.succeeded", got)
+	}
+	// the times after admission are milliseconds at a fixed width: three decimals of seconds, so
+	// the column lines up (time.Duration's String printed "+12ms", "+1.2s", "+1.234s")
+	if got := regexp.MustCompile(`(?m)^\d+\s+\S+\s+(\+\d+\.\d{3}s)\s+run\.\w+`).FindAllStringSubmatch(text.stdout, -1); len(got) != 3 {
+		t.Errorf("timeline offsets %v; want 3 of the form +S.mmms\n%s", got, text.stdout)
 	}
 
 	doc := jsonDoc(t, "qlsched.runs-show/v1", append([]string{"runs", "show", runID.String()}, conn...)...)

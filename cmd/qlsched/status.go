@@ -87,6 +87,7 @@ func statusDocument(res admin.Status) document {
 }
 
 func printStatus(out io.Writer, res admin.Status) {
+	fmt.Fprintln(out, "Projects")
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROJECT\tSTATE\tTRIGGERS\tENABLED\tBACKLOG\tOLDEST OVERDUE\tLIVE CLAIMS\tLAST ADMIT")
 	for _, p := range res.Projects {
@@ -111,10 +112,11 @@ func printStatus(out io.Writer, res admin.Status) {
 	tw.Flush()
 
 	fmt.Fprintln(out)
+	fmt.Fprintln(out, "Live claims by replica, all projects")
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OWNER\tLIVE CLAIMS\tSOONEST EXPIRY")
 	for _, o := range res.LiveClaimsByOwner {
-		fmt.Fprintf(tw, "%s\t%d\tin %s\n", o.Owner, o.Claims, time.Duration(o.SoonestExpiryInMs)*time.Millisecond)
+		fmt.Fprintf(tw, "%s\t%d\tin %s\n", o.Owner, o.Claims, msFixed(o.SoonestExpiryInMs, ""))
 	}
 	if len(res.LiveClaimsByOwner) == 0 {
 		fmt.Fprintln(tw, "(none)\t0\t-")
@@ -122,6 +124,7 @@ func printStatus(out io.Writer, res admin.Status) {
 	tw.Flush()
 
 	fmt.Fprintln(out)
+	fmt.Fprintf(out, "Last admissions (the newest per trigger among each project's newest %d Runs)\n", admin.LastAdmitsWalk)
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROJECT\tTRIGGER\tREVISION\tSCHEDULED FOR\tADMITTED")
 	none := true
@@ -133,7 +136,7 @@ func printStatus(out io.Writer, res admin.Status) {
 		}
 	}
 	if none {
-		fmt.Fprintln(tw, "(none)\t\t\t\t")
+		fmt.Fprintln(tw, "(none)")
 	}
 	tw.Flush()
 }
@@ -143,5 +146,5 @@ func ago(ms, nowMs int64) string {
 	if ms == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%s (%s ago)", time.UnixMilli(ms).UTC().Format("15:04:05Z"), (time.Duration(nowMs-ms) * time.Millisecond).Round(time.Millisecond))
+	return time.UnixMilli(ms).UTC().Format("15:04:05Z") + " " + paren(msFixed(nowMs-ms, "")+" ago")
 }

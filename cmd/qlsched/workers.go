@@ -157,7 +157,7 @@ every session, newest first (closed and expired ones too: it reads the history).
 							state += " (expired)"
 						}
 						fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s ago\t%s\t%s\n", s.SessionID, s.Worker, state, s.Capacity, s.InFlight,
-							ms(s.HeartbeatAgeMs), labelsText(s.Labels), s.TokenName)
+							msFixed(s.HeartbeatAgeMs, ""), labelsText(s.Labels), s.TokenName)
 					}
 					if len(rows) == 0 {
 						fmt.Fprintln(tw, "(no sessions)\t\t\t\t\t\t\t")
