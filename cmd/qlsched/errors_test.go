@@ -150,3 +150,23 @@ projects:
 		t.Errorf("check: exit %d, stdout %q; want exit 0 saying what --prune would do", r.code, r.stdout)
 	}
 }
+
+// The hint never names the role the command already ran as as the role it needs: a role whose
+// name merely ends in "admin" (h34sysadmin), or the admin role itself refused (its grants
+// missing), is told that it has the admin role's name but lacks its grants, not "run as
+// h34sysadmin; connected as h34sysadmin".
+func TestPermissionHintNeverNamesTheConnectedRoleAsTheCure(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	d.Exec(t, `CREATE ROLE h34sysadmin LOGIN PASSWORD '`+testpg.Password+`'`)
+	t.Cleanup(func() { d.Exec(t, `DROP ROLE IF EXISTS h34sysadmin`) })
+	r := run(t, "project", "create", "--project", "p", "--database-url", d.URL("h34sysadmin"))
+	if r.code != 3 || !strings.Contains(r.stderr, "permission denied") {
+		t.Fatalf("exit %d, stderr %q; want exit 3, permission denied", r.code, r.stderr)
+	}
+	t.Logf("stderr: %s", r.stderr)
+	if strings.Contains(r.stderr, "run as the admin role h34sysadmin; connected as h34sysadmin") ||
+		!strings.Contains(r.stderr, "lacks the admin role's grants") {
+		t.Errorf("stderr %q: the hint names the connected role as the one to use; want it to say the role lacks the grants", r.stderr)
+	}
+}
