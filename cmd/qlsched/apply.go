@@ -90,8 +90,8 @@ examples/schedules.yaml.`,
 					return err
 				}
 				// the command that applies exactly the plan shown: --prune disables what it listed
-				// to disable, and without it nothing would be
-				again := "qlsched apply -f " + file
+				// to disable, and without it nothing would be; the file one shell word, to paste
+				again := "qlsched apply -f " + shellQuote(file)
 				if prune {
 					again += " --prune"
 				}

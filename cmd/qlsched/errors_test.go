@@ -170,3 +170,23 @@ func TestPermissionHintNeverNamesTheConnectedRoleAsTheCure(t *testing.T) {
 		t.Errorf("stderr %q: the hint names the connected role as the one to use; want it to say the role lacks the grants", r.stderr)
 	}
 }
+
+// The suggested apply command can be pasted: a file path with a space or shell metacharacters
+// is one quoted shell word, not split or expanded by the shell.
+func TestApplyCheckSuggestionQuotesTheFile(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	file := filepath.Join(t.TempDir(), "my schedules $(id).yaml")
+	writeFile(t, file, `schema: qlsched.schedules/v1
+projects:
+  - id: ops
+    tasks:
+      - id: sweep
+        executor_spec: {image: "ops/sweep:1"}
+`)
+	r := run(t, "apply", "-f", file, "--check", "--database-url", d.URL("ql_admin"))
+	want := "(qlsched apply -f '" + file + "' applies the plan)"
+	if r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("check: exit %d, stderr %q; want exit 1 with %q", r.code, r.stderr, want)
+	}
+}
