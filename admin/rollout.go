@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -137,7 +138,18 @@ func (p *Publisher) RolloutTask(ctx context.Context, project, task string, check
 	if check {
 		// a read of one snapshot: no lock, nothing written
 		err := p.db.InTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-			_, err := roll(db.New(tx))
+			q := db.New(tx)
+			// refuse what the rollout refuses (lockWritableProject): a missing or archived project
+			proj, err := q.GetProject(ctx, project)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("project %s: %w (create it first)", project, ErrNotFound)
+			} else if err != nil {
+				return fmt.Errorf("read project %s: %w", project, err)
+			}
+			if proj.State != ProjectActive && proj.State != ProjectPaused {
+				return fmt.Errorf("project %s is %s: %w", project, proj.State, ErrNotFound)
+			}
+			_, err = roll(q)
 			return err
 		})
 		return out, err

@@ -203,3 +203,26 @@ projects:
 		t.Errorf("apply --prune of a changed task:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A check says what the rollout would do, so it refuses what the rollout refuses: a rollout in an
+// archived project is refused (ErrNotFound, nothing written), and so is its check, instead of
+// reporting triggers that "would move".
+func TestRolloutCheckRefusesAnArchivedProjectAsTheRolloutDoes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.pub.PublishTriggers(ctx, []admin.TriggerSpec{spec("p", "a", "task", "0 3 * * *")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pub.PublishTask(ctx, admin.TaskSpec{Project: "p", Task: "task", ExecutorSpec: []byte(`{"image":"example/job:2"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	f.d.Exec(t, `UPDATE control_core.projects SET state = 'archived' WHERE project_id = 'p'`)
+	if _, err := f.pub.RolloutTask(ctx, "p", "task", false); !errors.Is(err, admin.ErrNotFound) {
+		t.Fatalf("rollout in an archived project: %v; want ErrNotFound", err)
+	}
+	check, err := f.pub.RolloutTask(ctx, "p", "task", true)
+	if !errors.Is(err, admin.ErrNotFound) {
+		t.Errorf("check in an archived project: %+v, %v; want ErrNotFound as the rollout", check, err)
+	}
+}

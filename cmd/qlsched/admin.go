@@ -159,6 +159,16 @@ func (a *app) roleHint(cmd *cobra.Command, err error) error {
 	need := fmt.Sprintf("admin commands run as the admin role %s", names.Admin)
 	if cmd.Annotations[readOnly] != "" {
 		need = fmt.Sprintf("%s runs as a role that may read control_core: %s or %s", cmd.CommandPath(), names.Admin, names.Runtime)
+		if as == names.Runtime {
+			need = fmt.Sprintf("%s runs as %s or %s; connected as %s, which has the runtime role's name but lacks its grants "+
+				"(qlmigrate up as the owner role, with the role prefix %s)", cmd.CommandPath(), names.Admin, names.Runtime, a.conn.Redact(as), names.Prefix)
+			return &hinted{msg: fmt.Sprintf("%s\n  hint: %s", err, need), err: err}
+		}
+	}
+	if as == names.Admin { // naming the role it ran as would be no cure
+		need = fmt.Sprintf("connected as %s, which has the admin role's name but lacks the admin role's grants "+
+			"(qlmigrate up as the owner role, with the role prefix %s), or is not this deployment's admin role", a.conn.Redact(as), names.Prefix)
+		return &hinted{msg: fmt.Sprintf("%s\n  hint: %s", err, need), err: err}
 	}
 	return &hinted{msg: fmt.Sprintf("%s\n  hint: %s; connected as %s", err, need, a.conn.Redact(as)), err: err}
 }

@@ -90,8 +90,8 @@ examples/schedules.yaml.`,
 					return err
 				}
 				// the command that applies exactly the plan shown: --prune disables what it listed
-				// to disable, and without it nothing would be
-				again := "qlsched apply -f " + file
+				// to disable, and without it nothing would be; the file one shell word, to paste
+				again := "qlsched apply -f " + shellQuote(file)
 				if prune {
 					again += " --prune"
 				}
@@ -173,8 +173,12 @@ func printPlan(w io.Writer, plan admin.Plan, check bool) {
 			}
 		}
 		detail := strings.Join(changes, "; ")
-		if it.Action == admin.ActionUnlisted {
+		switch {
+		case it.Action == admin.ActionUnlisted:
 			detail = "not in the file: left as it is (--prune disables it)"
+		case it.Kind == admin.KindTrigger && it.Line == 0 && it.Action == admin.ActionUpdate:
+			// an unlisted trigger whose task the file moves: say so, or it reads as the file's own
+			detail = "not in the file: moves with its task: " + detail
 		}
 		switch {
 		case it.Kind == admin.KindProject && it.State == admin.ProjectPaused:

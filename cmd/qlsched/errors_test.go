@@ -150,3 +150,43 @@ projects:
 		t.Errorf("check: exit %d, stdout %q; want exit 0 saying what --prune would do", r.code, r.stdout)
 	}
 }
+
+// The hint never names the role the command already ran as as the role it needs: a role whose
+// name merely ends in "admin" (h34sysadmin), or the admin role itself refused (its grants
+// missing), is told that it has the admin role's name but lacks its grants, not "run as
+// h34sysadmin; connected as h34sysadmin".
+func TestPermissionHintNeverNamesTheConnectedRoleAsTheCure(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	d.Exec(t, `CREATE ROLE h34sysadmin LOGIN PASSWORD '`+testpg.Password+`'`)
+	t.Cleanup(func() { d.Exec(t, `DROP ROLE IF EXISTS h34sysadmin`) })
+	r := run(t, "project", "create", "--project", "p", "--database-url", d.URL("h34sysadmin"))
+	if r.code != 3 || !strings.Contains(r.stderr, "permission denied") {
+		t.Fatalf("exit %d, stderr %q; want exit 3, permission denied", r.code, r.stderr)
+	}
+	t.Logf("stderr: %s", r.stderr)
+	if strings.Contains(r.stderr, "run as the admin role h34sysadmin; connected as h34sysadmin") ||
+		!strings.Contains(r.stderr, "lacks the admin role's grants") {
+		t.Errorf("stderr %q: the hint names the connected role as the one to use; want it to say the role lacks the grants", r.stderr)
+	}
+}
+
+// The suggested apply command can be pasted: a file path with a space or shell metacharacters
+// is one quoted shell word, not split or expanded by the shell.
+func TestApplyCheckSuggestionQuotesTheFile(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	file := filepath.Join(t.TempDir(), "my schedules $(id).yaml")
+	writeFile(t, file, `schema: qlsched.schedules/v1
+projects:
+  - id: ops
+    tasks:
+      - id: sweep
+        executor_spec: {image: "ops/sweep:1"}
+`)
+	r := run(t, "apply", "-f", file, "--check", "--database-url", d.URL("ql_admin"))
+	want := "(qlsched apply -f '" + file + "' applies the plan)"
+	if r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("check: exit %d, stderr %q; want exit 1 with %q", r.code, r.stderr, want)
+	}
+}

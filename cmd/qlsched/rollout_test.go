@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -110,5 +111,50 @@ func TestDocsSayATriggerPinsATaskRevision(t *testing.T) {
 	}
 	if publish, _, _ := task.Find([]string{"publish"}); !strings.Contains(publish.Long, "publishing a task does not move its triggers") {
 		t.Error("task publish --help does not say that publishing a task does not move its triggers")
+	}
+}
+
+// apply's plan says when a trigger it updates is not in the file: an unlisted trigger that moves
+// with its task is named as such, not shown as an update the file asked for.
+func TestApplyPlanNamesAnUnlistedTriggerThatMovesWithItsTask(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	u := d.URL("ql_admin")
+	file := filepath.Join(t.TempDir(), "s.yaml")
+	two := `schema: qlsched.schedules/v1
+projects:
+  - id: ops
+    tasks:
+      - id: sweep
+        executor_spec: {image: "ops/sweep:1"}
+    triggers:
+      - id: hourly
+        task: sweep
+        cron: "0 * * * *"
+      - id: daily
+        task: sweep
+        cron: "0 3 * * *"
+`
+	writeFile(t, file, two)
+	if r := run(t, "apply", "-f", file, "--database-url", u); r.code != 0 {
+		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	one := strings.Replace(two, "      - id: daily\n        task: sweep\n        cron: \"0 3 * * *\"\n", "", 1)
+	writeFile(t, file, strings.Replace(one, "sweep:1", "sweep:2", 1))
+	r := run(t, "apply", "-f", file, "--check", "--database-url", u)
+	var daily, hourly string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		switch f := strings.Fields(l); {
+		case len(f) > 2 && f[2] == "daily":
+			daily = l
+		case len(f) > 2 && f[2] == "hourly":
+			hourly = l
+		}
+	}
+	if r.code != 1 || !strings.Contains(daily, "not in the file: moves with its task: task_revision 1 → 2") {
+		t.Errorf("check: exit %d, daily %q; want it named as not in the file, moving with its task\n%s", r.code, daily, r.stdout)
+	}
+	if strings.Contains(hourly, "not in the file") || !strings.Contains(hourly, "task_revision 1 → 2") {
+		t.Errorf("hourly %q: a listed trigger is no unlisted one", hourly)
 	}
 }

@@ -255,32 +255,47 @@ func (c *Config) connectError(err error) error {
 // and TLS mode (sslmode=prefer tries with TLS, then without), joined by newlines, so an
 // unreachable server was reported twice. Each distinct message appears once, "; " between them.
 //
-// When the server itself answered an attempt (a missing database, a refused password), the
-// attempts it answered are the most specific ones and the only ones shown: the TLS refusal of
-// sslmode=prefer's first attempt would otherwise come first and hide "database does not exist".
+// When the server at an address itself answered an attempt (a missing database, a refused
+// password), that answer is the most specific one for the address and its other attempts are
+// dropped: the TLS refusal of sslmode=prefer's first attempt would otherwise come first and hide
+// "database does not exist". The attempts at other addresses stay (a host that is down, or that
+// failed sslmode=verify-full's certificate check, is still named in a multi-host URL).
 func attempts(err error) string {
 	joined, ok := err.(interface{ Unwrap() []error })
 	if !ok {
 		return err.Error()
 	}
 	all := joined.Unwrap()
-	var answered []error
+	answered := map[string]bool{}
 	for _, e := range all {
 		var pgErr *pgconn.PgError
 		if errors.As(e, &pgErr) {
-			answered = append(answered, e)
+			if a := attemptAddress(e); a != "" {
+				answered[a] = true
+			}
 		}
-	}
-	if len(answered) > 0 {
-		all = answered
 	}
 	var msgs []string
 	for _, e := range all {
+		var pgErr *pgconn.PgError
+		if answered[attemptAddress(e)] && !errors.As(e, &pgErr) {
+			continue
+		}
 		if m := e.Error(); !slices.Contains(msgs, m) {
 			msgs = append(msgs, m)
 		}
 	}
 	return strings.Join(msgs, "; ")
+}
+
+// attemptAddress is the address pgx names at the start of one attempt's message ("host:port
+// (hostname): …"); "" when it names none.
+func attemptAddress(e error) string {
+	addr, _, ok := strings.Cut(e.Error(), " (")
+	if !ok || strings.Contains(addr, " ") {
+		return ""
+	}
+	return addr
 }
 
 // ConnectError means the server could not be reached or refused the session (exit code 3).
