@@ -197,14 +197,14 @@ func (a *app) dispatch(ctx context.Context, cfg dispatch.Config, opts dispatchOp
 		}
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	}
-	workerLn, err := net.Listen("tcp", opts.listen)
+	workerLn, err := listen("--listen", opts.listen)
 	if err != nil {
-		return cli.Usagef("--listen %s: %v", opts.listen, err)
+		return err
 	}
 	defer workerLn.Close() // until Serve owns it
-	healthLn, err := net.Listen("tcp", opts.httpAddr)
+	healthLn, err := listen("--http-addr", opts.httpAddr)
 	if err != nil {
-		return cli.Usagef("--http-addr %s: %v", opts.httpAddr, err)
+		return err
 	}
 	defer healthLn.Close()
 	pool, err := a.conn.Open(ctx)

@@ -75,7 +75,8 @@ func TestDispatchBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"--listen", "192.0.2.1:0"}, "--listen 192.0.2.1:0: plaintext"},
 		{[]string{"--tls-cert", "c.pem"}, "--tls-cert and --tls-key: give both or neither"},
 		{[]string{"--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"}, "--tls-cert/--tls-key"},
-		{[]string{"--listen", busy.Addr().String()}, "address already in use"},
+		{[]string{"--listen", busy.Addr().String()}, "the address is taken (another qlsched on this host?): give each process its own --listen: another port, or port 0 for any free port, logged at start (--listen 127.0.0.1:0)"},
+		{[]string{"--http-addr", busy.Addr().String()}, "give each process its own --http-addr"},
 		{[]string{"--allow-plaintext", "--listen", "192.0.2.1:0"}, "--listen 192.0.2.1:0"}, // TEST-NET-1: allowed, but not bindable
 		{[]string{"--role-prefix", "Robert'); DROP"}, "--role-prefix"},
 		{[]string{"--format", "json"}, "--format json: dispatch prints no document"},

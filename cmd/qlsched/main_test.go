@@ -416,7 +416,7 @@ func TestRunHTTPAddrProblemsExit2BeforeConnecting(t *testing.T) {
 		name, addr, want string
 	}{
 		{"port out of range", "127.0.0.1:99999", "not a number in 0 … 65535"},
-		{"port already bound", busy.Addr().String(), "address already in use"},
+		{"port already bound", busy.Addr().String(), "the address is taken (another qlsched on this host?): give each process its own --http-addr: another port, or port 0 for any free port, logged at start (--http-addr 127.0.0.1:0): listen tcp " + busy.Addr().String() + ": bind: address already in use"},
 		{"address not on this host", "192.0.2.1:0", "--http-addr 192.0.2.1:0"}, // TEST-NET-1
 	}
 	for _, c := range cases {

@@ -155,9 +155,9 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	// Bind first: a busy or forbidden address is bad configuration (exit 2), and the contract is
 	// that configuration fails before any connection is opened, not after recovery has run. The
 	// listener only queues connections until the lifecycle runs and Serve starts below.
-	ln, err := net.Listen("tcp", opts.httpAddr)
+	ln, err := listen("--http-addr", opts.httpAddr)
 	if err != nil {
-		return cli.Usagef("--http-addr %s: %v", opts.httpAddr, err)
+		return err
 	}
 	defer ln.Close() // until Serve owns it; closing twice is harmless
 	pool, err := a.conn.Open(ctx)
