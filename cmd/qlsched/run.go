@@ -96,7 +96,7 @@ missed); qlsched_saturated_rounds_total, qlsched_admission_capacity_per_second a
 that claim less) show it. To carry more, raise
 --budget (up to 256) with --admit-batch (rows per claim and admit transaction, e.g. 64), lower
 --cadence, or add replicas, up to what the database commits (docs/operations.md, Sizing).`,
-		Example: `  QL_DATABASE_URL=postgres://ql_runtime@db/control qlsched run --owner "$(hostname)"`,
+		Example: `  QL_DATABASE_URL=postgres://ql_runtime@db/control qlsched run   # the default --owner, host name and pid, is unique`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if a.format != "text" {
 				return cli.Usagef("--format %s: run prints no document, only logs on stderr (--log-format json for collectors)", a.format)
