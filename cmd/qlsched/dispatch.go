@@ -92,7 +92,7 @@ SIGTERM or SIGINT withdraws (/readyz fails, waiting polls are answered with no o
 placer and the sweeper, lets the requests in flight finish for at most --drain-timeout, closes
 the pool and exits 0. Leases held by workers are untouched: they keep heartbeating to another
 replica.`,
-		Example: `  QL_DATABASE_URL=postgres://ql_runtime@db/control qlsched dispatch --owner "$(hostname)" \
+		Example: `  QL_DATABASE_URL=postgres://ql_runtime@db/control qlsched dispatch \
       --listen :8443 --tls-cert cert.pem --tls-key key.pem`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if a.format != "text" {
