@@ -131,7 +131,7 @@ var nextStepCommands = []string{
 	"qlmigrate up --database-url postgres://ql_owner@HOST/control",
 	"export QL_DATABASE_URL=postgres://ql_admin@HOST/control",
 	"qlsched apply -f examples/schedules.yaml --check; qlsched apply -f examples/schedules.yaml",
-	"QL_DATABASE_URL=postgres://ql_runtime@HOST/control qlsched run --owner \"$(hostname)\"    # on every replica",
+	"QL_DATABASE_URL=postgres://ql_runtime@HOST/control qlsched run   # on every replica (the default --owner, host name and pid, is unique)",
 	"qlsched status; qlsched trigger list; qlsched runs list --state queued",
 }
 

@@ -36,7 +36,7 @@ func TestDemoEndsWithTheREADMEsNextSteps(t *testing.T) {
 	}
 	tail := text[next:]
 	for _, want := range []string{"go install ./cmd/...", "CREATE DATABASE", "qlmigrate roles create", "qlmigrate up",
-		"qlsched apply -f examples/schedules.yaml", "qlsched run --owner", "qlsched status", "qlsched trigger list",
+		"qlsched apply -f examples/schedules.yaml", "qlsched run   # on every replica", "qlsched status", "qlsched trigger list",
 		"qlsched runs list --state queued", "dispatcher"} {
 		if !strings.Contains(tail, want) {
 			t.Errorf("the next steps lack %q:\n%s", want, tail)
