@@ -33,7 +33,9 @@ func driftKinds(a *roles.Audit) []string {
 // The server the tests got is the one the environment asked for, whichever way it came:
 // QL_TEST_DATABASE_URL's server when that is set; else a server of the binaries QL_PG_BIN names
 // (make test-matrix sets it per major) or, without QL_PG_BIN, of those pgcluster.FindBinDir
-// resolves; else Docker's postgres:15. No way passes without a check.
+// resolves; else Docker's image (QL_PG_IMAGE, default postgres:15). QL_TEST_SOURCE=docker
+// asks for Docker only: a server from anywhere else fails (make test-containers). No way passes
+// without a check.
 func TestServerIsTheOneTheEnvironmentAskedFor(t *testing.T) {
 	s := testpg.Get(t)
 	if s.Major() < 15 {
@@ -43,6 +45,14 @@ func TestServerIsTheOneTheEnvironmentAskedFor(t *testing.T) {
 		t.Errorf("SELECT version() = %q does not match server_version_num %d", s.Version, s.VersionNum)
 	}
 	switch {
+	case os.Getenv("QL_TEST_SOURCE") == testpg.SourceDocker:
+		if s.Source != "testcontainers" || s.BinDir != "" || s.Image != testpg.Image() {
+			t.Fatalf("QL_TEST_SOURCE=docker asks for Docker's %s, but the tests ran on %s (image %q, binaries %q)",
+				testpg.Image(), s.Source, s.Image, s.BinDir)
+		}
+		if s.Major() != 15 {
+			t.Errorf("image %s: want PostgreSQL 15, the tests ran on %q", s.Image, s.Version)
+		}
 	case os.Getenv("QL_TEST_DATABASE_URL") != "":
 		if bin := os.Getenv("QL_PG_BIN"); bin != "" {
 			// testpg prefers the URL: a matrix run with both set would test one major N times
@@ -83,8 +93,11 @@ func TestServerIsTheOneTheEnvironmentAskedFor(t *testing.T) {
 		if s.Source != "testcontainers" {
 			t.Fatalf("the server came from %q: neither QL_TEST_DATABASE_URL, local binaries nor Docker", s.Source)
 		}
-		if s.Major() != 15 { // testpg runs postgres:15-alpine
-			t.Errorf("Docker's postgres:15-alpine, but the tests ran on %q", s.Version)
+		if s.Image != testpg.Image() {
+			t.Errorf("the tests ran on Docker's %q, QL_PG_IMAGE asks for %q", s.Image, testpg.Image())
+		}
+		if s.Major() != 15 && os.Getenv("QL_PG_IMAGE") == "" { // testpg runs postgres:15 by default
+			t.Errorf("Docker's %s, but the tests ran on %q", testpg.DefaultImage, s.Version)
 		}
 	}
 }

@@ -4,7 +4,11 @@
 // The server, once per test binary, is the first of:
 //  1. QL_TEST_DATABASE_URL: an existing server, reached as a superuser;
 //  2. a throwaway cluster from local server binaries (QL_PG_BIN, pg_config, /usr/lib/postgresql);
-//  3. testcontainers-go's postgres module, when a Docker engine answers.
+//  3. testcontainers-go's postgres module, when a Docker engine answers: the image QL_PG_IMAGE,
+//     default the official postgres:15.
+//
+// QL_TEST_SOURCE=docker takes only the third: no local binaries, and QL_TEST_DATABASE_URL must
+// not be set; without a Docker engine the tests fail (make test-containers).
 //
 // With none of them the tests fail and say how to get one. QL_TEST_SKIP_DB=1 turns that into
 // skips for people who want unit tests only; CI never sets it.
@@ -40,7 +44,9 @@ const Password = "ql-test-password"
 type Server struct {
 	superURL string // a superuser URL; its database is replaced per use
 	Names    roles.Names
-	Source   string // where the server came from, for messages
+	Source   string // where the server came from: "QL_TEST_DATABASE_URL", "local binaries in …", "testcontainers"
+	// Image is the Docker image the server runs when Source is "testcontainers".
+	Image string
 	// BinDir is the folder of the server binaries when the test binary started its own server
 	// from local binaries (pgcluster); empty for QL_TEST_DATABASE_URL and Docker.
 	BinDir string
@@ -134,7 +140,17 @@ func Get(t testing.TB) *Server {
 func start(ctx context.Context) (*Server, error) {
 	names, _ := roles.NewNames(roles.DefaultPrefix)
 	s := &Server{Names: names, template: fmt.Sprintf("ql_tmpl_%d", os.Getpid()), stop: func() {}}
-	switch {
+	switch source := os.Getenv("QL_TEST_SOURCE"); {
+	case source != "" && source != SourceDocker:
+		return nil, fmt.Errorf("QL_TEST_SOURCE=%q: the only value is %q (Docker only); unset it for the usual order", source, SourceDocker)
+	case source == SourceDocker && os.Getenv("QL_TEST_DATABASE_URL") != "":
+		return nil, errors.New("QL_TEST_SOURCE=docker and QL_TEST_DATABASE_URL are both set: unset one")
+	case source == SourceDocker:
+		url, stop, err := startContainer(ctx, Image())
+		if err != nil {
+			return nil, fmt.Errorf("QL_TEST_SOURCE=docker: %w", err)
+		}
+		s.superURL, s.Source, s.Image, s.stop = url, "testcontainers", Image(), stop
 	case os.Getenv("QL_TEST_DATABASE_URL") != "":
 		s.superURL, s.Source = os.Getenv("QL_TEST_DATABASE_URL"), "QL_TEST_DATABASE_URL"
 	default:
@@ -144,11 +160,11 @@ func start(ctx context.Context) (*Server, error) {
 			s.BinDir = c.BinDir
 			break
 		}
-		url, stop, dockerErr := startContainer(ctx)
+		url, stop, dockerErr := startContainer(ctx, Image())
 		if dockerErr != nil {
 			return nil, fmt.Errorf("no PostgreSQL available: local binaries: %v; Docker: %v", localErr, dockerErr)
 		}
-		s.superURL, s.Source, s.stop = url, "testcontainers", stop
+		s.superURL, s.Source, s.Image, s.stop = url, "testcontainers", Image(), stop
 	}
 	if err := s.buildTemplate(ctx); err != nil {
 		s.stop()
