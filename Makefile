@@ -42,6 +42,15 @@ test-matrix:
 demo:
 	go run ./cmd/qldemo
 
+# Part of the suite through testcontainers-go on a real Docker engine, offline (issue 36): starts
+# dockerd when none answers (and stops it), builds a PostgreSQL 15 image from this machine's own
+# binaries (scripts/pg-image.sh; nothing is pulled), runs the migrations, the coordinator, the
+# verifier and a fault gate with QL_TEST_SOURCE=docker, then fails if a container, image, layer,
+# volume or network is left. QL_PG_IMAGE names the tag; KEEP_IMAGE=1 keeps the image.
+.PHONY: test-containers
+test-containers:
+	GO_TEST_FLAGS="$(GO_TEST_FLAGS)" scripts/test-containers.sh
+
 # Mutation testing (docs/testing.md): each mutation of internal/testkit/mutate/mutations.txt, applied one
 # at a time to a copy of HEAD (commit first; MUTATE_FLAGS="-tree worktree" takes the checkout as it
 # is), with the tests that must kill it; fails unless every one is killed. MUTATE_SUBSET=ci, or
