@@ -3,6 +3,9 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -153,3 +156,61 @@ func TestWakeFallsBackToTheProbe(t *testing.T) {
 		t.Fatalf("woken placements %d without a listener", pl.WokenPlacements())
 	}
 }
+
+// TestWakeLatencyAB measures admitted → offered with a poll waiting, at the default 25ms probe,
+// with the wake-up and without it, alternating one Run at a time in one sitting (docs/performance.md,
+// the loop's wake-up). Not a gate: it runs only with QL_WAKE_AB=<rounds per side>.
+func TestWakeLatencyAB(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("QL_WAKE_AB"))
+	if rounds < 1 {
+		t.Skip("set QL_WAKE_AB=<rounds per side> to measure")
+	}
+	f := newFx(t, dispatch.Config{OfferTTL: time.Minute, LeaseTTL: time.Minute})
+	c := f.token("w")
+	sessions := map[bool]dispatch.Session{false: f.session(c, 1, nil), true: f.session(c, 1, nil)}
+	placers := map[bool]*dispatch.Placer{}
+	url := f.d.URL("ql_runtime")
+	for _, wake := range []bool{false, true} {
+		// two placers on one store: each serves only its own session's polls
+		pl := dispatch.NewPlacer(f.store, nil)
+		if err := pl.Start(bg); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = pl.Stop(bg) })
+		placers[wake] = pl
+	}
+	w := dispatch.NewWaker(func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }, placers[true], nil)
+	if err := w.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	eventually.True(t, 10*time.Second, "the waker listening", w.Listening)
+	took := map[bool][]time.Duration{}
+	for i := range 2 * rounds {
+		wake := i%2 == 1
+		pl, s := placers[wake], sessions[wake]
+		got := make(chan []dispatch.Offer, 1)
+		go func() { offers, _ := pl.Poll(bg, c, s.ID, 1, 30*time.Second); got <- offers }()
+		eventually.True(t, 10*time.Second, "the poll waiting", func() bool { return pl.WaitingPolls() == 1 })
+		began := time.Now()
+		f.admitted()
+		offers := <-got
+		took[wake] = append(took[wake], time.Since(began))
+		if len(offers) != 1 {
+			t.Fatalf("%d offers", len(offers))
+		}
+		if _, err := f.store.Withdraw(bg, []uuid.UUID{offers[0].OfferID}); err != nil {
+			t.Fatal(err)
+		}
+		f.cancel(offers[0].RunID)
+	}
+	for _, wake := range []bool{false, true} {
+		d := took[wake]
+		slices.Sort(d)
+		q := func(p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
+		t.Logf("wake %v: admitted → offered over %d Runs: p50 %.1f ms, p99 %.1f ms, max %.1f ms (woken passes %d)", wake, len(d),
+			ms(q(0.5)), ms(q(0.99)), ms(d[len(d)-1]), placers[wake].WokenPlacements())
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
