@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/dispatch"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 )
 
@@ -214,3 +216,35 @@ func TestWakeLatencyAB(t *testing.T) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// A quiet channel outlasting the connection's response bound (dbconn: statement timeout +
+// margin) keeps its one connection: the timeout is told from a dead connection by a ping, and a
+// notification after it still wakes the placer.
+func TestWakeOutlastsTheResponseBound(t *testing.T) {
+	f := newFx(t)
+	cfg := f.d.Config(t, "ql_runtime")
+	tm := dbconn.DefaultTimeouts()
+	tm.Statement, tm.Response = time.Second, 1500*time.Millisecond
+	cfg.SetTimeouts(tm)
+	pl := dispatch.NewPlacer(f.store, nil)
+	var connects atomic.Int32
+	w := dispatch.NewWaker(func(ctx context.Context) (*pgx.Conn, error) {
+		connects.Add(1)
+		c, err := cfg.Connect(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return c.Conn, nil
+	}, pl, nil)
+	if err := w.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	eventually.True(t, 10*time.Second, "the waker listening", w.Listening)
+	time.Sleep(4 * time.Second) // the quiet channel itself: more than twice the response bound
+	f.exec(`SELECT pg_notify($1, '')`, dispatch.WakeChannel)
+	eventually.True(t, 10*time.Second, "the notification received", func() bool { return w.Notifications() == 1 })
+	if n := connects.Load(); n != 1 || !w.Listening() {
+		t.Fatalf("%d connections, listening %v: want the first one kept", n, w.Listening())
+	}
+}
