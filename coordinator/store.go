@@ -268,6 +268,7 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*Admitted, err error) {
 	written = make([]*Admitted, len(items))
 	tx := newPipeline(s.db, serializableTx, admitSettings)
+	tx.tail = wakeOnAdmit // the dispatchers' wake-up, if this transaction admitted a Run
 	br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams(items)})
 	br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
 		if rerr != nil {
@@ -346,8 +347,33 @@ type pipeline struct {
 	db       *dbconn.DB
 	tx       txKind
 	settings string // the transaction-local planner settings statement (hotSettings or admitSettings)
+	tail     string // a statement without parameters sent after the caller's, read by commit ("": none)
 	results  *pipelineResults
 }
+
+// wakeOnAdmit is db's WakeOnAdmit (sql/queries/wake.sql): the admit's pipeline sends it after the
+// admit, so the dispatchers listening (dispatch.Waker) place the new Runs at once. Its text is
+// taken from the generated code once, by running it against a recorder.
+var wakeOnAdmit = func() string {
+	var r statementRecorder
+	_ = db.New(&r).WakeOnAdmit(context.Background())
+	return r.sql
+}()
+
+// statementRecorder is a db.DBTX that records the text of the statement it is given.
+type statementRecorder struct{ sql string }
+
+func (r *statementRecorder) Exec(_ context.Context, sql string, _ ...any) (pgconn.CommandTag, error) {
+	r.sql = sql
+	return pgconn.CommandTag{}, nil
+}
+func (r *statementRecorder) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errors.New("statementRecorder: Exec only")
+}
+func (r *statementRecorder) QueryRow(context.Context, string, ...any) pgx.Row {
+	return errRow{errors.New("statementRecorder: Exec only")}
+}
+func (r *statementRecorder) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults { return nil }
 
 func newPipeline(h *dbconn.DB, tx txKind, settings string) *pipeline {
 	return &pipeline{db: h, tx: tx, settings: settings}
@@ -363,11 +389,14 @@ func (p *pipeline) send(ctx context.Context, b *pgx.Batch) *pipelineResults {
 	wire := &pgx.Batch{}
 	wire.Queue(p.settings)
 	wire.QueuedQueries = append(wire.QueuedQueries, b.QueuedQueries...)
+	if p.tail != "" {
+		wire.Queue(p.tail)
+	}
 	begin := ""
 	if p.tx == serializableTx {
 		begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
 	}
-	p.results = &pipelineResults{pr: p.db.Pipeline(ctx, begin, wire)}
+	p.results = &pipelineResults{pr: p.db.Pipeline(ctx, begin, wire), tail: p.tail != ""}
 	return p.results
 }
 
@@ -414,6 +443,7 @@ func (p *pipeline) commit() error {
 type pipelineResults struct {
 	pr    *dbconn.PipelineResults // nil when nothing was sent (err says why)
 	begun bool
+	tail  bool // the pipeline's tail statement follows the caller's: commit reads it
 	err   error
 }
 
@@ -462,6 +492,12 @@ func (r *pipelineResults) commit() error {
 		return r.err
 	}
 	_ = r.begin() // its error is r.err
+	if r.tail && r.err == nil {
+		r.tail = false
+		if _, err := r.pr.Exec(); err != nil {
+			r.err = fmt.Errorf("wake-up notification: %w", err)
+		}
+	}
 	if err := r.pr.Commit(); r.err == nil {
 		r.err = err
 	}

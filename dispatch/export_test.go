@@ -21,3 +21,10 @@ func (s *Store) ExpireAttemptLeases(ctx context.Context, attempts []uuid.UUID) (
 	rows, err := s.finish(ctx, "expire leases", p)
 	return len(rows), err
 }
+
+// WaitingPolls is how many polls wait in the placer now.
+func (p *Placer) WaitingPolls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.order)
+}

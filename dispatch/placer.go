@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,9 +27,11 @@ type Placer struct {
 	cursor   string                // rotation cursor: a project id
 	stopping bool
 
-	kick chan struct{}
-	stop context.CancelFunc
-	done chan struct{}
+	kick  chan struct{}
+	wake  chan struct{} // an admission's notification (Waker): counted apart from kick
+	woken atomic.Int64  // passes started by a notification that delivered offers
+	stop  context.CancelFunc
+	done  chan struct{}
 }
 
 type waiter struct {
@@ -45,7 +48,8 @@ func NewPlacer(store *Store, log *slog.Logger) *Placer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Placer{store: store, log: log, waiting: map[uuid.UUID]*waiter{}, kick: make(chan struct{}, 1)}
+	return &Placer{store: store, log: log, waiting: map[uuid.UUID]*waiter{}, kick: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1)}
 }
 
 // Start runs the placement loop in a goroutine until ctx ends or Stop is called.
@@ -91,6 +95,19 @@ func (p *Placer) Kick() {
 	default:
 	}
 }
+
+// Wake asks for a placement pass now because Runs were admitted (Waker: the admitting
+// transaction's notification). It is Kick, counted apart: see WokenPlacements.
+func (p *Placer) Wake() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// WokenPlacements is how many placement passes started by Wake delivered offers to a poll: the
+// Runs those offers carry waited for no --placement-interval probe.
+func (p *Placer) WokenPlacements() int64 { return p.woken.Load() }
 
 // Poll waits up to wait (capped at PollMaxWait) for offers placed for the session, at most
 // maxOffers, and returns at the first placed offer or at the deadline (an empty slice). A second
@@ -166,18 +183,23 @@ func (p *Placer) loop(ctx context.Context) {
 	t := time.NewTicker(p.store.cfg.PlacementInterval)
 	defer t.Stop()
 	for {
+		woken := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-p.kick:
+		case <-p.wake:
+			woken = true
 		}
-		p.pass(ctx)
+		p.pass(ctx, woken)
 	}
 }
 
-// pass serves the waiting polls once, in arrival order.
-func (p *Placer) pass(ctx context.Context) {
+// pass serves the waiting polls once, in arrival order; woken: a notification started it
+// (counted, before its first delivery, in WokenPlacements).
+func (p *Placer) pass(ctx context.Context, woken bool) {
+	delivered := 0
 	p.mu.Lock()
 	ws := append([]*waiter(nil), p.order...)
 	p.mu.Unlock()
@@ -214,13 +236,17 @@ func (p *Placer) pass(ctx context.Context) {
 			continue // candidates raced away: the next tick tries again
 		}
 		p.mu.Lock()
-		delivered := p.waiting[w.session] == w
-		if delivered {
+		ok := p.waiting[w.session] == w
+		if ok {
 			p.removeLocked(w)
+			if woken && delivered == 0 {
+				p.woken.Add(1)
+			}
+			delivered++
 			w.out <- offers
 		}
 		p.mu.Unlock()
-		if !delivered { // the poll ended meanwhile: nobody will ACK these
+		if !ok { // the poll ended meanwhile: nobody will ACK these
 			ids := make([]uuid.UUID, len(offers))
 			for i, o := range offers {
 				ids[i] = o.OfferID

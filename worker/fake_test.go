@@ -37,6 +37,7 @@ type fakeDispatcher struct {
 	completeRaw    [][]byte
 	ackAt          time.Time
 	onAck          func()
+	ackEnter       func() // called as an ACK arrives, before it is answered
 	sessionsIssued int
 }
 
@@ -151,6 +152,12 @@ func (f *fakeDispatcher) ack(w http.ResponseWriter, r *http.Request) {
 	f.decode(r, &req)
 	if f.record("ack", w) {
 		return
+	}
+	f.mu.Lock()
+	enter := f.ackEnter
+	f.mu.Unlock()
+	if enter != nil {
+		enter()
 	}
 	f.mu.Lock()
 	f.ackAt = time.Now()

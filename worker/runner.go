@@ -99,6 +99,7 @@ type Runner struct {
 	mu     sync.Mutex
 	sess   *session
 	jobs   map[string]*job // by attempt id
+	acking int             // slots held by ACKs in flight (take): counted with jobs against Capacity
 	freed  chan struct{}   // a slot came free or the session changed (buffer 1)
 	jobsWG sync.WaitGroup
 }
@@ -199,9 +200,18 @@ func (r *Runner) serve(ctx context.Context) error {
 			}
 			continue
 		}
-		inHand := time.Now() // one base for every offer of this answer: ACKs are sent one by one
-		for _, o := range resp.Offers {
-			r.take(ctx, sess, o, inHand)
+		// One base for every offer of this answer. The offers are acknowledged concurrently (each
+		// ACK is a commit: one by one, the last offer of a full answer waited for every other's),
+		// and the next poll waits for all of them, so the slots it asks for are counted after.
+		inHand := time.Now()
+		if len(resp.Offers) == 1 {
+			r.take(ctx, sess, resp.Offers[0], inHand)
+		} else {
+			var acks sync.WaitGroup
+			for _, o := range resp.Offers {
+				acks.Go(func() { r.take(ctx, sess, o, inHand) })
+			}
+			acks.Wait()
 		}
 		if resp.DispatcherStopping {
 			r.client.failover()
@@ -310,9 +320,13 @@ func (r *Runner) take(ctx context.Context, sess *session, o workerproto.Offer, i
 	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), inHand.Add(time.Duration(o.ExpiresInMs)*time.Millisecond+r.cfg.CallTimeout))
 	defer cancel()
 	r.mu.Lock()
-	full := len(r.jobs) >= r.cfg.Capacity
+	full := len(r.jobs)+r.acking >= r.cfg.Capacity
+	stopping := ctx.Err() != nil
+	if !full && !stopping {
+		r.acking++ // the slot is this ACK's until its job starts or the ACK fails
+	}
 	r.mu.Unlock()
-	if ctx.Err() != nil || full {
+	if stopping || full {
 		reason := "worker stopping"
 		if full {
 			reason = "worker at capacity"
@@ -325,6 +339,9 @@ func (r *Runner) take(ctx context.Context, sess *session, o workerproto.Offer, i
 	t0 := time.Now() // D11: measured when the granting request is sent
 	ack, err := r.client.Ack(actx, o.OfferID, workerproto.AckRequest{SessionID: sess.id, CallbackToken: o.CallbackToken})
 	if err != nil {
+		r.mu.Lock()
+		r.acking--
+		r.mu.Unlock()
 		log.Warn("ack failed; the offer is dropped", "err", err)
 		return
 	}
@@ -332,6 +349,7 @@ func (r *Runner) take(ctx context.Context, sess *session, o workerproto.Offer, i
 	j := &job{offer: o, sessionID: sess.id, leaseVersion: ack.LeaseVersion, ctx: jctx, cancel: stop, leaseTTL: sess.leaseTTL}
 	j.arm(LeaseDeadline(t0, ack.LeaseExpiresInMs, r.cfg.KillGrace))
 	r.mu.Lock()
+	r.acking--
 	r.jobs[o.AttemptID] = j
 	r.mu.Unlock()
 	log.Info("job started", "attempt_no", o.AttemptNo, "lease_version", ack.LeaseVersion)

@@ -397,3 +397,43 @@ func TestRunnerNeverRunsMoreThanItsCapacity(t *testing.T) {
 		t.Fatalf("at most %d jobs at once and %d acks, want 2 and 2 (capacity 2)", most, f.count("ack"))
 	}
 }
+
+// The offers of one poll answer are acknowledged concurrently: the third ACK arrives while the
+// first two are unanswered (one by one, the third waited for two ACK commits), and the capacity
+// still bounds the jobs.
+func TestRunnerAcksTheOffersOfOneAnswerConcurrently(t *testing.T) {
+	f := newFakeDispatcher(t)
+	f.greedy = true
+	for _, n := range []string{"1", "2", "3"} {
+		f.offers <- testOffer(n)
+	}
+	var mu sync.Mutex
+	inflight, most := 0, 0
+	all := make(chan struct{})
+	f.ackEnter = func() {
+		mu.Lock()
+		inflight++
+		most = max(most, inflight)
+		if inflight == 3 {
+			close(all)
+		}
+		mu.Unlock()
+		select { // held until all three are in flight; one by one, each gives up after 2s
+		case <-all:
+		case <-time.After(2 * time.Second):
+		}
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+	}
+	rr := startRunner(t, []string{f.srv.URL}, func(context.Context, worker.Job) worker.Result {
+		return worker.Result{Outcome: workerproto.OutcomeSucceeded}
+	}, func(c *worker.Config) { c.Capacity = 3 })
+	eventually.True(t, 20*time.Second, "three ACKs", func() bool { return f.count("ack") == 3 })
+	rr.stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 3 {
+		t.Fatalf("at most %d ACKs in flight at once, want 3 (the answer's offers acknowledged concurrently)", most)
+	}
+}

@@ -9,14 +9,17 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/dispatch"
 	"github.com/qlcontrol/controlcore/internal/app/cli"
 	"github.com/qlcontrol/controlcore/internal/app/dispatcher"
 	"github.com/qlcontrol/controlcore/internal/app/verify"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/base/limits"
 	"github.com/qlcontrol/controlcore/roles"
 	"github.com/qlcontrol/controlcore/workerproto"
@@ -55,6 +58,8 @@ type dispatchOptions struct {
 	withdrawGrace  time.Duration
 	gaugeInterval  time.Duration
 	rolePrefix     string
+	listenURL      string // the wake-up's LISTEN connection: "" the dispatcher's own, "none" off
+	listenCfg      *dbconn.Config
 }
 
 func (a *app) dispatchCmd() *cobra.Command {
@@ -77,7 +82,9 @@ Runs, acknowledge them (a lease with a version), heartbeat, and report completio
   3. the sweeper: every --sweep-interval, offers and leases whose database-time expiry passed are
      expired (an expired lease is a failed Attempt, retried under the task's policy) and expired
      sessions closed, --sweep-batch rows per statement; any number of replicas sweep, no leader;
-  4. the placer: while polls wait, every --placement-interval it reads at most --max-projects
+  4. the placer: at once when a Run is admitted (the admitting transaction notifies, the
+     dispatcher LISTENs on one dedicated connection, --listen-url), and, as the safety net for a
+     lost notification, every --placement-interval while polls wait, it reads at most --max-projects
      projects × --scan-cap ready Runs the waiting session may take (its labels, Runs it did not
      reject; round robin across projects, oldest scheduled first within one) and offers them to the waiting sessions, each Run to one session (SKIP LOCKED);
   5. the worker protocol on --listen, and /healthz, /readyz and /metrics on --http-addr.
@@ -130,6 +137,8 @@ replica.`,
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on stop, how long requests in flight may finish, 1s … 10m")
 	f.DurationVar(&opts.withdrawGrace, "withdraw-grace", 0, "on stop, how long /readyz fails before the placer stops, 0s … 1m")
 	f.DurationVar(&opts.gaugeInterval, "gauge-interval", dispatcher.DefaultGaugeInterval, "how often the loop's database gauges (queue per project, worker sessions) are read, in the background, 1s … 30s (the reading age stays within 60s, the stale-gauges alert's threshold)")
+	f.StringVar(&opts.listenURL, "listen-url", "", "connection the wake-up on admission LISTENs on (one session, held): empty: the dispatcher's own "+
+		"(off when that goes through a pooler: LISTEN needs a session, which PgBouncer's transaction pooling does not keep), a URL straight to PostgreSQL, or none: new Runs are found by the --placement-interval probe only")
 	f.StringVar(&opts.rolePrefix, "role-prefix", roles.DefaultPrefix, "prefix of the four roles; readiness expects to be connected as <prefix>runtime")
 	return cmd
 }
@@ -160,7 +169,44 @@ func (o *dispatchOptions) validate(cfg dispatch.Config) error {
 	if o.gaugeInterval < time.Second || o.gaugeInterval > 30*time.Second {
 		return cli.Usagef("--gauge-interval %s: want 1s … 30s", o.gaugeInterval)
 	}
+	if o.listenURL != "" && o.listenURL != "none" {
+		c, err := dbconn.Resolve(o.listenURL)
+		if err != nil { // Resolve's message holds no part of the string; it names its flag
+			return cli.Usagef("--listen-url: %s", strings.ReplaceAll(err.Error(), "--database-url", "--listen-url"))
+		}
+		o.listenCfg = c
+	}
 	return nil
+}
+
+// wakeConnect is how the wake-up on admission connects (dispatcher.Options.Wake), or nil when it
+// is off: --listen-url none, or no --listen-url and the dispatcher's own connection goes through
+// a pooler (known once the pool is open: Open detects PgBouncer).
+func (o *dispatchOptions) wakeConnect(own *dbconn.Config, log *slog.Logger) func(context.Context) (*pgx.Conn, error) {
+	c := o.listenCfg
+	switch {
+	case o.listenURL == "none":
+		log.Info("dispatch wake-up on admission off (--listen-url none): new Runs are found by the --placement-interval probe")
+		return nil
+	case c == nil && own.Pooled():
+		log.Info("dispatch wake-up on admission off: the database connection goes through a pooler, where LISTEN does not hold; "+
+			"give --listen-url a connection straight to PostgreSQL", "placement_interval_probe", true)
+		return nil
+	case c == nil:
+		c = own
+	}
+	log.Info("dispatch wake-up on admission: LISTEN "+dispatch.WakeChannel, "listen_database", c.Describe())
+	return func(ctx context.Context) (*pgx.Conn, error) {
+		conn, err := c.Connect(ctx)
+		if err != nil {
+			return nil, err // dbconn's connection errors are redacted
+		}
+		if c.Pooled() { // PgBouncer found at connect: a transaction pooler would lose the LISTEN
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return nil, errors.New("--listen-url goes through a connection pooler, where LISTEN does not hold: give a connection straight to PostgreSQL")
+		}
+		return conn.Conn, nil
+	}
 }
 
 func validateListenAddr(flag, addr string) error {
@@ -213,7 +259,7 @@ func (a *app) dispatch(ctx context.Context, cfg dispatch.Config, opts dispatchOp
 	}
 	defer pool.Close()
 	d, err := dispatcher.Start(ctx, pool, dispatcher.Options{Config: cfg, Names: names, Owner: opts.owner, Log: log,
-		GaugeInterval: opts.gaugeInterval})
+		GaugeInterval: opts.gaugeInterval, Wake: opts.wakeConnect(a.conn, log)})
 	if err != nil {
 		var notReady *verify.NotReadyError
 		if errors.As(err, &notReady) {

@@ -67,6 +67,8 @@ func TestDispatchBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"--drain-timeout", "11m"}, "--drain-timeout 11m0s: want"},
 		{[]string{"--withdraw-grace", "2m"}, "--withdraw-grace 2m0s: want 0s … 1m"},
 		{[]string{"--owner", "has space"}, "--owner"},
+		// a bad --listen-url: named, and its password never echoed
+		{[]string{"--listen-url", "postgres://u:pw-never-shown@h/db?ql_pooler=maybe"}, "--listen-url: "},
 		{[]string{"--listen", "nonsense"}, `--listen "nonsense": want host:port`},
 		{[]string{"--listen", "127.0.0.1:70000"}, "not a number in 0 … 65535"},
 		{[]string{"--http-addr", "127.0.0.1:x"}, "--http-addr"},

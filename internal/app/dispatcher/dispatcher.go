@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,12 +33,16 @@ type Options struct {
 	Log    *slog.Logger
 	// GaugeInterval is how often the loop's database gauges are read (0: DefaultGaugeInterval).
 	GaugeInterval time.Duration
+	// Wake opens the dedicated connection the wake-up on admission LISTENs on (dispatch.Waker);
+	// nil: no wake-up, the placer finds new Runs by its --placement-interval probe only.
+	Wake func(context.Context) (*pgx.Conn, error)
 }
 
 // Dispatcher is one started replica.
 type Dispatcher struct {
 	store   *dispatch.Store
 	placer  *dispatch.Placer
+	waker   *dispatch.Waker // nil: no wake-up on admission
 	sweeper *dispatch.Sweeper
 	log     *slog.Logger
 	cfg     dispatch.Config
@@ -77,6 +82,9 @@ func Start(ctx context.Context, h *dbconn.DB, opts Options) (*Dispatcher, error)
 	d := &Dispatcher{store: store, log: log, cfg: cfg, reg: prometheus.NewRegistry()}
 	d.sweeper = dispatch.NewSweeper(store, log)
 	d.placer = dispatch.NewPlacer(store, log)
+	if opts.Wake != nil {
+		d.waker = dispatch.NewWaker(opts.Wake, d.placer, log)
+	}
 	interval := opts.GaugeInterval
 	if interval <= 0 {
 		interval = DefaultGaugeInterval
@@ -89,6 +97,9 @@ func Start(ctx context.Context, h *dbconn.DB, opts Options) (*Dispatcher, error)
 	if err := d.placer.Start(life); err != nil {
 		_ = d.sweeper.Stop(context.Background())
 		return nil, fmt.Errorf("start placer: %w", err)
+	}
+	if d.waker != nil {
+		_ = d.waker.Start(life) // fails only when started twice
 	}
 	d.loop.gauges.start(life, log)
 	d.handler = d.routes()
@@ -108,6 +119,25 @@ func (d *Dispatcher) initMetrics(owner string, gaugeInterval time.Duration) {
 	})
 	polls := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_dispatch_polls_waiting", ConstLabels: labels,
 		Help: "Worker long polls waiting for offers on this dispatcher."}, func() float64 { return float64(d.WaitingPolls()) })
+	wakeListening := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qlsched_dispatch_wake_listening", ConstLabels: labels,
+		Help: "1 while the wake-up on admission listens (LISTEN qlsched_runs_queued); 0: new Runs are found by the --placement-interval probe only."},
+		func() float64 {
+			if d.waker != nil && d.waker.Listening() {
+				return 1
+			}
+			return 0
+		})
+	wakeNotifications := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qlsched_dispatch_wake_notifications_total", ConstLabels: labels,
+		Help: "Admission notifications received by the wake-up on admission."}, func() float64 {
+		if d.waker == nil {
+			return 0
+		}
+		return float64(d.waker.Notifications())
+	})
+	woken := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qlsched_dispatch_woken_placements_total", ConstLabels: labels,
+		Help: "Placement passes started by an admission notification that delivered offers (without waiting for the probe)."},
+		func() float64 { return float64(d.placer.WokenPlacements()) })
+	d.reg.MustRegister(wakeListening, wakeNotifications, woken)
 	d.reg.MustRegister(d.requests, ready, polls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.loop = newLoopMetrics(d.reg, labels, d.store, d.sweeper, gaugeInterval)
 }
@@ -137,6 +167,9 @@ func (d *Dispatcher) Ready() (bool, string) {
 func (d *Dispatcher) Withdraw() {
 	d.withdrawOnce.Do(func() {
 		d.withdrawn.Store(true)
+		if d.waker != nil {
+			d.waker.Stop()
+		}
 		if err := d.placer.Stop(context.Background()); err != nil {
 			d.placerErr = fmt.Errorf("stop placer: %w", err)
 		}

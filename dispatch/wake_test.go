@@ -1,0 +1,250 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/qlcontrol/controlcore/db"
+	"github.com/qlcontrol/controlcore/dispatch"
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+)
+
+// admitted queues one Run and, in the same transaction, sends the admission's wake-up statement
+// (db.WakeOnAdmit), as the coordinator's admit does.
+func (f *fx) admitted() {
+	f.t.Helper()
+	ids := f.queue("p", 1)
+	err := pgx.BeginFunc(bg, f.su, func(tx pgx.Tx) error {
+		// the transaction writes (an event of the queued Run), so the statement notifies
+		if _, err := tx.Exec(bg, `UPDATE control_core.runs SET updated_at_ms = updated_at_ms WHERE run_id = $1`, ids[0]); err != nil {
+			return err
+		}
+		return db.New(tx).WakeOnAdmit(bg)
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// A dispatcher whose poll waits, with the longest probe interval (1s): a Run admitted with the
+// wake-up is offered by a pass the notification started (the woken counter), well before the
+// probe. Without the Waker the counter stays 0 and the offer comes from the probe.
+func TestWakeOnAdmissionPlacesAtOnce(t *testing.T) {
+	f := newFx(t, dispatch.Config{OfferTTL: time.Minute, LeaseTTL: time.Minute, PlacementInterval: time.Second})
+	c := f.token("w")
+	s := f.session(c, 1, nil)
+	pl := dispatch.NewPlacer(f.store, nil)
+	if err := pl.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pl.Stop(bg) })
+	url := f.d.URL("ql_runtime")
+	w := dispatch.NewWaker(func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }, pl, nil)
+	if err := w.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	eventually.True(t, 10*time.Second, "the waker listening", w.Listening)
+
+	for round := 1; round <= 3; round++ {
+		got := make(chan []dispatch.Offer, 1)
+		go func() {
+			offers, err := pl.Poll(bg, c, s.ID, 1, 30*time.Second)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- offers
+		}()
+		eventually.True(t, 10*time.Second, "the poll waiting", func() bool { return pl.WaitingPolls() == 1 })
+		before := pl.WokenPlacements()
+		began := time.Now()
+		f.admitted()
+		offers := <-got
+		took := time.Since(began)
+		if len(offers) != 1 {
+			t.Fatalf("round %d: %d offers, want 1", round, len(offers))
+		}
+		if pl.WokenPlacements() != before+1 {
+			t.Fatalf("round %d: the offer came from a pass the notification did not start (woken %d → %d, %s)",
+				round, before, pl.WokenPlacements(), took)
+		}
+		t.Logf("round %d: offered %s after the admit (probe interval 1s)", round, took)
+		if _, err := f.store.Withdraw(bg, []uuid.UUID{offers[0].OfferID}); err != nil {
+			t.Fatal(err)
+		}
+		f.cancel(offers[0].RunID)
+	}
+	if n := w.Notifications(); n < 3 {
+		t.Fatalf("notifications %d, want at least 3", n)
+	}
+}
+
+// The wake-up statement notifies only in a transaction that wrote: an admit that admitted
+// nothing wakes nobody.
+func TestWakeOnlyWhenTheAdmitWrote(t *testing.T) {
+	f := newFx(t)
+	conn, err := pgx.Connect(bg, f.d.URL("ql_runtime"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(bg)
+	if _, err := conn.Exec(bg, "LISTEN "+dispatch.WakeChannel); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(bg, f.su, func(tx pgx.Tx) error { return db.New(tx).WakeOnAdmit(bg) }); err != nil {
+		t.Fatal(err)
+	}
+	f.exec(`SELECT pg_notify($1, 'sentinel')`, dispatch.WakeChannel)
+	f.admitted()
+	for _, want := range []string{"sentinel", ""} {
+		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		n, err := conn.WaitForNotification(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Payload != want {
+			t.Fatalf("notification %q, want %q (a transaction that wrote nothing notified)", n.Payload, want)
+		}
+	}
+}
+
+// With LISTEN unavailable the Waker is not listening, keeps retrying, and the placer still finds
+// the Run by its probe.
+func TestWakeFallsBackToTheProbe(t *testing.T) {
+	f := newFx(t, dispatch.Config{OfferTTL: time.Minute, LeaseTTL: time.Minute, PlacementInterval: 50 * time.Millisecond})
+	c := f.token("w")
+	s := f.session(c, 1, nil)
+	pl := dispatch.NewPlacer(f.store, nil)
+	if err := pl.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pl.Stop(bg) })
+	tries := make(chan struct{}, 100)
+	w := dispatch.NewWaker(func(context.Context) (*pgx.Conn, error) {
+		tries <- struct{}{}
+		return nil, errors.New("LISTEN refused")
+	}, pl, nil)
+	w.MinBackoff, w.MaxBackoff = time.Millisecond, 5*time.Millisecond
+	if err := w.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	eventually.True(t, 10*time.Second, "the waker retrying", func() bool { return len(tries) >= 3 })
+	if w.Listening() {
+		t.Fatal("listening without a connection")
+	}
+	got := make(chan []dispatch.Offer, 1)
+	go func() {
+		offers, _ := pl.Poll(bg, c, s.ID, 1, 30*time.Second)
+		got <- offers
+	}()
+	eventually.True(t, 10*time.Second, "the poll waiting", func() bool { return pl.WaitingPolls() == 1 })
+	f.admitted()
+	if offers := <-got; len(offers) != 1 {
+		t.Fatalf("%d offers by the probe, want 1", len(offers))
+	}
+	if pl.WokenPlacements() != 0 {
+		t.Fatalf("woken placements %d without a listener", pl.WokenPlacements())
+	}
+}
+
+// TestWakeLatencyAB measures admitted → offered with a poll waiting, at the default 25ms probe,
+// with the wake-up and without it, alternating one Run at a time in one sitting (docs/performance.md,
+// the loop's wake-up). Not a gate: it runs only with QL_WAKE_AB=<rounds per side>.
+func TestWakeLatencyAB(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("QL_WAKE_AB"))
+	if rounds < 1 {
+		t.Skip("set QL_WAKE_AB=<rounds per side> to measure")
+	}
+	f := newFx(t, dispatch.Config{OfferTTL: time.Minute, LeaseTTL: time.Minute})
+	c := f.token("w")
+	sessions := map[bool]dispatch.Session{false: f.session(c, 1, nil), true: f.session(c, 1, nil)}
+	placers := map[bool]*dispatch.Placer{}
+	url := f.d.URL("ql_runtime")
+	for _, wake := range []bool{false, true} {
+		// two placers on one store: each serves only its own session's polls
+		pl := dispatch.NewPlacer(f.store, nil)
+		if err := pl.Start(bg); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = pl.Stop(bg) })
+		placers[wake] = pl
+	}
+	w := dispatch.NewWaker(func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }, placers[true], nil)
+	if err := w.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	eventually.True(t, 10*time.Second, "the waker listening", w.Listening)
+	took := map[bool][]time.Duration{}
+	for i := range 2 * rounds {
+		wake := i%2 == 1
+		pl, s := placers[wake], sessions[wake]
+		got := make(chan []dispatch.Offer, 1)
+		go func() { offers, _ := pl.Poll(bg, c, s.ID, 1, 30*time.Second); got <- offers }()
+		eventually.True(t, 10*time.Second, "the poll waiting", func() bool { return pl.WaitingPolls() == 1 })
+		began := time.Now()
+		f.admitted()
+		offers := <-got
+		took[wake] = append(took[wake], time.Since(began))
+		if len(offers) != 1 {
+			t.Fatalf("%d offers", len(offers))
+		}
+		if _, err := f.store.Withdraw(bg, []uuid.UUID{offers[0].OfferID}); err != nil {
+			t.Fatal(err)
+		}
+		f.cancel(offers[0].RunID)
+	}
+	for _, wake := range []bool{false, true} {
+		d := took[wake]
+		slices.Sort(d)
+		q := func(p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
+		t.Logf("wake %v: admitted → offered over %d Runs: p50 %.1f ms, p99 %.1f ms, max %.1f ms (woken passes %d)", wake, len(d),
+			ms(q(0.5)), ms(q(0.99)), ms(d[len(d)-1]), placers[wake].WokenPlacements())
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// A quiet channel outlasting the connection's response bound (dbconn: statement timeout +
+// margin) keeps its one connection: the timeout is told from a dead connection by a ping, and a
+// notification after it still wakes the placer.
+func TestWakeOutlastsTheResponseBound(t *testing.T) {
+	f := newFx(t)
+	cfg := f.d.Config(t, "ql_runtime")
+	tm := dbconn.DefaultTimeouts()
+	tm.Statement, tm.Response = time.Second, 1500*time.Millisecond
+	cfg.SetTimeouts(tm)
+	pl := dispatch.NewPlacer(f.store, nil)
+	var connects atomic.Int32
+	w := dispatch.NewWaker(func(ctx context.Context) (*pgx.Conn, error) {
+		connects.Add(1)
+		c, err := cfg.Connect(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return c.Conn, nil
+	}, pl, nil)
+	if err := w.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	eventually.True(t, 10*time.Second, "the waker listening", w.Listening)
+	time.Sleep(4 * time.Second) // the quiet channel itself: more than twice the response bound
+	f.exec(`SELECT pg_notify($1, '')`, dispatch.WakeChannel)
+	eventually.True(t, 10*time.Second, "the notification received", func() bool { return w.Notifications() == 1 })
+	if n := connects.Load(); n != 1 || !w.Listening() {
+		t.Fatalf("%d connections, listening %v: want the first one kept", n, w.Listening())
+	}
+}
