@@ -77,7 +77,7 @@ verified AS (
     -- The row by its ctid alone (see above: a TID scan takes no index page predicate lock).
     -- OFFSET 0 keeps the planner from merging the subquery and reaching the row through the
     -- primary key instead, which it prefers once the key equalities below are joins.
-    CROSS JOIN LATERAL (SELECT project_id, trigger_id, trigger_revision, next_fire_at_ms, last_scheduled_at_ms, state_version, claim_owner, claim_token, claim_version, claim_expires_at_ms, updated_at_ms FROM control_core.trigger_schedules x
+    CROSS JOIN LATERAL (SELECT project_id, trigger_id, trigger_revision, next_fire_at_ms, last_scheduled_at_ms, state_version, claim_owner, claim_token, claim_version, claim_expires_at_ms, updated_at_ms, missed_total, last_missed_for_ms FROM control_core.trigger_schedules x
                         WHERE x.ctid = CAST(i.row_ctid AS tid) OFFSET 0) s
     JOIN project p ON p.project_id = s.project_id
     JOIN control_core.triggers t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
