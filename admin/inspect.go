@@ -3,9 +3,11 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/schedule"
@@ -23,6 +25,12 @@ type TriggerDetail struct {
 	// zone (whether or not the trigger is enabled: what it would fire), at most the count asked.
 	Upcoming []int64 `json:"upcoming_ms"`
 	Runs     []Run   `json:"runs"`
+	// MissedTotal counts the occurrences the misfire decision passed over without a Run (older
+	// than the grace: under skip all of them, under fire_once all but the one fired), and
+	// LastMissedForMs is the latest of them (nil: none ever); both written by the scheduler in
+	// the same statement that advanced the cursor (pg-0024).
+	MissedTotal     int64  `json:"missed_total"`
+	LastMissedForMs *int64 `json:"last_missed_for_ms"`
 }
 
 // TriggerShow asks for one trigger with its next Upcoming occurrences and its newest Runs (each
@@ -76,6 +84,17 @@ func (r *Reader) ShowTrigger(ctx context.Context, s TriggerShow) (TriggerDetail,
 					break
 				}
 				out.Upcoming = append(out.Upcoming, at)
+			}
+		}
+		missed, err := q.TriggerMissed(ctx, db.TriggerMissedParams{ProjectID: project, TriggerID: trigger})
+		switch {
+		case errors.Is(err, pgx.ErrNoRows): // no schedule row (yet): nothing missed
+		case err != nil:
+			return fmt.Errorf("read missed occurrences of trigger %s/%s: %w", project, trigger, err)
+		default:
+			out.MissedTotal = missed.MissedTotal
+			if missed.LastMissedForMs.Valid {
+				out.LastMissedForMs = &missed.LastMissedForMs.Int64
 			}
 		}
 		out.Runs, err = readRuns(ctx, q, RunFilter{Project: project, Trigger: trigger, Limit: runs})

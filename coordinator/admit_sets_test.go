@@ -155,7 +155,8 @@ func admitExplainStatement(p db.AdmitParams) string {
 		lit("bigint", p.ClaimVersions), lit("bigint", p.TriggerRevisions), lit("bigint", p.StateVersions), lit("bigint", p.CursorsMs),
 		lit("bigint", p.ScheduledForMs), lit("bigint", p.NextFireAtMs), lit("bigint", p.ClaimedAtMs), lit("bigint", p.ProjectRevisions),
 		lit("text", p.ProjectDigests), lit("text", p.TriggerDigests), lit("text", p.TaskDigests), lit("uuid", p.ExecutionRevisionIds),
-		lit("text", p.ExecutionDigests), lit("text", p.TaskIds), lit("bigint", p.TaskRevisions), lit("uuid", p.RunIds)}, ", ") + ")"
+		lit("text", p.ExecutionDigests), lit("text", p.TaskIds), lit("bigint", p.TaskRevisions), lit("uuid", p.RunIds),
+		lit("bigint", p.Missed), lit("bigint", p.LastMissedMs)}, ", ") + ")"
 	return exec
 }
 

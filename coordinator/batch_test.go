@@ -226,7 +226,7 @@ func TestAdmitAddressesRowsByTID(t *testing.T) {
 func executeAdmitOfNulls(n int) string {
 	var args []string
 	for _, typ := range []string{"text", "text", "text", "text", "uuid", "bigint", "bigint", "bigint", "bigint",
-		"bigint", "bigint", "bigint", "bigint", "text", "text", "text", "uuid", "text", "text", "bigint", "uuid"} {
+		"bigint", "bigint", "bigint", "bigint", "text", "text", "text", "uuid", "text", "text", "bigint", "uuid", "bigint", "bigint"} {
 		args = append(args, fmt.Sprintf("array_fill(NULL::%s, ARRAY[%d])", typ, n))
 	}
 	return "EXECUTE admit(" + strings.Join(args, ", ") + ")"

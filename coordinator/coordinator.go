@@ -83,6 +83,10 @@ type Observer struct {
 	// Init gets every initialisation batch: its duration (claim, decisions and write-back), the
 	// rows it claimed and how many of them it initialised.
 	Init func(d time.Duration, claimed, initialised int)
+	// Missed gets the occurrences a written decision passed over without a Run (n > 0): a skip
+	// that advanced the cursor, or an admit after a skip or a fire_once catch-up. They are the
+	// counts the same write added to the row's missed_total (Decision.Missed).
+	Missed func(project, policy string, n int64)
 }
 
 // Coordinator runs rounds for one replica.
@@ -430,10 +434,13 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 		}
 		switch d.Kind {
 		case schedule.DecisionFire:
-			fires = append(fires, AdmitItem{Claim: claim, ScheduledFor: d.ScheduledForMs, Next: d.NextFireAtMs, RunID: newRunID()})
+			fires = append(fires, AdmitItem{Claim: claim, ScheduledFor: d.ScheduledForMs, Next: d.NextFireAtMs, RunID: newRunID(),
+				Missed: d.Missed, LastMissed: d.LastMissedMs})
 			decisions = append(decisions, d)
 		case schedule.DecisionSkip:
-			c.advance(ctx, claim, d.NextFireAtMs, &c.Stats.Skips, "skip", "missed", d.Missed)
+			if c.advanceMissed(ctx, claim, d, &c.Stats.Skips, "skip", "missed", d.Missed) {
+				c.missed(claim, d.Missed)
+			}
 		case schedule.DecisionInit:
 			if c.advance(ctx, claim, d.NextFireAtMs, &c.Stats.Releases, "init") {
 				c.Stats.Inits.Add(1) // after Releases (Snapshot)
@@ -498,6 +505,7 @@ func (c *Coordinator) admitted(ctx context.Context, it AdmitItem, d schedule.Dec
 			"scheduled_for_ms", it.ScheduledFor)
 	case r.Outcome == Written:
 		c.Stats.Admits.Add(1)
+		c.missed(it.Claim, d.Missed)
 		lag := time.Duration(r.AdmittedAtMs-it.ScheduledFor) * time.Millisecond
 		if c.observe.Admitted != nil {
 			c.observe.Admitted(lag)
@@ -517,9 +525,23 @@ func (c *Coordinator) admitted(ctx context.Context, it AdmitItem, d schedule.Dec
 	}
 }
 
+// missed hands the occurrences a written decision passed over to the Observer.
+func (c *Coordinator) missed(claim *Claim, n int64) {
+	if n > 0 && c.observe.Missed != nil {
+		c.observe.Missed(claim.ProjectID, claim.MisfirePolicy, n)
+	}
+}
+
 // advance ends claim with next as its cursor and counts it in counter; it reports whether it wrote.
 func (c *Coordinator) advance(ctx context.Context, claim *Claim, next int64, counter *atomic.Int64, what string, attrs ...any) bool {
-	outcome, err := c.store.Advance(ctx, claim, next)
+	return c.advanceMissed(ctx, claim, schedule.Decision{NextFireAtMs: next}, counter, what, attrs...)
+}
+
+// advanceMissed is advance to d.NextFireAtMs that also counts d's missed occurrences into the
+// row, in the same statement.
+func (c *Coordinator) advanceMissed(ctx context.Context, claim *Claim, d schedule.Decision, counter *atomic.Int64, what string, attrs ...any) bool {
+	next := d.NextFireAtMs
+	outcome, err := c.store.AdvanceMissed(ctx, claim, next, d.Missed, d.LastMissedMs)
 	switch {
 	case err != nil:
 		c.fail(what, err, "project", claim.ProjectID, "trigger", claim.TriggerID, "revision", claim.TriggerRevision,

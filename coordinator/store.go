@@ -163,8 +163,17 @@ func (s *Store) Initialise(ctx context.Context, items []InitItem) (written []boo
 // Advance ends a claim without a Run: init (first cursor), skip (advance only) or release
 // (next == cursor). Fenced like the admit.
 func (s *Store) Advance(ctx context.Context, c *Claim, next int64) (Outcome, error) {
+	return s.AdvanceMissed(ctx, c, next, 0, 0)
+}
+
+// AdvanceMissed is Advance for a skip that passed over missed occurrences (Decision.Missed),
+// the latest of them lastMissed: the same statement adds missed to the row's missed_total and
+// records lastMissed, so the count moves exactly when the cursor does.
+func (s *Store) AdvanceMissed(ctx context.Context, c *Claim, next, missed, lastMissed int64) (Outcome, error) {
 	err := s.queries(ctx, func(q *db.Queries) error {
-		_, err := q.AdvanceClaimed(ctx, advanceParams(c, next))
+		p := advanceParams(c, next)
+		p.Missed, p.LastMissedMs = missed, lastMissed
+		_, err := q.AdvanceClaimed(ctx, p)
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -198,6 +207,9 @@ type AdmitItem struct {
 	Claim              *Claim
 	ScheduledFor, Next int64
 	RunID              uuid.UUID
+	// Missed and LastMissed are the decision's passed-over occurrences and the latest of them
+	// (Decision.Missed, Decision.LastMissedMs): the admit adds them to the row's missed_total.
+	Missed, LastMissed int64
 }
 
 // AdmitResult is how one item ended: Written (with the Run), Race, Stale or Corrupt (nothing
@@ -610,6 +622,7 @@ func admitParams(items []AdmitItem) db.AdmitParams {
 		p.ExecutionRevisionIds, p.ExecutionDigests = append(p.ExecutionRevisionIds, c.ExecutionRevisionID), append(p.ExecutionDigests, c.ExecutionDigest)
 		p.TaskIds, p.TaskRevisions = append(p.TaskIds, c.TaskID), append(p.TaskRevisions, c.TaskRevision)
 		p.RunIds = append(p.RunIds, it.RunID)
+		p.Missed, p.LastMissedMs = append(p.Missed, it.Missed), append(p.LastMissedMs, it.LastMissed)
 	}
 	return p
 }

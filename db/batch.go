@@ -21,7 +21,7 @@ var (
 const admit = `-- name: Admit :batchmany
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 item AS (
-    SELECT row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version, trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms, claimed_at_ms, project_revision, project_digest, trigger_digest, task_digest, execution_revision_id, execution_digest, task_id, task_revision, run_id, ord
+    SELECT row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version, trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms, claimed_at_ms, project_revision, project_digest, trigger_digest, task_digest, execution_revision_id, execution_digest, task_id, task_revision, run_id, missed, last_missed_ms, ord
     FROM ROWS FROM (unnest($1::text[]),
                     unnest($2::text[]),
                     unnest($3::text[]),
@@ -42,11 +42,14 @@ item AS (
                     unnest($18::text[]),
                     unnest($19::text[]),
                     unnest($20::bigint[]),
-                    unnest($21::uuid[]))
+                    unnest($21::uuid[]),
+                    unnest($22::bigint[]),
+                    unnest($23::bigint[]))
          WITH ORDINALITY AS i (row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version,
                                trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms,
                                claimed_at_ms, project_revision, project_digest, trigger_digest, task_digest,
-                               execution_revision_id, execution_digest, task_id, task_revision, run_id, ord)
+                               execution_revision_id, execution_digest, task_id, task_revision, run_id,
+                               missed, last_missed_ms, ord)
 ),
 project AS MATERIALIZED (
     SELECT p.project_id, p.state, p.revision, p.content_digest
@@ -71,13 +74,13 @@ task AS MATERIALIZED (
 ),
 verified AS (
     SELECT i.ord, i.row_ctid, i.run_id, gen_random_uuid() AS attempt_id, i.scheduled_for_ms, i.next_fire_at_ms,
-           s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
+           i.missed, i.last_missed_ms, s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
     FROM item i
     CROSS JOIN obs
     -- The row by its ctid alone (see above: a TID scan takes no index page predicate lock).
     -- OFFSET 0 keeps the planner from merging the subquery and reaching the row through the
     -- primary key instead, which it prefers once the key equalities below are joins.
-    CROSS JOIN LATERAL (SELECT project_id, trigger_id, trigger_revision, next_fire_at_ms, last_scheduled_at_ms, state_version, claim_owner, claim_token, claim_version, claim_expires_at_ms, updated_at_ms FROM control_core.trigger_schedules x
+    CROSS JOIN LATERAL (SELECT project_id, trigger_id, trigger_revision, next_fire_at_ms, last_scheduled_at_ms, state_version, claim_owner, claim_token, claim_version, claim_expires_at_ms, updated_at_ms, missed_total, last_missed_for_ms FROM control_core.trigger_schedules x
                         WHERE x.ctid = CAST(i.row_ctid AS tid) OFFSET 0) s
     JOIN project p ON p.project_id = s.project_id
     JOIN control_core.triggers t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
@@ -135,6 +138,11 @@ events AS (
 UPDATE control_core.trigger_schedules s
 SET next_fire_at_ms      = v.next_fire_at_ms,
     last_scheduled_at_ms = v.scheduled_for_ms,
+    -- the occurrences the decision passed over (skip before an on-time Run, fire_once's catch-up
+    -- but the one it fires), counted with the Run that ends them (pg-0024)
+    missed_total         = s.missed_total + greatest(v.missed, 0),
+    last_missed_for_ms   = CASE WHEN v.missed > 0 THEN greatest(s.last_missed_for_ms, v.last_missed_ms)
+                                ELSE s.last_missed_for_ms END,
     state_version        = s.state_version + 1,
     claim_owner          = NULL,
     claim_token          = NULL,
@@ -173,6 +181,8 @@ type AdmitParams struct {
 	TaskIds              []string    `json:"task_ids"`
 	TaskRevisions        []int64     `json:"task_revisions"`
 	RunIds               []uuid.UUID `json:"run_ids"`
+	Missed               []int64     `json:"missed"`
+	LastMissedMs         []int64     `json:"last_missed_ms"`
 }
 
 type AdmitRow struct {
@@ -194,7 +204,7 @@ type AdmitRow struct {
 // remote_worker execution revision's digest. Only the rows that pass are written: their queued
 // Runs (key control_core.cron_idempotency_key), claimed remote_worker Attempts and the events
 // run.created and run.queued inserted and their cursors advanced while clearing the claims, as
-// sets. A row that fails writes nothing and is simply absent from the result (ord is its 1-based
+// sets, with the occurrences each decision passed over added to the row's missed_total. A row that fails writes nothing and is simply absent from the result (ord is its 1-based
 // position in the arrays), so the caller diagnoses it on its own (AdmitDiagnosis).
 //
 // The schedule row is addressed by the ctid the claim returned (and its key), not through the
@@ -234,6 +244,8 @@ func (q *Queries) Admit(ctx context.Context, arg []AdmitParams) *AdmitBatchResul
 			a.TaskIds,
 			a.TaskRevisions,
 			a.RunIds,
+			a.Missed,
+			a.LastMissedMs,
 		}
 		batch.Queue(admit, vals...)
 	}

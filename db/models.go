@@ -116,6 +116,16 @@ type ControlCoreProjectPluginBinding struct {
 	BoundAtMs int64  `json:"bound_at_ms"`
 }
 
+type ControlCoreReplica struct {
+	Owner         string    `json:"owner"`
+	InstanceID    uuid.UUID `json:"instance_id"`
+	Hostname      string    `json:"hostname"`
+	Version       string    `json:"version"`
+	StartedAtMs   int64     `json:"started_at_ms"`
+	HeartbeatAtMs int64     `json:"heartbeat_at_ms"`
+	ExpiresAtMs   int64     `json:"expires_at_ms"`
+}
+
 type ControlCoreRun struct {
 	RunID               uuid.UUID   `json:"run_id"`
 	ProjectID           string      `json:"project_id"`
@@ -214,6 +224,8 @@ type ControlCoreTriggerSchedule struct {
 	ClaimVersion      int64         `json:"claim_version"`
 	ClaimExpiresAtMs  pgtype.Int8   `json:"claim_expires_at_ms"`
 	UpdatedAtMs       int64         `json:"updated_at_ms"`
+	MissedTotal       int64         `json:"missed_total"`
+	LastMissedForMs   pgtype.Int8   `json:"last_missed_for_ms"`
 }
 
 type ControlCoreWorkerSession struct {

@@ -105,23 +105,28 @@ const advanceClaimed = `-- name: AdvanceClaimed :one
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
 UPDATE control_core.trigger_schedules s
 SET next_fire_at_ms     = $1::bigint,
+    missed_total        = s.missed_total + greatest($2::bigint, 0),
+    last_missed_for_ms  = CASE WHEN $2::bigint > 0 THEN greatest(s.last_missed_for_ms, $3::bigint)
+                               ELSE s.last_missed_for_ms END,
     state_version       = s.state_version + 1,
     claim_owner         = NULL,
     claim_token         = NULL,
     claim_expires_at_ms = NULL,
     updated_at_ms       = greatest(s.updated_at_ms, obs.now_ms)
 FROM obs
-WHERE s.project_id = $2::text AND s.trigger_id = $3::text
+WHERE s.project_id = $4::text AND s.trigger_id = $5::text
   AND control_core.claim_fence_holds(s.claim_owner, s.claim_token, s.claim_version, s.claim_expires_at_ms,
-                                     $4::text, $5::uuid, $6::bigint, obs.now_ms)
-  AND s.trigger_revision = $7::bigint AND s.state_version = $8::bigint
-  AND s.next_fire_at_ms IS NOT DISTINCT FROM $9::bigint
+                                     $6::text, $7::uuid, $8::bigint, obs.now_ms)
+  AND s.trigger_revision = $9::bigint AND s.state_version = $10::bigint
+  AND s.next_fire_at_ms IS NOT DISTINCT FROM $11::bigint
   AND (s.next_fire_at_ms IS NULL OR $1::bigint >= s.next_fire_at_ms)
 RETURNING s.state_version
 `
 
 type AdvanceClaimedParams struct {
 	NextFireAtMs    int64       `json:"next_fire_at_ms"`
+	Missed          int64       `json:"missed"`
+	LastMissedMs    int64       `json:"last_missed_ms"`
 	ProjectID       string      `json:"project_id"`
 	TriggerID       string      `json:"trigger_id"`
 	ClaimOwner      string      `json:"claim_owner"`
@@ -134,10 +139,15 @@ type AdvanceClaimedParams struct {
 
 // Init (first cursor), skip (advance only) and release (cursor unchanged) all end a claim the
 // same way: under the full fence, against database time, with a new state_version. No row back
-// means the fence was lost: a race, and nothing was written.
+// means the fence was lost: a race, and nothing was written. A skip also counts the occurrences
+// its decision passed over (missed, 0 for init and release) into missed_total and records the
+// latest of them (last_missed_ms, read only when missed > 0) in last_missed_for_ms (pg-0024), in
+// the same statement: the count moves exactly when the cursor does.
 func (q *Queries) AdvanceClaimed(ctx context.Context, arg AdvanceClaimedParams) (int64, error) {
 	row := q.db.QueryRow(ctx, advanceClaimed,
 		arg.NextFireAtMs,
+		arg.Missed,
+		arg.LastMissedMs,
 		arg.ProjectID,
 		arg.TriggerID,
 		arg.ClaimOwner,

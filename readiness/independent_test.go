@@ -237,8 +237,8 @@ func TestContractListsWhatTheMigrationsCreate(t *testing.T) {
 	}
 }
 
-// Lines written by hand from 0014 (the schedule row and the claim's index) and 0015
-// (db_now_ms), in the server's rendering: the contract must hold each exactly, in its object.
+// Lines written by hand from 0014 (the schedule row and the claim's index), 0024 (its two
+// missed-occurrence columns) and 0015 (db_now_ms), in the server's rendering: the contract must hold each exactly, in its object.
 func TestContractHoldsLinesWrittenFromTheMigrations(t *testing.T) {
 	t.Parallel()
 	sections := contractSections(t)
@@ -255,6 +255,10 @@ func TestContractHoldsLinesWrittenFromTheMigrations(t *testing.T) {
 		"column claim_version bigint not null",
 		"column claim_expires_at_ms bigint null",
 		"column updated_at_ms bigint not null",
+		// 0024: the missed-occurrence counter and the last missed occurrence (NULL: never)
+		"column missed_total bigint not null default 0",
+		"column last_missed_for_ms bigint null",
+		"constraint trigger_schedules_missed_total_check CHECK ((missed_total >= 0))",
 		// a claim is all four parts or none; the expiry lies after the last write
 		"constraint trigger_schedules_claim_fence_check CHECK ((((claim_owner IS NULL) = (claim_token IS NULL)) AND ((claim_token IS NULL) = (claim_expires_at_ms IS NULL))))",
 		"constraint trigger_schedules_claim_expiry_check CHECK ((claim_expires_at_ms > updated_at_ms))",
@@ -270,8 +274,8 @@ func TestContractHoldsLinesWrittenFromTheMigrations(t *testing.T) {
 			t.Errorf("table control_core.trigger_schedules lacks %q", want)
 		}
 	}
-	if n := countPrefix(table, "column "); n != 11 {
-		t.Errorf("table control_core.trigger_schedules has %d columns in the contract, 0014 creates 11", n)
+	if n := countPrefix(table, "column "); n != 13 {
+		t.Errorf("table control_core.trigger_schedules has %d columns in the contract, 0014 creates 11 and 0024 adds 2", n)
 	}
 
 	// 0015: LANGUAGE sql STABLE PARALLEL SAFE, no SET clause (so that it inlines), the body the

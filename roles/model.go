@@ -2,10 +2,10 @@ package roles
 
 import "github.com/qlcontrol/controlcore/db"
 
-// The expected privilege model of control-core v22, as data a DBA can read against
+// The expected privilege model of control-core v23, as data a DBA can read against
 // sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql,
-// 0019_audit_by_database.sql, 0022_dispatch_loop.sql, 0023_loop_integrity.sql and
-// `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
+// 0019_audit_by_database.sql, 0022_dispatch_loop.sql, 0023_loop_integrity.sql,
+// 0024_replicas.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
 // `qlmigrate grants` compare the catalogs with it exactly: a privilege the model does not list is
 // drift as much as one it lists and the database lacks.
 //
@@ -93,7 +93,7 @@ var (
 	si  = []string{"SELECT", "INSERT"}
 )
 
-// Tables is every table of control_core (v22, 22 with goose's version table).
+// Tables is every table of control_core (v23, 23 with goose's version table).
 var Tables = []TableGrant{
 	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
 	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},
@@ -124,6 +124,10 @@ var Tables = []TableGrant{
 	// the admin role creates and revokes tokens, guarded and audited by triggers; worker ingress
 	// holds nothing (workers never reach the database)
 	{Table: "worker_tokens", Admin: siu, Runtime: sel, Source: "pg-0022"},
+	// pg-0024: one registration row per replica owner; the runtime role writes it only through
+	// replica_register, replica_heartbeat and replica_release (SECURITY DEFINER), the admin role
+	// lists it
+	{Table: "replicas", Admin: sel, Source: "pg-0024"},
 	// every admin change leaves an audit row, written by the database (pg-0019): the admin role
 	// reads the log and cannot write a row of its own
 	{Table: "admin_audit_log", Admin: sel, Source: "pg-0017, pg-0019"},
@@ -179,6 +183,10 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.audit_worker_tokens()", Source: "pg-0022: fires as worker_tokens' AFTER trigger, which needs no EXECUTE"},
 	{Function: "control_core.run_attempt_agree()", Source: "pg-0022, pg-0023: fires as the runs and attempts tables' deferred trigger (I1), which needs no EXECUTE"},
 	{Function: "control_core.cancel_run(uuid, text)", Execute: []Part{Admin}, Source: "pg-0022: the admin role's one way to change a Run; SECURITY DEFINER, audited"},
+	// pg-0024: a replica's registration, the runtime role's only way to write control_core.replicas
+	{Function: "control_core.replica_register(text, uuid, text, text, bigint)", Execute: []Part{Runtime}, Source: "pg-0024: SECURITY DEFINER"},
+	{Function: "control_core.replica_heartbeat(text, uuid, bigint)", Execute: []Part{Runtime}, Source: "pg-0024: SECURITY DEFINER"},
+	{Function: "control_core.replica_release(text, uuid)", Execute: []Part{Runtime}, Source: "pg-0024: SECURITY DEFINER"},
 }
 
 // DefaultPrivilege is the one default-ACL entry the model has: for functions the owner role

@@ -395,6 +395,10 @@ type Decision struct {
 	// under skip all of them, under fire_once all but the one fired. It is exact
 	// below MaxMissedCount and a lower bound when it equals MaxMissedCount.
 	Missed int64
+	// LastMissedMs is, when Missed > 0, the latest of those passed-over occurrences: under
+	// skip the latest member of M, under fire_once the one before the occurrence fired. It
+	// is 0 when Missed is 0.
+	LastMissedMs int64
 	// CatchUp is true for DecisionFire of an occurrence beyond the grace (fire_once).
 	CatchUp bool
 }
@@ -464,33 +468,41 @@ func decide(s Occurrences, policy MisfirePolicy, graceMs int64, cursor *int64, c
 	// The cursor is missed. Count M on from it; one count past the cap lets
 	// fire_once (|M|-1) reach the cap too. first ends as F, the first occurrence
 	// after M, when the count finishes.
-	missed, latest := int64(1), c
+	// before ends as the member of M before latest (c when M has one member).
+	missed, latest, before := int64(1), c, c
 	first := next(c)
 	for !onTime(first) && missed <= MaxMissedCount {
 		missed++
-		latest = first
+		before, latest = latest, first
 		first = next(first)
 	}
 	if !onTime(first) { // stopped early: latest need not be L
 		// the greatest occurrence in (c, the last missed millisecond]
 		latest = latestDue(next, c, claimedAtMs-max(graceMs, 0)-1)
 		first = next(latest)
+		if policy == MisfireFireOnce { // M has more than MaxMissedCount members: one lies in (c, L-1]
+			before = latestDue(next, c, latest-1)
+		}
 	}
 
 	if policy != MisfireFireOnce {
 		m := min(missed, MaxMissedCount)
 		if first <= claimedAtMs {
-			return Decision{Kind: DecisionFire, ScheduledForMs: first, NextFireAtMs: next(first), Missed: m}, steps
+			return Decision{Kind: DecisionFire, ScheduledForMs: first, NextFireAtMs: next(first), Missed: m, LastMissedMs: latest}, steps
 		}
-		return Decision{Kind: DecisionSkip, NextFireAtMs: first, Missed: m}, steps
+		return Decision{Kind: DecisionSkip, NextFireAtMs: first, Missed: m, LastMissedMs: latest}, steps
 	}
-	return Decision{
+	d := Decision{
 		Kind:           DecisionFire,
 		ScheduledForMs: latest,
 		NextFireAtMs:   first,
 		Missed:         min(missed-1, MaxMissedCount),
 		CatchUp:        true,
-	}, steps
+	}
+	if d.Missed > 0 {
+		d.LastMissedMs = before
+	}
+	return d, steps
 }
 
 // latestDue returns the greatest occurrence in (lo, now]; the caller knows one

@@ -391,6 +391,7 @@ func TestDecide(t *testing.T) {
 			t.Parallel()
 			s := mustSchedule(t, tc.spec, tc.zone)
 			got := Decide(s, tc.policy, tc.grace.Milliseconds(), tc.cursor, ms(t, tc.now))
+			got.LastMissedMs = 0 // TestDecideLastMissed checks it
 			if got != tc.want {
 				t.Errorf("Decide(%q %s, %s, grace %s, cursor %s, now %s)\n got %s\nwant %s",
 					tc.spec, tc.zone, tc.policy, tc.grace, cursorString(tc.cursor), tc.now, decisionString(got), decisionString(tc.want))
@@ -650,6 +651,19 @@ func checkDecide(t *testing.T, s Occurrences, policy MisfirePolicy, grace, curso
 		}
 		want = Decision{Kind: DecisionFire, ScheduledForMs: latest, NextFireAtMs: first, Missed: min(missed-1, MaxMissedCount), CatchUp: true}
 	}
+	// LastMissedMs: the latest occurrence passed over, an occurrence whose successor is F
+	// (skip) or the Run fired (fire_once); 0 when none is passed over.
+	switch last := d.LastMissedMs; {
+	case d.Missed == 0 && last != 0:
+		t.Errorf("%s: last missed %s with nothing missed", label(), utc(last))
+	case d.Missed > 0 && (s.Next(last-1) != last || last < cursor):
+		t.Errorf("%s: last missed %s is not an occurrence at or after the cursor", label(), utc(last))
+	case d.Missed > 0 && policy == MisfireSkip && s.Next(last) != first:
+		t.Errorf("%s: last missed %s is not the one before F %s", label(), utc(last), utc(first))
+	case d.Missed > 0 && policy == MisfireFireOnce && s.Next(last) != d.ScheduledForMs:
+		t.Errorf("%s: last missed %s is not the one before the Run %s", label(), utc(last), utc(d.ScheduledForMs))
+	}
+	d.LastMissedMs = 0
 	if d != want {
 		t.Errorf("%s:\n got %s\nwant %s", label(), decisionString(d), decisionString(want))
 	}

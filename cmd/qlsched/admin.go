@@ -253,9 +253,13 @@ one admin transaction under the audited project lock, at the next project revisi
 project.pause or project.resume audit row. A claim taken before the pause admits nothing (the
 admit re-checks the project's state, revision and digest). Nothing of a paused project is claimed;
 its triggers' schedule rows and cursors are kept, so on resume the next claim of each trigger
-applies its misfire policy to the occurrences missed while paused, exactly as after an outage:
-skip admits none of them, fire_once admits one Run, for the latest. Publishes (and qlsched apply)
-into a paused project are allowed; they take effect when it is resumed.
+decides about the occurrences that fell while paused exactly as after an outage, by the trigger's
+misfire grace (misfire_grace_ms, 60 s by default) and policy: an occurrence at most the grace
+older than the resume is on time and gets its Run; the older ones are missed: skip admits none of
+them, fire_once admits one Run, for the latest. Every missed occurrence passed over without a Run
+is counted (qlsched trigger show: missed, and the replica's qlsched_missed_occurrences_total), so
+a pause longer than the grace shows up there and in the QlschedMissedOccurrences alert. Publishes
+(and qlsched apply) into a paused project are allowed; they take effect when it is resumed.
 
 Idempotent: pausing a paused project (resuming an active one) writes nothing, says "unchanged" and
 exits 0. An archived project is refused (exit 1).`,

@@ -288,9 +288,12 @@ func (a *app) triggerShowCmd() *cobra.Command {
 	cmd := a.list("show --project ID --trigger ID [--upcoming 5] [--limit 5]", "Show one trigger: revision, schedule row, claim, next occurrences, last runs",
 		`trigger show prints the head revision (spec, zone, misfire policy, enabled, pinned task
 revision, digest), the schedule row (cursor, last scheduled occurrence, state version, claim and
-its expiry by the database's time), the next --upcoming occurrences after the database's time in
-the trigger's zone and in UTC, and the newest --limit Runs. Before a replica initialised the row
-the next fire is a preview (see trigger list). Read-only, one snapshot.`,
+its expiry by the database's time), the missed occurrences (how many the misfire decision passed
+over without a Run since the row was created, and the latest of them: under skip every occurrence
+older than the grace, under fire_once all but the one fired), the next --upcoming occurrences
+after the database's time in the trigger's zone and in UTC, and the newest --limit Runs. Before a
+replica initialised the row the next fire is a preview (see trigger list). Read-only, one
+snapshot.`,
 		func() error { return s.Validate() },
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
 			d, err := r.ShowTrigger(cmd.Context(), s)
@@ -300,9 +303,16 @@ the next fire is a preview (see trigger list). Read-only, one snapshot.`,
 			}
 			body := struct {
 				admin.Trigger
-				Upcoming []occurrence `json:"upcoming"`
-				Runs     []admin.Run  `json:"runs"`
-			}{d.Trigger, upcoming, d.Runs}
+				Upcoming        []occurrence `json:"upcoming"`
+				Runs            []admin.Run  `json:"runs"`
+				MissedTotal     int64        `json:"missed_total"`
+				LastMissedForMs *int64       `json:"last_missed_for_ms"`
+				LastMissedFor   *string      `json:"last_missed_for"`
+			}{d.Trigger, upcoming, d.Runs, d.MissedTotal, d.LastMissedForMs, nil}
+			if d.LastMissedForMs != nil {
+				at := inZoneAs(jsonTimeLayout, *d.LastMissedForMs, d.TimeZone)
+				body.LastMissedFor = &at
+			}
 			return document{"qlsched.trigger-show/v1", body}, func(out io.Writer) { printTriggerShow(out, d, upcoming) }, err
 		})
 	fl := cmd.Flags()
@@ -334,6 +344,15 @@ func printTriggerShow(out io.Writer, d admin.TriggerDetail, upcoming []occurrenc
 		last = inZone(*d.LastScheduledAtMs, d.TimeZone)
 	}
 	row("last scheduled", last)
+	missed := "0"
+	if d.MissedTotal > 0 || d.LastMissedForMs != nil {
+		missed = fmt.Sprint(d.MissedTotal)
+		if d.LastMissedForMs != nil {
+			missed += ", the last " + inZone(*d.LastMissedForMs, d.TimeZone)
+		}
+		missed += fmt.Sprintf(" (passed over without a Run: %s, grace %s)", d.MisfirePolicy, time.Duration(d.MisfireGraceMs)*time.Millisecond)
+	}
+	row("missed", missed)
 	row("state version", fmt.Sprint(d.StateVersion))
 	row("claim", claim(d.Trigger))
 	row("database time", utc(&d.NowMs))

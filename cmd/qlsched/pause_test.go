@@ -157,3 +157,19 @@ func TestPauseResumeWithAReplicaRunning(t *testing.T) {
 		t.Errorf("fire_once: the first Run after the resume (%s, scheduled %d) was not admitted as a catch-up; replica log:\n%s", runID, after[0], rep.all.String())
 	}
 }
+
+// project pause --help says what the misfire grace does to a pause: on resume the occurrences
+// within the grace get their Runs, the older ones are the policy's (skip none, fire_once one), and
+// the ones passed over are counted where an operator looks.
+func TestPauseHelpExplainsTheGrace(t *testing.T) {
+	t.Parallel()
+	r := run(t, "project", "pause", "--help")
+	text := strings.Join(strings.Fields(r.stdout), " ")
+	for _, want := range []string{"by the trigger's misfire grace (misfire_grace_ms, 60 s by default) and policy",
+		"at most the grace older than the resume is on time and gets its Run", "skip admits none of them, fire_once admits one Run, for the latest",
+		"qlsched trigger show: missed", "qlsched_missed_occurrences_total"} {
+		if r.code != 0 || !strings.Contains(text, want) {
+			t.Errorf("project pause --help: exit %d, lacks %q:\n%s", r.code, want, r.stdout)
+		}
+	}
+}

@@ -66,7 +66,7 @@ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.next_fire_at_ms, s.l
 -- remote_worker execution revision's digest. Only the rows that pass are written: their queued
 -- Runs (key control_core.cron_idempotency_key), claimed remote_worker Attempts and the events
 -- run.created and run.queued inserted and their cursors advanced while clearing the claims, as
--- sets. A row that fails writes nothing and is simply absent from the result (ord is its 1-based
+-- sets, with the occurrences each decision passed over added to the row's missed_total. A row that fails writes nothing and is simply absent from the result (ord is its 1-based
 -- position in the arrays), so the caller diagnoses it on its own (AdmitDiagnosis).
 --
 -- The schedule row is addressed by the ctid the claim returned (and its key), not through the
@@ -97,11 +97,14 @@ item AS (
                     unnest(@execution_digests::text[]),
                     unnest(@task_ids::text[]),
                     unnest(@task_revisions::bigint[]),
-                    unnest(@run_ids::uuid[]))
+                    unnest(@run_ids::uuid[]),
+                    unnest(@missed::bigint[]),
+                    unnest(@last_missed_ms::bigint[]))
          WITH ORDINALITY AS i (row_ctid, project_id, trigger_id, claim_owner, claim_token, claim_version,
                                trigger_revision, state_version, cursor_ms, scheduled_for_ms, next_fire_at_ms,
                                claimed_at_ms, project_revision, project_digest, trigger_digest, task_digest,
-                               execution_revision_id, execution_digest, task_id, task_revision, run_id, ord)
+                               execution_revision_id, execution_digest, task_id, task_revision, run_id,
+                               missed, last_missed_ms, ord)
 ),
 -- The project, task and execution revisions the items name are few (a batch of 128 triggers
 -- usually names one of each): their rows are read, and their digests recomputed, once per
@@ -131,7 +134,7 @@ task AS MATERIALIZED (
 ),
 verified AS (
     SELECT i.ord, i.row_ctid, i.run_id, gen_random_uuid() AS attempt_id, i.scheduled_for_ms, i.next_fire_at_ms,
-           s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
+           i.missed, i.last_missed_ms, s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision, kr.execution_revision_id
     FROM item i
     CROSS JOIN obs
     -- The row by its ctid alone (see above: a TID scan takes no index page predicate lock).
@@ -197,6 +200,11 @@ events AS (
 UPDATE control_core.trigger_schedules s
 SET next_fire_at_ms      = v.next_fire_at_ms,
     last_scheduled_at_ms = v.scheduled_for_ms,
+    -- the occurrences the decision passed over (skip before an on-time Run, fire_once's catch-up
+    -- but the one it fires), counted with the Run that ends them (pg-0024)
+    missed_total         = s.missed_total + greatest(v.missed, 0),
+    last_missed_for_ms   = CASE WHEN v.missed > 0 THEN greatest(s.last_missed_for_ms, v.last_missed_ms)
+                                ELSE s.last_missed_for_ms END,
     state_version        = s.state_version + 1,
     claim_owner          = NULL,
     claim_token          = NULL,
@@ -242,10 +250,16 @@ WHERE s.project_id = @project_id::text AND s.trigger_id = @trigger_id::text;
 -- name: AdvanceClaimed :one
 -- Init (first cursor), skip (advance only) and release (cursor unchanged) all end a claim the
 -- same way: under the full fence, against database time, with a new state_version. No row back
--- means the fence was lost: a race, and nothing was written.
+-- means the fence was lost: a race, and nothing was written. A skip also counts the occurrences
+-- its decision passed over (missed, 0 for init and release) into missed_total and records the
+-- latest of them (last_missed_ms, read only when missed > 0) in last_missed_for_ms (pg-0024), in
+-- the same statement: the count moves exactly when the cursor does.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms)
 UPDATE control_core.trigger_schedules s
 SET next_fire_at_ms     = @next_fire_at_ms::bigint,
+    missed_total        = s.missed_total + greatest(@missed::bigint, 0),
+    last_missed_for_ms  = CASE WHEN @missed::bigint > 0 THEN greatest(s.last_missed_for_ms, @last_missed_ms::bigint)
+                               ELSE s.last_missed_for_ms END,
     state_version       = s.state_version + 1,
     claim_owner         = NULL,
     claim_token         = NULL,

@@ -65,7 +65,9 @@ func seed(t *testing.T) *seeded {
 	// a replica's claim on hourly, and 30 admissions of it in the last hour, one a minute
 	d.Exec(t, `UPDATE control_core.trigger_schedules SET next_fire_at_ms = control_core.db_now_ms() - 1000, claim_owner = 'replica-a',
 		claim_token = gen_random_uuid(), claim_version = claim_version + 1, updated_at_ms = control_core.db_now_ms(),
-		claim_expires_at_ms = control_core.db_now_ms() + 600000 WHERE project_id = 'billing' AND trigger_id = 'hourly'`)
+		claim_expires_at_ms = control_core.db_now_ms() + 600000,
+		missed_total = 7, last_missed_for_ms = 1704085200000 -- seven occurrences passed over, the last 2024-01-01T05:00Z
+		WHERE project_id = 'billing' AND trigger_id = 'hourly'`)
 	insertRuns(t, d, 30, 60000)
 	return &seeded{d: d, srv: serve(t, d.Handle(t, "ql_admin"))}
 }

@@ -392,9 +392,26 @@ func (d *demo) publishTrigger(ctx context.Context, pub *admin.Publisher, t admin
 // onceAfter from now (rounded up), so it fires once, whatever the time the replicas took to start.
 func (d *demo) publishOnce(ctx context.Context, pool *dbconn.DB) error {
 	once := time.Now().Add(onceAfter).UTC().Truncate(time.Second).Add(time.Second)
-	d.step("publishing trigger %s: it fires once, at %s", triggerOnce, once.Format("15:04:05"))
+	d.step("publishing trigger %s: it fires once, at %s", triggerOnce, once.Format(time.RFC3339))
 	return d.publishTrigger(ctx, admin.NewPublisher(pool), admin.TriggerSpec{Task: taskSleeper, Trigger: triggerOnce,
 		Cron: fmt.Sprintf("%d %d %d * * *", once.Second(), once.Minute(), once.Hour()), TimeZone: "UTC", Misfire: schedule.MisfireFireOnce})
+}
+
+// timeLayout is the demo's time: RFC 3339 with milliseconds and the zone (UTC: Z), as qlsched's
+// admin commands print one.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// legend says what the progress lines count, before the first of them (the same words as the
+// metrics of README.md, Metrics).
+var legend = []string{
+	"progress, once a second (counters summed over the replicas since they started):",
+	"  claims    schedule rows claimed (each claim ends in one of the next four, or expires)",
+	"  admits    Runs admitted: one per occurrence, with Attempt 1 and its events",
+	"  skips     claims ended by the skip misfire policy: occurrences older than the grace, no Run",
+	"  releases  claims ended without a Run: a first cursor set (initialisation) or not yet due",
+	"  races     fenced writes that lost their fence to another replica (nothing written)",
+	"  errors    anything else that failed (logged); retries: serialization failures retried",
+	"  succeeded / failed / cancelled   Runs the workers finished, by outcome",
 }
 
 // replica is one running replica of the demo.
@@ -452,6 +469,9 @@ func (d *demo) runReplicas(ctx context.Context, names roles.Names, adminPool *db
 		return err
 	}
 
+	for _, l := range legend {
+		fmt.Fprintf(d.Out, "    %s\n", l)
+	}
 	runCtx, stopRun := context.WithTimeout(ctx, d.Duration)
 	defer stopRun()
 	started := time.Now()
@@ -512,7 +532,7 @@ func (d *demo) report(ctx context.Context, pool *dbconn.DB) error {
 			trigger = *r.TriggerID
 		}
 		if r.ScheduledForMs != nil {
-			at = time.UnixMilli(*r.ScheduledForMs).UTC().Format("15:04:05.000")
+			at = time.UnixMilli(*r.ScheduledForMs).UTC().Format(timeLayout)
 		}
 		lag, _ := r.LagMs()
 		fmt.Fprintf(d.Out, "    %s  %-13s scheduled %s  lag %4dms  %-9s  attempts %d events %d\n", r.RunID, trigger, at, lag,

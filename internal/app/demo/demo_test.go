@@ -38,10 +38,12 @@ func TestDemoOnAServerRunsTheClosedLoop(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	text := out.String()
-	for _, want := range []string{"demo-replica-1: ready; startup recovery: 0 candidates", "pg-0001-bootstrap … pg-0023-loop-integrity",
-		"control-core is at v22 / loop_integrity", "every occurrence admitted exactly once",
+	for _, want := range []string{"demo-replica-1: ready; startup recovery: 0 candidates", "pg-0001-bootstrap … pg-0024-replicas",
+		"control-core is at v23 / replicas", "every occurrence admitted exactly once",
 		"dispatcher demo-dispatcher (as ql_runtime): readiness ok", "demo-worker-1: 2 slots", "demo-worker-2: 2 slots",
-		"cancelled (was running)", "every invariant holds"} {
+		"cancelled (was running)", "every invariant holds",
+		"  admits    Runs admitted", "  skips     claims ended by the skip misfire policy"} { // the legend
+
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
@@ -56,6 +58,12 @@ func TestDemoOnAServerRunsTheClosedLoop(t *testing.T) {
 	}
 	if strings.Contains(text, "rows break it") || strings.Contains(text, "still live") {
 		t.Errorf("the execution audit found a problem, or Runs did not finish:\n%s", text)
+	}
+	// times are RFC 3339 with their zone: the sleeper's one occurrence and the admitted Runs
+	for _, re := range []string{`fires once, at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`, `scheduled \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z `} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("output lacks a time in RFC 3339 with its zone (%s):\n%s", re, text)
+		}
 	}
 	if strings.Contains(text, "\r") {
 		t.Errorf("output holds a carriage return:\n%q", text)

@@ -19,7 +19,9 @@ import (
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	co := coordinator.New(coordinator.DefaultConfig("alerts-test"), nil) // never runs a round
-	m := metrics.New(co, metrics.NewMeasurements("alerts-test"), func() bool { return true }, nil, time.Minute)
+	meas := metrics.NewMeasurements("alerts-test")
+	meas.Observer().Missed("p", "skip", 1) // a labelled counter has no series until its first count
+	m := metrics.New(co, meas, func() bool { return true }, nil, time.Minute)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	names := map[string]bool{}
@@ -113,9 +115,10 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 		{"QlschedNoAdmitsWhileDue", "or vector(0)"},
 		{"QlschedNotReady", "or vector(0)"},
 		{"QlschedBacklogOldestOverdue", "qlsched_backlog_oldest_age_seconds"},
-		{"QlschedRoundsFailing", "qlsched_consecutive_failed_rounds"},                          // per replica: one that fails rounds while others admit
-		{"QlschedInitialisationWaiting", "qlsched_schedules_uninitialised_oldest_age_seconds"}, // the count alone cannot tell a stuck row from a steady stream of publishes
-		{"QlschedDatabaseGaugesStale", "qlsched_backlog_reading_age_seconds"},                  // the gauges are background readings: alerts on them go blind when the reads fail
+		{"QlschedRoundsFailing", "qlsched_consecutive_failed_rounds"},                                          // per replica: one that fails rounds while others admit
+		{"QlschedInitialisationWaiting", "qlsched_schedules_uninitialised_oldest_age_seconds"},                 // the count alone cannot tell a stuck row from a steady stream of publishes
+		{"QlschedDatabaseGaugesStale", "qlsched_backlog_reading_age_seconds"},                                  // the gauges are background readings: alerts on them go blind when the reads fail
+		{"QlschedMissedOccurrences", "by (project, policy) (increase(qlsched_missed_occurrences_total[15m]))"}, // per project: which one lost occurrences
 	} {
 		expr, ok := alerts[c.alert]
 		if !ok {

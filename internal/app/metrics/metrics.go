@@ -38,6 +38,36 @@ type Measurements struct {
 	owner                                  string
 	errorsByClass                          *prometheus.CounterVec
 	roundSeconds, claimSeconds, lagSeconds prometheus.Histogram
+	missed                                 *missedCounter
+}
+
+// MaxMissedProjects bounds the project label of qlsched_missed_occurrences_total: the first
+// this many projects a replica sees miss occurrences get their own series; any later one is
+// counted under project="_other" (the per-trigger count is in the database: qlsched trigger
+// show). With the two policies that is at most 2 × (MaxMissedProjects + 1) series per replica.
+const MaxMissedProjects = 100
+
+// OtherProject is the project label of the missed occurrences past MaxMissedProjects.
+const OtherProject = "_other"
+
+// missedCounter is qlsched_missed_occurrences_total with its project label bounded.
+type missedCounter struct {
+	vec  *prometheus.CounterVec
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (m *missedCounter) add(project, policy string, n int64) {
+	m.mu.Lock()
+	if !m.seen[project] {
+		if len(m.seen) < MaxMissedProjects {
+			m.seen[project] = true
+		} else {
+			project = OtherProject
+		}
+	}
+	m.mu.Unlock()
+	m.vec.WithLabelValues(project, policy).Add(float64(n))
 }
 
 // NewMeasurements makes the measurements of the replica owner.
@@ -53,6 +83,10 @@ func NewMeasurements(owner string) *Measurements {
 		Help: "Duration of a coordinator round.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
 	m.claimSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_claim_duration_seconds", ConstLabels: constLabels,
 		Help: "Duration of one claim statement.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)})
+	m.missed = &missedCounter{seen: map[string]bool{}, vec: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qlsched_missed_occurrences_total", ConstLabels: constLabels,
+		Help: "Occurrences the misfire decision passed over without a Run (older than the trigger's misfire grace): under skip all of them, under fire_once all but the one fired; counted when the cursor advance or admission that ends them is written. project is bounded (the first 100 projects, later ones as _other)."},
+		[]string{"project", "policy"})}
 	m.lagSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_admission_lag_seconds", ConstLabels: constLabels,
 		Help: "Admit database time minus the occurrence's scheduled time.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)})
 	return m
@@ -65,6 +99,7 @@ func (m *Measurements) Observer() coordinator.Observer {
 		Claim:    func(d time.Duration) { m.claimSeconds.Observe(d.Seconds()) },
 		Admitted: func(lag time.Duration) { m.lagSeconds.Observe(lag.Seconds()) },
 		Error:    func(class string) { m.errorsByClass.WithLabelValues(class).Inc() },
+		Missed:   m.missed.add,
 	}
 }
 
@@ -74,7 +109,7 @@ func New(co *coordinator.Coordinator, meas *Measurements, ready func() bool, bac
 	reg := prometheus.NewRegistry()
 	constLabels := prometheus.Labels{"owner": meas.owner}
 	reg.MustRegister(newStatsCollector(co, constLabels))
-	reg.MustRegister(meas.errorsByClass, meas.roundSeconds, meas.claimSeconds, meas.lagSeconds)
+	reg.MustRegister(meas.errorsByClass, meas.roundSeconds, meas.claimSeconds, meas.lagSeconds, meas.missed.vec)
 
 	b := &backlogCache{fn: backlog, interval: interval, since: time.Now(),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "qlsched_backlog_reading_errors_total", ConstLabels: constLabels,

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
+	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
+)
+
+// A skip trigger stalled for years (its cursor moved back to 1 January 2020 while a replica runs)
+// loses every yearly occurrence since: the replica counts them on /metrics
+// (qlsched_missed_occurrences_total) and in the schedule row, and trigger show prints the count and
+// the last one, in text and JSON.
+func TestStalledSkipTriggerShowsItsMissedOccurrences(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	db := []string{"--database-url", d.URL("ql_admin")}
+	publish(t, db,
+		[]string{"project", "create", "--project", "p"},
+		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "yearly", "--task", "k", "--cron", "0 0 1 1 *", "--misfire", "skip"})
+	show := []string{"trigger", "show", "--project", "p", "--trigger", "yearly"}
+	if doc := jsonDoc(t, "qlsched.trigger-show/v1", append(show, db...)...); doc["missed_total"] != float64(0) || doc["last_missed_for_ms"] != nil {
+		t.Errorf("a new trigger: missed_total %v, last_missed_for_ms %v; want 0 and null", doc["missed_total"], doc["last_missed_for_ms"])
+	}
+
+	cmd := exec.Command(qlsched(t), "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
+		"--cadence", "50ms", "--owner", "missed-1", "--log-format", "json")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(stderr)
+	var addr string
+	for addr == "" && lines.Scan() {
+		if m := regexp.MustCompile(`"http_addr":"([^"]+)"`).FindStringSubmatch(lines.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatal("no http_addr logged")
+	}
+	go io.Copy(io.Discard, stderr)
+
+	eventually.True(t, 20*time.Second, "the replica initialised the trigger", func() bool {
+		return jsonDoc(t, "qlsched.trigger-show/v1", append(show, db...)...)["next_fire_at_ms"] != nil
+	})
+	// the stall: the cursor years back, as after a long outage (arranged as the owner)
+	var year int
+	d.Exec(t, `UPDATE control_core.trigger_schedules SET next_fire_at_ms = 1577836800000, state_version = state_version + 1
+		WHERE project_id = 'p' AND trigger_id = 'yearly'`)
+	if err := d.Pool(t, "").QueryRow(t.Context(), `SELECT extract(year FROM to_timestamp(control_core.db_now_ms() / 1000.0) AT TIME ZONE 'UTC')::int`).Scan(&year); err != nil {
+		t.Fatal(err)
+	}
+	want := year - 2020 + 1 // every 1 January from 2020 on: older than the grace, skipped
+	last := time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	var doc map[string]any
+	eventually.True(t, 20*time.Second, "the replica skipped the missed occurrences", func() bool {
+		doc = jsonDoc(t, "qlsched.trigger-show/v1", append(show, db...)...)
+		return doc["missed_total"] != float64(0)
+	})
+	if doc["missed_total"] != float64(want) || doc["last_missed_for_ms"] != float64(last.UnixMilli()) ||
+		doc["last_missed_for"] != last.Format(time.RFC3339) {
+		t.Errorf("trigger show JSON: missed_total %v, last_missed_for_ms %v, last_missed_for %v; want %d, %d, %s",
+			doc["missed_total"], doc["last_missed_for_ms"], doc["last_missed_for"], want, last.UnixMilli(), last.Format(time.RFC3339))
+	}
+	r := run(t, append(show, db...)...)
+	line := regexp.MustCompile(fmt.Sprintf(`(?m)^missed +%d, the last %s \(passed over without a Run: skip, grace 1m0s\)$`,
+		want, regexp.QuoteMeta(last.Format("2006-01-02T15:04:05.000Z07:00"))))
+	if r.code != 0 || !line.MatchString(r.stdout) {
+		t.Errorf("trigger show: exit %d\n%s\nwant a line matching %s", r.code, r.stdout, line)
+	}
+	if got := scrape(t, "http://"+addr+"/metrics")["qlsched_missed_occurrences_total"]; got != float64(want) {
+		t.Errorf("/metrics: qlsched_missed_occurrences_total %v; want %d", got, want)
+	}
+	if !strings.Contains(r.stdout, "last scheduled") {
+		t.Errorf("trigger show lost its other rows:\n%s", r.stdout)
+	}
+}

@@ -1,0 +1,98 @@
+package coordinator
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qlcontrol/controlcore/schedule"
+)
+
+// A stalled trigger (its cursor years in the past) loses occurrences to its misfire policy; the
+// decision's count of them reaches the Observer (the replica's qlsched_missed_occurrences_total)
+// and the schedule row (missed_total, last_missed_for_ms), in the write that advances the cursor:
+// under skip every missed occurrence, under fire_once all but the one its catch-up Run fires. A
+// second stall (skip) adds to the row's count.
+func TestMissedOccurrencesAreCounted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		policy schedule.MisfirePolicy
+		// the occurrences passed over and the latest of them, for a cursor at 1 January 2020 and
+		// a database time in year y (every 1 January from 2020 to y is missed)
+		missed   func(y int) int64
+		lastYear func(y int) int
+		admits   int64
+		stalls   int64 // fire_once's second stall would admit its catch-up occurrence again: one
+	}{
+		{schedule.MisfireSkip, func(y int) int64 { return int64(y - 2020 + 1) }, func(y int) int { return y }, 0, 2},
+		{schedule.MisfireFireOnce, func(y int) int64 { return int64(y - 2020) }, func(y int) int { return y - 1 }, 1, 1},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			f := newFixture(t)
+			f.trigger("yearly", "0 0 1 1 *", tc.policy)
+			stall := func() {
+				f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = $1::bigint, state_version = state_version + 1
+					WHERE project_id = 'p' AND trigger_id = 'yearly'`, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+			}
+			var (
+				mu       sync.Mutex
+				observed = map[[2]string]int64{}
+			)
+			co := f.coordinatorWith("r1", f.rt, []Option{WithObserver(Observer{Missed: func(project, policy string, n int64) {
+				mu.Lock()
+				defer mu.Unlock()
+				observed[[2]string{project, policy}] += n
+			}})})
+			var nowMs int64
+			if err := f.su.QueryRow(ctx, `SELECT control_core.db_now_ms()`).Scan(&nowMs); err != nil {
+				t.Fatal(err)
+			}
+			y := time.UnixMilli(nowMs).UTC().Year()
+			want := tc.missed(y)
+			wantLast := time.Date(tc.lastYear(y), 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+			for round := int64(1); round <= tc.stalls; round++ {
+				stall()
+				co.Round(ctx, nil)
+				var total, last int64
+				if err := f.su.QueryRow(ctx, `SELECT missed_total, coalesce(last_missed_for_ms, -1) FROM control_core.trigger_schedules
+					WHERE project_id = 'p' AND trigger_id = 'yearly'`).Scan(&total, &last); err != nil {
+					t.Fatal(err)
+				}
+				if total != round*want || last != wantLast {
+					t.Errorf("after stall %d: missed_total %d, last_missed_for_ms %s; want %d and %s", round, total,
+						time.UnixMilli(last).UTC(), round*want, time.UnixMilli(wantLast).UTC())
+				}
+				mu.Lock()
+				got := observed[[2]string{"p", string(tc.policy)}]
+				mu.Unlock()
+				if got != round*want || len(observed) != 1 {
+					t.Errorf("after stall %d: observed %v; want %d for p/%s", round, observed, round*want, tc.policy)
+				}
+				if st := co.Stats.Snapshot(); st.Admits != round*tc.admits || st.Errors != 0 {
+					t.Errorf("after stall %d: %+v; want %d admits, no error", round, st, round*tc.admits)
+				}
+			}
+		})
+	}
+}
+
+// Occurrences within the grace are on time: nothing is counted as missed.
+func TestOnTimeOccurrencesAreNotMissed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.dueOnce("a")
+	co := f.coordinatorWith("r1", f.rt, []Option{WithObserver(Observer{Missed: func(string, string, int64) {
+		t.Error("an on-time occurrence was counted as missed")
+	}})})
+	co.Round(ctx, nil)
+	if n := f.count(`SELECT count(*) FROM control_core.trigger_schedules WHERE missed_total <> 0 OR last_missed_for_ms IS NOT NULL`); n != 0 {
+		t.Errorf("%d rows count missed occurrences; want none", n)
+	}
+	if st := co.Stats.Snapshot(); st.Admits != 1 {
+		t.Errorf("%+v; want 1 admit", st)
+	}
+}
