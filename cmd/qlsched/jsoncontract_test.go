@@ -69,6 +69,7 @@ projects:
 		{"worker token list", []string{"worker", "token", "list"}, "qlsched.worker-token-list/v1"},
 		{"worker token revoke", []string{"worker", "token", "revoke", "--name", "fleet"}, "qlsched.worker-token-revoke/v1"},
 		{"workers list", []string{"workers", "list", "--all"}, "qlsched.workers-list/v1"},
+		{"replicas", []string{"replicas"}, "qlsched.replicas/v1"},
 		{"runs cancel", []string{"runs", "cancel", runID}, "qlsched.runs-cancel/v1"},
 	}
 	for i := range cases {

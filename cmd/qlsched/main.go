@@ -47,7 +47,7 @@ opened), 3 cannot connect or the database failed.`,
 	pf.StringVar(&a.logLevelStr, "log-level", "info", "log level: debug, info, warn or error")
 	root.AddCommand(a.runCmd(), a.statusCmd(), a.projectCmd(), a.taskCmd(), a.triggerCmd(), a.runsWithCancel(), a.uiCmd())
 	// worker tokens and sessions (workers.go)
-	root.AddCommand(a.workerCmd(), a.workersCmd())
+	root.AddCommand(a.workerCmd(), a.workersCmd(), a.replicasCmd())
 	root.AddCommand(a.dispatchCmd())     // a dispatcher replica (dispatch.go)
 	cli.Explain(root, dbconn.PoolerHint) // a transaction pooler the URL does not name, or names as session pooling
 	return root

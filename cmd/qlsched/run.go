@@ -19,6 +19,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/app/metrics"
 	"github.com/qlcontrol/controlcore/internal/app/replica"
 	"github.com/qlcontrol/controlcore/internal/app/verify"
+	"github.com/qlcontrol/controlcore/internal/base/buildinfo"
 	"github.com/qlcontrol/controlcore/roles"
 )
 
@@ -37,6 +38,7 @@ func (a *app) runCmd() *cobra.Command {
 		withdrawGrace   time.Duration
 		backlogInterval time.Duration
 		rolePrefix      string
+		registrationTTL time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -55,7 +57,8 @@ func (a *app) runCmd() *cobra.Command {
      trigger, a policy, a rule, a filtered publication) and no event trigger or user-defined
      cast on built-in types in the database; the runtime role must hold exactly its
      privileges (SELECT/UPDATE on trigger_schedules and no INSERT or DELETE; SELECT, INSERT,
-     UPDATE on runs and attempts; SELECT, INSERT on run events; EXECUTE on db_now_ms(); nothing
+     UPDATE on runs and attempts; SELECT, INSERT on run events; EXECUTE on db_now_ms() and the
+     replica registration functions; nothing
      else, on any object or large object), with no stored settings (ALTER ROLE … SET, also IN
      DATABASE), no VALID UNTIL or CONNECTION LIMIT, no privileged attribute, no membership, and
      no LOGIN role a member of it; PUBLIC must hold nothing on control_core or on a large
@@ -65,11 +68,17 @@ func (a *app) runCmd() *cobra.Command {
      claims nothing; qlmigrate verify --fix-sql prints the fix. Every session runs with
      search_path pg_catalog, so a function or operator created in public cannot stand in for
      a built-in one;
-  3. startup recovery: runtime-owned queued/dispatching Runs that are not in the pristine admitted
+  3. registration: one row per --owner in control_core.replicas, in database time, heartbeated
+     every third of --registration-ttl and deleted on a clean stop. A live replica already
+     registered under the same --owner refuses the start (exit 2, naming its host, its start and
+     when its registration expires). A row left by a replica that crashed is waited for, at most
+     one --registration-ttl (said on stderr), then taken. A replica whose heartbeat finds its
+     row taken stops claiming and exits 1;
+  4. startup recovery: runtime-owned queued/dispatching Runs that are not in the pristine admitted
      shape fail closed (see docs/scheduling.md);
-  4. the lifecycle: a round every --cadence claims at most --budget due schedule rows, each under a
+  5. the lifecycle: a round every --cadence claims at most --budget due schedule rows, each under a
      --lease, and admits, skips or releases each one under its fence; rounds never overlap;
-  5. HTTP admission on --http-addr: /healthz (alive), /readyz (ready, running, admitting) and
+  6. HTTP admission on --http-addr: /healthz (alive), /readyz (ready, running, admitting) and
      /metrics (Prometheus; see the README for names and example alerts).
 
 A round that fails (its claim statement fails: a read-only server, a revoked privilege, a lost
@@ -113,6 +122,9 @@ that claim less) show it. To carry more, raise
 			if backlogInterval < time.Second || backlogInterval > 10*time.Minute {
 				return cli.Usagef("--backlog-interval %s: want 1s … 10m", backlogInterval)
 			}
+			if registrationTTL < replica.MinRegistrationTTL || registrationTTL > replica.MaxRegistrationTTL {
+				return cli.Usagef("--registration-ttl %s: want %s … %s", registrationTTL, replica.MinRegistrationTTL, replica.MaxRegistrationTTL)
+			}
 			_, err := a.connConfig()
 			return err
 		},
@@ -121,7 +133,7 @@ that claim less) show it. To carry more, raise
 			if err != nil {
 				return cli.RolePrefixError(err)
 			}
-			return a.run(cmd.Context(), cfg, runOptions{httpAddr, withdrawGrace, backlogInterval, names})
+			return a.run(cmd.Context(), cfg, runOptions{httpAddr, withdrawGrace, backlogInterval, names, registrationTTL})
 		},
 	}
 	f := cmd.Flags()
@@ -140,6 +152,7 @@ that claim less) show it. To carry more, raise
 	f.DurationVar(&withdrawGrace, "withdraw-grace", 0, "on stop, how long /readyz fails before the lifecycle stops, 0s … 1m")
 	f.DurationVar(&backlogInterval, "backlog-interval", 5*time.Second, "how often the database gauges (backlog, rows waiting for initialisation) are read in the background, 1s … 10m")
 	f.StringVar(&rolePrefix, "role-prefix", roles.DefaultPrefix, "prefix of the four roles; readiness expects to be connected as <prefix>runtime")
+	f.DurationVar(&registrationTTL, "registration-ttl", replica.DefaultRegistrationTTL, fmt.Sprintf("how long this replica's registration of --owner outlives its last heartbeat (heartbeat every third of it), %s … %s", replica.MinRegistrationTTL, replica.MaxRegistrationTTL))
 	return cmd
 }
 
@@ -148,6 +161,7 @@ type runOptions struct {
 	withdrawGrace   time.Duration
 	backlogInterval time.Duration
 	names           roles.Names
+	registrationTTL time.Duration
 }
 
 func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) error {
@@ -167,16 +181,35 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	defer pool.Close()
 	var ready readiness
 	measured := metrics.NewMeasurements(cfg.Owner) // fed by the coordinator from its first round
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "unknown"
+	}
 	r, err := replica.Start(ctx, pool, replica.Options{Config: cfg, Names: opts.names, Log: a.logger(),
-		Observer: measured.Observer()})
+		Observer: measured.Observer(),
+		Register: &replica.RegisterOptions{Hostname: host, Version: buildinfo.Read().Version, TTL: opts.registrationTTL}})
 	if err != nil {
-		var notReady *verify.NotReadyError
-		if errors.As(err, &notReady) {
+		var (
+			notReady *verify.NotReadyError
+			held     *replica.OwnerHeldError
+		)
+		switch {
+		case errors.As(err, &notReady):
 			return &cli.ProblemError{Err: err}
+		case errors.As(err, &held):
+			return &cli.UsageError{Err: err}
 		}
 		return err
 	}
-	co, lc := r.Coordinator, r.Lifecycle
+	co, lc, reg := r.Coordinator, r.Lifecycle, r.Registration
+	released := false
+	defer func() { // any return before the clean stop below: give the owner back
+		if !released {
+			relCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = reg.Release(relCtx)
+		}
+	}()
 	ready.lc.Store(lc)
 	m := metrics.New(co, measured, ready.ready, metrics.DatabaseBacklog(pool), opts.backlogInterval)
 	// The database gauges are read in the background, never inside a scrape.
@@ -198,6 +231,10 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	case <-hs.Failed():
 		serveErr = hs.Err()
 		log.Error("stopping: the HTTP server failed", "err", serveErr)
+	case <-reg.Lost():
+		// another instance holds this owner now: claiming on would renew its claims as ours
+		serveErr = &cli.ProblemError{Err: fmt.Errorf("%w: --owner %q is held by another instance; this replica stopped claiming (give every replica its own --owner)",
+			replica.ErrRegistrationLost, cfg.Owner)}
 	}
 	// Stop in reverse: withdraw admission, stop and drain the scheduler, then the rest.
 	ready.admitting.Store(false)
@@ -207,6 +244,15 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	}
 	log.Info("draining", "drain_timeout", cfg.DrainTimeout.String())
 	stopErr := lc.Stop(context.Background())
+	// the owner is free for a successor at once (a lost registration releases nothing: Release
+	// deletes only this instance's row)
+	relCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := reg.Release(relCtx); err != nil {
+		log.Warn("release of the replica registration failed; it expires on its own", "err", err,
+			"registration_ttl", opts.registrationTTL.String())
+	}
+	cancel()
+	released = true
 	if err := hs.Shutdown(2 * time.Second); err != nil {
 		log.Warn("http shutdown", "err", err)
 	}

@@ -54,6 +54,8 @@ func TestBrowserLoadsEveryPage(t *testing.T) {
 		                           (80 + (g * 37) % 300 + CASE WHEN g % 97 = 0 THEN 1800 ELSE 0 END)::bigint AS lag) x
 		JOIN control_core.task_revisions kr ON kr.project_id = 'billing' AND kr.task_id = 'job' AND kr.revision = 1`)
 	l := seedLoop(t, s) // worker sessions, a failed Run whose output tail holds a script, one leased, one queued
+	s.d.Exec(t, `INSERT INTO control_core.replicas (owner, instance_id, hostname, version, started_at_ms, heartbeat_at_ms, expires_at_ms)
+		SELECT 'replica-a', gen_random_uuid(), 'host-a', 'v1.2.3', n - 60000, n, n + 15000 FROM (SELECT control_core.db_now_ms() AS n) x`)
 	shots := t.TempDir()
 	if dir := os.Getenv("QL_CONSOLE_SCREENSHOTS"); dir != "" {
 		shots = dir
@@ -68,6 +70,7 @@ func TestBrowserLoadsEveryPage(t *testing.T) {
 		{"trigger", "/projects/billing/triggers/nightly", []string{"cron: 0 3 * * * → 30 3 * * *", "Next occurrences", "Revision history"}},
 		{"runs", "/projects/billing/runs?trigger=hourly&state=failed", []string{"hourly", "failed", "250ms"}},
 		{"workers", "/workers", []string{"w-busy", "w-drain", "2 live sessions · capacity 5 · leases 1", "draining"}},
+		{"replicas", "/replicas", []string{"replica-a", "host-a", "1 live · 1 registered"}},
 		// the tail's script is text (escaped in the DOM's serialisation): had it been markup, the
 		// CSP would block it and the console check below would see the violation
 		{"run", "/runs/" + l.failed.String(), []string{"Attempt 1", "w-busy", "exit code 3", "&lt;script&gt;alert(\"tail\")&lt;/script&gt;",

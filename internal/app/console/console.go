@@ -84,7 +84,7 @@ func Handler(opts Options) (http.Handler, error) {
 		opts.RequestTimeout = 10 * time.Second
 	}
 	s := &server{opts: opts, pages: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "project", "trigger", "runs", "run", "workers", "health", "error"} {
+	for _, page := range []string{"overview", "project", "trigger", "runs", "run", "workers", "replicas", "health", "error"} {
 		t, err := template.New("layout.html").Funcs(s.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
@@ -102,6 +102,7 @@ func Handler(opts Options) (http.Handler, error) {
 	mux.HandleFunc("GET /projects/{project}/runs", s.runs)
 	mux.HandleFunc("GET /runs/{run}", s.run)
 	mux.HandleFunc("GET /workers", s.workers)
+	mux.HandleFunc("GET /replicas", s.replicas)
 	mux.HandleFunc("GET /health", s.health)
 	// one segment: a file of the embedded directory, never the directory's listing (GET / answers it)
 	mux.Handle("GET /static/{file}", http.StripPrefix("/static/", http.FileServerFS(static)))

@@ -417,3 +417,40 @@ func TestLoopPages(t *testing.T) {
 		}
 	}
 }
+
+// The replicas page lists every registration by owner (pg-0024): a live replica and a crashed
+// one's expired row, told apart, with host, version and instance; none registered says so.
+func TestReplicasPage(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	if r := get(t, s.srv.URL, "/replicas"); r.code != http.StatusOK || !strings.Contains(r.body, "No replica registered.") ||
+		!strings.Contains(r.body, "0 live · 0 registered") {
+		t.Errorf("GET /replicas with none registered: %d\n%s", r.code, r.body)
+	}
+	s.d.Exec(t, `INSERT INTO control_core.replicas (owner, instance_id, hostname, version, started_at_ms, heartbeat_at_ms, expires_at_ms)
+		SELECT 'replica-live', '6f1c0c6e-0000-4000-8000-000000000001'::uuid, 'host-a', 'v1.2.3', n - 60000, n, n + 15000 FROM (SELECT control_core.db_now_ms() AS n) x
+		UNION ALL
+		SELECT 'replica-gone', '6f1c0c6e-0000-4000-8000-000000000002'::uuid, 'host-b', 'v1.2.2', n - 900000, n - 600000, n - 585000 FROM (SELECT control_core.db_now_ms() AS n) x`)
+	r := get(t, s.srv.URL, "/replicas")
+	if r.code != http.StatusOK {
+		t.Fatalf("GET /replicas: %d\n%s", r.code, r.body)
+	}
+	for _, w := range []string{"1 live · 2 registered", "host-a", "v1.2.3", "6f1c0c6e-0000-4000-8000-000000000001", "host-b",
+		`<a href="/replicas" class="active">Replicas</a>`} {
+		if !strings.Contains(r.body, w) {
+			t.Errorf("GET /replicas lacks %q:\n%s", w, r.body)
+		}
+	}
+	row := func(owner string) string {
+		_, after, _ := strings.Cut(r.body, `<tr id="replica-`+owner+`">`)
+		row, _, _ := strings.Cut(after, "</tr>")
+		return row
+	}
+	if live, gone := row("replica-live"), row("replica-gone"); !strings.Contains(live, "<td>live</td>") ||
+		!strings.Contains(gone, `<span class="warn">expired</span>`) {
+		t.Errorf("rows: live %q, gone %q; want live, then expired", live, gone)
+	}
+	if r := get(t, s.srv.URL, "/replicas?x=1"); r.code != http.StatusBadRequest {
+		t.Errorf("GET /replicas?x=1: %d, want 400", r.code)
+	}
+}

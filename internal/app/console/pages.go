@@ -213,6 +213,33 @@ func (s *server) workers(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "workers", data)
 }
 
+// replicas lists the scheduler replicas' registrations (admin's Replicas, pg-0024), one per owner:
+// live ones and the expired rows of replicas that crashed.
+func (s *server) replicas(w http.ResponseWriter, r *http.Request) {
+	if !s.noParams(w, r) {
+		return
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	rows, err := s.opts.Reader.Replicas(ctx)
+	if err != nil {
+		s.readFailed(w, r, err)
+		return
+	}
+	data := struct {
+		layout
+		Replicas []admin.Replica
+		Live     int
+	}{layout: layout{Title: "Replicas", Nav: "replicas", Refresh: int(s.opts.Refresh / time.Second)}, Replicas: rows}
+	for _, x := range rows {
+		data.NowMs = x.NowMs
+		if x.Live {
+			data.Live++
+		}
+	}
+	s.render(w, r, "replicas", data)
+}
+
 // run shows one Run's story, as `qlsched runs show` tells it (admin's RunStory): its admission,
 // every Attempt with its worker, lease and outcome, its newest offers and events.
 func (s *server) run(w http.ResponseWriter, r *http.Request) {

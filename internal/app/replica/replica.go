@@ -21,6 +21,10 @@ type Options struct {
 	Log    *slog.Logger       // without the owner: the replica's lines carry it from Config
 	// Observer receives the coordinator's measurements from its first round (metrics' histograms).
 	Observer coordinator.Observer
+	// Register, when set, registers the replica under Config.Owner (control_core.replicas) after
+	// readiness and before recovery: a live replica with the same owner refuses the start
+	// (*OwnerHeldError). Owner, when empty, is Config.Owner.
+	Register *RegisterOptions
 }
 
 // Replica is one started replica.
@@ -28,6 +32,9 @@ type Replica struct {
 	Coordinator *coordinator.Coordinator
 	Lifecycle   *coordinator.Lifecycle
 	Recovery    coordinator.RecoveryReport
+	// Registration is nil unless Options.Register was set; its Lost channel closes when another
+	// instance took the owner, and the caller releases it after stopping the lifecycle.
+	Registration *Registration
 }
 
 // Start checks readiness through h (a *verify.NotReadyError when the schema or the runtime role's
@@ -38,9 +45,31 @@ func Start(ctx context.Context, h *dbconn.DB, opts Options) (*Replica, error) {
 		return nil, err
 	}
 	log := opts.Log.With("owner", opts.Config.Owner) // the coordinator adds it to its own lines
+	var reg *Registration
+	if opts.Register != nil {
+		ro := *opts.Register
+		if ro.Owner == "" {
+			ro.Owner = opts.Config.Owner
+		}
+		if ro.Log == nil {
+			ro.Log = log
+		}
+		var err error
+		if reg, err = Register(ctx, h, ro); err != nil {
+			return nil, err
+		}
+	}
+	release := func() {
+		if reg != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = reg.Release(ctx)
+		}
+	}
 	began := time.Now()
 	rep, err := coordinator.Recover(ctx, h, log)
 	if err != nil {
+		release()
 		return nil, err
 	}
 	log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped,
@@ -49,7 +78,8 @@ func Start(ctx context.Context, h *dbconn.DB, opts Options) (*Replica, error) {
 		coordinator.WithObserver(opts.Observer))
 	lc := coordinator.NewLifecycle(co, opts.Config)
 	if err := lc.Start(ctx); err != nil {
+		release()
 		return nil, err
 	}
-	return &Replica{Coordinator: co, Lifecycle: lc, Recovery: rep}, nil
+	return &Replica{Coordinator: co, Lifecycle: lc, Recovery: rep, Registration: reg}, nil
 }
