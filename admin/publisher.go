@@ -807,7 +807,7 @@ func publishTrigger(ctx context.Context, q *db.Queries, t TriggerSpec, taskRev i
 	}
 	rev, err := q.BumpTriggerHead(ctx, db.BumpTriggerHeadParams{ProjectID: t.Project, TriggerID: t.Trigger})
 	if err != nil {
-		return out, fmt.Errorf("trigger head: %w", err)
+		return out, fmt.Errorf("trigger head: %w", archivedErr(err))
 	}
 	tr, err := q.InsertTriggerRevision(ctx, db.InsertTriggerRevisionParams{
 		ProjectID: t.Project, TriggerID: t.Trigger, Revision: rev, CronSpec: t.Cron, Timezone: t.TimeZone,

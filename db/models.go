@@ -19,6 +19,13 @@ type ControlCoreAdminAuditLog struct {
 	Detail    []byte      `json:"detail"`
 }
 
+type ControlCoreArchivedTrigger struct {
+	ProjectID    string `json:"project_id"`
+	TriggerID    string `json:"trigger_id"`
+	Revision     int64  `json:"revision"`
+	ArchivedAtMs int64  `json:"archived_at_ms"`
+}
+
 type ControlCoreAttempt struct {
 	AttemptID         uuid.UUID     `json:"attempt_id"`
 	RunID             uuid.UUID     `json:"run_id"`

@@ -2,10 +2,10 @@ package roles
 
 import "github.com/qlcontrol/controlcore/db"
 
-// The expected privilege model of control-core v23, as data a DBA can read against
+// The expected privilege model of control-core v24, as data a DBA can read against
 // sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql,
 // 0019_audit_by_database.sql, 0022_dispatch_loop.sql, 0023_loop_integrity.sql,
-// 0024_replicas.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
+// 0024_replicas.sql, 0025_definition_lifecycle.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
 // `qlmigrate grants` compare the catalogs with it exactly: a privilege the model does not list is
 // drift as much as one it lists and the database lacks.
 //
@@ -93,7 +93,7 @@ var (
 	si  = []string{"SELECT", "INSERT"}
 )
 
-// Tables is every table of control_core (v23, 23 with goose's version table).
+// Tables is every table of control_core (v24, 24 with goose's version table).
 var Tables = []TableGrant{
 	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
 	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},
@@ -135,6 +135,8 @@ var Tables = []TableGrant{
 	{Table: "plugin_packages", Admin: []string{"SELECT", "INSERT", "UPDATE", "DELETE"}, Source: "pg-0018"},
 	{Table: "plugin_package_versions", Admin: []string{"SELECT", "INSERT", "UPDATE", "DELETE"}, Source: "pg-0018"},
 	{Table: "project_plugin_bindings", Admin: []string{"SELECT", "INSERT", "UPDATE", "DELETE"}, Source: "pg-0018"},
+	// pg-0025: archived triggers, written only by archive_trigger (SECURITY DEFINER)
+	{Table: "archived_triggers", Admin: sel, Source: "pg-0025"},
 }
 
 // FunctionGrant is who may EXECUTE one function of control_core besides its owner.
@@ -187,6 +189,12 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.replica_register(text, uuid, text, text, bigint)", Execute: []Part{Runtime}, Source: "pg-0024: SECURITY DEFINER"},
 	{Function: "control_core.replica_heartbeat(text, uuid, bigint)", Execute: []Part{Runtime}, Source: "pg-0024: SECURITY DEFINER"},
 	{Function: "control_core.replica_release(text, uuid)", Execute: []Part{Runtime}, Source: "pg-0024: SECURITY DEFINER"},
+	// pg-0025: the definition lifecycle, SECURITY DEFINER and audited, the admin role's only (it
+	// holds no INSERT on runs and no DELETE in the loop; the runtime gets none of them)
+	{Function: "control_core.run_now(text, text, uuid, text)", Execute: []Part{Admin}, Source: "pg-0025: one verified manual Run of a trigger's head"},
+	{Function: "control_core.archive_trigger(text, text)", Execute: []Part{Admin}, Source: "pg-0025"},
+	{Function: "control_core.prune_runs(text, bigint, integer, boolean)", Execute: []Part{Admin}, Source: "pg-0025: old terminal Runs and their rows, in batches"},
+	{Function: "control_core.archived_trigger_guard()", Source: "pg-0025: fires as triggers' and trigger_schedules' BEFORE trigger, which needs no EXECUTE"},
 }
 
 // DefaultPrivilege is the one default-ACL entry the model has: for functions the owner role

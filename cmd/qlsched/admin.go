@@ -43,6 +43,10 @@ func flagOf(field string) (string, bool) {
 		return "--worker-label", true
 	case admin.FieldTokenName, admin.FieldTokenID, admin.FieldReason:
 		return "--" + field, true
+	case admin.FieldOlderThan:
+		return "--older-than", true
+	case admin.FieldBatch:
+		return "--batch", true
 	}
 	return "", false
 }
@@ -359,7 +363,7 @@ the triggers still on older revisions of the task and the command that moves the
 }
 
 func (a *app) triggerCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "trigger", Short: "Publish, disable, enable, list and show cron triggers"}
+	cmd := &cobra.Command{Use: "trigger", Short: "Publish, disable, enable, list, show, run now and archive cron triggers"}
 	var (
 		c                         admin.TriggerChange
 		task, cron, zone, misfire string
@@ -438,7 +442,8 @@ never a backlog (docs/scheduling.md has the exact rule).`,
 		"how late an occurrence may be and still be on time, e.g. 90s, 1s to 24h (a new trigger: 60s; else: kept)")
 	fl.BoolVar(&disabled, "disabled", false, "publish the revision disabled, never claimed (--disabled=false: enabled; a new trigger: enabled; else: kept)")
 
-	cmd.AddCommand(publish, a.triggerToggleCmd(false), a.triggerToggleCmd(true), a.triggerListCmd(), a.triggerShowCmd())
+	cmd.AddCommand(publish, a.triggerToggleCmd(false), a.triggerToggleCmd(true), a.triggerListCmd(), a.triggerShowCmd(),
+		a.triggerRunNowCmd(), a.triggerArchiveCmd())
 	return cmd
 }
 

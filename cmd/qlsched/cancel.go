@@ -14,7 +14,7 @@ import (
 // runsWithCancel is `qlsched runs` with its cancel command.
 func (a *app) runsWithCancel() *cobra.Command {
 	cmd := a.runsCmd()
-	cmd.AddCommand(a.runsCancelCmd())
+	cmd.AddCommand(a.runsCancelCmd(), a.runsPruneCmd())
 	return cmd
 }
 

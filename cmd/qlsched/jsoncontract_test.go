@@ -71,6 +71,9 @@ projects:
 		{"workers list", []string{"workers", "list", "--all"}, "qlsched.workers-list/v1"},
 		{"replicas", []string{"replicas"}, "qlsched.replicas/v1"},
 		{"runs cancel", []string{"runs", "cancel", runID}, "qlsched.runs-cancel/v1"},
+		{"trigger run-now", append([]string{"trigger", "run-now", "--reason", "check"}, trig...), "qlsched.trigger-run-now/v1"},
+		{"runs prune", []string{"runs", "prune", "--project", "p", "--older-than", "1h", "--dry-run"}, "qlsched.runs-prune/v1"},
+		{"trigger archive", append([]string{"trigger", "archive"}, trig...), "qlsched.trigger-archive/v1"},
 	}
 	for i := range cases {
 		cases[i].args = append(cases[i].args, admin...)

@@ -59,12 +59,12 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if len(applied) != 24 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[23].Migration.Name != "pg-0024-replicas" {
-		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0024-replicas", len(applied), applied)
+	if len(applied) != 25 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[24].Migration.Name != "pg-0025-definition-lifecycle" {
+		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0025-definition-lifecycle", len(applied), applied)
 	}
 	capability, err := db.New(d.Pool(t, "")).Capability(ctx, "control-core")
-	if err != nil || capability.Version != 23 || capability.Name != "replicas" {
-		t.Fatalf("capability = %+v, %v; want v23 replicas", capability, err)
+	if err != nil || capability.Version != 24 || capability.Name != "definition_lifecycle" {
+		t.Fatalf("capability = %+v, %v; want v24 definition_lifecycle", capability, err)
 	}
 
 	su := d.Pool(t, "")
@@ -78,8 +78,8 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if notOwned != 0 {
 		t.Errorf("%d objects in control_core are not owned by ql_owner", notOwned)
 	}
-	if n := count(t, su, "SELECT count(*) FROM pg_class WHERE relnamespace = 'control_core'::regnamespace AND relkind = 'r'"); n != 23 {
-		t.Errorf("control_core has %d tables, want 23 (22 of the model + goose's version table)", n)
+	if n := count(t, su, "SELECT count(*) FROM pg_class WHERE relnamespace = 'control_core'::regnamespace AND relkind = 'r'"); n != 24 {
+		t.Errorf("control_core has %d tables, want 24 (23 of the model + goose's version table)", n)
 	}
 
 	again, err := r.Up(ctx, 0)
@@ -119,7 +119,7 @@ func TestUpToStopsThereAndStatusShowsPending(t *testing.T) {
 		}
 	}
 	var field *migrate.FieldError
-	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 24") {
+	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 25") {
 		t.Errorf("Up(ctx, 99): err %v, want a *FieldError of field To saying which versions exist", err)
 	}
 }
