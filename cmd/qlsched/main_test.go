@@ -445,12 +445,12 @@ func TestRunRefusesAHalfMigratedDatabase(t *testing.T) {
 		to      int64
 		missing []string
 	}{
-		// the report shows the first findings only: the missing tables (pg-0024's replicas among
-		// them) sort first, then pg-0015's functions
+		// the report shows the first findings only: the missing tables (pg-0024's replicas and
+		// pg-0025's archived_triggers among them) sort first
 		{13, []string{"control-core is v12", "table control_core.trigger_schedules is missing",
 			"table control_core.replicas is missing"}},
 		{14, []string{"control-core is v13", "table control_core.replicas is missing",
-			"function control_core.admin_audit_log_stamp() is missing"}},
+			"table control_core.archived_triggers is missing"}},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("up --to %d", c.to), func(t *testing.T) {
