@@ -96,3 +96,36 @@ func TestOnTimeOccurrencesAreNotMissed(t *testing.T) {
 		t.Errorf("%+v; want 1 admit", st)
 	}
 }
+
+// A trigger republished while its project is paused is not decided "as after an outage" on
+// resume: the new revision cleared its cursor (reset_schedule), so the resume initialises it at
+// the next occurrence, and the occurrences of the pause are neither fired nor counted as missed.
+// project pause --help says so (it promised every missed occurrence of a pause was counted).
+func TestRepublishWhilePausedCountsNothingMissed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.trigger("yearly", "0 0 1 1 *", schedule.MisfireSkip)
+	co := f.coordinatorWith("r1", f.rt, []Option{WithObserver(Observer{Missed: func(string, string, int64) {
+		t.Error("a republished trigger's pause was counted as missed")
+	}})})
+	co.Round(ctx, nil) // initialised
+	if _, err := f.admin.PauseProject(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	// the pause lasts years: the cursor 1 January 2020
+	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = $1::bigint, state_version = state_version + 1
+		WHERE project_id = 'p' AND trigger_id = 'yearly'`, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	f.trigger("yearly", "0 0 1 1 *", schedule.MisfireFireOnce) // republished while paused
+	if _, err := f.admin.ResumeProject(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	co.Round(ctx, nil)
+	if n := f.count(`SELECT count(*) FROM control_core.trigger_schedules WHERE missed_total <> 0 OR last_missed_for_ms IS NOT NULL
+		OR next_fire_at_ms IS NULL OR next_fire_at_ms < control_core.db_now_ms()`); n != 0 {
+		t.Errorf("%d rows count missed occurrences or were not initialised past now; want none", n)
+	}
+	if st := co.Stats.Snapshot(); st.Admits != 0 || st.Skips != 0 || st.Inits != 2 || st.Errors != 0 {
+		t.Errorf("%+v; want two inits, nothing admitted or skipped", st)
+	}
+}

@@ -263,7 +263,9 @@ older than the resume is on time and gets its Run; the older ones are missed: sk
 them, fire_once admits one Run, for the latest. Every missed occurrence passed over without a Run
 is counted (qlsched trigger show: missed, and the replica's qlsched_missed_occurrences_total), so
 a pause longer than the grace shows up there and in the QlschedMissedOccurrences alert. Publishes
-(and qlsched apply) into a paused project are allowed; they take effect when it is resumed.
+(and qlsched apply) into a paused project are allowed; they take effect when it is resumed, and a
+trigger republished while paused restarts at its next occurrence after the resume (a new revision
+clears its cursor): the occurrences of its pause are neither fired nor counted as missed.
 
 Idempotent: pausing a paused project (resuming an active one) writes nothing, says "unchanged" and
 exits 0. An archived project is refused (exit 1).`,

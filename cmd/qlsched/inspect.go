@@ -290,10 +290,11 @@ func (a *app) triggerShowCmd() *cobra.Command {
 revision, digest), the schedule row (cursor, last scheduled occurrence, state version, claim and
 its expiry by the database's time), the missed occurrences (how many the misfire decision passed
 over without a Run since the row was created, and the latest of them: under skip every occurrence
-older than the grace, under fire_once all but the one fired), the next --upcoming occurrences
-after the database's time in the trigger's zone and in UTC, and the newest --limit Runs. Before a
-replica initialised the row the next fire is a preview (see trigger list). Read-only, one
-snapshot.`,
+older than the grace, under fire_once all but the one fired; one decision counts at most 10,000,
+so after an outage of more occurrences than that the total is a lower bound), the next --upcoming
+occurrences after the database's time in the trigger's zone and in UTC, and the newest --limit
+Runs. Before a replica initialised the row the next fire is a preview (see trigger list).
+Read-only, one snapshot.`,
 		func() error { return s.Validate() },
 		func(cmd *cobra.Command, r *admin.Reader) (document, func(io.Writer), error) {
 			d, err := r.ShowTrigger(cmd.Context(), s)

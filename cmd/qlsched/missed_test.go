@@ -12,6 +12,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // A skip trigger stalled for years (its cursor moved back to 1 January 2020 while a replica runs)
@@ -87,5 +88,16 @@ func TestStalledSkipTriggerShowsItsMissedOccurrences(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, "last scheduled") {
 		t.Errorf("trigger show lost its other rows:\n%s", r.stdout)
+	}
+}
+
+// trigger show --help says the count is a lower bound past the decision's cap (MaxMissedCount).
+func TestTriggerShowHelpSaysTheMissedCapIsALowerBound(t *testing.T) {
+	t.Parallel()
+	r := run(t, "trigger", "show", "--help")
+	text := strings.Join(strings.Fields(r.stdout), " ")
+	if want := fmt.Sprintf("one decision counts at most %s, so after an outage of more occurrences than that the total is a lower bound",
+		"10,000"); r.code != 0 || !strings.Contains(text, want) || schedule.MaxMissedCount != 10_000 {
+		t.Errorf("trigger show --help: exit %d, lacks %q (MaxMissedCount %d):\n%s", r.code, want, schedule.MaxMissedCount, r.stdout)
 	}
 }

@@ -167,7 +167,8 @@ func TestPauseHelpExplainsTheGrace(t *testing.T) {
 	text := strings.Join(strings.Fields(r.stdout), " ")
 	for _, want := range []string{"by the trigger's misfire grace (misfire_grace_ms, 60 s by default) and policy",
 		"at most the grace older than the resume is on time and gets its Run", "skip admits none of them, fire_once admits one Run, for the latest",
-		"qlsched trigger show: missed", "qlsched_missed_occurrences_total"} {
+		"qlsched trigger show: missed", "qlsched_missed_occurrences_total",
+		"a trigger republished while paused restarts at its next occurrence after the resume"} {
 		if r.code != 0 || !strings.Contains(text, want) {
 			t.Errorf("project pause --help: exit %d, lacks %q:\n%s", r.code, want, r.stdout)
 		}

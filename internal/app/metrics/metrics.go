@@ -85,7 +85,7 @@ func NewMeasurements(owner string) *Measurements {
 		Help: "Duration of one claim statement.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)})
 	m.missed = &missedCounter{seen: map[string]bool{}, vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qlsched_missed_occurrences_total", ConstLabels: constLabels,
-		Help: "Occurrences the misfire decision passed over without a Run (older than the trigger's misfire grace): under skip all of them, under fire_once all but the one fired; counted when the cursor advance or admission that ends them is written. project is bounded (the first 100 projects, later ones as _other)."},
+		Help: "Occurrences the misfire decision passed over without a Run (older than the trigger's misfire grace): under skip all of them, under fire_once all but the one fired; one decision counts at most 10,000 (then a lower bound); counted when the cursor advance or admission that ends them is written. project is bounded (the first 100 projects, later ones as _other)."},
 		[]string{"project", "policy"})}
 	m.lagSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_admission_lag_seconds", ConstLabels: constLabels,
 		Help: "Admit database time minus the occurrence's scheduled time.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)})
