@@ -19,19 +19,12 @@ import (
 	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 )
 
-// admitted queues one Run and, in the same transaction, sends the admission's wake-up statement
-// (db.WakeOnAdmit), as the coordinator's admit does.
+// admitted queues one Run and then sends the admission's wake-up statement (db.WakeOnAdmit), as
+// the coordinator's admit does once it committed.
 func (f *fx) admitted() {
 	f.t.Helper()
-	ids := f.queue("p", 1)
-	err := pgx.BeginFunc(bg, f.su, func(tx pgx.Tx) error {
-		// the transaction writes (an event of the queued Run), so the statement notifies
-		if _, err := tx.Exec(bg, `UPDATE control_core.runs SET updated_at_ms = updated_at_ms WHERE run_id = $1`, ids[0]); err != nil {
-			return err
-		}
-		return db.New(tx).WakeOnAdmit(bg)
-	})
-	if err != nil {
+	f.queue("p", 1)
+	if err := db.New(f.su).WakeOnAdmit(bg); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -86,36 +79,6 @@ func TestWakeOnAdmissionPlacesAtOnce(t *testing.T) {
 	}
 	if n := w.Notifications(); n < 3 {
 		t.Fatalf("notifications %d, want at least 3", n)
-	}
-}
-
-// The wake-up statement notifies only in a transaction that wrote: an admit that admitted
-// nothing wakes nobody.
-func TestWakeOnlyWhenTheAdmitWrote(t *testing.T) {
-	f := newFx(t)
-	conn, err := pgx.Connect(bg, f.d.URL("ql_runtime"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(bg)
-	if _, err := conn.Exec(bg, "LISTEN "+dispatch.WakeChannel); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgx.BeginFunc(bg, f.su, func(tx pgx.Tx) error { return db.New(tx).WakeOnAdmit(bg) }); err != nil {
-		t.Fatal(err)
-	}
-	f.exec(`SELECT pg_notify($1, 'sentinel')`, dispatch.WakeChannel)
-	f.admitted()
-	for _, want := range []string{"sentinel", ""} {
-		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
-		n, err := conn.WaitForNotification(ctx)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n.Payload != want {
-			t.Fatalf("notification %q, want %q (a transaction that wrote nothing notified)", n.Payload, want)
-		}
 	}
 }
 
