@@ -174,6 +174,9 @@ func (o *dispatchOptions) validate(cfg dispatch.Config) error {
 		if err != nil { // Resolve's message holds no part of the string; it names its flag
 			return cli.Usagef("--listen-url: %s", strings.ReplaceAll(err.Error(), "--database-url", "--listen-url"))
 		}
+		if c.Pooled() { // declared (ql_pooler=…): refused now, as a detected one is at connect
+			return cli.Usagef("--listen-url: goes through a connection pooler (ql_pooler), where LISTEN does not hold: give a connection straight to PostgreSQL, or none")
+		}
 		o.listenCfg = c
 	}
 	return nil
