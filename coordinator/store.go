@@ -353,10 +353,13 @@ type pipeline struct {
 // wakeDispatchers notifies the dispatchers listening (dispatch.Waker) that the admit that just
 // committed wrote a Run, so they place it at once (sql/queries/wake.sql: in a transaction of its
 // own, never in the admit's, whose durable commit it would serialize with every other admit's).
-// Its error is dropped: a lost notification costs at most one --placement-interval probe.
+// One round trip, behind a pooler too (the pipeline's implicit transaction). Its error is
+// dropped: a lost notification costs at most one --placement-interval probe.
 func (s *Store) wakeDispatchers(ctx context.Context, written []*Admitted) {
 	if slices.ContainsFunc(written, func(a *Admitted) bool { return a != nil }) {
-		_ = s.queries(ctx, func(q *db.Queries) error { return q.WakeOnAdmit(ctx) })
+		tx := newPipeline(s.db, implicitTx, hotSettings)
+		_ = db.New(tx).WakeOnAdmit(ctx)
+		_ = tx.commit()
 	}
 }
 
