@@ -233,6 +233,7 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 	for attempt := 0; ; attempt++ {
 		written, err := s.admitOnce(ctx, items)
 		if err == nil {
+			s.wakeDispatchers(ctx, written)
 			for i := range items {
 				if written[i] != nil {
 					results[i].Outcome, results[i].Admitted = Written, *written[i]
@@ -280,7 +281,6 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*Admitted, err error) {
 	written = make([]*Admitted, len(items))
 	tx := newPipeline(s.db, serializableTx, admitSettings)
-	tx.tail = wakeOnAdmit // the dispatchers' wake-up, if this transaction admitted a Run
 	br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams(items)})
 	br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
 		if rerr != nil {
@@ -359,33 +359,21 @@ type pipeline struct {
 	db       *dbconn.DB
 	tx       txKind
 	settings string // the transaction-local planner settings statement (hotSettings or admitSettings)
-	tail     string // a statement without parameters sent after the caller's, read by commit ("": none)
 	results  *pipelineResults
 }
 
-// wakeOnAdmit is db's WakeOnAdmit (sql/queries/wake.sql): the admit's pipeline sends it after the
-// admit, so the dispatchers listening (dispatch.Waker) place the new Runs at once. Its text is
-// taken from the generated code once, by running it against a recorder.
-var wakeOnAdmit = func() string {
-	var r statementRecorder
-	_ = db.New(&r).WakeOnAdmit(context.Background())
-	return r.sql
-}()
-
-// statementRecorder is a db.DBTX that records the text of the statement it is given.
-type statementRecorder struct{ sql string }
-
-func (r *statementRecorder) Exec(_ context.Context, sql string, _ ...any) (pgconn.CommandTag, error) {
-	r.sql = sql
-	return pgconn.CommandTag{}, nil
+// wakeDispatchers notifies the dispatchers listening (dispatch.Waker) that the admit that just
+// committed wrote a Run, so they place it at once (sql/queries/wake.sql: in a transaction of its
+// own, never in the admit's, whose durable commit it would serialize with every other admit's).
+// One round trip, behind a pooler too (the pipeline's implicit transaction). Its error is
+// dropped: a lost notification costs at most one --placement-interval probe.
+func (s *Store) wakeDispatchers(ctx context.Context, written []*Admitted) {
+	if slices.ContainsFunc(written, func(a *Admitted) bool { return a != nil }) {
+		tx := newPipeline(s.db, implicitTx, hotSettings)
+		_ = db.New(tx).WakeOnAdmit(ctx)
+		_ = tx.commit()
+	}
 }
-func (r *statementRecorder) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return nil, errors.New("statementRecorder: Exec only")
-}
-func (r *statementRecorder) QueryRow(context.Context, string, ...any) pgx.Row {
-	return errRow{errors.New("statementRecorder: Exec only")}
-}
-func (r *statementRecorder) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults { return nil }
 
 func newPipeline(h *dbconn.DB, tx txKind, settings string) *pipeline {
 	return &pipeline{db: h, tx: tx, settings: settings}
@@ -401,14 +389,11 @@ func (p *pipeline) send(ctx context.Context, b *pgx.Batch) *pipelineResults {
 	wire := &pgx.Batch{}
 	wire.Queue(p.settings)
 	wire.QueuedQueries = append(wire.QueuedQueries, b.QueuedQueries...)
-	if p.tail != "" {
-		wire.Queue(p.tail)
-	}
 	begin := ""
 	if p.tx == serializableTx {
 		begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
 	}
-	p.results = &pipelineResults{pr: p.db.Pipeline(ctx, begin, wire), tail: p.tail != ""}
+	p.results = &pipelineResults{pr: p.db.Pipeline(ctx, begin, wire)}
 	return p.results
 }
 
@@ -455,7 +440,6 @@ func (p *pipeline) commit() error {
 type pipelineResults struct {
 	pr    *dbconn.PipelineResults // nil when nothing was sent (err says why)
 	begun bool
-	tail  bool // the pipeline's tail statement follows the caller's: commit reads it
 	err   error
 }
 
@@ -504,12 +488,6 @@ func (r *pipelineResults) commit() error {
 		return r.err
 	}
 	_ = r.begin() // its error is r.err
-	if r.tail && r.err == nil {
-		r.tail = false
-		if _, err := r.pr.Exec(); err != nil {
-			r.err = fmt.Errorf("wake-up notification: %w", err)
-		}
-	}
 	if err := r.pr.Commit(); r.err == nil {
 		r.err = err
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The admit's pipeline notifies the dispatchers (qlsched_runs_queued, dispatch.WakeChannel) once
+// A committed admit notifies the dispatchers (qlsched_runs_queued, dispatch.WakeChannel) once
 // when it admitted a Run, and not when it admitted none: a race (the claim taken over) is
 // followed by a sentinel, which must be the next notification.
 func TestAdmitNotifiesTheDispatchersOnlyWhenItWrote(t *testing.T) {
@@ -53,5 +53,27 @@ func TestAdmitNotifiesTheDispatchersOnlyWhenItWrote(t *testing.T) {
 	f.exec(`SELECT pg_notify('qlsched_runs_queued', 'sentinel')`)
 	if p := next(); p != "sentinel" {
 		t.Fatalf("notification %q after an admit that wrote nothing, want the sentinel", p)
+	}
+}
+
+// The wake-up is no part of the admit: it is sent in a transaction of its own once the admit
+// committed. Were it in the admit's transaction, every notifying commit would wait for the one
+// before it to be flushed (PostgreSQL's one notification queue lock, held through the commit),
+// and a NOTIFY that fails (a full notification queue, say; here: pg_notify refused to the
+// runtime role, in this database only) would roll back the admit and lose its Run.
+func TestAdmitDoesNotDependOnItsWakeUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f, s := dueFixture(t, time.Second, "a")
+	f.exec(`REVOKE EXECUTE ON FUNCTION pg_catalog.pg_notify(text, text) FROM PUBLIC`)
+	claims := must(s.ClaimBatch(ctx, "batcher", 30*time.Second, 10)).of(t)
+	if len(claims) != 1 {
+		t.Fatalf("claimed %d rows, want 1", len(claims))
+	}
+	if res := s.AdmitBatch(ctx, items(claims, 60_000), 3); res[0].Err != nil || res[0].Outcome != Written {
+		t.Fatalf("admit with the wake-up refused: %+v", res[0])
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.runs WHERE trigger_id = 'a'`); n != 1 {
+		t.Fatalf("%d Runs, want 1", n)
 	}
 }

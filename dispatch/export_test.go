@@ -28,3 +28,6 @@ func (p *Placer) WaitingPolls() int {
 	defer p.mu.Unlock()
 	return len(p.order)
 }
+
+// Passes is how many placement passes the placer ran.
+func (p *Placer) Passes() int64 { return p.passes.Load() }

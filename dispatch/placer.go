@@ -27,11 +27,12 @@ type Placer struct {
 	cursor   string                // rotation cursor: a project id
 	stopping bool
 
-	kick  chan struct{}
-	wake  chan struct{} // an admission's notification (Waker): counted apart from kick
-	woken atomic.Int64  // passes started by a notification that delivered offers
-	stop  context.CancelFunc
-	done  chan struct{}
+	kick   chan struct{}
+	wake   chan struct{} // an admission's notification (Waker): counted apart from kick
+	woken  atomic.Int64  // passes started by a notification that delivered offers
+	passes atomic.Int64  // passes run (tests)
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 type waiter struct {
@@ -178,10 +179,17 @@ func (p *Placer) removeLocked(w *waiter) {
 	}
 }
 
+// WakeGap is the least time between the start of a pass and a pass a notification starts
+// (Wake): notifications arriving meanwhile coalesce into that one pass, so a storm of admissions
+// runs at most one pass per WakeGap (the --placement-interval floor), not one after the other
+// for as long as it lasts, each reading the queue for every waiting poll.
+const WakeGap = 5 * time.Millisecond
+
 func (p *Placer) loop(ctx context.Context) {
 	defer close(p.done)
 	t := time.NewTicker(p.store.cfg.PlacementInterval)
 	defer t.Stop()
+	var last time.Time // the last pass's start
 	for {
 		woken := false
 		select {
@@ -191,7 +199,20 @@ func (p *Placer) loop(ctx context.Context) {
 		case <-p.kick:
 		case <-p.wake:
 			woken = true
+			if wait := WakeGap - time.Since(last); wait > 0 {
+				gap := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					gap.Stop()
+					return
+				case <-gap.C:
+				case <-p.kick: // a poll arrived: no reason to wait
+					gap.Stop()
+				}
+			}
 		}
+		last = time.Now()
+		p.passes.Add(1)
 		p.pass(ctx, woken)
 	}
 }

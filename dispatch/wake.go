@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// WakeChannel is the channel an admitting transaction notifies when it wrote at least one Run
-// (sql/queries/wake.sql, coordinator's admit): the Waker LISTENs on it.
+// WakeChannel is the channel the scheduler notifies once an admit that wrote at least one Run
+// committed (sql/queries/wake.sql, coordinator's AdmitBatch): the Waker LISTENs on it.
 const WakeChannel = "qlsched_runs_queued"
 
 // Waker LISTENs on WakeChannel on one dedicated connection and wakes the placer at each

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,19 +20,12 @@ import (
 	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 )
 
-// admitted queues one Run and, in the same transaction, sends the admission's wake-up statement
-// (db.WakeOnAdmit), as the coordinator's admit does.
+// admitted queues one Run and then sends the admission's wake-up statement (db.WakeOnAdmit), as
+// the coordinator's admit does once it committed.
 func (f *fx) admitted() {
 	f.t.Helper()
-	ids := f.queue("p", 1)
-	err := pgx.BeginFunc(bg, f.su, func(tx pgx.Tx) error {
-		// the transaction writes (an event of the queued Run), so the statement notifies
-		if _, err := tx.Exec(bg, `UPDATE control_core.runs SET updated_at_ms = updated_at_ms WHERE run_id = $1`, ids[0]); err != nil {
-			return err
-		}
-		return db.New(tx).WakeOnAdmit(bg)
-	})
-	if err != nil {
+	f.queue("p", 1)
+	if err := db.New(f.su).WakeOnAdmit(bg); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -86,36 +80,6 @@ func TestWakeOnAdmissionPlacesAtOnce(t *testing.T) {
 	}
 	if n := w.Notifications(); n < 3 {
 		t.Fatalf("notifications %d, want at least 3", n)
-	}
-}
-
-// The wake-up statement notifies only in a transaction that wrote: an admit that admitted
-// nothing wakes nobody.
-func TestWakeOnlyWhenTheAdmitWrote(t *testing.T) {
-	f := newFx(t)
-	conn, err := pgx.Connect(bg, f.d.URL("ql_runtime"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(bg)
-	if _, err := conn.Exec(bg, "LISTEN "+dispatch.WakeChannel); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgx.BeginFunc(bg, f.su, func(tx pgx.Tx) error { return db.New(tx).WakeOnAdmit(bg) }); err != nil {
-		t.Fatal(err)
-	}
-	f.exec(`SELECT pg_notify($1, 'sentinel')`, dispatch.WakeChannel)
-	f.admitted()
-	for _, want := range []string{"sentinel", ""} {
-		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
-		n, err := conn.WaitForNotification(ctx)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n.Payload != want {
-			t.Fatalf("notification %q, want %q (a transaction that wrote nothing notified)", n.Payload, want)
-		}
 	}
 }
 
@@ -246,5 +210,50 @@ func TestWakeOutlastsTheResponseBound(t *testing.T) {
 	eventually.True(t, 10*time.Second, "the notification received", func() bool { return w.Notifications() == 1 })
 	if n := connects.Load(); n != 1 || !w.Listening() {
 		t.Fatalf("%d connections, listening %v: want the first one kept", n, w.Listening())
+	}
+}
+
+// A storm of notifications (admits in a burst, no Run for the waiting poll) coalesces: the
+// placer runs at most one woken pass per WakeGap, not one after the other for as long as the
+// storm lasts, each reading the queue for every waiting poll.
+func TestWakeStormCoalesces(t *testing.T) {
+	f := newFx(t, dispatch.Config{OfferTTL: time.Minute, LeaseTTL: time.Minute, PlacementInterval: time.Second})
+	c := f.token("w")
+	s := f.session(c, 1, nil)
+	pl := dispatch.NewPlacer(f.store, nil)
+	if err := pl.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pl.Stop(bg) })
+	go func() { _, _ = pl.Poll(bg, c, s.ID, 1, 30*time.Second) }()
+	eventually.True(t, 10*time.Second, "the poll waiting", func() bool { return pl.WaitingPolls() == 1 })
+	url := f.d.URL("ql_runtime")
+	w := dispatch.NewWaker(func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }, pl, nil)
+	if err := w.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	eventually.True(t, 10*time.Second, "the waker listening", w.Listening)
+	// four notifiers, each its own connection, for one second
+	const storm = time.Second
+	began, p0 := time.Now(), pl.Passes()
+	var notifiers sync.WaitGroup
+	for range 4 {
+		notifiers.Go(func() {
+			for time.Since(began) < storm {
+				if _, err := f.su.Exec(bg, `SELECT pg_notify($1, '')`, dispatch.WakeChannel); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	notifiers.Wait()
+	took, passes, sent := time.Since(began), pl.Passes()-p0, w.Notifications()
+	// one pass per WakeGap, one probe per interval, the poll's own, and slack for a loaded machine
+	most := int64(took/dispatch.WakeGap) + int64(took/time.Second) + 10
+	t.Logf("%d notifications received, %d passes in %s (at most %d)", sent, passes, took, most)
+	if passes > most {
+		t.Fatalf("%d passes in %s for %d notifications, want at most %d: the storm was not coalesced", passes, took, sent, most)
 	}
 }

@@ -82,7 +82,7 @@ Runs, acknowledge them (a lease with a version), heartbeat, and report completio
   3. the sweeper: every --sweep-interval, offers and leases whose database-time expiry passed are
      expired (an expired lease is a failed Attempt, retried under the task's policy) and expired
      sessions closed, --sweep-batch rows per statement; any number of replicas sweep, no leader;
-  4. the placer: at once when a Run is admitted (the admitting transaction notifies, the
+  4. the placer: at once when a Run is admitted (the scheduler notifies once the admit committed, the
      dispatcher LISTENs on one dedicated connection, --listen-url), and, as the safety net for a
      lost notification, every --placement-interval while polls wait, it reads at most --max-projects
      projects × --scan-cap ready Runs the waiting session may take (its labels, Runs it did not
@@ -173,6 +173,9 @@ func (o *dispatchOptions) validate(cfg dispatch.Config) error {
 		c, err := dbconn.Resolve(o.listenURL)
 		if err != nil { // Resolve's message holds no part of the string; it names its flag
 			return cli.Usagef("--listen-url: %s", strings.ReplaceAll(err.Error(), "--database-url", "--listen-url"))
+		}
+		if c.Pooled() { // declared (ql_pooler=…): refused now, as a detected one is at connect
+			return cli.Usagef("--listen-url: goes through a connection pooler (ql_pooler), where LISTEN does not hold: give a connection straight to PostgreSQL, or none")
 		}
 		o.listenCfg = c
 	}

@@ -69,6 +69,9 @@ func TestDispatchBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"--owner", "has space"}, "--owner"},
 		// a bad --listen-url: named, and its password never echoed
 		{[]string{"--listen-url", "postgres://u:pw-never-shown@h/db?ql_pooler=maybe"}, "--listen-url: "},
+		// one declared a pooler's: LISTEN would never hold there, knowable before anything opens
+		{[]string{"--listen-url", "postgres://u:pw-never-shown@h/db?ql_pooler=transaction"}, "--listen-url: goes through a connection pooler"},
+		{[]string{"--listen-url", "postgres://u:pw-never-shown@h/db?ql_pooler=session"}, "--listen-url: goes through a connection pooler"},
 		{[]string{"--listen", "nonsense"}, `--listen "nonsense": want host:port`},
 		{[]string{"--listen", "127.0.0.1:70000"}, "not a number in 0 … 65535"},
 		{[]string{"--http-addr", "127.0.0.1:x"}, "--http-addr"},

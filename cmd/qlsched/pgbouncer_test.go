@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
@@ -31,6 +35,15 @@ func TestRunThroughPgBouncerAdmitsOnce(t *testing.T) {
 				[]string{"project", "create", "--project", "p"},
 				[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
 				[]string{"trigger", "publish", "--project", "p", "--trigger", "every-second", "--task", "k", "--cron", "* * * * * *"})
+			// the admits' wake-up reaches a dispatcher listening straight on PostgreSQL
+			listener, err := pgx.Connect(context.Background(), d.URL("ql_runtime"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer listener.Close(context.Background())
+			if _, err := listener.Exec(context.Background(), "LISTEN qlsched_runs_queued"); err != nil {
+				t.Fatal(err)
+			}
 			runtimeURL := b.URL("ql_runtime")
 			if mode == "session" {
 				runtimeURL += "&ql_pooler=session"
@@ -53,11 +66,16 @@ func TestRunThroughPgBouncerAdmitsOnce(t *testing.T) {
 				}
 				return nil
 			})
+			wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if _, err := listener.WaitForNotification(wctx); err != nil {
+				t.Errorf("no wake-up notification from the admits through PgBouncer (%s pooling): %v", mode, err)
+			}
+			cancel()
 			if code := rep.stop(t); code != 0 {
 				t.Errorf("qlsched run through PgBouncer (%s pooling): exit %d after SIGTERM\n%s", mode, code, rep.all.String())
 			}
 			var runs, dups, misshapen int
-			err := su.QueryRow(context.Background(), `SELECT count(*),
+			err = su.QueryRow(context.Background(), `SELECT count(*),
 				count(*) - count(DISTINCT (project_id, trigger_id, scheduled_for_ms)),
 				count(*) FILTER (WHERE (SELECT count(*) FROM control_core.attempts a WHERE a.run_id = r.run_id) <> 1
 					OR (SELECT count(*) FROM control_core.run_events e WHERE e.run_id = r.run_id) <> 2)
@@ -146,5 +164,35 @@ func TestAdminCommandsThroughPgBouncer(t *testing.T) {
 	}
 	if code := ui.stop(t); code != 0 {
 		t.Errorf("qlsched ui through PgBouncer: exit %d after SIGTERM", code)
+	}
+}
+
+// A --listen-url that reaches PgBouncer (found at connect: it refuses a startup parameter) is
+// refused when the wake-up connects, with no password in the error: LISTEN does not hold in
+// transaction pooling, and the dispatcher keeps its probe.
+func TestDispatchListenURLThroughPgBouncerIsRefused(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	b := d.StartPgBouncer(t, "transaction")
+	listen, err := dbconn.Resolve(b.URL("ql_runtime"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := dbconn.Resolve(d.URL("ql_runtime"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := dispatchOptions{listenURL: b.URL("ql_runtime"), listenCfg: listen}
+	connect := o.wakeConnect(own, slog.New(slog.DiscardHandler))
+	if connect == nil {
+		t.Fatal("wake-up off with a --listen-url given")
+	}
+	conn, err := connect(context.Background())
+	if err == nil {
+		_ = conn.Close(context.Background())
+		t.Fatal("LISTEN connection through PgBouncer accepted")
+	}
+	if !strings.Contains(err.Error(), "pooler") {
+		t.Errorf("error %q, want one naming the pooler", err)
 	}
 }
