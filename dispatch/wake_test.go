@@ -3,9 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,14 +121,12 @@ func TestWakeFallsBackToTheProbe(t *testing.T) {
 	}
 }
 
-// TestWakeLatencyAB measures admitted → offered with a poll waiting, at the default 25ms probe,
-// with the wake-up and without it, alternating one Run at a time in one sitting (docs/performance.md,
-// the loop's wake-up). Not a gate: it runs only with QL_WAKE_AB=<rounds per side>.
-func TestWakeLatencyAB(t *testing.T) {
-	rounds, _ := strconv.Atoi(os.Getenv("QL_WAKE_AB"))
-	if rounds < 1 {
-		t.Skip("set QL_WAKE_AB=<rounds per side> to measure")
-	}
+// BenchmarkWakeLatencyAB measures admitted → offered with a poll waiting, at the default 25ms
+// probe, with the wake-up and without it, alternating one Run at a time in one sitting
+// (docs/performance.md, the loop's wake-up): b.N Runs a side, e.g.
+// go test ./dispatch -run '^$' -bench WakeLatencyAB -benchtime 300x.
+func BenchmarkWakeLatencyAB(b *testing.B) {
+	t, rounds := b, b.N
 	f := newFx(t, dispatch.Config{OfferTTL: time.Minute, LeaseTTL: time.Minute})
 	c := f.token("w")
 	sessions := map[bool]dispatch.Session{false: f.session(c, 1, nil), true: f.session(c, 1, nil)}
@@ -174,7 +170,10 @@ func TestWakeLatencyAB(t *testing.T) {
 		d := took[wake]
 		slices.Sort(d)
 		q := func(p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
-		t.Logf("wake %v: admitted → offered over %d Runs: p50 %.1f ms, p99 %.1f ms, max %.1f ms (woken passes %d)", wake, len(d),
+		side := map[bool]string{false: "probe", true: "wake"}[wake]
+		b.ReportMetric(ms(q(0.5)), side+"-p50-ms")
+		b.ReportMetric(ms(q(0.99)), side+"-p99-ms")
+		b.Logf("wake %v: admitted → offered over %d Runs: p50 %.1f ms, p99 %.1f ms, max %.1f ms (woken passes %d)", wake, len(d),
 			ms(q(0.5)), ms(q(0.99)), ms(d[len(d)-1]), placers[wake].WokenPlacements())
 	}
 }
