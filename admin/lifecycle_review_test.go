@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -40,5 +41,24 @@ func TestRunNowRequestIsOneRun(t *testing.T) {
 	}
 	if n := f.count(`SELECT count(*) FROM control_core.admin_audit_log WHERE action = 'trigger.run_now'`); n != 1 {
 		t.Errorf("%d trigger.run_now audit rows for one request, want 1", n)
+	}
+}
+
+// Publishing an archived trigger is refused even when the spec is the head's own (an unchanged
+// publish writes nothing, but must not answer "unchanged" for a retired id), and enable/disable too.
+func TestPublishArchivedTriggerUnchangedIsRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	s := spec("p", "nightly", "task", "0 3 * * *")
+	if _, err := f.pub.PublishTrigger(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pub.ArchiveTrigger(ctx, "p", "nightly"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.pub.PublishTrigger(ctx, s)
+	if err == nil || !strings.Contains(err.Error(), "archived") {
+		t.Errorf("unchanged publish of an archived trigger: %+v, %v; want an archived error", res, err)
 	}
 }
