@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,6 +69,21 @@ func (p *Publisher) RunNow(ctx context.Context, project, trigger string, request
 		if err := q.SetAuditReason(ctx, "qlsched trigger run-now"); err != nil {
 			return fmt.Errorf("run-now %s/%s: audit reason: %w", project, trigger, err)
 		}
+		// run_now looks the request up at the head revision only: a retry after the head moved,
+		// or the request reused for another trigger, would make a second Run.
+		made, err := q.RunNowByRequest(ctx, db.RunNowByRequestParams{ProjectID: project, Request: out.Request})
+		if err != nil {
+			return fmt.Errorf("run-now %s/%s: request %s: %w", project, trigger, out.Request, err)
+		}
+		for _, m := range made {
+			t, rev, ok := parseRunNowKey(m.IdempotencyKey, out.Request)
+			if !ok || t != trigger {
+				return &stateError{msg: fmt.Sprintf("run-now %s/%s: request %s already made Run %s (key %s): a request id runs one trigger once; leave --request out for a new one",
+					project, trigger, out.Request, m.RunID, m.IdempotencyKey)}
+			}
+			out.RunID, out.TriggerRevision, out.IdempotencyKey, out.Already = m.RunID, rev, m.IdempotencyKey, true
+			return nil
+		}
 		row, err := q.RunNow(ctx, db.RunNowParams{ProjectID: project, TriggerID: trigger, Request: out.Request, Reason: reason})
 		if err != nil {
 			return fmt.Errorf("run-now %s/%s: %w", project, trigger, lifecycleErr(err))
@@ -75,6 +92,27 @@ func (p *Publisher) RunNow(ctx context.Context, project, trigger string, request
 		return nil
 	})
 	return out, err
+}
+
+// parseRunNowKey splits a run-now key ql3:now:v1:<trigger>:<revision>:<request> (a trigger id may
+// hold ':'; a revision never does).
+func parseRunNowKey(key string, request uuid.UUID) (trigger string, revision int64, ok bool) {
+	rest, found := strings.CutPrefix(key, "ql3:now:v1:")
+	if !found {
+		return "", 0, false
+	}
+	if rest, found = strings.CutSuffix(rest, ":"+request.String()); !found {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i < 0 {
+		return "", 0, false
+	}
+	rev, err := strconv.ParseInt(rest[i+1:], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return rest[:i], rev, true
 }
 
 // TriggerArchived is what an archive did. Already is true when the trigger was archived before

@@ -121,3 +121,45 @@ func (q *Queries) RunNow(ctx context.Context, arg RunNowParams) (RunNowRow, erro
 	)
 	return i, err
 }
+
+const runNowByRequest = `-- name: RunNowByRequest :many
+SELECT r.run_id::uuid AS run_id, r.idempotency_key::text AS idempotency_key
+FROM control_core.runs r
+WHERE r.project_id = $1::text AND r.trigger_id IS NULL AND r.owner = 'operator'
+  AND r.idempotency_key LIKE 'ql3:now:v1:%:' || CAST($2::uuid AS text)
+ORDER BY r.created_at_ms, r.run_id
+`
+
+type RunNowByRequestParams struct {
+	ProjectID string    `json:"project_id"`
+	Request   uuid.UUID `json:"request"`
+}
+
+type RunNowByRequestRow struct {
+	RunID          uuid.UUID `json:"run_id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+}
+
+// The run-now Runs a request made, whatever trigger and revision their keys name
+// (ql3:now:v1:<trigger>:<revision>:<request>): run_now looks its key up at the head revision
+// only, so a request retried after the head moved, or reused for another trigger, would make a
+// second Run; admin.RunNow asks this first. Read through the project's key index.
+func (q *Queries) RunNowByRequest(ctx context.Context, arg RunNowByRequestParams) ([]RunNowByRequestRow, error) {
+	rows, err := q.db.Query(ctx, runNowByRequest, arg.ProjectID, arg.Request)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RunNowByRequestRow{}
+	for rows.Next() {
+		var i RunNowByRequestRow
+		if err := rows.Scan(&i.RunID, &i.IdempotencyKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

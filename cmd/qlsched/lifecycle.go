@@ -5,16 +5,19 @@ import (
 	"io"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/internal/app/cli"
 )
 
 // triggerRunNowCmd is `qlsched trigger run-now`: one Run of the head revision, now.
 func (a *app) triggerRunNowCmd() *cobra.Command {
-	var project, trigger, reason string
+	var project, trigger, reason, requestFlag string
+	var request uuid.UUID
 	cmd := a.publish(&cobra.Command{
-		Use:   "run-now --project ID --trigger ID [--reason TEXT]",
+		Use:   "run-now --project ID --trigger ID [--reason TEXT] [--request UUID]",
 		Short: "Queue one Run of a trigger's head revision now (admin role)",
 		Long: `trigger run-now queues one Run of the trigger's head revision now, through
 control_core.run_now in one admin transaction, checked as an admission is: the project active,
@@ -27,8 +30,14 @@ ql3:now:v1:<trigger>:<revision>:<request id>, a key no cron occurrence can have;
 with its claimed Attempt, and a dispatcher places it like any queued Run. The trigger's cursor and
 claim fence are not touched: its next occurrence fires as it would have. The database writes a
 trigger.run_now audit row (run id, revision, request, reason) and the Run's run.created event
-names the trigger.`,
-		Example: `  qlsched trigger run-now --project billing --trigger nightly --reason "rerun after the fix"`,
+names the trigger.
+
+--request makes a retry safe: each call without it is a new request (a new Run); the same
+--request again returns the Run it made (already, nothing written), even when the trigger's head
+has moved since. A request id that made a Run of another trigger is refused (exit 1). The JSON
+document's request_id is the id to retry with.`,
+		Example: `  qlsched trigger run-now --project billing --trigger nightly --reason "rerun after the fix"
+  qlsched trigger run-now --project billing --trigger nightly --request 5f0c6b3e-8a51-4d0e-9c62-2f4b1f8f2a10`,
 	}, func(*cobra.Command) error {
 		if err := admin.ValidateID(admin.FieldProject, project); err != nil {
 			return err
@@ -36,9 +45,19 @@ names the trigger.`,
 		if err := admin.ValidateID(admin.FieldTrigger, trigger); err != nil {
 			return err
 		}
-		return admin.ValidateCancelReason(reason)
+		if err := admin.ValidateCancelReason(reason); err != nil {
+			return err
+		}
+		if requestFlag != "" {
+			u, err := uuid.Parse(requestFlag)
+			if err != nil || u == uuid.Nil {
+				return &cli.UsageError{Err: fmt.Errorf("--request %q: not a non-nil UUID", requestFlag)}
+			}
+			request = u
+		}
+		return nil
 	}, func(cmd *cobra.Command, p *admin.Publisher) (any, func(io.Writer), error) {
-		res, err := p.RunNow(cmd.Context(), project, trigger, [16]byte{}, reason)
+		res, err := p.RunNow(cmd.Context(), project, trigger, request, reason)
 		return document{"qlsched.trigger-run-now/v1", res}, func(out io.Writer) {
 			fmt.Fprintf(out, "run %s queued for trigger %s/%s revision %d\n  key %s\n",
 				res.RunID, res.ProjectID, res.TriggerID, res.TriggerRevision, res.IdempotencyKey)
@@ -47,6 +66,7 @@ names the trigger.`,
 	cmd.Flags().StringVar(&project, "project", "", "project id")
 	cmd.Flags().StringVar(&trigger, "trigger", "", "trigger id")
 	cmd.Flags().StringVar(&reason, "reason", "", fmt.Sprintf("why (at most %d characters; in the audit row and the run.created event)", admin.MaxCancelReason))
+	cmd.Flags().StringVar(&requestFlag, "request", "", "request id (UUID) of a retry: the same one again returns its Run (default: a new one)")
 	return cmd
 }
 

@@ -16,6 +16,8 @@ func TestLifecycleCommandsBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"trigger", "run-now", "--project", "p"}, "--trigger: trigger id"},
 		{[]string{"trigger", "run-now", "--trigger", "t"}, "--project: project id"},
 		{[]string{"trigger", "run-now", "--project", "p", "--trigger", "t", "--reason", strings.Repeat("r", 257)}, "--reason: want at most 256"},
+		{[]string{"trigger", "run-now", "--project", "p", "--trigger", "t", "--request", "not-a-uuid"}, "--request \"not-a-uuid\": not a non-nil UUID"},
+		{[]string{"trigger", "run-now", "--project", "p", "--trigger", "t", "--request", "00000000-0000-0000-0000-000000000000"}, "not a non-nil UUID"},
 		{[]string{"trigger", "archive", "--project", "p", "--trigger", "T T"}, "--trigger: trigger id"},
 		{[]string{"trigger", "archive", "--trigger", "t"}, "--project: project id"},
 		{[]string{"runs", "prune", "--project", "p"}, "--older-than: 0s is below the minimum 1h0m0s"},

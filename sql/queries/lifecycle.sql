@@ -21,3 +21,14 @@ FROM control_core.archive_trigger(@project_id::text, @trigger_id::text) a;
 SELECT p.runs::bigint AS runs, p.attempts::bigint AS attempts, p.events::bigint AS events,
        p.leases::bigint AS leases, p.offers::bigint AS offers, p.cutoff_ms::bigint AS cutoff_ms
 FROM control_core.prune_runs(@project_id::text, @older_than_ms::bigint, @batch::integer, @dry_run::boolean) p;
+
+-- name: RunNowByRequest :many
+-- The run-now Runs a request made, whatever trigger and revision their keys name
+-- (ql3:now:v1:<trigger>:<revision>:<request>): run_now looks its key up at the head revision
+-- only, so a request retried after the head moved, or reused for another trigger, would make a
+-- second Run; admin.RunNow asks this first. Read through the project's key index.
+SELECT r.run_id::uuid AS run_id, r.idempotency_key::text AS idempotency_key
+FROM control_core.runs r
+WHERE r.project_id = @project_id::text AND r.trigger_id IS NULL AND r.owner = 'operator'
+  AND r.idempotency_key LIKE 'ql3:now:v1:%:' || CAST(@request::uuid AS text)
+ORDER BY r.created_at_ms, r.run_id;
