@@ -4,8 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 )
 
 // A run-now request is one Run: retried after the trigger's head moved (the key names the
@@ -60,5 +63,45 @@ func TestPublishArchivedTriggerUnchangedIsRefused(t *testing.T) {
 	res, err := f.pub.PublishTrigger(ctx, s)
 	if err == nil || !strings.Contains(err.Error(), "archived") {
 		t.Errorf("unchanged publish of an archived trigger: %+v, %v; want an archived error", res, err)
+	}
+}
+
+// An archive racing a direct reset_schedule: the reset waits behind the archive's lock on the
+// trigger, then sees the archive and is refused, so no schedule row comes back (the guard used
+// to read archived_triggers before the archive committed). And prune_runs refuses a NULL
+// dry_run, which used to read as false and delete.
+func TestArchiveRacingAResetAndPruneNullDryRun(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.pub.PublishTrigger(ctx, spec("p", "t", "task", "* * * * *")); err != nil {
+		t.Fatal(err)
+	}
+	pool := f.d.Pool(t, "ql_admin")
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT * FROM control_core.archive_trigger('p', 't')`); err != nil {
+		t.Fatal(err)
+	}
+	reset := make(chan error, 1)
+	go func() { _, err := pool.Exec(ctx, `SELECT * FROM control_core.reset_schedule('p', 't')`); reset <- err }()
+	eventually.True(t, 10*time.Second, "the reset waiting for the archive's lock", func() bool {
+		return f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%reset_schedule%'`) == 1
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-reset; err == nil || !strings.Contains(err.Error(), "archived") {
+		t.Errorf("reset_schedule racing the archive: %v; want it refused as archived", err)
+	}
+	if row := f.scheduleRow("t"); row != "" {
+		t.Errorf("an archived trigger has a schedule row again: %s", row)
+	}
+	_, err = pool.Exec(ctx, `SELECT * FROM control_core.prune_runs('p', 3600000, 10, NULL)`)
+	if err == nil || !strings.Contains(err.Error(), "dry_run is NULL") {
+		t.Errorf("prune_runs with a NULL dry_run: %v; want it refused", err)
 	}
 }

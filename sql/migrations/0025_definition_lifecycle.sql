@@ -2,7 +2,7 @@
 -- old Runs pruned. Three SECURITY DEFINER functions, EXECUTE for the admin role only: the admin
 -- role keeps no INSERT on runs and no DELETE anywhere in the loop, and the runtime gets nothing.
 -- Cost: one empty table and two triggers that fire on a publish's head update and on a schedule
--- row's INSERT only (never on a claim or an admit, which update).
+-- row's INSERT only (never on a claim or an admit, which update); one index built on run_leases.
 -- control-core capability v24 / definition_lifecycle.
 
 -- +goose Up
@@ -43,6 +43,12 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog
 AS $$
 BEGIN
+    -- A schedule row's insert waits for an archive in flight (it holds the trigger FOR UPDATE), so
+    -- the check below, a statement of its own, sees the archive once it has committed.
+    IF TG_TABLE_NAME = 'trigger_schedules' THEN
+        PERFORM 1 FROM control_core.triggers t
+          WHERE t.project_id = NEW.project_id AND t.trigger_id = NEW.trigger_id FOR SHARE;
+    END IF;
     IF EXISTS (SELECT 1 FROM control_core.archived_triggers a
                 WHERE a.project_id = NEW.project_id AND a.trigger_id = NEW.trigger_id) THEN
         RAISE EXCEPTION 'trigger %/% is archived: it is never published or scheduled again (publish under a new trigger id)',
@@ -234,6 +240,9 @@ BEGIN
         RAISE EXCEPTION 'prune_runs: older_than_ms % is below one hour (3600000)', p_older_than_ms
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF p_dry_run IS NULL THEN
+        RAISE EXCEPTION 'prune_runs: dry_run is NULL (true counts, false deletes)' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF p_batch IS NULL OR p_batch < 1 OR p_batch > 10000 THEN
         RAISE EXCEPTION 'prune_runs: batch % is outside 1..10000', p_batch USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -278,6 +287,11 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
+
+-- The foreign keys of run_leases (run_id → runs, (attempt_id, run_id) → attempts) had only
+-- partial indexes (active leases) behind them: each pruned Run and Attempt scanned the whole lease
+-- history. One index serves both checks. It blocks writes to run_leases while it is built.
+CREATE INDEX run_leases_run_attempt_idx ON control_core.run_leases (run_id, attempt_id);
 
 -- ---- grants (roles/model.go v24 holds the same)
 GRANT SELECT ON control_core.archived_triggers TO ql_admin;
