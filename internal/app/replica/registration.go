@@ -61,6 +61,8 @@ type Registration struct {
 	log        *slog.Logger
 	lost       chan struct{}
 	stop       chan struct{}
+	stopCtx    context.Context // cancelled with stop: a heartbeat in flight gives up at once
+	stopCancel context.CancelFunc
 	done       chan struct{}
 	stopOnce   sync.Once
 	StartedAt  time.Time // database time of the registration
@@ -127,6 +129,7 @@ func Register(ctx context.Context, h *dbconn.DB, o RegisterOptions) (*Registrati
 		}
 	}
 	log.Info("replica registered", "instance", r.instance, "ttl", ttl.String(), "heartbeat", (ttl / 3).String())
+	r.stopCtx, r.stopCancel = context.WithCancel(context.Background())
 	go r.heartbeat()
 	return r, nil
 }
@@ -146,10 +149,12 @@ func (r *Registration) heartbeat() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
+		ctx, cancel := context.WithTimeout(r.stopCtx, every)
 		expires, err := coordinator.HeartbeatReplica(ctx, r.h, r.owner, r.instance, r.ttl.Milliseconds())
 		cancel()
 		switch {
+		case err != nil && r.stopCtx.Err() != nil:
+			return // Release cancelled it
 		case err != nil:
 			if !failing {
 				r.log.Warn("replica heartbeat failed; retrying", "instance", r.instance, "err", err)
@@ -172,7 +177,7 @@ func (r *Registration) heartbeat() {
 // Release stops the heartbeats and deletes the registration if it is still this instance's (a
 // clean stop: the owner can be reused at once).
 func (r *Registration) Release(ctx context.Context) error {
-	r.stopOnce.Do(func() { close(r.stop) })
+	r.stopOnce.Do(func() { close(r.stop); r.stopCancel() })
 	<-r.done
 	if _, err := coordinator.ReleaseReplica(ctx, r.h, r.owner, r.instance); err != nil {
 		return fmt.Errorf("release replica registration --owner %q: %w", r.owner, err)
