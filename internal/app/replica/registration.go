@@ -72,7 +72,8 @@ type Registration struct {
 func ms(t int64) time.Time { return time.UnixMilli(t) }
 
 // Register takes owner's registration for a new instance. A row another instance holds is waited
-// for, at most one TTL: a crashed predecessor's row expires and is taken; a holder that
+// for, at most one TTL or until the row's own expiry when the holder registered with a longer
+// one (at most MaxRegistrationTTL): a crashed predecessor's row expires and is taken; a holder that
 // heartbeats meanwhile is live, and Register returns an *OwnerHeldError. Then it heartbeats every
 // TTL/3 in the background; Lost is closed when a heartbeat finds the row taken.
 func Register(ctx context.Context, h *dbconn.DB, o RegisterOptions) (*Registration, error) {
@@ -92,7 +93,7 @@ func Register(ctx context.Context, h *dbconn.DB, o RegisterOptions) (*Registrati
 	r.InstanceID = r.instance
 	poll := min(max(ttl/10, 100*time.Millisecond), time.Second)
 	var first *coordinator.ReplicaRow
-	var waitUntil time.Time // local clock: one TTL after the first refusal
+	var waitUntil time.Time // local clock: one TTL (or the holder's expiry) after the first refusal
 	for {
 		row, err := coordinator.RegisterReplica(ctx, h, o.Owner, r.instance, o.Hostname, o.Version, ttl.Milliseconds())
 		if err != nil {
@@ -111,9 +112,15 @@ func Register(ctx context.Context, h *dbconn.DB, o RegisterOptions) (*Registrati
 		switch {
 		case first == nil:
 			first = &row
-			waitUntil = time.Now().Add(ttl)
+			// one TTL, or the holder's own expiry when it registered with a longer TTL (a
+			// crashed holder's row outlives our TTL then; a live one heartbeats before it)
+			limit := ttl
+			if remaining := time.Duration(max(row.ExpiresAtMs-row.NowMs, 0)) * time.Millisecond; remaining >= ttl {
+				limit = min(remaining, MaxRegistrationTTL) + poll
+			}
+			waitUntil = time.Now().Add(limit)
 			log.Warn(fmt.Sprintf("--owner %q is registered by host %q (instance %s, started %s) until %s: waiting up to %s for that registration to expire (a crashed replica's) before taking it; if it heartbeats meanwhile it is live and this replica refuses to start",
-				o.Owner, row.Hostname, row.InstanceID, held.StartedAt.UTC().Format(time.RFC3339), held.ExpiresAt.UTC().Format(time.RFC3339Nano), ttl),
+				o.Owner, row.Hostname, row.InstanceID, held.StartedAt.UTC().Format(time.RFC3339), held.ExpiresAt.UTC().Format(time.RFC3339Nano), limit),
 				"instance", r.instance)
 		case row.InstanceID != first.InstanceID || row.HeartbeatAtMs != first.HeartbeatAtMs:
 			return nil, held // it heartbeated (or another replica took it): live
