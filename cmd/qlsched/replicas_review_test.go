@@ -99,3 +99,15 @@ func TestARestartWithAShorterTTLWaitsForTheCrashedHoldersExpiry(t *testing.T) {
 		t.Errorf("exit %d on SIGTERM:\n%s", code, r.all.String())
 	}
 }
+
+// `qlsched replicas` as the runtime role (which may not read the table) names the admin role.
+func TestReplicasAsRuntimeNamesTheAdminRole(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	r := run(t, "replicas", "--database-url", d.URL("ql_runtime"))
+	if r.code != 3 || !strings.Contains(r.stderr, "permission denied") || !strings.Contains(r.stderr, "hint: qlsched replicas runs as the admin role ql_admin (the runtime role may not read control_core.replicas") ||
+		strings.Contains(r.stderr, "lacks its grants") {
+		t.Errorf("replicas as ql_runtime: exit %d, stderr %q; want exit 3 naming ql_admin alone, not a missing grant of ql_runtime", r.code, r.stderr)
+	}
+	t.Logf("stderr: %s", r.stderr)
+}
