@@ -26,7 +26,9 @@ func TestSIGTERMDuringTheCrashWaitExitsPromptlyRegisteringNothing(t *testing.T) 
 	}
 	r := startReplica(t, qlsched(t), "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0", "--owner", "waited",
 		"--registration-ttl", "30s")
-	r.waitFor(t, 60*time.Second, "the wait for the crashed registration", func(l string) bool { return strings.Contains(l, "waiting up to 30s") })
+	r.waitFor(t, 60*time.Second, "the wait for the crashed registration", func(l string) bool {
+		return strings.Contains(l, "is registered by host") && strings.Contains(l, "waiting up to")
+	})
 	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
