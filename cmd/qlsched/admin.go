@@ -137,6 +137,11 @@ func (a *app) adminCmd(cmd *cobra.Command, validate func(*cobra.Command) error, 
 // status, …); a command without it writes, as the admin role.
 const readOnly = "qlsched/read-only"
 
+// adminRead is the annotation of a read-only command whose table only the admin role may read
+// (replicas: the runtime role reaches control_core.replicas only through functions); its value
+// says why, for the hint.
+const adminRead = "qlsched/admin-read"
+
 // roleHint adds to a permission denied (SQLSTATE 42501, from the server at connection or at a
 // statement) the role cmd needs and the role it ran as. The admin role's name follows the
 // connected role's prefix when that role is one of the four (acme_runtime: acme_admin), else the
@@ -161,7 +166,9 @@ func (a *app) roleHint(cmd *cobra.Command, err error) error {
 		}
 	}
 	need := fmt.Sprintf("admin commands run as the admin role %s", names.Admin)
-	if cmd.Annotations[readOnly] != "" {
+	if why := cmd.Annotations[adminRead]; why != "" {
+		need = fmt.Sprintf("%s runs as the admin role %s (%s)", cmd.CommandPath(), names.Admin, why)
+	} else if cmd.Annotations[readOnly] != "" {
 		need = fmt.Sprintf("%s runs as a role that may read control_core: %s or %s", cmd.CommandPath(), names.Admin, names.Runtime)
 		if as == names.Runtime {
 			need = fmt.Sprintf("%s runs as %s or %s; connected as %s, which has the runtime role's name but lacks its grants "+

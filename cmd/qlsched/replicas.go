@@ -13,7 +13,7 @@ import (
 
 // replicasCmd is `qlsched replicas`: the registrations of the scheduler replicas (pg-0024).
 func (a *app) replicasCmd() *cobra.Command {
-	return a.list("replicas", "List scheduler replicas: owner, instance, host, version, started, last heartbeat, live",
+	cmd := a.list("replicas", "List scheduler replicas: owner, instance, host, version, started, last heartbeat, live",
 		`replicas lists the registrations of the scheduler replicas (qlsched run), one per --owner, by
 owner: the owner, the instance (random per process), host name, version, start time, the age of
 the last heartbeat (database time) and whether the registration is live (not past its expiry) or
@@ -42,4 +42,6 @@ replica with the same --owner takes an expired one). Read-only, one snapshot, th
 					tw.Flush()
 				}, err
 		})
+	cmd.Annotations[adminRead] = "the runtime role may not read control_core.replicas; it registers through functions"
+	return cmd
 }

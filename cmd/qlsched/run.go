@@ -72,7 +72,8 @@ func (a *app) runCmd() *cobra.Command {
      every third of --registration-ttl and deleted on a clean stop. A live replica already
      registered under the same --owner refuses the start (exit 2, naming its host, its start and
      when its registration expires). A row left by a replica that crashed is waited for, at most
-     one --registration-ttl (said on stderr), then taken. A replica whose heartbeat finds its
+     one --registration-ttl or, if it was registered with a longer one, until it expires
+     (at most 5m; said on stderr), then taken. A replica whose heartbeat finds its
      row taken stops claiming and exits 1;
   4. startup recovery: runtime-owned queued/dispatching Runs that are not in the pristine admitted
      shape fail closed (see docs/scheduling.md);

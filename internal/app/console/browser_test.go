@@ -54,7 +54,7 @@ func TestBrowserLoadsEveryPage(t *testing.T) {
 		                           (80 + (g * 37) % 300 + CASE WHEN g % 97 = 0 THEN 1800 ELSE 0 END)::bigint AS lag) x
 		JOIN control_core.task_revisions kr ON kr.project_id = 'billing' AND kr.task_id = 'job' AND kr.revision = 1`)
 	l := seedLoop(t, s) // worker sessions, a failed Run whose output tail holds a script, one leased, one queued
-	// live for an hour: the pages before /replicas take a browser each, a few seconds apiece
+	// live for the whole test: the pages before this one take tens of seconds on a loaded machine
 	s.d.Exec(t, `INSERT INTO control_core.replicas (owner, instance_id, hostname, version, started_at_ms, heartbeat_at_ms, expires_at_ms)
 		SELECT 'replica-a', gen_random_uuid(), 'host-a', 'v1.2.3', n - 60000, n, n + 3600000 FROM (SELECT control_core.db_now_ms() AS n) x`)
 	shots := t.TempDir()

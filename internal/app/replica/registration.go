@@ -61,6 +61,8 @@ type Registration struct {
 	log        *slog.Logger
 	lost       chan struct{}
 	stop       chan struct{}
+	stopCtx    context.Context // cancelled with stop: a heartbeat in flight gives up at once
+	stopCancel context.CancelFunc
 	done       chan struct{}
 	stopOnce   sync.Once
 	StartedAt  time.Time // database time of the registration
@@ -70,7 +72,8 @@ type Registration struct {
 func ms(t int64) time.Time { return time.UnixMilli(t) }
 
 // Register takes owner's registration for a new instance. A row another instance holds is waited
-// for, at most one TTL: a crashed predecessor's row expires and is taken; a holder that
+// for, at most one TTL or until the row's own expiry when the holder registered with a longer
+// one (at most MaxRegistrationTTL): a crashed predecessor's row expires and is taken; a holder that
 // heartbeats meanwhile is live, and Register returns an *OwnerHeldError. Then it heartbeats every
 // TTL/3 in the background; Lost is closed when a heartbeat finds the row taken.
 func Register(ctx context.Context, h *dbconn.DB, o RegisterOptions) (*Registration, error) {
@@ -90,7 +93,7 @@ func Register(ctx context.Context, h *dbconn.DB, o RegisterOptions) (*Registrati
 	r.InstanceID = r.instance
 	poll := min(max(ttl/10, 100*time.Millisecond), time.Second)
 	var first *coordinator.ReplicaRow
-	var waitUntil time.Time // local clock: one TTL after the first refusal
+	var waitUntil time.Time // local clock: one TTL (or the holder's expiry) after the first refusal
 	for {
 		row, err := coordinator.RegisterReplica(ctx, h, o.Owner, r.instance, o.Hostname, o.Version, ttl.Milliseconds())
 		if err != nil {
@@ -109,9 +112,15 @@ func Register(ctx context.Context, h *dbconn.DB, o RegisterOptions) (*Registrati
 		switch {
 		case first == nil:
 			first = &row
-			waitUntil = time.Now().Add(ttl)
+			// one TTL, or the holder's own expiry when it registered with a longer TTL (a
+			// crashed holder's row outlives our TTL then; a live one heartbeats before it)
+			limit := ttl
+			if remaining := time.Duration(max(row.ExpiresAtMs-row.NowMs, 0)) * time.Millisecond; remaining >= ttl {
+				limit = min(remaining, MaxRegistrationTTL) + poll
+			}
+			waitUntil = time.Now().Add(limit)
 			log.Warn(fmt.Sprintf("--owner %q is registered by host %q (instance %s, started %s) until %s: waiting up to %s for that registration to expire (a crashed replica's) before taking it; if it heartbeats meanwhile it is live and this replica refuses to start",
-				o.Owner, row.Hostname, row.InstanceID, held.StartedAt.UTC().Format(time.RFC3339), held.ExpiresAt.UTC().Format(time.RFC3339Nano), ttl),
+				o.Owner, row.Hostname, row.InstanceID, held.StartedAt.UTC().Format(time.RFC3339), held.ExpiresAt.UTC().Format(time.RFC3339Nano), limit),
 				"instance", r.instance)
 		case row.InstanceID != first.InstanceID || row.HeartbeatAtMs != first.HeartbeatAtMs:
 			return nil, held // it heartbeated (or another replica took it): live
@@ -127,6 +136,7 @@ func Register(ctx context.Context, h *dbconn.DB, o RegisterOptions) (*Registrati
 		}
 	}
 	log.Info("replica registered", "instance", r.instance, "ttl", ttl.String(), "heartbeat", (ttl / 3).String())
+	r.stopCtx, r.stopCancel = context.WithCancel(context.Background())
 	go r.heartbeat()
 	return r, nil
 }
@@ -146,10 +156,12 @@ func (r *Registration) heartbeat() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
+		ctx, cancel := context.WithTimeout(r.stopCtx, every)
 		expires, err := coordinator.HeartbeatReplica(ctx, r.h, r.owner, r.instance, r.ttl.Milliseconds())
 		cancel()
 		switch {
+		case err != nil && r.stopCtx.Err() != nil:
+			return // Release cancelled it
 		case err != nil:
 			if !failing {
 				r.log.Warn("replica heartbeat failed; retrying", "instance", r.instance, "err", err)
@@ -172,7 +184,7 @@ func (r *Registration) heartbeat() {
 // Release stops the heartbeats and deletes the registration if it is still this instance's (a
 // clean stop: the owner can be reused at once).
 func (r *Registration) Release(ctx context.Context) error {
-	r.stopOnce.Do(func() { close(r.stop) })
+	r.stopOnce.Do(func() { close(r.stop); r.stopCancel() })
 	<-r.done
 	if _, err := coordinator.ReleaseReplica(ctx, r.h, r.owner, r.instance); err != nil {
 		return fmt.Errorf("release replica registration --owner %q: %w", r.owner, err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/app/replica"
+	"github.com/qlcontrol/controlcore/internal/testkit/faultproxy"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 )
 
@@ -114,5 +117,48 @@ func TestRegisterWaitsOutACrashedHolderOnly(t *testing.T) {
 		if err := x.Release(ctx); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// A heartbeat stuck in a network partition (no RST, no FIN: a black-holed database) must not hold
+// up a clean stop: Release is bounded by its own context, not by the in-flight heartbeat's
+// timeout (a third of the TTL: 100 s at the largest --registration-ttl).
+func TestReleaseDoesNotWaitForAHeartbeatStuckInAPartition(t *testing.T) {
+	t.Parallel()
+	d := testpg.New(t)
+	cfg := d.Config(t, "ql_runtime")
+	cc := cfg.Pool.ConnConfig
+	proxy, err := faultproxy.Start(net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	cc.Host, cc.Port = "127.0.0.1", proxy.Port()
+	h, err := cfg.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	const ttl = 30 * time.Second // heartbeat every 10 s, each given 10 s
+	r, err := replica.Register(context.Background(), h, replica.RegisterOptions{Owner: "p", Hostname: "h", Version: "v",
+		TTL: ttl, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := proxy.PartitionOnQuery("-- name: HeartbeatReplica")
+	select {
+	case <-fired: // the first heartbeat is now in flight, held by the partition
+	case <-time.After(ttl):
+		t.Fatal("no heartbeat reached the proxy within one TTL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	began := time.Now()
+	err = r.Release(ctx)
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("Release with a 1 s context took %s (err %v); want about 1 s, not the stuck heartbeat's %s", took, err, ttl/3)
+	}
+	if err == nil {
+		t.Errorf("Release during the partition: nil; want the release's error (it cannot reach the database)")
 	}
 }
