@@ -262,11 +262,12 @@ func TestClosedLoopWithRealProcesses(t *testing.T) {
 func TestClosedLoopRetriesAFailedAttempt(t *testing.T) {
 	t.Parallel()
 	marker := filepath.Join(t.TempDir(), "flaky-failed-once")
-	spec := fmt.Sprintf(`{"command":["sh","-c","if [ -e \"$1\" ]; then echo second; else : > \"$1\"; echo first >&2; exit 3; fi","flaky","%s"],"timeout":"30s"}`, marker)
+	spec := fmt.Sprintf(`{"command":["sh","-c","if mkdir \"$1\" 2>/dev/null; then echo first >&2; exit 3; else echo second; fi","flaky","%s"],"timeout":"30s"}`, marker)
 	l := startLoop(t, []string{"flaky", "--executor-spec", spec, "--max-attempts", "2", "--retry-backoff", "1s"})
 	l.settle(t, 1, "flaky")
 	l.audit(t)
-	// The marker makes exactly one Attempt of all fail; its Run succeeded on attempt 2. Other Runs
+	// The marker (mkdir: atomic, so two first Attempts started together cannot both fail) makes
+	// exactly one Attempt of all fail; its Run succeeded on attempt 2. Other Runs
 	// (the trigger may admit more than one before it is disabled) found the marker: one Attempt.
 	if n := l.count(t, `SELECT count(*) FROM control_core.attempts WHERE attempt_no = 1 AND state = 'failed'
 		AND error->>'kind' = 'exit_status'`); n != 1 {
