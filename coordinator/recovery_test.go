@@ -123,7 +123,7 @@ func TestStartupRecoveryExcludesExactlyTheDispatchersShapes(t *testing.T) {
 // pg-0020 refuses removing the Attempt of a runtime-owned queued or dispatching Run, even for the
 // owner or a superuser: by DELETE, by moving it to another Run, or by TRUNCATE. Once the Run has
 // left those states its Attempts are history the trigger leaves alone, but such a Run cannot be
-// made live again without an Attempt (runs_keep_live_attempt, pg-0021): the pg-0016 source found that
+// made live again without an Attempt (runs_keep_live_attempt, pg-0020 and pg-0021): the pg-0016 source found that
 // Run, the pg-0020 one would not.
 func TestALiveRunsAttemptCannotBeRemoved(t *testing.T) {
 	t.Parallel()

@@ -131,7 +131,7 @@ func liveIndexes(files map[string]string) []string {
 
 // Every table, column, index and function the migrations create is in the contract, and the
 // contract has nothing the migrations do not create. The migrations create and never drop or
-// rename, but for an index a later migration drops (pg-0020 drops runs_recovery_idx, pg-0021 trigger_schedules_project_due_idx): checked
+// rename, but for an index a later migration drops (pg-0020 drops runs_recovery_idx): checked
 // here too, so that this derivation stays valid. A table's columns are those of its CREATE TABLE
 // body and those its ALTER TABLE statements add (pg-0022).
 func TestContractListsWhatTheMigrationsCreate(t *testing.T) {

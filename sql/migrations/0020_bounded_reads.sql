@@ -12,15 +12,6 @@
 -- predicate names state).
 CREATE INDEX runs_project_state_created_idx ON control_core.runs (project_id, state, created_at_ms, run_id);
 
--- The console overview's per-project backlog: a project's due range in claim order, as one range
--- of this index (ConsoleProjects walks at most its cap of rows per project). Through
--- trigger_schedules_claim_idx, whose first column is the cursor, each project's walk read every
--- project's due rows and kept its own. The cursor is in trigger_schedules_claim_idx already, so
--- an update that moves it (init, admit, skip) was never HOT; a claim, which moves no cursor,
--- stays HOT.
-CREATE INDEX trigger_schedules_project_due_idx
-    ON control_core.trigger_schedules (project_id, (coalesce(next_fire_at_ms, -1)));
-
 -- ---- startup recovery source
 -- The source excludes the pristine shape admission leaves (a queued Run, not cancelled, whose one
 -- Attempt is attempt 1, claimed, remote_worker, every dispatch field NULL), so its cost follows
@@ -76,5 +67,27 @@ CREATE TRIGGER attempts_keep_live_run_attempt BEFORE DELETE OR UPDATE OF run_id 
     FOR EACH ROW EXECUTE FUNCTION control_core.attempts_keep_live_run_attempt();
 CREATE TRIGGER attempts_keep_live_run_attempt_truncate BEFORE TRUNCATE ON control_core.attempts
     FOR EACH STATEMENT EXECUTE FUNCTION control_core.attempts_keep_live_run_attempt();
+-- The same shape by the other door: a Run made live again (back to queued or dispatching, or back
+-- to the runtime owner) after its Attempts were removed while it was not live. A runtime Run that
+-- becomes queued or dispatching by an UPDATE must have an Attempt; a Run already live keeps its
+-- own (the trigger above), so only the change into the live states is checked.
+-- +goose StatementBegin
+CREATE FUNCTION control_core.runs_keep_live_attempt() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog
+AS $$
+BEGIN
+    IF NEW.owner = 'runtime' AND NEW.state IN ('queued', 'dispatching')
+       AND NOT (OLD.owner = 'runtime' AND OLD.state IN ('queued', 'dispatching'))
+       AND NOT EXISTS (SELECT 1 FROM control_core.attempts a WHERE a.run_id = NEW.run_id) THEN
+        RAISE EXCEPTION 'runs: Run % has no Attempt and cannot become a runtime-owned queued or dispatching Run', NEW.run_id
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER runs_keep_live_attempt BEFORE UPDATE OF state, owner ON control_core.runs
+    FOR EACH ROW EXECUTE FUNCTION control_core.runs_keep_live_attempt();
 
 SELECT control_core.advance_capability('control-core', 19, 'bounded_reads', 'pg-0020-bounded-reads');
