@@ -145,7 +145,7 @@ func TestContractListsWhatTheMigrationsCreate(t *testing.T) {
 		t.Fatalf("a migration has %q: this test derives the schema from CREATE statements alone; teach it the change", m)
 	}
 	// Functions are compared by name, so a DROP FUNCTION is allowed only where the same file creates
-	// that name again after it (pg-0023 replaces retry_at_ms's 5-argument form with a 6-argument one).
+	// that name again after it (a signature change).
 	for file, text := range files {
 		for _, m := range dropFunction.FindAllStringSubmatchIndex(text, -1) {
 			name := text[m[2]:m[3]]

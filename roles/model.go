@@ -177,7 +177,8 @@ var Functions = []FunctionGrant{
 	// pg-0022: the closed loop's rule functions (inlined into both roles' queries), its trigger
 	// functions (owner only) and the admin's audited cancel
 	{Function: "control_core.task_digest(text, bigint, uuid, text, integer, bigint, jsonb)", Execute: []Part{Admin, Runtime}, Source: "pg-0022: the digest with retry policy and worker selector"},
-	{Function: "control_core.retry_at_ms(text, integer, integer, integer, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0023: replaces pg-0022's 5-argument form; a hand-back is not an attempt"},
+	{Function: "control_core.retry_at_ms(text, integer, integer, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0022; kept by pg-0023 for v21 dispatchers during a rolling upgrade"},
+	{Function: "control_core.retry_at_ms(text, integer, integer, integer, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0023: supersedes the 5-argument form; a hand-back is not an attempt"},
 	{Function: "control_core.max_hand_backs()", Execute: []Part{Admin, Runtime}, Source: "pg-0023: inlined into retry_at_ms"},
 	{Function: "control_core.attempt_live_shape(text, text, uuid, uuid, uuid, text, bigint, bigint, jsonb, jsonb)", Execute: []Part{Admin, Runtime}, Source: "pg-0022"},
 	{Function: "control_core.run_attempt_states_agree(text, text)", Execute: []Part{Admin, Runtime}, Source: "pg-0022: also called by run_attempt_agree as whoever commits"},

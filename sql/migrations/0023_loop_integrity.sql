@@ -55,8 +55,9 @@ AS $$ SELECT 16 $$;
 -- cancelled: never. handed_back: at once, unless the Run already has max_hand_backs(). Otherwise
 -- the attempt counted (attempt_no - hand_backs) is the last one allowed, or the retry waits
 -- backoff × 2^(counted-1), capped at 24 h (the shift is capped too: 2^30 × 1 ms exceeds the cap).
--- Replaces pg-0022's 5-argument form, which counted a hand-back as an attempt.
-DROP FUNCTION control_core.retry_at_ms(text, integer, integer, bigint, bigint);
+-- Supersedes pg-0022's 5-argument form (which counts a hand-back as an attempt). That form stays:
+-- a v21 dispatcher still serving during a rolling upgrade calls it in every completion and lease
+-- sweep; a later migration drops it (expand, then contract).
 CREATE FUNCTION control_core.retry_at_ms(outcome text, attempt_no integer, hand_backs integer, max_attempts integer,
                                          backoff_ms bigint, now_ms bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
