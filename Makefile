@@ -123,22 +123,26 @@ bench-river:
 # jobs every second, then as many `qlsched run` processes with as many every-second triggers, put
 # through one fault plan (seed PEER_SEED; 0 draws one and prints it) for PEER_DURATION on one
 # throwaway server, and one audit by scheduled second, printed as one table (bench/river chaos,
-# internal/testkit/chaos). PEER_SYSTEMS=river-plain,river,qlsched adds River on its defaults. The
-# docs/performance.md sitting: PEER_JOBS=100 and 500, PEER_DURATION=5m. peer-chaos-short is the
-# CI-sized run (N = 50, D = 45 s, seed 22): about 2 minutes (124 s here, build included).
+# internal/testkit/chaos): admitted within 1 s, within 60 s (qlsched's default misfire grace),
+# ever; each qlsched miss tied to the fault that stranded its claim; the duplicate attempts each
+# system refused (fence, unique key). The qlsched rows: tuned (lease 3s, cadence 500ms, grace
+# 1s), qlsched-grace (the same at the default grace) and qlsched-default (default lease, cadence
+# and grace, budget sized for the load). PEER_SYSTEMS=river-plain,... adds River on its defaults.
+# The docs/performance.md sitting: PEER_JOBS=100, PEER_DURATION=5m. peer-chaos-short is the
+# CI-sized run (N = 50, D = 45 s, seed 22, River and tuned qlsched): about 2 minutes.
 .PHONY: peer-chaos peer-chaos-short
 PEER_JOBS ?= 100
 PEER_REPLICAS ?= 3
 PEER_DURATION ?= 5m
 PEER_SEED ?= 0
-PEER_SYSTEMS ?= river,qlsched
+PEER_SYSTEMS ?= qlsched-default,qlsched-grace,qlsched,river
 peer-chaos:
 	go build -o bin/qlsched ./cmd/qlsched
 	cd bench/river && go run . chaos --qlsched ../../bin/qlsched --jobs $(PEER_JOBS) --replicas $(PEER_REPLICAS) \
 	  --duration $(PEER_DURATION) --seed $(PEER_SEED) --systems $(PEER_SYSTEMS)
 
 peer-chaos-short:
-	@$(MAKE) --no-print-directory peer-chaos PEER_JOBS=50 PEER_DURATION=45s PEER_SEED=22
+	@$(MAKE) --no-print-directory peer-chaos PEER_JOBS=50 PEER_DURATION=45s PEER_SEED=22 PEER_SYSTEMS=river,qlsched
 
 # peer-chaos-loop is the same plan over the whole loop, audited by execution: River's clients
 # working the periodic jobs, and qlsched run + dispatch + qlworker (docs/performance.md, "The peer

@@ -20,8 +20,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/internal/app/pgcluster"
 	"github.com/qlcontrol/controlcore/internal/testkit/chaos"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 type chaosConfig struct {
@@ -54,7 +56,7 @@ func (c chaosConfig) validate() error {
 	for _, s := range c.systems {
 		switch s {
 		case "river", "river-plain", "river-exec":
-		case "qlsched":
+		case "qlsched", "qlsched-grace", "qlsched-default":
 			if c.qlsched == "" {
 				return errors.New("--qlsched: the qlsched binary is required for system qlsched")
 			}
@@ -66,7 +68,7 @@ func (c chaosConfig) validate() error {
 				return fmt.Errorf("--dispatchers %d, --workers %d: want 1 … 8 each", c.dispatchers, c.workers)
 			}
 		default:
-			return fmt.Errorf("--systems %q: want river, river-plain, river-exec, qlsched and/or qlsched-loop", s)
+			return fmt.Errorf("--systems %q: want river, river-plain, river-exec, qlsched, qlsched-grace, qlsched-default and/or qlsched-loop", s)
 		}
 	}
 	if c.capacity < 1 || c.capacity > 256 || c.late < time.Second {
@@ -93,6 +95,12 @@ type subject struct {
 	groups     []group
 	executions func(ctx context.Context) ([]chaos.Execution, error)
 	procs      string // the processes, for the table
+	// tieLease, if set, ties each miss to the fault that stranded its claim (chaos.Tie; the
+	// process's Holding records the claims at each fault); 0 for a system without claims.
+	tieLease time.Duration
+	// refused counts the duplicate attempts the system refused over the whole soak, by its fence
+	// and by its unique key (-1: none, or not counted); nil for neither. adm are its admissions.
+	refused func(ctx context.Context, adm []chaos.Admission) (fence, unique int64, err error)
 }
 
 // group is one more tier of processes of a subject, with its own supervisor.
@@ -118,7 +126,9 @@ func peerChaos(args []string) error {
 	fs.DurationVar(&cfg.settle, "settle", 60*time.Second, "after the faults, how long every key may take to be admitted again")
 	seed := fs.Uint64("seed", 0, "the fault plan's seed (0: from the clock, printed)")
 	fs.StringVar(&cfg.qlsched, "qlsched", "", "the qlsched binary (go build -o bin/ ./cmd/qlsched)")
-	fs.StringVar(&systems, "systems", "river,qlsched", "which systems, in order: river (unique jobs by period + RunOnStart), river-plain (River's defaults), qlsched; "+
+	fs.StringVar(&systems, "systems", "river,qlsched", "which systems, in order: river (unique jobs by period + RunOnStart), river-plain (River's defaults), "+
+		"qlsched (tuned: lease 3s, cadence 500ms, misfire grace 1s), qlsched-grace (the same at the default grace, 60s), "+
+		"qlsched-default (default lease 30s, cadence 1s and grace 60s; budget sized for the load: 2 × ⌈N ÷ (R − 1)⌉, at most 256); "+
 		"the whole loop, audited by execution: river-exec (river, its clients working the jobs), qlsched-loop (qlsched run + dispatch + qlworker)")
 	fs.StringVar(&cfg.qlworker, "qlworker", "", "the qlworker binary (qlsched-loop)")
 	fs.IntVar(&cfg.dispatchers, "dispatchers", 2, "qlsched-loop: `qlsched dispatch` processes")
@@ -175,8 +185,8 @@ func peerChaos(args []string) error {
 			s, closeFn, err = riverSubject(ctx, cluster, self, cfg.jobs, name == "river-plain", "", 0)
 		case "river-exec":
 			s, closeFn, err = riverSubject(ctx, cluster, self, cfg.jobs, false, logDir, cfg.capacity)
-		case "qlsched":
-			s, closeFn, err = qlschedSubject(ctx, cluster, cfg.qlsched, cfg.jobs)
+		case "qlsched", "qlsched-grace", "qlsched-default":
+			s, closeFn, err = qlschedSubject(ctx, cluster, cfg.qlsched, name, cfg.jobs, cfg.replicas)
 		case "qlsched-loop":
 			s, closeFn, err = qlschedLoopSubject(ctx, cluster, cfg, self, logDir)
 		}
@@ -293,6 +303,7 @@ func soak(ctx context.Context, s *subject, cfg chaosConfig, plan []chaos.Fault, 
 	stopSample()
 	wg.Wait()
 	var errs []error
+	var notes []string
 	for _, sp := range sups {
 		if err := sp.WaitLive(ctx, 2*time.Minute); err != nil {
 			errs = append(errs, err)
@@ -315,6 +326,21 @@ func soak(ctx context.Context, s *subject, cfg chaosConfig, plan []chaos.Fault, 
 		return row, nil, nil, err
 	}
 	row.Window, row.Result = w, chaos.Audit(s.keys, w, adm)
+	if s.tieLease > 0 {
+		ties := chaos.Tie(chaos.Gaps(s.keys, w, adm), sup.Applied(), s.tieLease)
+		row.Ties = &ties
+		if len(ties.Unknown) > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d missed occurrences tied to no fault, in gaps %v", s.name, ties.Untied, ties.Unknown))
+		}
+	}
+	row.RefusedFence, row.RefusedUnique = -1, -1
+	if s.refused != nil {
+		f, u, err := s.refused(ctx, adm)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		row.RefusedFence, row.RefusedUnique = f, u
+	}
 	row.Injected, row.Aimed, row.Started = map[chaos.Kind]int{}, 0, 0
 	skipped := 0
 	for i, sp := range sups {
@@ -327,8 +353,8 @@ func soak(ctx context.Context, s *subject, cfg chaosConfig, plan []chaos.Fault, 
 		row.Started += sp.Started()
 		skipped += sp.Skipped
 	}
-	notes := []string{fmt.Sprintf("%s: %d processes started (restarts included); %d planned faults skipped because a process was already down",
-		s.name, row.Started, skipped)}
+	notes = append(notes, fmt.Sprintf("%s: %d processes started (restarts included); %d planned faults skipped because a process was already down",
+		s.name, row.Started, skipped))
 	if row.Result.Gaps > 0 {
 		notes = append(notes, fmt.Sprintf("%s: %d gaps, %d of them followed by an admission of the same key", s.name, row.Result.Gaps, row.Result.GapsResumed))
 	}
@@ -445,6 +471,13 @@ func riverSubject(ctx context.Context, c *pgcluster.Cluster, self string, n int,
 		pool.Close()
 		return nil, nil, fmt.Errorf("river migrations: %w", err)
 	}
+	// Every periodic job the leaders propose is logged (a BEFORE INSERT trigger, which fires
+	// before River's ON CONFLICT (unique_key) check): attempts − rows is what the unique key
+	// refused, River's late or second insert of an occurrence it already had.
+	if err := chaos.InstallInsertLog(ctx, pool, "river_job", "NEW.kind = 'peer_nop'"); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = strconv.Itoa(i)
@@ -458,6 +491,15 @@ func riverSubject(ctx context.Context, c *pgcluster.Cluster, self string, n int,
 	var leaderless time.Duration
 	elections := map[time.Time]bool{}
 	s := &subject{name: name, prefix: "river", keys: keys, leader: leader,
+		// River has no fence; its unique key (UniqueOpts ByArgs + ByPeriod; none on its defaults)
+		// refuses a second insert of an occurrence: attempts logged − rows.
+		refused: func(ctx context.Context, adm []chaos.Admission) (int64, int64, error) {
+			attempts, err := chaos.InsertAttempts(ctx, pool)
+			if err != nil || plain {
+				return -1, -1, err
+			}
+			return -1, attempts - int64(len(adm)), nil
+		},
 		process: chaos.Process{
 			Command: func(owner string) *exec.Cmd {
 				return exec.Command(self, append([]string{"chaos-client", "--database-url", url, "--id", owner, "--jobs", strconv.Itoa(n)}, extra...)...)
@@ -528,14 +570,28 @@ func riverSubject(ctx context.Context, c *pgcluster.Cluster, self string, n int,
 }
 
 // qlschedSubject prepares qlsched's database and describes its replicas. qlsched has no leader;
-// a fault "at the leader" hits a replica holding a live claim, as in the faults soak.
-func qlschedSubject(ctx context.Context, c *pgcluster.Cluster, bin string, n int) (*subject, func(), error) {
-	q, err := chaos.PrepareQlsched(ctx, c, "qlsched_chaos", n)
+// a fault "at the leader" hits a replica holding a live claim, as in the faults soak. variant is
+// the system's name: qlsched (tuned: the faults soak's lease 3 s and cadence 500 ms, misfire grace
+// 1 s), qlsched-grace (the same at the default grace, 60 s) or qlsched-default (the default lease,
+// cadence and grace, with a budget sized for N triggers every second on the R − 1 replicas left
+// when one is down, twice over).
+func qlschedSubject(ctx context.Context, c *pgcluster.Cluster, bin, variant string, n, replicas int) (*subject, func(), error) {
+	run := chaos.QlschedRun{Lease: 3 * time.Second, Cadence: 500 * time.Millisecond, Batch: 16}
+	grace, name := schedule.MinMisfireGrace, "qlsched, tuned: "
+	switch variant {
+	case "qlsched-grace":
+		grace, name = schedule.DefaultMisfireGrace, "qlsched, tuned lease and cadence, default grace: "
+	case "qlsched-default":
+		run = chaos.QlschedRun{Lease: coordinator.DefaultLease, Cadence: coordinator.DefaultCadence, Batch: 16,
+			Budget: min(coordinator.MaxBudget, 2*((n+replicas-2)/(replicas-1)))}
+		grace, name = schedule.DefaultMisfireGrace, "qlsched, default lease, cadence and grace, budget sized: "
+	}
+	name += fmt.Sprintf("`%s`, misfire grace %s", run.Flags(), grace)
+	q, err := chaos.PrepareQlsched(ctx, c, strings.ReplaceAll(variant, "-", "_")+"_chaos", n, grace)
 	if err != nil {
 		return nil, nil, err
 	}
-	run := chaos.QlschedRun{Lease: 3 * time.Second, Cadence: 500 * time.Millisecond, Batch: 16}
-	s := &subject{name: "qlsched", prefix: "r", keys: q.Triggers, leader: q.Holder,
+	s := &subject{name: name, prefix: "r", keys: q.Triggers, leader: q.Holder,
 		process: q.Process(bin, run),
 		settled: func(ctx context.Context, fromMs int64) (bool, error) {
 			var k int
@@ -543,9 +599,17 @@ func qlschedSubject(ctx context.Context, c *pgcluster.Cluster, bin string, n int
 			return k == n, err
 		},
 		admitted: q.Admissions,
+		tieLease: run.Lease,
+		// The fence refusals and unique-key refusals the replicas logged (chaos.Qlsched.Refused).
+		refused: func(context.Context, []chaos.Admission) (int64, int64, error) {
+			f, u := q.Refused()
+			return f, u, nil
+		},
 		notes: func() []string {
-			return []string{fmt.Sprintf("qlsched: `qlsched run --lease %s --cadence %s --admit-batch %d --budget 256`; misfire fire_once: a missed occurrence is a skip the policy decides, and a gap ends in a catch-up of the latest due occurrence",
-				run.Lease, run.Cadence, run.Batch)}
+			var missed int64
+			_ = q.Su.QueryRow(context.Background(), "SELECT coalesce(sum(missed_total), 0) FROM control_core.trigger_schedules").Scan(&missed)
+			return []string{fmt.Sprintf("%s: misfire fire_once: a missed occurrence is a skip the policy decides, and a gap ends in a catch-up of the latest due occurrence; the schedules' missed_total (whole soak): %d",
+				variant, missed)}
 		},
 	}
 	return s, q.Su.Close, nil

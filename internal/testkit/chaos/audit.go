@@ -4,8 +4,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/qlcontrol/controlcore/schedule"
 )
+
+// GraceColumn is the lateness of the table's middle column: qlsched's default misfire grace
+// (60 s). Both systems are judged by it, and by 1 s, and by whether they admitted at all.
+const GraceColumn = schedule.DefaultMisfireGrace
 
 // Admission is one occurrence a system admitted (a qlsched Run, a River job): the key it belongs
 // to (trigger, periodic job), its scheduled second and when it was admitted, both in Unix ms.
@@ -34,6 +39,12 @@ type Result struct {
 	LagP50Ms    int64 // admitted − scheduled second, over the first admission of each occurrence (p99: the value at index ⌊n·0.99⌋ of the sorted lags)
 	LagP99Ms    int64
 	LagMaxMs    int64
+
+	// The lateness columns, over the occurrences of the window by their first admission:
+	// admitted within 1 s of the scheduled second (lag ≤ 1000 ms), within GraceColumn, ever
+	// (by the end of the settle wait: Expected − Missed). Late backfills and catch-ups count
+	// in the last two alike.
+	Within1s, WithinGrace, Ever int64
 }
 
 // Audit counts, for every key and every second of w, how often the occurrence was admitted.
@@ -59,7 +70,14 @@ func Audit(keys []string, w Window, admissions []Admission) Result {
 		}
 		byKey[a.Key][a.SecondMs]++
 		if byKey[a.Key][a.SecondMs] == 1 {
-			lags = append(lags, a.AdmittedMs-a.SecondMs)
+			lag := a.AdmittedMs - a.SecondMs
+			lags = append(lags, lag)
+			if lag <= 1000 {
+				r.Within1s++
+			}
+			if lag <= GraceColumn.Milliseconds() {
+				r.WithinGrace++
+			}
 		}
 	}
 	for _, k := range keys {
@@ -91,6 +109,7 @@ func Audit(keys []string, w Window, admissions []Admission) Result {
 		}
 		endGap(last[k] >= w.ToMs)
 	}
+	r.Ever = r.Expected - r.Missed
 	if n := len(lags); n > 0 {
 		slices.Sort(lags)
 		r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = lags[n/2], lags[n*99/100], lags[n-1]
@@ -108,18 +127,35 @@ type Row struct {
 	Injected map[Kind]int
 	Aimed    int
 	Started  int // processes started, restarts included
+	// Ties attributes the misses to the faults applied (nil: the system records no claims to
+	// tie them by, shown as —).
+	Ties *Ties
+	// Refused are the duplicate attempts the system refused, over the whole soak: by a fence
+	// (-1: the system has none) and by a unique key (-1: not counted).
+	RefusedFence, RefusedUnique int64
 }
 
 // Table prints rows as one Markdown table, the form docs/performance.md keeps.
 func Table(rows []Row) string {
 	var b strings.Builder
-	b.WriteString("| system | N × R | audited | expected | exactly once | missed (gaps, longest) | duplicated | lag p50 / p99 / max | faults: kill / stop / restart / stop-all (at leader) |\n")
-	b.WriteString("| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |\n")
+	b.WriteString("| system | N × R | expected | admitted within 1 s | within 60 s | ever | missed (gaps, longest) | misses tied to: kill / stop / restart / stop-all; untied | duplicated | duplicate attempts refused: fence / unique key | lag p50 / p99 / max | faults applied: kill / stop / restart / stop-all (at leader) |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | --- |\n")
+	pct := func(n, of int64) string { return fmt.Sprintf("%d (%.2f %%)", n, 100*float64(n)/float64(max(of, 1))) }
+	count := func(n int64) string {
+		if n < 0 {
+			return "—"
+		}
+		return fmt.Sprint(n)
+	}
 	for _, r := range rows {
 		x := r.Result
-		fmt.Fprintf(&b, "| %s | %d × %d | %s | %d | %d (%.2f %%) | %d (%d, %d s) | %d | %d / %d / %d ms | %d / %d / %d / %d (%d) |\n",
-			r.System, r.Jobs, r.Procs, time.Duration(r.Window.Seconds())*time.Second, x.Expected, x.ExactlyOnce,
-			100*float64(x.ExactlyOnce)/float64(max(x.Expected, 1)), x.Missed, x.Gaps, x.LongestGapS, x.Duplicated,
+		ties := "—"
+		if t := r.Ties; t != nil {
+			ties = fmt.Sprintf("%d / %d / %d / %d; %d", t.ByKind[Kill], t.ByKind[Stop], t.ByKind[Restart], t.ByKind[StopAll], t.Untied)
+		}
+		fmt.Fprintf(&b, "| %s | %d × %d | %d | %s | %s | %s | %d (%d, %d s) | %s | %d | %s / %s | %d / %d / %d ms | %d / %d / %d / %d (%d) |\n",
+			r.System, r.Jobs, r.Procs, x.Expected, pct(x.Within1s, x.Expected), pct(x.WithinGrace, x.Expected), pct(x.Ever, x.Expected),
+			x.Missed, x.Gaps, x.LongestGapS, ties, x.Duplicated, count(r.RefusedFence), count(r.RefusedUnique),
 			x.LagP50Ms, x.LagP99Ms, x.LagMaxMs,
 			r.Injected[Kill], r.Injected[Stop], r.Injected[Restart], r.Injected[StopAll], r.Aimed)
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,25 +28,42 @@ type Qlsched struct {
 	Su         *pgxpool.Pool // superuser, for the audit and for finding claim holders
 	RuntimeURL string
 	Triggers   []string
+	Grace      time.Duration // each trigger's misfire grace
+
+	fence, unique atomic.Int64 // refused duplicate attempts, from the replicas' logs
 }
 
 // QlschedRun are the flags of each `qlsched run`: the faults soak's lease and cadence, and
 // batches of 16 (one-row admission of 500 every-second triggers on a 2-core machine runs too
-// close to the period, docs/performance.md).
+// close to the period, docs/performance.md), budget 256; Budget 0 means 256.
 type QlschedRun struct {
 	Lease, Cadence time.Duration
-	Batch          int
+	Batch, Budget  int
+}
+
+func (r QlschedRun) budget() int {
+	if r.Budget == 0 {
+		return 256
+	}
+	return r.Budget
+}
+
+// Flags are the run's flags as the table shows them.
+func (r QlschedRun) Flags() string {
+	return fmt.Sprintf("--lease %s --cadence %s --budget %d --admit-batch %d", r.Lease, r.Cadence, r.budget(), r.Batch)
 }
 
 // PrepareQlsched creates database on c with roles and schema, publishes n every-second triggers
-// (misfire fire_once) and returns what the soak needs. Close the Su pool when done.
-func PrepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, n int) (*Qlsched, error) {
-	return prepareQlsched(ctx, c, database, n, admin.TaskSpec{ExecutorSpec: []byte(`{"image":"example/job:1"}`)}, nil)
+// (misfire fire_once, the given grace: schedule.MinMisfireGrace, 1 s, ends a gap in one
+// catch-up; schedule.DefaultMisfireGrace admits what is at most 60 s late) and returns what the
+// soak needs. Close the Su pool when done.
+func PrepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, n int, grace time.Duration) (*Qlsched, error) {
+	return prepareQlsched(ctx, c, database, n, grace, admin.TaskSpec{ExecutorSpec: []byte(`{"image":"example/job:1"}`)}, nil)
 }
 
 // prepareQlsched is PrepareQlsched with the task's spec (its Project and Task are set here) and
 // more to publish, before the triggers (nil for nothing).
-func prepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, n int, task admin.TaskSpec,
+func prepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, n int, grace time.Duration, task admin.TaskSpec,
 	more func(*admin.Publisher) error) (*Qlsched, error) {
 	su, err := pgx.Connect(ctx, c.URL("postgres", "postgres"))
 	if err != nil {
@@ -85,7 +104,7 @@ func prepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, 
 	if err != nil {
 		return nil, err
 	}
-	q := &Qlsched{Su: pool, RuntimeURL: c.URL(names.Runtime, database)}
+	q := &Qlsched{Su: pool, RuntimeURL: c.URL(names.Runtime, database), Grace: grace}
 	h, err := cfg.Open(ctx) // the publisher's handle, as the superuser
 	if err != nil {
 		pool.Close()
@@ -112,9 +131,8 @@ func prepareQlsched(ctx context.Context, c *pgcluster.Cluster, database string, 
 	for i := range n {
 		id := fmt.Sprintf("t%04d", i)
 		q.Triggers = append(q.Triggers, id)
-		// the smallest misfire grace (1 s): a gap ends in one catch-up, never in a replay of it
 		specs = append(specs, admin.TriggerSpec{Project: "p", Trigger: id, Task: "task", Cron: "* * * * * *", TimeZone: "UTC",
-			Misfire: schedule.MisfireFireOnce, MisfireGrace: schedule.MinMisfireGrace, Enabled: true})
+			Misfire: schedule.MisfireFireOnce, MisfireGrace: grace, Enabled: true})
 	}
 	if _, err := pub.PublishTriggers(ctx, specs); err != nil {
 		pool.Close()
@@ -128,13 +146,45 @@ func (q *Qlsched) Process(bin string, run QlschedRun) Process {
 	return Process{
 		Command: func(owner string) *exec.Cmd {
 			cmd := exec.Command(bin, "run", "--owner", owner, "--lease", run.Lease.String(), "--cadence", run.Cadence.String(),
-				"--budget", "256", "--admit-batch", strconv.Itoa(run.Batch), "--drain-timeout", "5s",
+				"--budget", strconv.Itoa(run.budget()), "--admit-batch", strconv.Itoa(run.Batch), "--drain-timeout", "5s",
 				"--http-addr", "127.0.0.1:0", "--log-format", "json")
 			cmd.Env = append(os.Environ(), "QL_DATABASE_URL="+q.RuntimeURL)
 			return cmd
 		},
 		Ready: func(line []byte) bool { return JSONMsg(line) == "replica running" },
+		Observe: func(_ string, line []byte) {
+			q.observe(line)
+		},
+		Holding: func(owner string) []string { return q.Holding(context.Background(), owner) },
 	}
+}
+
+// observe counts a replica's log line that reports a refused duplicate attempt: a fenced write
+// that found its fence changed ("… lost its fence (race)": another replica decided the row since
+// the claim, nothing written), or a Run refused by the unique key runs_occurrence_key (SQLSTATE
+// 23505, which the fence should make unreachable).
+func (q *Qlsched) observe(line []byte) {
+	switch l := string(line); {
+	case strings.HasSuffix(JSONMsg(line), "lost its fence (race)"):
+		q.fence.Add(1)
+	case strings.Contains(l, "runs_occurrence_key") || strings.Contains(l, "23505"):
+		q.unique.Add(1)
+	}
+}
+
+// Refused are the duplicate attempts the replicas' logs reported refused: by the fence and by
+// the unique key, over the whole soak (warm-up and settle included).
+func (q *Qlsched) Refused() (fence, unique int64) { return q.fence.Load(), q.unique.Load() }
+
+// Holding names the triggers whose live claim owner holds now.
+func (q *Qlsched) Holding(ctx context.Context, owner string) []string {
+	rows, err := q.Su.Query(ctx, `SELECT trigger_id FROM control_core.trigger_schedules
+		WHERE claim_owner = $1 AND claim_token IS NOT NULL AND claim_expires_at_ms > control_core.db_now_ms()`, owner)
+	if err != nil {
+		return nil
+	}
+	ids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids
 }
 
 // Holder is qlsched's counterpart of a leader: one owner holding a live claim now, "" if none

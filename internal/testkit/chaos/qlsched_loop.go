@@ -16,6 +16,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/internal/app/pgcluster"
+	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // QlschedLoop is qlsched's whole loop under the soak: the database of PrepareQlsched, whose task
@@ -38,7 +39,7 @@ func PrepareQlschedLoop(ctx context.Context, c *pgcluster.Cluster, database stri
 	}
 	noBackoff := time.Duration(0)
 	l := &QlschedLoop{TokenFile: filepath.Join(dir, "worker-token"), DispatchLease: 5 * time.Second}
-	q, err := prepareQlsched(ctx, c, database, n, admin.TaskSpec{ExecutorSpec: spec, MaxAttempts: 3, RetryBackoff: &noBackoff},
+	q, err := prepareQlsched(ctx, c, database, n, schedule.MinMisfireGrace, admin.TaskSpec{ExecutorSpec: spec, MaxAttempts: 3, RetryBackoff: &noBackoff},
 		func(pub *admin.Publisher) error {
 			tok, err := pub.CreateWorkerToken(ctx, "chaos")
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -24,6 +25,12 @@ type Process struct {
 	// Observe, if set, sees every line each process writes to stderr (to count what its log
 	// says). It runs on the process's log reader, not under the supervisor's lock.
 	Observe func(owner string, line []byte)
+	// Holding, if set, names the keys owner holds work for now (qlsched: the triggers whose claim
+	// it holds). The supervisor asks right after each fault and records the answer with the
+	// fault and again 300 ms later (a claim statement sent just before a SIGSTOP still commits on
+	// the server), and records the union with the fault (Applied), so that each miss can be tied
+	// to the fault that stranded it.
+	Holding func(owner string) []string
 }
 
 // Event is a change of a process, at wall-clock milliseconds (the local server's clock).
@@ -73,6 +80,7 @@ type Supervisor struct {
 	Skipped  int          // planned faults not applied (another process was faulted)
 	// StopAllStops are the processes stopped by StopAll faults (Injected[StopAll] counts the faults).
 	StopAllStops int
+	applied      []Applied
 }
 
 func (s *Supervisor) record(owner, what string) {
@@ -235,13 +243,43 @@ func (s *Supervisor) Run(ctx context.Context, start time.Time, plan []Fault, lea
 			o.do()
 		}
 		for next < len(plan) && now.Sub(start) >= plan[next].At {
-			pending = append(pending, s.apply(plan[next], leader)...)
+			more, a := s.apply(plan[next], leader)
+			pending = append(pending, more...)
+			if a != nil {
+				s.mu.Lock()
+				i := len(s.applied)
+				s.applied = append(s.applied, *a)
+				s.mu.Unlock()
+				if s.Process.Holding != nil {
+					hold := s.holding(i, a.Owners)
+					hold() // now, and again a moment later: a claim the process sent just before the fault may commit after it
+					pending = append(pending, owed{at: time.Now().Add(300 * time.Millisecond), do: hold})
+				}
+			}
 			next++
 		}
 	}
 }
 
-func (s *Supervisor) apply(f Fault, leader func() string) []owed {
+// holding adds to the i-th applied fault the keys its owners hold now (outside the lock: it
+// queries the database).
+func (s *Supervisor) holding(i int, owners []string) func() {
+	return func() {
+		var keys []string
+		for _, o := range owners {
+			keys = append(keys, s.Process.Holding(o)...)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, k := range keys {
+			if !slices.Contains(s.applied[i].Keys, k) {
+				s.applied[i].Keys = append(s.applied[i].Keys, k)
+			}
+		}
+	}
+}
+
+func (s *Supervisor) apply(f Fault, leader func() string) ([]owed, *Applied) {
 	lead := ""
 	if f.AimLeader {
 		lead = leader() // outside the lock: it may query the database
@@ -266,20 +304,22 @@ func (s *Supervisor) apply(f Fault, leader func() string) []owed {
 	if f.Kind == StopAll {
 		if len(alive) < s.Slots {
 			s.Skipped++
-			return nil
+			return nil, nil
 		}
 		s.Injected[StopAll]++
 		var out []owed
+		a := &Applied{AtMs: time.Now().UnixMilli(), UntilMs: time.Now().Add(f.Hold).UnixMilli(), Kind: StopAll}
 		for _, p := range alive {
 			s.StopAllStops++
 			s.signal(p, syscall.SIGSTOP, "stop", stopped)
 			out = append(out, owed{at: time.Now().Add(f.Hold), do: cont(p)})
+			a.Owners = append(a.Owners, p.owner)
 		}
-		return out
+		return out, a
 	}
 	if maxFaulted := max(s.MaxFaulted, 1); s.Slots-len(alive) >= maxFaulted || len(alive) == 0 {
 		s.Skipped++
-		return nil
+		return nil, nil
 	}
 	p := alive[f.Pick%uint64(len(alive))]
 	if f.AimLeader {
@@ -291,6 +331,8 @@ func (s *Supervisor) apply(f Fault, leader func() string) []owed {
 		}
 	}
 	s.Injected[f.Kind]++
+	now := time.Now()
+	a := &Applied{AtMs: now.UnixMilli(), UntilMs: now.Add(f.Hold).UnixMilli(), Kind: f.Kind, Owners: []string{p.owner}}
 	restart := func() {
 		<-p.exited
 		s.start(p.slot)
@@ -298,13 +340,14 @@ func (s *Supervisor) apply(f Fault, leader func() string) []owed {
 	switch f.Kind {
 	case Kill:
 		s.signal(p, syscall.SIGKILL, "kill", exiting)
-		return []owed{{at: time.Now().Add(f.Hold), do: restart}}
+		return []owed{{at: time.Now().Add(f.Hold), do: restart}}, a
 	case Stop:
 		s.signal(p, syscall.SIGSTOP, "stop", stopped)
-		return []owed{{at: time.Now().Add(f.Hold), do: cont(p)}}
+		return []owed{{at: time.Now().Add(f.Hold), do: cont(p)}}, a
 	default:
 		s.signal(p, syscall.SIGTERM, "term", exiting)
-		return []owed{{at: time.Now(), do: restart}}
+		a.UntilMs = a.AtMs
+		return []owed{{at: time.Now(), do: restart}}, a
 	}
 }
 
@@ -352,6 +395,13 @@ func (s *Supervisor) Events() []Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Event(nil), s.events...)
+}
+
+// Applied are the faults applied, in order, each with the keys its processes held then.
+func (s *Supervisor) Applied() []Applied {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Applied(nil), s.applied...)
 }
 
 // Started is the number of processes started, restarts included.
