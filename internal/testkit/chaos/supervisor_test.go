@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os/exec"
 	"slices"
@@ -22,7 +23,13 @@ func sleeper() Process {
 
 func TestSupervisorAppliesThePlanAndStops(t *testing.T) {
 	t.Parallel()
-	s := &Supervisor{Process: sleeper(), Slots: 3, Prefix: "x", LogDir: t.TempDir()}
+	proc := sleeper()
+	var asked []string // the owners Holding was asked about, each fault's twice (at once and 300 ms later)
+	proc.Holding = func(owner string) []string {
+		asked = append(asked, owner)
+		return []string{"held-by-" + owner}
+	}
+	s := &Supervisor{Process: proc, Slots: 3, Prefix: "x", LogDir: t.TempDir()}
 	t.Cleanup(s.KillAll)
 	s.StartAll()
 	eventually.True(t, 30*time.Second, "every process ready", func() bool { return s.LiveCount() == 3 })
@@ -39,6 +46,17 @@ func TestSupervisorAppliesThePlanAndStops(t *testing.T) {
 
 	if want := map[Kind]int{Kill: 2, Stop: 1, Restart: 1}; !maps.Equal(s.Injected, want) || s.Skipped != 1 || s.Aimed != 1 {
 		t.Errorf("injected %v, skipped %d, aimed %d; want %v, 1, 1", s.Injected, s.Skipped, s.Aimed, want)
+	}
+	var applied []string
+	for _, a := range s.Applied() {
+		applied = append(applied, fmt.Sprintf("%s %v %v %v", a.Kind, a.Owners, a.Keys, a.UntilMs >= a.AtMs))
+	}
+	if want := []string{"kill [x1-i1] [held-by-x1-i1] true", "stop [x2-i1] [held-by-x2-i1] true",
+		"restart [x3-i1] [held-by-x3-i1] true", "kill [x1-i2] [held-by-x1-i2] true"}; !slices.Equal(applied, want) {
+		t.Errorf("applied faults %q; want %q", applied, want)
+	}
+	if want := []string{"x1-i1", "x1-i1", "x2-i1", "x2-i1", "x3-i1", "x3-i1", "x1-i2", "x1-i2"}; !slices.Equal(asked, want) {
+		t.Errorf("Holding asked about %v; want %v", asked, want)
 	}
 	events := s.Events()
 	for _, e := range []Event{{Owner: "x1-i1", What: "kill"}, {Owner: "x2-i1", What: "stop"}, {Owner: "x2-i1", What: "cont"},
