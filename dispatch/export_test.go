@@ -31,3 +31,27 @@ func (p *Placer) WaitingPolls() int {
 
 // Passes is how many placement passes the placer ran.
 func (p *Placer) Passes() int64 { return p.passes.Load() }
+
+// OfferStatementByStatement is the offer as it was before it was pipelined (issue 33 point 6):
+// BEGIN, the session's lock, the offer, COMMIT, four round trips, committed durably. Kept for
+// BenchmarkOfferCommitAB only; it returns how many offers it made.
+func (s *Store) OfferStatementByStatement(ctx context.Context, cred Credential, sessionID uuid.UUID, cands []Candidate) (int, error) {
+	p := db.OfferParams{OfferTtlMs: ms(s.cfg.OfferTTL), SessionID: sessionID, TokenHash: cred.TokenHash}
+	for _, c := range cands {
+		_, hash, err := NewCallbackToken()
+		if err != nil {
+			return 0, err
+		}
+		p.RunIds, p.CallbackHashes = append(p.RunIds, c.RunID), append(p.CallbackHashes, hash)
+	}
+	var rows []db.OfferRow
+	err := s.runTx(ctx, "offer", func(q *db.Queries) error {
+		if _, e := q.LockSession(ctx, sessionID); e != nil {
+			return e
+		}
+		var e error
+		rows, e = q.Offer(ctx, p)
+		return e
+	})
+	return len(rows), err
+}

@@ -278,17 +278,28 @@ func (s *Store) Offer(ctx context.Context, cred Credential, sessionID uuid.UUID,
 		tokens[hash] = tok
 		p.RunIds, p.CallbackHashes = append(p.RunIds, c.RunID), append(p.CallbackHashes, hash)
 	}
+	// One round trip (pipelineTx): the setting, the session's lock, then the offer, whose
+	// snapshot is taken after the lock is granted (LockSession), in one READ COMMITTED
+	// transaction. An offer grants nothing: its commit need not wait for the WAL flush, the
+	// ACK's durable commit flushes it (sql/queries/dispatch_offer_commit.sql, docs/dispatch.md).
 	var rows []db.OfferRow
-	err := s.runTx(ctx, "offer", func(q *db.Queries) error {
-		if _, e := q.LockSession(ctx, sessionID); e != nil {
-			return e
+	var err error
+	for try := 1; try <= maxTries; try++ {
+		tx := &pipelineTx{h: s.db, begin: "BEGIN ISOLATION LEVEL READ COMMITTED"}
+		q := db.New(tx)
+		_ = q.OfferCommitAsync(ctx)          // queued
+		_, _ = q.LockSession(ctx, sessionID) // queued
+		tx.last = true
+		rows, err = q.Offer(ctx, p)
+		if cerr := tx.commit(); err == nil {
+			err = cerr
 		}
-		var e error
-		rows, e = q.Offer(ctx, p)
-		return e
-	})
+		if err == nil || !retryable(err) {
+			break
+		}
+	}
 	if err != nil {
-		return nil, err
+		return nil, failed("offer", err)
 	}
 	if len(rows) == 0 {
 		d, err := s.diagnose(ctx, db.DispatchDiagnosisParams{SessionID: sessionID, TokenHash: cred.TokenHash})

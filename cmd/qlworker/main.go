@@ -205,6 +205,10 @@ func parse(args []string, stdout, stderr io.Writer) (*options, bool, error) {
 	}
 	o.token = tok
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Keep a connection per request that can be in flight at once (the long poll, an ACK and a
+	// report per slot, a heartbeat), not the default 2: the others would be closed after use and
+	// dialed again (a TLS handshake each) on the path from an offer to its start.
+	tr.MaxIdleConnsPerHost = 2*o.capacity + 2
 	if *caFile != "" {
 		pem, err := os.ReadFile(*caFile)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
@@ -77,12 +80,82 @@ type LoopReport struct {
 	Ratio               float64 `json:"ratio"` // completions_per_second ÷ ceiling_per_second
 	// where the time goes, of the window's Runs and of the ceiling's: placement (admitted →
 	// offered), the worker's acknowledgement (offered → running), the Attempt (running → finished)
-	Phases               LoopPhases `json:"phases"`
-	CeilingPhases        LoopPhases `json:"ceiling_phases"`
+	Phases        LoopPhases `json:"phases"`
+	CeilingPhases LoopPhases `json:"ceiling_phases"`
+	// the wake-up on admission over the window, per dispatcher (from its /metrics): whether the
+	// Runs were placed by the pass an admission's notification started
+	Wake                 []LoopWake `json:"wake"`
 	TargetP99Ms          float64    `json:"target_p99_ms"`
 	TargetRatio          float64    `json:"target_ratio"`
 	RunningP99WithinGoal bool       `json:"running_p99_within_target"`
 	RatioWithinGoal      bool       `json:"ratio_within_target"`
+}
+
+// LoopWake is one dispatcher's wake-up on admission over the loop's window: Listening at its end,
+// the notifications it received and the passes they started that delivered offers (the
+// qlsched_dispatch_wake_* counters' increase).
+type LoopWake struct {
+	Listening       bool  `json:"listening"`
+	Notifications   int64 `json:"notifications"`
+	WokenPlacements int64 `json:"woken_placements"`
+}
+
+func (w LoopWake) sub(o LoopWake) LoopWake {
+	return LoopWake{Listening: w.Listening, Notifications: w.Notifications - o.Notifications, WokenPlacements: w.WokenPlacements - o.WokenPlacements}
+}
+
+// scrapeWake reads a dispatcher's wake-up counters from its /metrics at addr (host:port).
+func scrapeWake(addr string) (LoopWake, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return LoopWake{}, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return LoopWake{}, fmt.Errorf("dispatcher /metrics at %s: %w", addr, err)
+	}
+	value := func(name string) (float64, error) {
+		f, ok := families[name]
+		if !ok || len(f.Metric) == 0 {
+			return 0, fmt.Errorf("dispatcher /metrics at %s: %s not exposed", addr, name)
+		}
+		m := f.Metric[0]
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), nil
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), nil
+		}
+		return 0, fmt.Errorf("dispatcher /metrics at %s: %s is neither counter nor gauge", addr, name)
+	}
+	var w LoopWake
+	l, err := value("qlsched_dispatch_wake_listening")
+	if err != nil {
+		return w, err
+	}
+	n, err := value("qlsched_dispatch_wake_notifications_total")
+	if err != nil {
+		return w, err
+	}
+	p, err := value("qlsched_dispatch_woken_placements_total")
+	if err != nil {
+		return w, err
+	}
+	return LoopWake{Listening: l == 1, Notifications: int64(n), WokenPlacements: int64(p)}, nil
+}
+
+// scrapeWakes reads every dispatcher's wake-up counters.
+func scrapeWakes(addrs []string) ([]LoopWake, error) {
+	ws := make([]LoopWake, len(addrs))
+	for i, a := range addrs {
+		var err error
+		if ws[i], err = scrapeWake(a); err != nil {
+			return nil, err
+		}
+	}
+	return ws, nil
 }
 
 // LoopPhases are medians and p99s of admitted → finished, split at the offer and the start.
@@ -162,7 +235,7 @@ func runLoop(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbconn.DB
 		}
 	}()
 	say("starting %d `qlsched dispatch` processes", cfg.Dispatchers)
-	var urls []string
+	var urls, healths []string
 	for i := range cfg.Dispatchers {
 		c, err := startLoopChild(fmt.Sprintf("dispatch-%d", i), cfg.Exe, env, "dispatch", "--owner", fmt.Sprintf("bench-dispatch-%d", i),
 			"--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
@@ -177,7 +250,8 @@ func runLoop(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbconn.DB
 			return err
 		}
 		u, _ := l["listen"].(string)
-		urls = append(urls, u)
+		h, _ := l["http_addr"].(string)
+		urls, healths = append(urls, u), append(healths, h)
 	}
 	startWorkers := func() ([]*loopChild, error) {
 		var ws []*loopChild
@@ -217,11 +291,22 @@ func runLoop(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbconn.DB
 	if err := sleep(ctx, loopWarmup); err != nil {
 		return err
 	}
+	wakeFrom, err := scrapeWakes(healths)
+	if err != nil {
+		return err
+	}
 	from := dbNow(ctx, su)
 	if err := sleep(ctx, cfg.Duration); err != nil {
 		return err
 	}
 	to := dbNow(ctx, su)
+	wakeTo, err := scrapeWakes(healths)
+	if err != nil {
+		return err
+	}
+	for i := range wakeTo {
+		rep.Wake = append(rep.Wake, wakeTo[i].sub(wakeFrom[i]))
+	}
 	if err := sched.stop(30 * time.Second); err != nil {
 		return err
 	}
@@ -383,6 +468,10 @@ func (r *LoopReport) Text() string {
 		r.RunningP50Ms, r.RunningP99Ms, r.RunningMaxMs, r.TargetP99Ms, pass(r.RunningP99WithinGoal))
 	fmt.Fprintf(&b, "  phases               %s\n", r.Phases.text())
 	fmt.Fprintf(&b, "  completions          %d  (%.1f/s)\n", r.Completions, r.CompletionsPerSecond)
+	for i, w := range r.Wake {
+		fmt.Fprintf(&b, "  wake-up, dispatch-%d  listening %t, %d notifications, %d woken passes delivered offers\n",
+			i, w.Listening, w.Notifications, w.WokenPlacements)
+	}
 	if r.CeilingRuns > 0 {
 		fmt.Fprintf(&b, "  ceiling              %.1f/s  (%d pre-admitted Runs drained in %.1fs by the same dispatchers and workers; %d not succeeded)\n",
 			r.CeilingPerSecond, r.CeilingRuns, r.CeilingSeconds, r.CeilingNotSucceeded)
