@@ -2,10 +2,10 @@ package roles
 
 import "github.com/qlcontrol/controlcore/db"
 
-// The expected privilege model of control-core v24, as data a DBA can read against
+// The expected privilege model of control-core v25, as data a DBA can read against
 // sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql,
 // 0019_audit_by_database.sql, 0022_dispatch_loop.sql, 0023_loop_integrity.sql,
-// 0024_replicas.sql, 0025_definition_lifecycle.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
+// 0024_replicas.sql, 0025_definition_lifecycle.sql, 0026_lock_order.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
 // `qlmigrate grants` compare the catalogs with it exactly: a privilege the model does not list is
 // drift as much as one it lists and the database lacks.
 //
@@ -93,7 +93,7 @@ var (
 	si  = []string{"SELECT", "INSERT"}
 )
 
-// Tables is every table of control_core (v24, 24 with goose's version table).
+// Tables is every table of control_core (v25, 24 with goose's version table).
 var Tables = []TableGrant{
 	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
 	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},
@@ -160,7 +160,7 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.claim_fence_holds(text, uuid, bigint, bigint, text, uuid, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
 	{Function: "control_core.trigger_fires(text, boolean)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
 	{Function: "control_core.schedule_claimable(text, boolean, uuid, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0014, granted in pg-0017"},
-	{Function: "control_core.lock_project(text, text)", Execute: []Part{Admin}, Source: "pg-0018: the audited Project lock is admin-only; SECURITY DEFINER since pg-0019, to write its audit row"},
+	{Function: "control_core.lock_project(text, text)", Execute: []Part{Admin}, Source: "pg-0018: the audited Project lock is admin-only; SECURITY DEFINER since pg-0019, to write its audit row; FOR NO KEY UPDATE since pg-0026"},
 	// pg-0019: the database writes the admin audit log
 	{Function: "control_core.audit_write(text, text, text, jsonb)", Source: "pg-0019: the audit triggers' one writer; owner only"},
 	{Function: "control_core.audit_reason()", Source: "pg-0019: read by the audit triggers; owner only"},

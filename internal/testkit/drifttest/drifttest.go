@@ -174,6 +174,15 @@ var firstRound = []Case{
 		SQL: `CREATE OR REPLACE FUNCTION control_core.lock_project(p_project_id text, p_reason text) RETURNS bigint
 		      LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog AS $$ BEGIN RETURN 0; END $$`,
 		Object: "control_core.lock_project(text, text)", Runtime: true},
+	{Name: "the project lock back to FOR UPDATE (pg-0019's body: a publish deadlocks with an admit)",
+		SQL: `CREATE OR REPLACE FUNCTION control_core.lock_project(p_project_id text, p_reason text) RETURNS bigint
+		      LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog AS $$
+		      DECLARE v_revision bigint;
+		      BEGIN
+		          SELECT revision INTO v_revision FROM control_core.projects WHERE project_id = p_project_id FOR UPDATE;
+		          RETURN v_revision;
+		      END $$`,
+		Object: "control_core.lock_project(text, text)", Runtime: true},
 	{Name: "the database-time function body replaced",
 		SQL:    `CREATE OR REPLACE FUNCTION control_core.db_now_ms() RETURNS bigint LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT 1::bigint $$`,
 		Object: "control_core.db_now_ms()", Runtime: true},
