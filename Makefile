@@ -225,6 +225,21 @@ bench-replicas:
 	for r in 1 2 4 8; do bin/qlbench --scenario backlog --triggers 10000 --replicas $$r --budget 256 --cadence 10ms --duration 20s || exit 1; done
 	for r in 1 2 4 8; do bin/qlbench --scenario backlog --every second --triggers 20000 --replicas $$r --budget 256 --cadence 10ms --admit-batch 128 --duration 15s || exit 1; done
 
+# Real `qlsched run` processes against in-process replicas, in one sitting (docs/performance.md,
+# Real processes against in-process replicas): 2 replicas, batch 128, 20,000 every-second
+# triggers, in-process then processes, PROC_PAIRS times, each against the batch ceiling of its own
+# run (the report's batch ceiling ratio). PROC_PROFILE=dir adds Go CPU profiles (qlbench's
+# --cpu-profile: dir/<pair>-in-process/, dir/<pair>-processes/). About 3 minutes a pair.
+.PHONY: bench-processes
+PROC_PAIRS ?= 2
+PROC_FLAGS ?= --scenario backlog --every second --triggers 20000 --replicas 2 --budget 256 --cadence 10ms --admit-batch 128 --duration 20s
+bench-processes:
+	go build -o bin/ ./cmd/...
+	for i in $$(seq $(PROC_PAIRS)); do for kind in in-process processes; do \
+	  flags="$(PROC_FLAGS)"; [ $$kind = processes ] && flags="$$flags --processes"; \
+	  [ -n "$(PROC_PROFILE)" ] && mkdir -p $(PROC_PROFILE)/$$i-$$kind && flags="$$flags --cpu-profile $(PROC_PROFILE)/$$i-$$kind"; \
+	  echo "== pair $$i, $$kind"; bin/qlbench $$flags || exit 1; done; done
+
 # The bench through PgBouncer against direct, in one sitting (docs/performance.md, Through
 # PgBouncer): a throwaway server, PgBouncer in transaction and in session pooling in front of it,
 # and the same 10,000-trigger backlog three times with real replica processes, each run on a

@@ -84,6 +84,7 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"run", "--owner", "has space"}, "--owner"},
 		{[]string{"run", "--role-prefix", "Robert'); DROP"}, `--role-prefix "Robert'); DROP": want a lower-case identifier prefix`},
 		{[]string{"run", "--log-format", "xml"}, "--log-format"},
+		{[]string{"run", "--cpu-profile", "/nonexistent-dir/run.pprof"}, "--cpu-profile /nonexistent-dir/run.pprof: "},
 		{[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "@every 5s"}, "--cron: "},
 		{[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "61 * * * *"}, "--cron: "},
 		{[]string{"trigger", "publish", "--project", "p", "--trigger", "t", "--task", "k", "--cron", "* * * * *", "--timezone", "Mars/Olympus"}, "--timezone: "},

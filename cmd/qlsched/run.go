@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ func (a *app) runCmd() *cobra.Command {
 		backlogInterval time.Duration
 		rolePrefix      string
 		registrationTTL time.Duration
+		cpuProfile      string
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -134,6 +136,13 @@ that claim less) show it. To carry more, raise
 			if err != nil {
 				return cli.RolePrefixError(err)
 			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return a.run(cmd.Context(), cfg, runOptions{httpAddr, withdrawGrace, backlogInterval, names, registrationTTL})
 		},
 	}
@@ -154,7 +163,26 @@ that claim less) show it. To carry more, raise
 	f.DurationVar(&backlogInterval, "backlog-interval", 5*time.Second, "how often the database gauges (backlog, rows waiting for initialisation) are read in the background, 1s … 10m")
 	f.StringVar(&rolePrefix, "role-prefix", roles.DefaultPrefix, "prefix of the four roles; readiness expects to be connected as <prefix>runtime")
 	f.DurationVar(&registrationTTL, "registration-ttl", replica.DefaultRegistrationTTL, fmt.Sprintf("how long this replica's registration of --owner outlives its last heartbeat (heartbeat every third of it), %s … %s", replica.MinRegistrationTTL, replica.MaxRegistrationTTL))
+	f.StringVar(&cpuProfile, "cpu-profile", "", "diagnosis: write a Go CPU profile (go tool pprof) of this process to this file, from the start until it stops (default: none)")
 	return cmd
+}
+
+// startCPUProfile creates path and profiles the process's CPU into it until the returned stop
+// (docs/performance.md, "Real processes against in-process replicas"). A file that cannot be
+// created is bad usage (exit 2), before any connection.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, cli.Usagef("--cpu-profile %s: %v", path, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, cli.Usagef("--cpu-profile %s: %v", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 type runOptions struct {

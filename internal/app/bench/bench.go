@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,6 +65,10 @@ type Config struct {
 	Processes  bool
 	Exe        string
 	RuntimeURL string
+	// CPUProfileDir, when set, receives Go CPU profiles of the replicas' measured phase (backlog
+	// and steady): in-process.pprof (this process, the replicas' phase only) or, with Processes,
+	// one <owner>.pprof per `qlsched run` process (its --cpu-profile, its whole life). Diagnosis.
+	CPUProfileDir string
 	// Scale only (scale.go): the data set's projects and Runs of history, the operator reads'
 	// role (AdminURL; empty: URL's), samples per read, the mass publish and its wait.
 	Projects    int
@@ -82,6 +88,9 @@ type Config struct {
 
 // Validate checks the bounds before anything starts.
 func (c Config) Validate() error {
+	if c.CPUProfileDir != "" && c.Scenario != Backlog && c.Scenario != Steady {
+		return fmt.Errorf("--cpu-profile with --scenario %s: the backlog and steady scenarios only", c.Scenario)
+	}
 	switch {
 	case c.Scenario == Scale:
 		return c.validateScale()
@@ -105,6 +114,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--duration %s: want 1s … 1h", c.Duration)
 	case c.Processes && c.URL != "" && c.RuntimeURL == "":
 		return fmt.Errorf("--processes with --database-url needs --runtime-url: the replicas connect as the runtime role")
+	case c.CPUProfileDir != "":
+		if st, err := os.Stat(c.CPUProfileDir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--cpu-profile %s: want an existing directory", c.CPUProfileDir)
+		}
 	}
 	cfg := coordinator.DefaultConfig("bench")
 	cfg.Budget, cfg.Cadence, cfg.AdmitBatch = c.Budget, c.Cadence, c.Batch
@@ -338,8 +351,16 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	var res replicaResult
 	var procs []*replicaProcess
 	if cfg.Processes {
-		res, procs, err = runProcesses(ctx, cfg, cfg.RuntimeURL, admittedTriggers, allAdmitted)
+		var done func(int64) bool // every-second demand runs the duration: nothing to ask
+		if cfg.Scenario == Backlog && cfg.Every == "minute" {
+			done = allAdmitted
+		}
+		res, procs, err = runProcesses(ctx, cfg, cfg.RuntimeURL, admittedTriggers, done)
 	} else {
+		stopProfile, perr := startProfile(cfg.CPUProfileDir)
+		if perr != nil {
+			return rep, perr
+		}
 		var polled time.Time
 		res, err = runReplicas(ctx, pools, cfg, func(s coordinator.Snapshot) bool {
 			// the database is asked only once the admits could be complete, and at most every 50 ms
@@ -350,6 +371,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 			n, err := admittedTriggers()
 			return err == nil && allAdmitted(n)
 		})
+		stopProfile()
 	}
 	if err != nil {
 		return rep, err
@@ -415,6 +437,23 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		rep.BatchRatio = rep.AdmitsPerSecond / rep.BatchCeilingPerSecond
 	}
 	return rep, nil
+}
+
+// startProfile profiles this process's CPU into dir/in-process.pprof until the returned stop;
+// with dir empty it does nothing.
+func startProfile(dir string) (stop func(), err error) {
+	if dir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(dir, "in-process.pprof"))
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
 // prepare creates the database, the roles and the schema on a throwaway cluster and returns a

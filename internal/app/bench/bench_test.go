@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +127,7 @@ func TestBurstValidation(t *testing.T) {
 		{"eleven bursts", func(c *Config) { c.Bursts = 11 }, "--bursts"},
 		{"processes", func(c *Config) { c.Processes = true }, "--processes"},
 		{"every second", func(c *Config) { c.Every = "second" }, "--every"},
+		{"profile", func(c *Config) { c.CPUProfileDir = t.TempDir() }, "--cpu-profile with --scenario burst"},
 	} {
 		c := base
 		tc.mut(&c)
@@ -135,5 +137,24 @@ func TestBurstValidation(t *testing.T) {
 	}
 	if err := base.Validate(); err != nil {
 		t.Errorf("a valid burst config: %v", err)
+	}
+}
+
+func TestCPUProfileValidation(t *testing.T) {
+	base := Config{Scenario: Backlog, Triggers: 1, Every: "minute", Replicas: 1,
+		Duration: time.Second, Budget: 1, Cadence: time.Second, Batch: 1}
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		dir, want string // want "": valid
+	}{
+		{t.TempDir(), ""},
+		{missing, "--cpu-profile " + missing + ": want an existing directory"},
+	} {
+		c := base
+		c.CPUProfileDir = tc.dir
+		err := c.Validate()
+		if (tc.want == "" && err != nil) || (tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want))) {
+			t.Errorf("--cpu-profile %s: %v; want %q", tc.dir, err, tc.want)
+		}
 	}
 }

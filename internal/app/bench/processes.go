@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,8 +52,11 @@ type stoppedLine struct {
 }
 
 // runProcesses runs cfg.Replicas real `qlsched run` processes connected as the runtime role
-// (runtimeURL), each with its own pool and owner, until done(runs admitted so far) or the
-// duration passes. Counters come from each process's final log line, claim latency from its
+// (runtimeURL), each with its own pool and owner, until done(triggers admitted so far) or the
+// duration passes; done nil: the duration. As for in-process replicas, the database is asked
+// (admitted) only once the processes' own admit counters (their /metrics) could make done true:
+// admitted is an aggregate over every Run of the phase, and asked every 50 ms it took a core of
+// the server from the replicas (docs/performance.md, "Real processes against in-process replicas"). Counters come from each process's final log line, claim latency from its
 // /metrics histogram (bucket bounds, so coarse), CPU and RSS from /proc.
 func runProcesses(ctx context.Context, cfg Config, runtimeURL string, admitted func() (int64, error), done func(int64) bool) (replicaResult, []*replicaProcess, error) {
 	res := replicaResult{claims: &samples{}, admits: &samples{}}
@@ -72,6 +76,9 @@ func runProcesses(ctx context.Context, cfg Config, runtimeURL string, admitted f
 		p.cmd = exec.Command(cfg.Exe, "run", "--owner", p.owner, "--budget", strconv.Itoa(cfg.Budget),
 			"--cadence", cfg.Cadence.String(), "--lease", lease.String(), "--admit-batch", strconv.Itoa(max(cfg.Batch, 1)),
 			"--http-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
+		if cfg.CPUProfileDir != "" {
+			p.cmd.Args = append(p.cmd.Args, "--cpu-profile", filepath.Join(cfg.CPUProfileDir, p.owner+".pprof"))
+		}
 		p.cmd.Env = append(os.Environ(), "QL_DATABASE_URL="+runtimeURL)
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // the bench dies, its replicas too
 		stderr, err := p.cmd.StderrPipe()
@@ -111,6 +118,9 @@ loop:
 		case <-deadline.C:
 			break loop
 		case <-tick.C:
+			if done == nil || !done(scrapedAdmits(procs)) {
+				continue
+			}
 			n, err := admitted()
 			if err != nil {
 				return res, procs, err
@@ -186,6 +196,34 @@ func (p *replicaProcess) readLog(r io.Reader) {
 	}
 	p.logTail.WriteString(strings.Join(tail, "\n"))
 	p.exited <- p.cmd.Wait()
+}
+
+// scrapedAdmits is the sum of the processes' qlsched_admits_total (0 for one not answering).
+func scrapedAdmits(procs []*replicaProcess) int64 {
+	var n int64
+	for _, p := range procs {
+		n += int64(scrapeCounter("http://"+p.http+"/metrics", "qlsched_admits_total"))
+	}
+	return n
+}
+
+// scrapeCounter is a counter's value at url, 0 if it cannot be read.
+func scrapeCounter(url, name string) float64 {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0
+	}
+	f, ok := families[name]
+	if !ok || len(f.Metric) == 0 || f.Metric[0].Counter == nil {
+		return 0
+	}
+	return f.Metric[0].Counter.GetValue()
 }
 
 func scrapeHistogram(url, name string) (*dto.Histogram, error) {
