@@ -152,9 +152,16 @@ func TestOfferPipelineRetriesARetryableError(t *testing.T) {
 	}
 }
 
-// The caller's context ending while the pipeline waits for the session's lock ends the offer:
-// the transaction is rolled back, the connection does not return to the pool mid-transaction.
+// The caller's context ending, or the connection lost, while the pipeline waits for the
+// session's lock ends the offer: the transaction is rolled back, the connection does not return
+// to the pool mid-transaction.
 func TestOfferPipelineCancelledWhileWaiting(t *testing.T) {
+	for _, how := range []string{"context cancelled", "backend terminated"} {
+		t.Run(how, func(t *testing.T) { offerInterruptedWhileWaiting(t, how) })
+	}
+}
+
+func offerInterruptedWhileWaiting(t *testing.T, how string) {
 	p := newPipelineFx(t, nil)
 	tx, err := p.su.Begin(bg)
 	if err != nil {
@@ -180,10 +187,16 @@ func TestOfferPipelineCancelledWhileWaiting(t *testing.T) {
 			AND datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
 		return n == 1
 	})
-	cancel()
+	if how == "context cancelled" {
+		cancel()
+	} else {
+		defer cancel()
+		p.exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'ql_runtime'
+			AND datname = current_database() AND wait_event_type = 'Lock'`)
+	}
 	r := <-done
 	if r.err == nil || r.n != 0 {
-		t.Fatalf("cancelled offer: %d offers, err %v", r.n, r.err)
+		t.Fatalf("%s: %d offers, err %v", how, r.n, r.err)
 	}
 	if err := tx.Rollback(bg); err != nil {
 		t.Fatal(err)
