@@ -209,6 +209,9 @@ func parse(args []string, stdout, stderr io.Writer) (*options, bool, error) {
 	// report per slot, a heartbeat), not the default 2: the others would be closed after use and
 	// dialed again (a TLS handshake each) on the path from an offer to its start.
 	tr.MaxIdleConnsPerHost = 2*o.capacity + 2
+	// …and the limit on all hosts together (net/http's default: 100) must not cut it: from
+	// --capacity 50 on it would, for one dispatcher already.
+	tr.MaxIdleConns = tr.MaxIdleConnsPerHost * len(o.dispatchers)
 	if *caFile != "" {
 		pem, err := os.ReadFile(*caFile)
 		if err != nil {
