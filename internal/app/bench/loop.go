@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/qlcontrol/controlcore/admin"
 	"github.com/qlcontrol/controlcore/coordinator"
 	"github.com/qlcontrol/controlcore/db"
@@ -106,15 +103,12 @@ func (w LoopWake) sub(o LoopWake) LoopWake {
 
 // scrapeWake reads a dispatcher's wake-up counters from its /metrics at addr (host:port).
 func scrapeWake(addr string) (LoopWake, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return LoopWake{}, err
+	if addr == "" {
+		return LoopWake{}, errors.New("a dispatcher without an HTTP address: no /metrics to read")
 	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := scrapeMetrics("http://" + addr + "/metrics")
 	if err != nil {
-		return LoopWake{}, fmt.Errorf("dispatcher /metrics at %s: %w", addr, err)
+		return LoopWake{}, fmt.Errorf("dispatcher /metrics: %w", err)
 	}
 	value := func(name string) (float64, error) {
 		f, ok := families[name]

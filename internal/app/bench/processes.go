@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +18,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/qlcontrol/controlcore/coordinator"
 )
@@ -209,13 +206,7 @@ func scrapedAdmits(procs []*replicaProcess) int64 {
 
 // scrapeCounter is a counter's value at url, 0 if it cannot be read.
 func scrapeCounter(url, name string) float64 {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := scrapeMetrics(url)
 	if err != nil {
 		return 0
 	}
@@ -227,13 +218,7 @@ func scrapeCounter(url, name string) float64 {
 }
 
 func scrapeHistogram(url, name string) (*dto.Histogram, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := scrapeMetrics(url)
 	if err != nil {
 		return nil, err
 	}
