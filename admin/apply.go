@@ -122,7 +122,9 @@ func (r *Reader) Plan(ctx context.Context, s *Schedules, opts ApplyOptions) (Pla
 // under the locks, with the revisions written.
 func (p *Publisher) Apply(ctx context.Context, s *Schedules, opts ApplyOptions) (Plan, error) {
 	var plan Plan
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	// retried on a deadlock with a batch admit (inTxRetrying): plan is rebuilt from the heads on
+	// every call
+	err := p.inTxRetrying(ctx, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		st, err := readState(ctx, q, s)
 		if err != nil {
