@@ -522,9 +522,17 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 			return nil, fieldErrf(FieldProject, "trigger %s/%s: one project per call (%s first)", t.Project, t.Trigger, ts[0].Project)
 		}
 	}
-	out := make([]TriggerPublished, 0, len(ts))
+	// written by trigger id (stable: a trigger named twice keeps its order), the order a claim
+	// takes schedule rows of one cursor, so the resets lock rows as a batch admit or
+	// initialisation does (writeOrder); out stays in the order of ts
+	order := make([]int, len(ts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ts[a].Trigger, ts[b].Trigger) })
+	out := make([]TriggerPublished, len(ts))
 	err := p.inProject(ctx, ts[0].Project, "trigger.publish", func(q *db.Queries) (bool, error) {
-		out = out[:0]
+		clear(out)
 		// every head in one read: under the lock only this loop moves them
 		ids := make([]string, len(ts))
 		for i, t := range ts {
@@ -540,7 +548,8 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 		}
 		tasks := taskHeads{}
 		wrote := false
-		for _, t := range ts {
+		for _, i := range order {
+			t := ts[i]
 			taskRev, err := tasks.get(ctx, q, t.Project, t.Task)
 			if err != nil {
 				return false, err
@@ -553,7 +562,7 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 			// would with a head read after it
 			heads[t.Trigger] = pub.head()
 			wrote = wrote || !pub.Unchanged
-			out = append(out, pub)
+			out[i] = pub
 		}
 		return wrote, nil
 	})
