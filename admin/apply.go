@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -122,7 +124,9 @@ func (r *Reader) Plan(ctx context.Context, s *Schedules, opts ApplyOptions) (Pla
 // under the locks, with the revisions written.
 func (p *Publisher) Apply(ctx context.Context, s *Schedules, opts ApplyOptions) (Plan, error) {
 	var plan Plan
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	// retried on a deadlock with a batch admit (inTxRetrying): plan is rebuilt from the heads on
+	// every call
+	err := p.inTxRetrying(ctx, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		st, err := readState(ctx, q, s)
 		if err != nil {
@@ -201,7 +205,7 @@ func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *s
 	// a trigger pins its task's head revision as a publish does; the tasks of a project come
 	// before its triggers in the plan, so their new revisions are read, not planned ones
 	pins := taskHeads{}
-	for i := range plan.Items {
+	for _, i := range writeOrder(plan.Items) {
 		it := &plan.Items[i]
 		k := key{it.Project, it.ID}
 		switch {
@@ -249,6 +253,28 @@ func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *s
 	}
 	plan.Applied = true
 	return nil
+}
+
+// writeOrder is the order execute writes the plan's items in: projects and tasks first, in plan
+// order, then the triggers by project and id, the order in which a claim takes schedule rows of
+// one cursor (ClaimDue, ClaimInit: next_fire_at_ms, project_id, trigger_id), so that the schedule
+// rows this transaction resets are locked in the order a batch admit or initialisation locks them
+// (a reset row's cursor is NULL, the claims' first). The reverse order is a lock cycle PostgreSQL
+// breaks by aborting one side (inTxRetrying retries the apply's, but an initialisation's is lost).
+func writeOrder(items []PlanItem) []int {
+	order := make([]int, 0, len(items))
+	var triggers []int
+	for i, it := range items {
+		if it.Kind == KindTrigger {
+			triggers = append(triggers, i)
+		} else {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(triggers, func(a, b int) int {
+		return cmp.Or(strings.Compare(items[a].Project, items[b].Project), strings.Compare(items[a].ID, items[b].ID))
+	})
+	return append(order, triggers...)
 }
 
 // nextRevision is the revision a publish writes after head (nil: a new item).

@@ -38,6 +38,36 @@ func (p *Publisher) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return p.db.InTx(ctx, pgx.TxOptions{}, fn)
 }
 
+// publishRetries bounds how many times inTxRetrying runs a transaction again after a deadlock or a
+// serialization failure.
+const publishRetries = 5
+
+// inTxRetrying runs fn as inTx does, and runs it again, up to publishRetries times with a short
+// growing pause, when the transaction failed with a deadlock (40P01) or a serialization failure
+// (40001). A publish resets its triggers' schedule rows one by one in its own order while a batch
+// admit (--admit-batch) locks its rows in the claim's order, so the two can each hold a row the
+// other waits for, and PostgreSQL aborts one of them: the admit retries that (coordinator), and so
+// does a publish now rather than fail the command beside a running replica. Such an error has
+// rolled the whole transaction back, so the retry is the same publish from the start; fn must not
+// carry anything from one call to the next (each caller rebuilds its result inside fn).
+func (p *Publisher) inTxRetrying(ctx context.Context, fn func(pgx.Tx) error) error {
+	for attempt := 0; ; attempt++ {
+		err := p.inTx(ctx, fn)
+		var pgErr *pgconn.PgError
+		if err == nil || attempt >= publishRetries || !errors.As(err, &pgErr) ||
+			(pgErr.Code != pgerrcode.DeadlockDetected && pgErr.Code != pgerrcode.SerializationFailure) {
+			return err
+		}
+		pause := time.NewTimer(time.Duration(10<<attempt) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return err
+		case <-pause.C:
+		}
+	}
+}
+
 // ProjectCreated says what CreateProject found: Created is false when the project already
 // existed (in State, at Revision), in which case nothing was written.
 type ProjectCreated struct {
@@ -492,9 +522,17 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 			return nil, fieldErrf(FieldProject, "trigger %s/%s: one project per call (%s first)", t.Project, t.Trigger, ts[0].Project)
 		}
 	}
-	out := make([]TriggerPublished, 0, len(ts))
+	// written by trigger id (stable: a trigger named twice keeps its order), the order a claim
+	// takes schedule rows of one cursor, so the resets lock rows as a batch admit or
+	// initialisation does (writeOrder); out stays in the order of ts
+	order := make([]int, len(ts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ts[a].Trigger, ts[b].Trigger) })
+	out := make([]TriggerPublished, len(ts))
 	err := p.inProject(ctx, ts[0].Project, "trigger.publish", func(q *db.Queries) (bool, error) {
-		out = out[:0]
+		clear(out)
 		// every head in one read: under the lock only this loop moves them
 		ids := make([]string, len(ts))
 		for i, t := range ts {
@@ -510,7 +548,8 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 		}
 		tasks := taskHeads{}
 		wrote := false
-		for _, t := range ts {
+		for _, i := range order {
+			t := ts[i]
 			taskRev, err := tasks.get(ctx, q, t.Project, t.Task)
 			if err != nil {
 				return false, err
@@ -523,7 +562,7 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 			// would with a head read after it
 			heads[t.Trigger] = pub.head()
 			wrote = wrote || !pub.Unchanged
-			out = append(out, pub)
+			out[i] = pub
 		}
 		return wrote, nil
 	})
@@ -831,11 +870,11 @@ var errNothingWritten = errors.New("nothing written")
 
 // inProject runs fn in one transaction holding the audited lock of an active or paused project. fn reports
 // whether it wrote anything; when it did not, the transaction is rolled back, the lock's audit row
-// with it, so an unchanged publish leaves no trace. It runs fn once and retries nothing: any error
-// (a serialization failure or a lost connection included) rolls the whole publish back and is
-// returned; running the publish again is the caller's decision (it is idempotent by content).
+// with it, so an unchanged publish leaves no trace. A deadlock or serialization failure is retried
+// (inTxRetrying: fn must start from nothing on each call); any other error (a lost connection
+// included) rolls the whole publish back and is returned.
 func (p *Publisher) inProject(ctx context.Context, project, reason string, fn func(q *db.Queries) (wrote bool, err error)) error {
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inTxRetrying(ctx, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if err := lockWritableProject(ctx, q, project, reason); err != nil {
 			return err
