@@ -64,11 +64,11 @@ func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
 		{"unknown flag", []string{"up", "--frobnicate"}, "unknown flag: --frobnicate"},
 		{"bad format", []string{"status", "--format", "yaml"}, `invalid argument "yaml" for "--format" flag: want text or json`},
 		{"negative --to", []string{"up", "--to", "-3"}, "--to -3"},
-		{"--to beyond the last migration", []string{"up", "--to", "26"}, "--to 26: the stream has versions 1 … 25"},
-		{"--to beyond the last migration, dry run", []string{"up", "--dry-run", "--to", "26"}, "--to 26: the stream has versions 1 … 25"},
+		{"--to beyond the last migration", []string{"up", "--to", "27"}, "--to 27: the stream has versions 1 … 26"},
+		{"--to beyond the last migration, dry run", []string{"up", "--dry-run", "--to", "27"}, "--to 27: the stream has versions 1 … 26"},
 		{"--lock-timeout too short", []string{"up", "--lock-timeout", "10ms"}, "--lock-timeout 10ms: want 100ms … 24h0m0s"},
 		{"accept --version 0", []string{"accept", "--version", "0", "--reason", "x"}, "--version 0: want a migration version, 1 or more"},
-		{"accept --version beyond the last migration", []string{"accept", "--version", "26", "--reason", "x"}, "--version 26: the stream has versions 1 … 25"},
+		{"accept --version beyond the last migration", []string{"accept", "--version", "27", "--reason", "x"}, "--version 27: the stream has versions 1 … 26"},
 		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, `--role-prefix "Robert'); DROP": want a lower-case identifier prefix`},
 		{"extra argument", []string{"status", "now"}, "unknown command"},
 		{"unparseable URL", []string{"status", "--database-url", "postgres://u:hunter2@127.0.0.1:1/x%zz"}, "cannot parse"},
@@ -166,7 +166,7 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 	}
 
 	r = run(t, nil, append([]string{"--database-url", owner, "up"}, prefix...)...)
-	if r.code != 0 || !strings.Contains(r.stdout, "25 applied; control-core is at v24") || strings.Count(r.stdout, "applied pg-") != 25 {
+	if r.code != 0 || !strings.Contains(r.stdout, "26 applied; control-core is at v25") || strings.Count(r.stdout, "applied pg-") != 26 {
 		t.Fatalf("up as %s: exit %d\n%s%s", names.Owner, r.code, r.stdout, r.stderr)
 	}
 
@@ -175,8 +175,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 		t.Fatalf("status: exit %d\n%s", r.code, r.stderr)
 	}
 	stream, err := checksums.Load(migrations.FS)
-	if err != nil || len(stream) != 25 {
-		t.Fatalf("embedded stream: %d migrations, %v; want 25", len(stream), err)
+	if err != nil || len(stream) != 26 {
+		t.Fatalf("embedded stream: %d migrations, %v; want 26", len(stream), err)
 	}
 	for _, m := range stream {
 		// VERSION NAME APPLIED-AT APPLIED-BY DURATION CHECKSUM, the time in RFC 3339.
@@ -185,8 +185,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 			t.Errorf("status has no line for %s with an applied time and checksum ok:\n%s", m.Name, r.stdout)
 		}
 	}
-	if !strings.Contains(r.stdout, "capability v24") || !strings.Contains(r.stdout, "25 of 25 applied") || strings.Contains(r.stdout, "pending") {
-		t.Errorf("status does not show all 25 applied at v24:\n%s", r.stdout)
+	if !strings.Contains(r.stdout, "capability v25") || !strings.Contains(r.stdout, "26 of 26 applied") || strings.Contains(r.stdout, "pending") {
+		t.Errorf("status does not show all 26 applied at v25:\n%s", r.stdout)
 	}
 
 	if r = run(t, nil, append([]string{"--database-url", owner, "verify"}, prefix...)...); r.code != 0 || !strings.Contains(r.stdout, "OK: no drift") {
@@ -342,8 +342,8 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 		}
 		applied += strings.Count(p.res.stdout, "applied pg-")
 	}
-	if applied != 25 {
-		t.Errorf("the two runs applied %d migrations between them, want 25", applied)
+	if applied != 26 {
+		t.Errorf("the two runs applied %d migrations between them, want 26", applied)
 	}
 	var versions, rows, ledger int
 	err = holder.QueryRow(ctx, `SELECT count(DISTINCT version_id), count(*),
@@ -351,8 +351,8 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if versions != 25 || rows != 25 || ledger != 25 {
-		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 25 each", versions, rows, ledger)
+	if versions != 26 || rows != 26 || ledger != 26 {
+		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 26 each", versions, rows, ledger)
 	}
 }
 
