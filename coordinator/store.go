@@ -375,6 +375,46 @@ func (s *Store) wakeDispatchers(ctx context.Context, written []*Admitted) {
 	}
 }
 
+// pooledSQL maps the claim's and the admit's generated statements (ClaimDue, Admit) to the calls
+// of the PL/pgSQL functions whose bodies they are (sql/queries/pooled.sql, pg-0027): the same
+// parameters in the same order, the same columns of the same types, so the generated code that
+// queued the statement reads the function's rows. A pipeline sends the call in place of the
+// statement when its handle plans every statement at each execution (behind a transaction
+// pooler: dbconn.DB.PlansPerExecution), since the server plans a function's statement once per
+// server session; on a direct or session-pooled connection the statement goes as it is.
+var pooledSQL = func() map[string]string {
+	ctx := context.Background()
+	sqlOf := func(send func(q *db.Queries)) string {
+		c := &capture{}
+		send(db.New(c))
+		return c.sql
+	}
+	return map[string]string{
+		sqlOf(func(q *db.Queries) { q.ClaimDue(ctx, []db.ClaimDueParams{{}}) }): sqlOf(func(q *db.Queries) { q.ClaimDuePooled(ctx, []db.ClaimDuePooledParams{{}}) }),
+		sqlOf(func(q *db.Queries) { q.Admit(ctx, []db.AdmitParams{{}}) }):       sqlOf(func(q *db.Queries) { q.AdmitPooled(ctx, []db.AdmitPooledParams{{}}) }),
+	}
+}()
+
+// capture is a db.DBTX that keeps the text of the one statement it is sent and runs nothing
+// (pooledSQL reads the generated texts with it).
+type capture struct {
+	sql string
+}
+
+func (c *capture) SendBatch(_ context.Context, b *pgx.Batch) pgx.BatchResults {
+	c.sql = b.QueuedQueries[0].SQL
+	return &pipelineResults{err: errors.New("capture: nothing is sent")}
+}
+func (c *capture) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errors.New("capture: nothing is sent")
+}
+func (c *capture) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errors.New("capture: nothing is sent")
+}
+func (c *capture) QueryRow(context.Context, string, ...any) pgx.Row {
+	return errRow{errors.New("capture: nothing is sent")}
+}
+
 func newPipeline(h *dbconn.DB, tx txKind, settings string) *pipeline {
 	return &pipeline{db: h, tx: tx, settings: settings}
 }
@@ -388,7 +428,12 @@ func (p *pipeline) send(ctx context.Context, b *pgx.Batch) *pipelineResults {
 	}
 	wire := &pgx.Batch{}
 	wire.Queue(p.settings)
-	wire.QueuedQueries = append(wire.QueuedQueries, b.QueuedQueries...)
+	for _, q := range b.QueuedQueries {
+		if call, ok := pooledSQL[q.SQL]; ok && p.db.PlansPerExecution() {
+			q = &pgx.QueuedQuery{SQL: call, Arguments: q.Arguments}
+		}
+		wire.QueuedQueries = append(wire.QueuedQueries, q)
+	}
 	begin := ""
 	if p.tx == serializableTx {
 		begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"

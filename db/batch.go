@@ -294,6 +294,134 @@ func (b *AdmitBatchResults) Close() error {
 	return b.br.Close()
 }
 
+const admitPooled = `-- name: AdmitPooled :batchmany
+SELECT a.ord::integer AS ord, a.run_id::uuid AS run_id, a.attempt_id::uuid AS attempt_id,
+       a.admitted_at_ms::bigint AS admitted_at_ms
+FROM control_core.admit($1::text[], $2::text[], $3::text[], $4::text[],
+                                 $5::uuid[], $6::bigint[], $7::bigint[],
+                                 $8::bigint[], $9::bigint[], $10::bigint[],
+                                 $11::bigint[], $12::bigint[], $13::bigint[],
+                                 $14::text[], $15::text[], $16::text[],
+                                 $17::uuid[], $18::text[], $19::text[],
+                                 $20::bigint[], $21::uuid[], $22::bigint[], $23::bigint[]) AS a
+`
+
+type AdmitPooledBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type AdmitPooledParams struct {
+	RowCtids             []string    `json:"row_ctids"`
+	ProjectIds           []string    `json:"project_ids"`
+	TriggerIds           []string    `json:"trigger_ids"`
+	ClaimOwners          []string    `json:"claim_owners"`
+	ClaimTokens          []uuid.UUID `json:"claim_tokens"`
+	ClaimVersions        []int64     `json:"claim_versions"`
+	TriggerRevisions     []int64     `json:"trigger_revisions"`
+	StateVersions        []int64     `json:"state_versions"`
+	CursorsMs            []int64     `json:"cursors_ms"`
+	ScheduledForMs       []int64     `json:"scheduled_for_ms"`
+	NextFireAtMs         []int64     `json:"next_fire_at_ms"`
+	ClaimedAtMs          []int64     `json:"claimed_at_ms"`
+	ProjectRevisions     []int64     `json:"project_revisions"`
+	ProjectDigests       []string    `json:"project_digests"`
+	TriggerDigests       []string    `json:"trigger_digests"`
+	TaskDigests          []string    `json:"task_digests"`
+	ExecutionRevisionIds []uuid.UUID `json:"execution_revision_ids"`
+	ExecutionDigests     []string    `json:"execution_digests"`
+	TaskIds              []string    `json:"task_ids"`
+	TaskRevisions        []int64     `json:"task_revisions"`
+	RunIds               []uuid.UUID `json:"run_ids"`
+	Missed               []int64     `json:"missed"`
+	LastMissedMs         []int64     `json:"last_missed_ms"`
+}
+
+type AdmitPooledRow struct {
+	Ord          int32     `json:"ord"`
+	RunID        uuid.UUID `json:"run_id"`
+	AttemptID    uuid.UUID `json:"attempt_id"`
+	AdmittedAtMs int64     `json:"admitted_at_ms"`
+}
+
+// Admit, planned once per server session (control_core.admit, pg-0027); run alone in a
+// SERIALIZABLE transaction, as Admit is.
+func (q *Queries) AdmitPooled(ctx context.Context, arg []AdmitPooledParams) *AdmitPooledBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.RowCtids,
+			a.ProjectIds,
+			a.TriggerIds,
+			a.ClaimOwners,
+			a.ClaimTokens,
+			a.ClaimVersions,
+			a.TriggerRevisions,
+			a.StateVersions,
+			a.CursorsMs,
+			a.ScheduledForMs,
+			a.NextFireAtMs,
+			a.ClaimedAtMs,
+			a.ProjectRevisions,
+			a.ProjectDigests,
+			a.TriggerDigests,
+			a.TaskDigests,
+			a.ExecutionRevisionIds,
+			a.ExecutionDigests,
+			a.TaskIds,
+			a.TaskRevisions,
+			a.RunIds,
+			a.Missed,
+			a.LastMissedMs,
+		}
+		batch.Queue(admitPooled, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &AdmitPooledBatchResults{br, len(arg), false}
+}
+
+func (b *AdmitPooledBatchResults) Query(f func(int, []AdmitPooledRow, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		items := []AdmitPooledRow{}
+		if b.closed {
+			if f != nil {
+				f(t, items, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		err := func() error {
+			rows, err := b.br.Query()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var i AdmitPooledRow
+				if err := rows.Scan(
+					&i.Ord,
+					&i.RunID,
+					&i.AttemptID,
+					&i.AdmittedAtMs,
+				); err != nil {
+					return err
+				}
+				items = append(items, i)
+			}
+			return rows.Err()
+		}()
+		if f != nil {
+			f(t, items, err)
+		}
+	}
+}
+
+func (b *AdmitPooledBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
 const claimDue = `-- name: ClaimDue :batchmany
 
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
@@ -464,6 +592,154 @@ func (b *ClaimDueBatchResults) Query(f func(int, []ClaimDueRow, error)) {
 }
 
 func (b *ClaimDueBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
+const claimDuePooled = `-- name: ClaimDuePooled :batchmany
+
+SELECT c.project_id::text AS project_id, c.trigger_id::text AS trigger_id,
+       c.trigger_revision::bigint AS trigger_revision,
+       c.next_fire_at_ms::bigint AS next_fire_at_ms,
+       c.last_scheduled_at_ms::bigint AS last_scheduled_at_ms,
+       c.state_version::bigint AS state_version, c.claim_owner::text AS claim_owner,
+       c.claim_token::uuid AS claim_token, c.claim_version::bigint AS claim_version,
+       c.claim_expires_at_ms::bigint AS claim_expires_at_ms,
+       c.claimed_at_ms::bigint AS claimed_at_ms, c.project_revision::bigint AS project_revision,
+       c.project_digest::text AS project_digest, c.cron_spec::text AS cron_spec,
+       c.timezone::text AS timezone, c.misfire_policy::text AS misfire_policy,
+       c.misfire_grace_ms::bigint AS misfire_grace_ms, c.trigger_digest::text AS trigger_digest,
+       c.task_id::text AS task_id, c.task_revision::bigint AS task_revision,
+       c.task_digest::text AS task_digest, c.execution_revision_id::uuid AS execution_revision_id,
+       c.execution_digest::text AS execution_digest, c.takeover::boolean AS takeover,
+       c.row_ctid::text AS row_ctid
+FROM control_core.claim_due($1::text, $2::bigint, $3::bigint, $4::integer) AS c
+`
+
+type ClaimDuePooledBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type ClaimDuePooledParams struct {
+	Owner   string `json:"owner"`
+	LeaseMs int64  `json:"lease_ms"`
+	FromKey int64  `json:"from_key"`
+	MaxRows int32  `json:"max_rows"`
+}
+
+type ClaimDuePooledRow struct {
+	ProjectID           string    `json:"project_id"`
+	TriggerID           string    `json:"trigger_id"`
+	TriggerRevision     int64     `json:"trigger_revision"`
+	NextFireAtMs        int64     `json:"next_fire_at_ms"`
+	LastScheduledAtMs   int64     `json:"last_scheduled_at_ms"`
+	StateVersion        int64     `json:"state_version"`
+	ClaimOwner          string    `json:"claim_owner"`
+	ClaimToken          uuid.UUID `json:"claim_token"`
+	ClaimVersion        int64     `json:"claim_version"`
+	ClaimExpiresAtMs    int64     `json:"claim_expires_at_ms"`
+	ClaimedAtMs         int64     `json:"claimed_at_ms"`
+	ProjectRevision     int64     `json:"project_revision"`
+	ProjectDigest       string    `json:"project_digest"`
+	CronSpec            string    `json:"cron_spec"`
+	Timezone            string    `json:"timezone"`
+	MisfirePolicy       string    `json:"misfire_policy"`
+	MisfireGraceMs      int64     `json:"misfire_grace_ms"`
+	TriggerDigest       string    `json:"trigger_digest"`
+	TaskID              string    `json:"task_id"`
+	TaskRevision        int64     `json:"task_revision"`
+	TaskDigest          string    `json:"task_digest"`
+	ExecutionRevisionID uuid.UUID `json:"execution_revision_id"`
+	ExecutionDigest     string    `json:"execution_digest"`
+	Takeover            bool      `json:"takeover"`
+	RowCtid             string    `json:"row_ctid"`
+}
+
+// The hot path of single mode behind a transaction-pooling pooler (pg-0027): the claim and the
+// admit of scheduler.sql (ClaimDue, Admit) called as the PL/pgSQL functions whose bodies they
+// are, so that the server plans each once per server session instead of at every execution
+// (PgBouncer 1.18 has no prepared statements in transaction pooling). Same parameters in the
+// same order, same columns of the same types: behind a transaction pooler the store sends these
+// texts in place of ClaimDue's and Admit's and reads their rows with ClaimDue's and Admit's
+// generated code (coordinator/store.go, pooledSQL). sqlc does not know a function's result
+// columns: the casts name their types for it (the function returns exactly these, so a cast
+// changes nothing, NULLs included), and their own generated row types are not used.
+// ClaimDue, planned once per server session (control_core.claim_due, pg-0027).
+func (q *Queries) ClaimDuePooled(ctx context.Context, arg []ClaimDuePooledParams) *ClaimDuePooledBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.Owner,
+			a.LeaseMs,
+			a.FromKey,
+			a.MaxRows,
+		}
+		batch.Queue(claimDuePooled, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &ClaimDuePooledBatchResults{br, len(arg), false}
+}
+
+func (b *ClaimDuePooledBatchResults) Query(f func(int, []ClaimDuePooledRow, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		items := []ClaimDuePooledRow{}
+		if b.closed {
+			if f != nil {
+				f(t, items, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		err := func() error {
+			rows, err := b.br.Query()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var i ClaimDuePooledRow
+				if err := rows.Scan(
+					&i.ProjectID,
+					&i.TriggerID,
+					&i.TriggerRevision,
+					&i.NextFireAtMs,
+					&i.LastScheduledAtMs,
+					&i.StateVersion,
+					&i.ClaimOwner,
+					&i.ClaimToken,
+					&i.ClaimVersion,
+					&i.ClaimExpiresAtMs,
+					&i.ClaimedAtMs,
+					&i.ProjectRevision,
+					&i.ProjectDigest,
+					&i.CronSpec,
+					&i.Timezone,
+					&i.MisfirePolicy,
+					&i.MisfireGraceMs,
+					&i.TriggerDigest,
+					&i.TaskID,
+					&i.TaskRevision,
+					&i.TaskDigest,
+					&i.ExecutionRevisionID,
+					&i.ExecutionDigest,
+					&i.Takeover,
+					&i.RowCtid,
+				); err != nil {
+					return err
+				}
+				items = append(items, i)
+			}
+			return rows.Err()
+		}()
+		if f != nil {
+			f(t, items, err)
+		}
+	}
+}
+
+func (b *ClaimDuePooledBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }

@@ -2,10 +2,10 @@ package roles
 
 import "github.com/qlcontrol/controlcore/db"
 
-// The expected privilege model of control-core v25, as data a DBA can read against
+// The expected privilege model of control-core v26, as data a DBA can read against
 // sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql,
 // 0019_audit_by_database.sql, 0022_dispatch_loop.sql, 0023_loop_integrity.sql,
-// 0024_replicas.sql, 0025_definition_lifecycle.sql, 0026_lock_order.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
+// 0024_replicas.sql, 0025_definition_lifecycle.sql, 0026_lock_order.sql, 0027_pooled_hot_path.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
 // `qlmigrate grants` compare the catalogs with it exactly: a privilege the model does not list is
 // drift as much as one it lists and the database lacks.
 //
@@ -93,7 +93,7 @@ var (
 	si  = []string{"SELECT", "INSERT"}
 )
 
-// Tables is every table of control_core (v25, 24 with goose's version table).
+// Tables is every table of control_core (v26, 24 with goose's version table).
 var Tables = []TableGrant{
 	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
 	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},
@@ -196,6 +196,10 @@ var Functions = []FunctionGrant{
 	{Function: "control_core.archive_trigger(text, text)", Execute: []Part{Admin}, Source: "pg-0025"},
 	{Function: "control_core.prune_runs(text, bigint, integer, boolean)", Execute: []Part{Admin}, Source: "pg-0025: old terminal Runs and their rows, in batches"},
 	{Function: "control_core.archived_trigger_guard()", Source: "pg-0025: fires as triggers' and trigger_schedules' BEFORE trigger, which needs no EXECUTE"},
+	// pg-0027: the claim and the admit as PL/pgSQL functions (SECURITY INVOKER), which the
+	// runtime calls behind a transaction pooler
+	{Function: "control_core.claim_due(text, bigint, bigint, integer)", Execute: []Part{Runtime}, Source: "pg-0027: the claim, planned once per server session"},
+	{Function: "control_core.admit(text[], text[], text[], text[], uuid[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], text[], text[], text[], uuid[], text[], text[], bigint[], uuid[], bigint[], bigint[])", Execute: []Part{Runtime}, Source: "pg-0027: the admit, planned once per server session"},
 }
 
 // DefaultPrivilege is the one default-ACL entry the model has: for functions the owner role

@@ -18,6 +18,7 @@ type DB struct {
 	pool     *pgxpool.Pool
 	prologue []string // statements every transaction runs first; nil on a direct connection
 	pooled   bool
+	session  bool // ql_pooler=session: the driver's named prepared statements stay
 	timeouts Timeouts
 	target   string // Config.Describe
 }
@@ -32,7 +33,7 @@ type Querier interface {
 }
 
 func newDB(c *Config, pool *pgxpool.Pool) *DB {
-	return &DB{pool: pool, prologue: c.localSettings(), pooled: c.pooled, timeouts: c.timeouts, target: c.Describe()}
+	return &DB{pool: pool, prologue: c.localSettings(), pooled: c.pooled, session: c.session, timeouts: c.timeouts, target: c.Describe()}
 }
 
 // Begin begins a transaction with opts and runs the prologue in it first: the one way to begin a
@@ -188,6 +189,15 @@ func (d *DB) Prologue() []string { return slices.Clone(d.prologue) }
 // Pooled reports whether d talks through a transaction-pooling pooler (Config.Pooled, as Open
 // left it).
 func (d *DB) Pooled() bool { return d.pooled }
+
+// PlansPerExecution reports whether every statement on d reaches the server as the unnamed
+// statement, parsed and planned again at each execution: behind a transaction pooler (pooled,
+// and not ql_pooler=session), where pgx's named prepared statements cannot be used (see
+// Pooled). A caller with a hot statement can then send a function call instead, whose
+// PL/pgSQL body the server plans once per server session (the store's claim and admit,
+// pg-0027). False on a direct connection and with ql_pooler=session, where each statement is
+// prepared once per connection.
+func (d *DB) PlansPerExecution() bool { return d.pooled && !d.session }
 
 // Timeouts returns the bounds d's connections were opened with.
 func (d *DB) Timeouts() Timeouts { return d.timeouts }

@@ -61,7 +61,7 @@ func render(sql, database string, names roles.Names) string {
 
 // Cases is every class: issue 16's points 1 and 2 (firstRound), then issue 30's, 37's and 32's, one file per
 // class so that each class's cases stay beside each other.
-var Cases = slices.Concat(firstRound, enforcement, settings, database, writers, builtins, strictness, repair, reads, recovery, dispatch, replicas, parameters)
+var Cases = slices.Concat(firstRound, enforcement, settings, database, writers, builtins, strictness, repair, reads, recovery, dispatch, replicas, pooled, parameters)
 
 // firstRound is issue 16's points 1 and 2.
 var firstRound = []Case{

@@ -1,0 +1,140 @@
+package coordinator
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/qlcontrol/controlcore/internal/base/dbconn"
+)
+
+// openThrough opens the runtime role's handle through a PgBouncer of pool_mode mode in front of
+// f's database, with query (a connection-string query, ql_pooler=… say) added to its URL.
+func (f *fixture) openThrough(mode, query string) *dbconn.DB {
+	f.t.Helper()
+	b := f.d.StartPgBouncer(f.t, mode, "default_pool_size = 1") // one server session: plans kept on it
+	u := b.URL("ql_runtime")
+	if query != "" {
+		u += "&" + query
+	}
+	cfg, err := dbconn.Resolve(u)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	h, err := cfg.Open(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(h.Close)
+	return h
+}
+
+// Behind a transaction pooler the claim and the admit go to the server as calls of pg-0027's
+// functions (planned once per server session), with the same outcome as the statements
+// directly: one Run, one Attempt, two Events, the cursor advanced, the claim cleared; a second
+// claim finds nothing. With ql_pooler=session and directly the statements go as they are. Which
+// path was taken is proved by renaming the functions: the transaction-pooled claim then fails
+// naming claim_due, the others still claim.
+func TestPooledClaimAndAdmitCallThePlannedFunctions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, mode, query string
+		calls             bool
+	}{
+		{"transaction pooling, detected", "transaction", "", true},
+		{"transaction pooling, ql_pooler=transaction", "transaction", "ql_pooler=transaction", true},
+		{"session pooling, ql_pooler=session", "session", "ql_pooler=session", false},
+		{"direct", "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			h := f.rt
+			if tc.mode != "" {
+				h = f.openThrough(tc.mode, tc.query)
+			}
+			if h.PlansPerExecution() != tc.calls {
+				t.Fatalf("PlansPerExecution = %v, want %v (pooled %v)", h.PlansPerExecution(), tc.calls, h.Pooled())
+			}
+			s := NewStore(h)
+			f.dueOnce("a", "b")
+			for range 2 {
+				c, a, out := fireOnce(t, s, "r1")
+				if out != Written || a.RunID == uuid.Nil || a.AttemptID == uuid.Nil || a.AdmittedAtMs < c.ClaimedAtMs {
+					t.Fatalf("admit of %s: %s %+v", c.TriggerID, out, a)
+				}
+			}
+			if c, err := s.Claim(ctx, "r1", 30*time.Second); err != nil || c != nil {
+				t.Fatalf("a third claim: %+v, %v; want nothing to claim", c, err)
+			}
+			if n := f.audit(); n != 2 {
+				t.Fatalf("audit: %d occurrences admitted exactly once, want 2", n)
+			}
+
+			f.exec(`ALTER FUNCTION control_core.claim_due(text, bigint, bigint, integer) RENAME TO claim_due_gone`)
+			f.setCursor("a", -time.Second)
+			_, err := s.Claim(ctx, "r1", 30*time.Second)
+			if gone := err != nil && strings.Contains(err.Error(), "control_core.claim_due"); gone != tc.calls {
+				t.Fatalf("claim with claim_due renamed: %v; want the function called: %v", err, tc.calls)
+			}
+		})
+	}
+}
+
+// The pooled admit's fence is the statement's: a claim taken over before the admit writes
+// nothing through the function and is diagnosed as a race, as directly.
+func TestPooledAdmitUnderALostFenceIsARace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	s := NewStore(f.openThrough("transaction", ""))
+	f.dueOnce("a")
+	c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
+	f.expireClaim("a")
+	if other := must(s.Claim(ctx, "r2", 30*time.Second)).of(t); other == nil {
+		t.Fatal("the expired claim was not taken over")
+	}
+	if _, out, err := s.Admit(ctx, c, *c.CursorMs, *c.CursorMs+60_000, uuid.New(), 3); err != nil || out != Race {
+		t.Fatalf("admit under a lost fence: %s, %v; want race", out, err)
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.runs`); n != 0 {
+		t.Fatalf("%d Runs written under a lost fence", n)
+	}
+}
+
+// The bodies of pg-0027's functions are the claim's and the admit's statements as sqlc generates
+// them, character for character (the migration's promise: the ADR's rules are the same behind
+// a pooler). A change to scheduler.sql needs a new migration that replaces the function.
+func TestPooledFunctionsAreTheGeneratedStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	body := regexp.MustCompile(`(?s)^\s*#variable_conflict use_column\s+BEGIN\s+RETURN QUERY\n(.*)\n;\s*END\s*$`)
+	name := regexp.MustCompile(`^-- name: \w+ :batchmany\n+`)
+	if len(pooledSQL) != 2 {
+		t.Fatalf("pooledSQL maps %d statements, want the claim and the admit", len(pooledSQL))
+	}
+	for stmt, call := range pooledSQL {
+		fn := regexp.MustCompile(`control_core\.(\w+)\(`).FindStringSubmatch(call)
+		if fn == nil {
+			t.Fatalf("no function call in %q", call)
+		}
+		var src string
+		if err := f.su.QueryRow(ctx, `SELECT prosrc FROM pg_proc WHERE proname = $1
+			AND pronamespace = 'control_core'::regnamespace`, fn[1]).Scan(&src); err != nil {
+			t.Fatalf("%s: %v", fn[1], err)
+		}
+		m := body.FindStringSubmatch(src)
+		if m == nil {
+			t.Fatalf("control_core.%s: the body is not RETURN QUERY and one statement:\n%s", fn[1], src)
+		}
+		if want := strings.TrimSpace(name.ReplaceAllString(stmt, "")); m[1] != want {
+			t.Errorf("control_core.%s runs another statement than the generated one:\n--- function\n%s\n--- generated\n%s", fn[1], m[1], want)
+		}
+	}
+}
