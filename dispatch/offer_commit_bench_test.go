@@ -17,8 +17,7 @@ import (
 // go test ./dispatch -run '^$' -bench OfferCommitAB -benchtime 300x.
 func BenchmarkOfferCommitAB(b *testing.B) {
 	f := newFx(b)
-	f.exec(`DO $$ BEGIN EXECUTE format('ALTER ROLE ql_runtime IN DATABASE %I SET synchronous_commit = on', current_database()); END $$`)
-	f.store = dispatch.NewStore(f.d.Handle(b, "ql_runtime"), testConfig)
+	f.durableStore()
 	if got := f.str(`SELECT current_setting('fsync')`); got != "on" {
 		b.Logf("fsync is %s on this server: the WAL flush costs nothing, only the round trips differ", got)
 	}

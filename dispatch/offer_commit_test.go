@@ -6,16 +6,25 @@ import (
 	"github.com/qlcontrol/controlcore/dispatch"
 )
 
-// The offer's transaction commits without waiting for the WAL flush; the ACK's, which grants the
-// lease, stays durable (sql/queries/dispatch_offer_commit.sql). Triggers arranged by the test
-// record synchronous_commit as each transition's transaction sees it, for two Runs one after the
-// other on the same pool: the setting is the offer transaction's only and never reaches the ACK.
-func TestOfferCommitsAsynchronouslyAckStaysDurable(t *testing.T) {
-	f := newFx(t)
-	// The test server commits asynchronously everywhere (speed): the runtime role gets the
-	// production default, on, in this database, and a store whose connections open after that.
+// runtimeCommitsDurably gives the runtime role the production default, synchronous_commit on, in
+// f's database: the test server commits asynchronously everywhere (speed).
+func (f *fx) runtimeCommitsDurably() {
+	f.t.Helper()
 	f.exec(`DO $$ BEGIN EXECUTE format('ALTER ROLE ql_runtime IN DATABASE %I SET synchronous_commit = on', current_database()); END $$`)
-	f.store = dispatch.NewStore(f.d.Handle(t, "ql_runtime"), testConfig)
+}
+
+// durableStore makes f's store a new one on ql_runtime whose connections open after
+// runtimeCommitsDurably, so they commit durably unless a transaction says otherwise.
+func (f *fx) durableStore() {
+	f.t.Helper()
+	f.runtimeCommitsDurably()
+	f.store = dispatch.NewStore(f.d.Handle(f.t, "ql_runtime"), testConfig)
+}
+
+// recordCommitModes arranges triggers that record, in public.commit_modes (what, mode, in order
+// of n), synchronous_commit as the transaction of each offer ("offer") and ACK ("ack") sees it.
+func (f *fx) recordCommitModes() {
+	f.t.Helper()
 	f.exec(`CREATE TABLE public.commit_modes (n bigserial, what text NOT NULL, mode text NOT NULL)`)
 	f.exec(`CREATE FUNCTION public.record_commit_mode() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 		SET search_path = pg_catalog AS $$
@@ -27,6 +36,16 @@ func TestOfferCommitsAsynchronouslyAckStaysDurable(t *testing.T) {
 		FOR EACH ROW EXECUTE FUNCTION public.record_commit_mode('offer')`)
 	f.exec(`CREATE TRIGGER record_ack AFTER INSERT ON control_core.run_leases
 		FOR EACH ROW EXECUTE FUNCTION public.record_commit_mode('ack')`)
+}
+
+// The offer's transaction commits without waiting for the WAL flush; the ACK's, which grants the
+// lease, stays durable (sql/queries/dispatch_offer_commit.sql). Triggers arranged by the test
+// record synchronous_commit as each transition's transaction sees it, for two Runs one after the
+// other on the same pool: the setting is the offer transaction's only and never reaches the ACK.
+func TestOfferCommitsAsynchronouslyAckStaysDurable(t *testing.T) {
+	f := newFx(t)
+	f.durableStore()
+	f.recordCommitModes()
 
 	c := f.token("w")
 	s := f.session(c, 2, nil)

@@ -217,7 +217,7 @@ func offerInterruptedWhileWaiting(t *testing.T, how string) {
 // leaves no server connection in a transaction for the next client.
 func TestOfferPipelineThroughPgBouncer(t *testing.T) {
 	p := newPipelineFx(t, func(f *fx) *dbconn.DB {
-		f.exec(`DO $$ BEGIN EXECUTE format('ALTER ROLE ql_runtime IN DATABASE %I SET synchronous_commit = on', current_database()); END $$`)
+		f.runtimeCommitsDurably()
 		b := f.d.StartPgBouncer(t, "transaction", "default_pool_size = 1")
 		cfg, err := dbconn.Resolve(b.URL("ql_runtime"))
 		if err != nil {
@@ -233,17 +233,7 @@ func TestOfferPipelineThroughPgBouncer(t *testing.T) {
 		}
 		return h
 	})
-	p.exec(`CREATE TABLE public.commit_modes (n bigserial, what text NOT NULL, mode text NOT NULL)`)
-	p.exec(`CREATE FUNCTION public.record_commit_mode() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
-		SET search_path = pg_catalog AS $$
-		BEGIN
-			INSERT INTO public.commit_modes (what, mode) VALUES (TG_ARGV[0], current_setting('synchronous_commit'));
-			RETURN NULL;
-		END $$`)
-	p.exec(`CREATE TRIGGER record_offer AFTER INSERT ON control_core.dispatch_offers
-		FOR EACH ROW EXECUTE FUNCTION public.record_commit_mode('offer')`)
-	p.exec(`CREATE TRIGGER record_ack AFTER INSERT ON control_core.run_leases
-		FOR EACH ROW EXECUTE FUNCTION public.record_commit_mode('ack')`)
+	p.recordCommitModes()
 	p.exec(`CREATE FUNCTION public.refuse_offer() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'P0001'; END $$`)
 	p.exec(`CREATE TRIGGER refuse AFTER INSERT ON control_core.dispatch_offers

@@ -28,6 +28,34 @@ func (f *fx) admitted() {
 	}
 }
 
+// startPlacer starts a Placer on f's store; it is stopped when the test ends.
+func (f *fx) startPlacer() *dispatch.Placer {
+	f.t.Helper()
+	pl := dispatch.NewPlacer(f.store, nil)
+	if err := pl.Start(bg); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = pl.Stop(bg) })
+	return pl
+}
+
+// listeningWaker starts a Waker for pl that connects with connect (nil: pgx.Connect as
+// ql_runtime), stopped when the test ends, and waits until it listens.
+func (f *fx) listeningWaker(pl *dispatch.Placer, connect func(context.Context) (*pgx.Conn, error)) *dispatch.Waker {
+	f.t.Helper()
+	if connect == nil {
+		url := f.d.URL("ql_runtime")
+		connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }
+	}
+	w := dispatch.NewWaker(connect, pl, nil)
+	if err := w.Start(bg); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(w.Stop)
+	eventually.True(f.t, 10*time.Second, "the waker listening", w.Listening)
+	return w
+}
+
 // A dispatcher whose poll waits, with the longest probe interval (1s): a Run admitted with the
 // wake-up is offered by a pass the notification started (the woken counter), well before the
 // probe. Without the Waker the counter stays 0 and the offer comes from the probe.
@@ -35,18 +63,8 @@ func TestWakeOnAdmissionPlacesAtOnce(t *testing.T) {
 	f := newFx(t, dispatch.Config{OfferTTL: time.Minute, LeaseTTL: time.Minute, PlacementInterval: time.Second})
 	c := f.token("w")
 	s := f.session(c, 1, nil)
-	pl := dispatch.NewPlacer(f.store, nil)
-	if err := pl.Start(bg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pl.Stop(bg) })
-	url := f.d.URL("ql_runtime")
-	w := dispatch.NewWaker(func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }, pl, nil)
-	if err := w.Start(bg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	eventually.True(t, 10*time.Second, "the waker listening", w.Listening)
+	pl := f.startPlacer()
+	w := f.listeningWaker(pl, nil)
 
 	for round := 1; round <= 3; round++ {
 		got := make(chan []dispatch.Offer, 1)
@@ -87,11 +105,7 @@ func TestWakeFallsBackToTheProbe(t *testing.T) {
 	f := newFx(t, dispatch.Config{OfferTTL: time.Minute, LeaseTTL: time.Minute, PlacementInterval: 50 * time.Millisecond})
 	c := f.token("w")
 	s := f.session(c, 1, nil)
-	pl := dispatch.NewPlacer(f.store, nil)
-	if err := pl.Start(bg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pl.Stop(bg) })
+	pl := f.startPlacer()
 	tries := make(chan struct{}, 100)
 	w := dispatch.NewWaker(func(context.Context) (*pgx.Conn, error) {
 		tries <- struct{}{}
@@ -131,22 +145,11 @@ func BenchmarkWakeLatencyAB(b *testing.B) {
 	c := f.token("w")
 	sessions := map[bool]dispatch.Session{false: f.session(c, 1, nil), true: f.session(c, 1, nil)}
 	placers := map[bool]*dispatch.Placer{}
-	url := f.d.URL("ql_runtime")
 	for _, wake := range []bool{false, true} {
 		// two placers on one store: each serves only its own session's polls
-		pl := dispatch.NewPlacer(f.store, nil)
-		if err := pl.Start(bg); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = pl.Stop(bg) })
-		placers[wake] = pl
+		placers[wake] = f.startPlacer()
 	}
-	w := dispatch.NewWaker(func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }, placers[true], nil)
-	if err := w.Start(bg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	eventually.True(t, 10*time.Second, "the waker listening", w.Listening)
+	f.listeningWaker(placers[true], nil)
 	took := map[bool][]time.Duration{}
 	for i := range 2 * rounds {
 		wake := i%2 == 1
@@ -191,19 +194,14 @@ func TestWakeOutlastsTheResponseBound(t *testing.T) {
 	cfg.SetTimeouts(tm)
 	pl := dispatch.NewPlacer(f.store, nil)
 	var connects atomic.Int32
-	w := dispatch.NewWaker(func(ctx context.Context) (*pgx.Conn, error) {
+	w := f.listeningWaker(pl, func(ctx context.Context) (*pgx.Conn, error) {
 		connects.Add(1)
 		c, err := cfg.Connect(ctx)
 		if err != nil {
 			return nil, err
 		}
 		return c.Conn, nil
-	}, pl, nil)
-	if err := w.Start(bg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	eventually.True(t, 10*time.Second, "the waker listening", w.Listening)
+	})
 	time.Sleep(4 * time.Second) // the quiet channel itself: more than twice the response bound
 	f.exec(`SELECT pg_notify($1, '')`, dispatch.WakeChannel)
 	eventually.True(t, 10*time.Second, "the notification received", func() bool { return w.Notifications() == 1 })
@@ -219,20 +217,10 @@ func TestWakeStormCoalesces(t *testing.T) {
 	f := newFx(t, dispatch.Config{OfferTTL: time.Minute, LeaseTTL: time.Minute, PlacementInterval: time.Second})
 	c := f.token("w")
 	s := f.session(c, 1, nil)
-	pl := dispatch.NewPlacer(f.store, nil)
-	if err := pl.Start(bg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pl.Stop(bg) })
+	pl := f.startPlacer()
 	go func() { _, _ = pl.Poll(bg, c, s.ID, 1, 30*time.Second) }()
 	eventually.True(t, 10*time.Second, "the poll waiting", func() bool { return pl.WaitingPolls() == 1 })
-	url := f.d.URL("ql_runtime")
-	w := dispatch.NewWaker(func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }, pl, nil)
-	if err := w.Start(bg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	eventually.True(t, 10*time.Second, "the waker listening", w.Listening)
+	w := f.listeningWaker(pl, nil)
 	// four notifiers, each its own connection, for one second
 	const storm = time.Second
 	began, p0 := time.Now(), pl.Passes()

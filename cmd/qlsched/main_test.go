@@ -99,14 +99,7 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			t.Parallel()
-			url, accepted := unusedDatabase(t)
-			r := run(t, append(c.args, "--database-url", url)...)
-			if r.code != 2 || !strings.Contains(r.stderr, c.want) {
-				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", r.code, r.stderr, c.want)
-			}
-			if n := accepted(); n != 0 {
-				t.Errorf("%d connection(s) opened; want none", n)
-			}
+			r := exits2BeforeConnecting(t, c.args, c.want)
 			if strings.Contains(r.stdout+r.stderr, "pw-never-shown") {
 				t.Error("the password leaked")
 			}
@@ -144,6 +137,23 @@ func assertNothingClaimed(t *testing.T, d *testpg.DB) {
 }
 
 var httpAddrLog = regexp.MustCompile(`http_addr=(\S+)`)
+
+var jsonHTTPAddrLog = regexp.MustCompile(`"http_addr":"([^"]+)"`)
+
+// startRunJSON starts `qlsched run` with args and --log-format json (killed when the test ends)
+// and returns it with the address its HTTP server logged; it fails the test if none is logged.
+func startRunJSON(t *testing.T, args ...string) (*replicaProcess, string) {
+	t.Helper()
+	r := startProcess(t, qlsched(t), append(append([]string{"run"}, args...), "--log-format", "json")...)
+	var addr string
+	r.waitFor(t, 30*time.Second, "http_addr logged", func(line string) bool {
+		if m := jsonHTTPAddrLog.FindStringSubmatch(line); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	return r, addr
+}
 
 // The whole replica as an SRE runs it: publish as ql_admin, run as ql_runtime, see runs, SIGTERM.
 func TestRunAdmitsAndStopsCleanlyOnSIGTERM(t *testing.T) {
@@ -234,27 +244,9 @@ func TestMetricsReadinessFlipAndStatus(t *testing.T) {
 		[]string{"task", "publish", "--project", "ops", "--task", "k", "--executor-spec", `{"image":"x"}`},
 		[]string{"trigger", "publish", "--project", "ops", "--trigger", "a", "--task", "k", "--cron", "* * * * * *"},
 		[]string{"trigger", "publish", "--project", "ops", "--trigger", "b", "--task", "k", "--cron", "*/2 * * * * *"})
-	cmd := exec.Command(qlsched(t), "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
-		"--cadence", "50ms", "--owner", "ops-1", "--withdraw-grace", "1s", "--backlog-interval", "1s", "--log-format", "json")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := bufio.NewScanner(stderr)
-	var addr string
-	for addr == "" && lines.Scan() {
-		if m := regexp.MustCompile(`"http_addr":"([^"]+)"`).FindStringSubmatch(lines.Text()); m != nil {
-			addr = m[1]
-		}
-	}
-	if addr == "" {
-		t.Fatal("no http_addr logged")
-	}
-	go io.Copy(io.Discard, stderr)
+	replica, addr := startRunJSON(t, "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
+		"--cadence", "50ms", "--owner", "ops-1", "--withdraw-grace", "1s", "--backlog-interval", "1s")
+	cmd := replica.cmd
 	base := "http://" + addr
 	// wait for 4 admits, then read /metrics
 	var values map[string]float64
@@ -377,6 +369,22 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// exits2BeforeConnecting runs qlsched with args and --database-url of an unusedDatabase; it fails
+// the test unless the exit is 2 with want on stderr and no connection was opened, and returns
+// the result for further checks.
+func exits2BeforeConnecting(t *testing.T, args []string, want string) result {
+	t.Helper()
+	url, accepted := unusedDatabase(t)
+	r := run(t, append(args, "--database-url", url)...)
+	if r.code != 2 || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", r.code, r.stderr, want)
+	}
+	if n := accepted(); n != 0 {
+		t.Errorf("%d connection(s) opened; want none", n)
+	}
+	return r
 }
 
 // unusedDatabase stands in for PostgreSQL where a command must not connect: a TCP listener that

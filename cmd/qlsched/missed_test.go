@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -32,27 +29,8 @@ func TestStalledSkipTriggerShowsItsMissedOccurrences(t *testing.T) {
 		t.Errorf("a new trigger: missed_total %v, last_missed_for_ms %v; want 0 and null", doc["missed_total"], doc["last_missed_for_ms"])
 	}
 
-	cmd := exec.Command(qlsched(t), "run", "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
-		"--cadence", "50ms", "--owner", "missed-1", "--log-format", "json")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(stderr)
-	var addr string
-	for addr == "" && lines.Scan() {
-		if m := regexp.MustCompile(`"http_addr":"([^"]+)"`).FindStringSubmatch(lines.Text()); m != nil {
-			addr = m[1]
-		}
-	}
-	if addr == "" {
-		t.Fatal("no http_addr logged")
-	}
-	go io.Copy(io.Discard, stderr)
+	_, addr := startRunJSON(t, "--database-url", d.URL("ql_runtime"), "--http-addr", "127.0.0.1:0",
+		"--cadence", "50ms", "--owner", "missed-1")
 
 	eventually.True(t, 20*time.Second, "the replica initialised the trigger", func() bool {
 		return jsonDoc(t, "qlsched.trigger-show/v1", append(show, db...)...)["next_fire_at_ms"] != nil

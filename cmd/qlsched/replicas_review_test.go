@@ -94,12 +94,7 @@ func TestARestartWithAShorterTTLWaitsForTheCrashedHoldersExpiry(t *testing.T) {
 		}
 		return strings.Contains(l, "replica running")
 	})
-	if !strings.Contains(r.all.String(), "the previous registration of this owner expired") {
-		t.Errorf("the restart does not say it took the expired registration:\n%s", r.all.String())
-	}
-	if code := r.stop(t); code != 0 {
-		t.Errorf("exit %d on SIGTERM:\n%s", code, r.all.String())
-	}
+	r.tookExpiredRegistrationAndStops(t)
 }
 
 // `qlsched replicas` as the runtime role (which may not read the table) names the admin role.

@@ -29,6 +29,18 @@ func (r *replicaProcess) exitWithin(t *testing.T, timeout time.Duration) int {
 	return r.cmd.ProcessState.ExitCode()
 }
 
+// tookExpiredRegistrationAndStops fails the test unless r, a restart now running, said it took
+// the expired registration of its owner, and exits 0 on SIGTERM.
+func (r *replicaProcess) tookExpiredRegistrationAndStops(t *testing.T) {
+	t.Helper()
+	if !strings.Contains(r.all.String(), "the previous registration of this owner expired") {
+		t.Errorf("the restart does not say it took the expired registration:\n%s", r.all.String())
+	}
+	if code := r.stop(t); code != 0 {
+		t.Errorf("restart: exit %d on SIGTERM:\n%s", code, r.all.String())
+	}
+}
+
 type replicasDoc struct {
 	Schema   string `json:"schema"`
 	Replicas []struct {
@@ -122,12 +134,7 @@ func TestARestartAfterACrashTakesTheOwnerOnceItsRegistrationExpires(t *testing.T
 		return strings.Contains(l, `--owner \"crashy\" is registered by host`) && strings.Contains(l, "waiting up to 3s")
 	})
 	restart.waitFor(t, 30*time.Second, "replica running", func(l string) bool { return strings.Contains(l, "replica running") })
-	if !strings.Contains(restart.all.String(), "the previous registration of this owner expired") {
-		t.Errorf("the restart does not say it took an expired registration:\n%s", restart.all.String())
-	}
-	if code := restart.stop(t); code != 0 {
-		t.Errorf("restart: exit %d on SIGTERM:\n%s", code, restart.all.String())
-	}
+	restart.tookExpiredRegistrationAndStops(t)
 }
 
 // A replica whose heartbeat finds its registration taken stops claiming and exits 1, saying why.

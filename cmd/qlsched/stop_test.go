@@ -39,20 +39,9 @@ func TestASecondSignalCutsTheWithdrawGraceShort(t *testing.T) {
 			if err := r.cmd.Process.Signal(tc.second); err != nil {
 				t.Fatal(err)
 			}
-			exited := make(chan struct{})
-			go func() {
-				for range r.lines { // drain: Wait must not close the pipe under the reader
-				}
-				_ = r.cmd.Wait()
-				close(exited)
-			}()
-			select {
-			case <-exited:
-			case <-time.After(20 * time.Second): // the grace is a minute
-				t.Fatalf("still running 20 s after the second signal:\n%s", r.all.String())
-			}
+			code := r.exitWithin(t, 20*time.Second) // the grace is a minute
 			out := r.all.String()
-			if code := r.cmd.ProcessState.ExitCode(); code != 0 {
+			if code != 0 {
 				t.Errorf("exit %d, want 0:\n%s", code, out)
 			}
 			cut, drained, stopped := strings.Index(out, "withdraw grace cut short"), strings.Index(out, "draining"), strings.Index(out, "msg=stopped")

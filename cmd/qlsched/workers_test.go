@@ -39,14 +39,7 @@ func TestDispatchAdminBadInputExits2BeforeConnecting(t *testing.T) {
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			t.Parallel()
-			url, accepted := unusedDatabase(t)
-			r := run(t, append(c.args, "--database-url", url)...)
-			if r.code != 2 || !strings.Contains(r.stderr, c.want) {
-				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", r.code, r.stderr, c.want)
-			}
-			if n := accepted(); n != 0 {
-				t.Errorf("%d connection(s) opened; want none", n)
-			}
+			exits2BeforeConnecting(t, c.args, c.want)
 		})
 	}
 }
