@@ -222,6 +222,10 @@ type owed struct {
 func (s *Supervisor) Run(ctx context.Context, start time.Time, plan []Fault, leader func() string) {
 	var pending []owed
 	next := 0
+	// A planned fault is skipped while another process is down; if it was the plan's only fault
+	// of its kind so far (NewPlan makes a short plan have every kind), the next planned fault takes
+	// its kind, so that a run applies every kind its plan has (a soak with no restart proves less).
+	var carried *Fault
 	for next < len(plan) || len(pending) > 0 {
 		select {
 		case <-ctx.Done():
@@ -243,7 +247,14 @@ func (s *Supervisor) Run(ctx context.Context, start time.Time, plan []Fault, lea
 			o.do()
 		}
 		for next < len(plan) && now.Sub(start) >= plan[next].At {
-			more, a := s.apply(plan[next], leader)
+			f := plan[next]
+			if carried != nil { // a kind skipped before it was ever applied takes this slot
+				f.Kind, f.Hold, carried = carried.Kind, carried.Hold, nil
+			}
+			more, a := s.apply(f, leader)
+			if a == nil && s.injected(f.Kind) == 0 {
+				carried = &f
+			}
 			pending = append(pending, more...)
 			if a != nil {
 				s.mu.Lock()
@@ -259,6 +270,13 @@ func (s *Supervisor) Run(ctx context.Context, start time.Time, plan []Fault, lea
 			next++
 		}
 	}
+}
+
+// injected is how many faults of kind k were applied.
+func (s *Supervisor) injected(k Kind) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Injected[k]
 }
 
 // holding adds to the i-th applied fault the keys its owners hold now (outside the lock: it

@@ -87,3 +87,24 @@ func TestSupervisorAppliesThePlanAndStops(t *testing.T) {
 		t.Errorf("supervisor problems: %v", err)
 	}
 }
+
+// A planned fault skipped before its kind was ever applied hands its kind to the next planned
+// fault: the CI soak once drew two restarts, both skipped while a killed replica was down, and
+// failed as "proved little" with no restart applied.
+func TestASkippedKindTakesTheNextSlot(t *testing.T) {
+	t.Parallel()
+	s := &Supervisor{Process: sleeper(), Slots: 3, Prefix: "y", LogDir: t.TempDir()}
+	t.Cleanup(s.KillAll)
+	s.StartAll()
+	eventually.True(t, 30*time.Second, "every process ready", func() bool { return s.LiveCount() == 3 })
+	plan := []Fault{
+		{At: 100 * time.Millisecond, Kind: Kill, Hold: 2 * time.Second, Pick: 0}, // y1 down for 2 s
+		{At: 500 * time.Millisecond, Kind: Restart, Pick: 1},                     // skipped: y1 is down
+		{At: 4 * time.Second, Kind: Stop, Hold: 200 * time.Millisecond, Pick: 1}, // becomes the restart
+	}
+	s.Run(context.Background(), time.Now(), plan, func() string { return "" })
+	eventually.True(t, 30*time.Second, "every process ready after the plan", func() bool { return s.LiveCount() == 3 })
+	if want := map[Kind]int{Kill: 1, Restart: 1}; !maps.Equal(s.Injected, want) || s.Skipped != 1 {
+		t.Errorf("injected %v, skipped %d; want %v and 1", s.Injected, s.Skipped, want)
+	}
+}
