@@ -51,7 +51,8 @@ type Stream struct {
 // binary. It returns three lists, one per check of verify:
 //   - ledger: an applied migration whose ledger sha256 (or name) differs from the file in the
 //     binary (the file was edited after it ran: changed_cosmetic when the normal forms agree,
-//     changed_checksum when a statement differs), or that has no ledger row;
+//     changed_checksum when a statement differs), or that has no ledger row; a sha256 that
+//     ReleasedTexts documents is a released_text note, not drift;
 //   - unknown: a version applied (in goose's table or the ledger) that the binary does not know;
 //   - pending: a migration of the binary that is not applied.
 func StreamDrift(migrations []Migration, s Stream) (ledger, unknown, pending []Drift) {
@@ -62,6 +63,10 @@ func StreamDrift(migrations []Migration, s Stream) (ledger, unknown, pending []D
 	applied := map[int64]bool{}
 	for _, v := range s.Applied {
 		applied[v] = true
+	}
+	names := make(map[int64]string, len(migrations))
+	for _, m := range migrations {
+		names[m.Version] = m.Name
 	}
 	rows := map[int64]LedgerRow{}
 	for _, r := range s.Ledger {
@@ -83,6 +88,9 @@ func StreamDrift(migrations []Migration, s Stream) (ledger, unknown, pending []D
 			ledger = append(ledger, Drift{Kind: "missing_checksum", Object: m.Name,
 				Message: "applied but has no checksum-ledger row: what ran cannot be proven",
 				Fix:     "compare the schema with the migration by hand, then restore the ledger row from a backup"})
+		case row.SHA256 != m.SHA256 && row.Name == m.Name && isReleased(m.Version, row.SHA256):
+			r, _ := ReleasedTextOf(m.Version, row.SHA256)
+			ledger = append(ledger, releasedNote(m, r, names))
 		case row.SHA256 != m.SHA256 && row.Normal == m.Normal:
 			ledger = append(ledger, Drift{Kind: "changed_cosmetic", Object: m.Name,
 				Message: fmt.Sprintf("changed (comments/whitespace only): the ledger holds sha256 %s, the file in this binary has %s, and both have the same statements (normal form %s)",
@@ -129,6 +137,11 @@ func StreamDrift(migrations []Migration, s Stream) (ledger, unknown, pending []D
 			Fix:     "run the qlmigrate that shipped it (a newer binary applied it), or remove the version if it was inserted by hand"})
 	}
 	return ledger, unknown, pending
+}
+
+func isReleased(version int64, sha256 string) bool {
+	_, ok := ReleasedTextOf(version, sha256)
+	return ok
 }
 
 func short(sum string) string {

@@ -15,7 +15,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
-// The readiness contract is what control-core v26 must have in schema control_core, and
+// The readiness contract is what control-core v27 must have in schema control_core, and
 // everything in the catalogs that decides what a statement on its tables does or who may do it:
 // every table with its kind, persistence, row-level security and replica identity; every column
 // with its type, collation, nullability, default, identity and generation; every primary/unique/
@@ -90,7 +90,7 @@ var named = map[string]bool{
 	"internal_trigger_definitions": true, "constraint_index": true,
 }
 
-// Contract returns the committed readiness contract of control-core v26.
+// Contract returns the committed readiness contract of control-core v27.
 func Contract() ([]Fact, error) { return ParseContract(contractText) }
 
 // ParseContract reads a contract file.
@@ -134,7 +134,7 @@ func ParseContract(b []byte) ([]Fact, error) {
 // (event triggers) are left out: the contract allows none, and has no header for them.
 func RenderContract(facts []Fact) []byte {
 	var b bytes.Buffer
-	b.WriteString(`# control-core v26 readiness contract: what schema control_core must have.
+	b.WriteString(`# control-core v27 readiness contract: what schema control_core must have.
 # Generated from the catalogs of a freshly migrated database and reviewed against sql/migrations:
 #   go test ./readiness -run TestReadinessContractMatchesAFreshMigration -update
 # qlmigrate verify reads the same catalogs; a missing or different line is drift naming the object.

@@ -50,7 +50,7 @@ func (l Locator) recreate(object string) (stmt string, ok bool) {
 						return "", false
 					}
 					stmt, args, altered = text, a, false
-				case altersFunction(toks, name):
+				case altersFunction(toks, name, arity):
 					altered = true
 				}
 			}
@@ -250,9 +250,10 @@ func argumentCount(toks []sqlfile.Token) int {
 	return n
 }
 
-// altersFunction says whether toks are ALTER or DROP FUNCTION/ROUTINE of control_core.NAME, or
+// altersFunction says whether toks are ALTER or DROP FUNCTION/ROUTINE of control_core.NAME (of
+// arity arguments, where the statement names its argument list), or
 // a CREATE OR REPLACE PROCEDURE of it (which would fail, but say so rather than guess).
-func altersFunction(toks []sqlfile.Token, name string) bool {
+func altersFunction(toks []sqlfile.Token, name string, arity int) bool {
 	for _, verb := range [][]string{{"alter", "function"}, {"alter", "routine"}, {"drop", "function"}, {"drop", "routine"}} {
 		rest, ok := leading(toks, verb...)
 		if !ok {
@@ -265,7 +266,9 @@ func altersFunction(toks []sqlfile.Token, name string) bool {
 			schema, ok1 := identText(rest[0])
 			fn, ok2 := identText(rest[2])
 			if ok1 && ok2 && schema == "control_core" && rest[1].Text == "." && fn == name {
-				return true
+				// a statement naming its argument list touches only the overload of that arity
+				// (pg-0028 drops the 5-argument retry_at_ms, not the 6-argument one)
+				return len(rest) < 4 || rest[3].Text != "(" || argumentCount(rest[3:]) == arity
 			}
 		}
 	}

@@ -2,10 +2,10 @@ package roles
 
 import "github.com/qlcontrol/controlcore/db"
 
-// The expected privilege model of control-core v26, as data a DBA can read against
+// The expected privilege model of control-core v27, as data a DBA can read against
 // sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql,
 // 0019_audit_by_database.sql, 0022_dispatch_loop.sql, 0023_loop_integrity.sql,
-// 0024_replicas.sql, 0025_definition_lifecycle.sql, 0026_lock_order.sql, 0027_pooled_hot_path.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
+// 0024_replicas.sql, 0025_definition_lifecycle.sql, 0026_lock_order.sql, 0027_pooled_hot_path.sql, 0028_contract_retry_at_ms.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
 // `qlmigrate grants` compare the catalogs with it exactly: a privilege the model does not list is
 // drift as much as one it lists and the database lacks.
 //
@@ -93,7 +93,7 @@ var (
 	si  = []string{"SELECT", "INSERT"}
 )
 
-// Tables is every table of control_core (v26, 24 with goose's version table).
+// Tables is every table of control_core (v27, 24 with goose's version table).
 var Tables = []TableGrant{
 	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
 	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},
@@ -177,8 +177,7 @@ var Functions = []FunctionGrant{
 	// pg-0022: the closed loop's rule functions (inlined into both roles' queries), its trigger
 	// functions (owner only) and the admin's audited cancel
 	{Function: "control_core.task_digest(text, bigint, uuid, text, integer, bigint, jsonb)", Execute: []Part{Admin, Runtime}, Source: "pg-0022: the digest with retry policy and worker selector"},
-	{Function: "control_core.retry_at_ms(text, integer, integer, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0022; kept by pg-0023 for v21 dispatchers during a rolling upgrade"},
-	{Function: "control_core.retry_at_ms(text, integer, integer, integer, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0023: supersedes the 5-argument form; a hand-back is not an attempt"},
+	{Function: "control_core.retry_at_ms(text, integer, integer, integer, bigint, bigint)", Execute: []Part{Admin, Runtime}, Source: "pg-0023: supersedes the 5-argument form (dropped by pg-0028); a hand-back is not an attempt"},
 	{Function: "control_core.max_hand_backs()", Execute: []Part{Admin, Runtime}, Source: "pg-0023: inlined into retry_at_ms"},
 	{Function: "control_core.attempt_live_shape(text, text, uuid, uuid, uuid, text, bigint, bigint, jsonb, jsonb)", Execute: []Part{Admin, Runtime}, Source: "pg-0022"},
 	{Function: "control_core.run_attempt_states_agree(text, text)", Execute: []Part{Admin, Runtime}, Source: "pg-0022: also called by run_attempt_agree as whoever commits"},

@@ -59,12 +59,12 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if len(applied) != 27 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[26].Migration.Name != "pg-0027-pooled-hot-path" {
-		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0027-pooled-hot-path", len(applied), applied)
+	if len(applied) != 28 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[27].Migration.Name != "pg-0028-contract-retry-at-ms" {
+		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0028-contract-retry-at-ms", len(applied), applied)
 	}
 	capability, err := db.New(d.Pool(t, "")).Capability(ctx, "control-core")
-	if err != nil || capability.Version != 26 || capability.Name != "pooled_hot_path" {
-		t.Fatalf("capability = %+v, %v; want v26 pooled_hot_path", capability, err)
+	if err != nil || capability.Version != 27 || capability.Name != "contract_retry_at_ms" {
+		t.Fatalf("capability = %+v, %v; want v27 contract_retry_at_ms", capability, err)
 	}
 
 	su := d.Pool(t, "")
@@ -119,7 +119,7 @@ func TestUpToStopsThereAndStatusShowsPending(t *testing.T) {
 		}
 	}
 	var field *migrate.FieldError
-	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 27") {
+	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 28") {
 		t.Errorf("Up(ctx, 99): err %v, want a *FieldError of field To saying which versions exist", err)
 	}
 }

@@ -24,6 +24,9 @@ const (
 	// ChecksumCosmetic: another sha256, the same normal form: only comments or whitespace were
 	// edited (`qlmigrate accept` records that).
 	ChecksumCosmetic ChecksumState = "changed_cosmetic"
+	// ChecksumReleased: the ledger holds the sha256 of an earlier released text of the migration
+	// (checksums.ReleasedTexts): not an edit, not drift.
+	ChecksumReleased ChecksumState = "released_text"
 	ChecksumMissing  ChecksumState = "missing" // applied, but no ledger row
 	ChecksumPending  ChecksumState = "-"
 )
@@ -35,6 +38,8 @@ func (s ChecksumState) Text() string {
 		return "changed (statements)"
 	case ChecksumCosmetic:
 		return "changed (comments/whitespace only)"
+	case ChecksumReleased:
+		return "ok (an earlier released text)"
 	}
 	return string(s)
 }
@@ -70,11 +75,12 @@ func (s *StatusReport) Pending() int {
 	return n
 }
 
-// Changed counts the applied migrations whose checksum is not ok (changed or missing).
+// Changed counts the applied migrations whose checksum is not ok (changed or missing); an
+// earlier released text is ok.
 func (s *StatusReport) Changed() int {
 	n := 0
 	for _, m := range s.Migrations {
-		if m.Applied && m.Checksum != ChecksumOK {
+		if m.Applied && m.Checksum != ChecksumOK && m.Checksum != ChecksumReleased {
 			n++
 		}
 	}
@@ -149,6 +155,8 @@ func (r *Runner) Status(ctx context.Context) (*StatusReport, error) {
 				s.Checksum = ChecksumMissing
 			case row.Sha256 == m.SHA256:
 				s.Checksum = ChecksumOK
+			case row.Name == m.Name && isReleased(m.Version, row.Sha256):
+				s.Checksum = ChecksumReleased
 			case row.NormalizedSha256 == m.Normal:
 				s.Checksum = ChecksumCosmetic
 			default:
@@ -170,4 +178,9 @@ type savepoint struct{ tx pgx.Tx }
 
 func (s savepoint) BeginTx(ctx context.Context, _ pgx.TxOptions) (pgx.Tx, error) {
 	return s.tx.Begin(ctx)
+}
+
+func isReleased(version int64, sha256 string) bool {
+	_, ok := checksums.ReleasedTextOf(version, sha256)
+	return ok
 }

@@ -1,6 +1,6 @@
 package drifttest
 
-// dispatch: what the closed loop (pg-0022, pg-0023, issue 32) holds as database facts: one active lease per
+// dispatch: what the closed loop (pg-0022, pg-0023, pg-0028, issue 32) holds as database facts: one active lease per
 // Run and one live offer per Attempt (unique partial indexes), the placement queue's index, the
 // token guard, the Run/Attempt agreement at commit (I1), the rule functions the dispatcher and
 // recovery share, and the grants on worker tokens and cancel_run. Each change would let a
@@ -69,6 +69,15 @@ var dispatch = []Case{
 	{Name: "DELETE on archived triggers for the admin role",
 		SQL:    `GRANT DELETE ON control_core.archived_triggers TO {admin}`,
 		Object: "control_core.archived_triggers", Runtime: false},
+	// pg-0028: the contract step of pg-0023's expand: the 5-argument retry_at_ms, which counts a
+	// hand-back as an attempt, is gone; brought back and granted, a query could retry by the old rule
+	{Name: "the contracted 5-argument retry_at_ms recreated for the runtime role",
+		SQL: `CREATE FUNCTION control_core.retry_at_ms(outcome text, attempt_no integer, max_attempts integer,
+		                                         backoff_ms bigint, now_ms bigint) RETURNS bigint
+		      LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$ SELECT now_ms $$;
+		      ALTER FUNCTION control_core.retry_at_ms(text, integer, integer, bigint, bigint) OWNER TO {owner};
+		      GRANT EXECUTE ON FUNCTION control_core.retry_at_ms(text, integer, integer, bigint, bigint) TO {runtime}`,
+		Object: "control_core.retry_at_ms(text, integer, integer, bigint, bigint)", Runtime: true},
 	{Name: "EXECUTE on cancel_run revoked from the admin role (not the runtime's)",
 		SQL:    `REVOKE EXECUTE ON FUNCTION control_core.cancel_run(uuid, text) FROM {admin}`,
 		Object: "control_core.cancel_run(uuid, text)", Runtime: false},
