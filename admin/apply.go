@@ -260,7 +260,7 @@ func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *s
 // one cursor (ClaimDue, ClaimInit: next_fire_at_ms, project_id, trigger_id), so that the schedule
 // rows this transaction resets are locked in the order a batch admit or initialisation locks them
 // (a reset row's cursor is NULL, the claims' first). The reverse order is a lock cycle PostgreSQL
-// breaks by aborting one side (inTxRetrying retries the apply's, but an initialisation's is lost).
+// breaks by aborting one side (both retry it, inTxRetrying and Initialise, through pgretry).
 func writeOrder(items []PlanItem) []int {
 	order := make([]int, 0, len(items))
 	var triggers []int

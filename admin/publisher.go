@@ -21,6 +21,7 @@ import (
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/base/limits"
+	"github.com/qlcontrol/controlcore/internal/base/pgretry"
 	"github.com/qlcontrol/controlcore/schedule"
 	"github.com/qlcontrol/controlcore/workerproto"
 )
@@ -43,7 +44,7 @@ func (p *Publisher) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 const publishRetries = 5
 
 // inTxRetrying runs fn as inTx does, and runs it again, up to publishRetries times with a short
-// growing pause, when the transaction failed with a deadlock (40P01) or a serialization failure
+// growing pause (pgretry.Do), when the transaction failed with a deadlock (40P01) or a serialization failure
 // (40001). A publish resets its triggers' schedule rows one by one in its own order while a batch
 // admit (--admit-batch) locks its rows in the claim's order, so the two can each hold a row the
 // other waits for, and PostgreSQL aborts one of them: the admit retries that (coordinator), and so
@@ -51,21 +52,8 @@ const publishRetries = 5
 // rolled the whole transaction back, so the retry is the same publish from the start; fn must not
 // carry anything from one call to the next (each caller rebuilds its result inside fn).
 func (p *Publisher) inTxRetrying(ctx context.Context, fn func(pgx.Tx) error) error {
-	for attempt := 0; ; attempt++ {
-		err := p.inTx(ctx, fn)
-		var pgErr *pgconn.PgError
-		if err == nil || attempt >= publishRetries || !errors.As(err, &pgErr) ||
-			(pgErr.Code != pgerrcode.DeadlockDetected && pgErr.Code != pgerrcode.SerializationFailure) {
-			return err
-		}
-		pause := time.NewTimer(time.Duration(10<<attempt) * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			pause.Stop()
-			return err
-		case <-pause.C:
-		}
-	}
+	return pgretry.Do(ctx, publishRetries, func(attempt int) time.Duration { return time.Duration(10<<attempt) * time.Millisecond },
+		func() error { return p.inTx(ctx, fn) })
 }
 
 // ProjectCreated says what CreateProject found: Created is false when the project already
