@@ -510,22 +510,21 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 			return nil, fieldErrf(FieldProject, "trigger %s/%s: one project per call (%s first)", t.Project, t.Trigger, ts[0].Project)
 		}
 	}
-	// written by trigger id (stable: a trigger named twice keeps its order), the order a claim
-	// takes schedule rows of one cursor, so the resets lock rows as a batch admit or
-	// initialisation does (writeOrder); out stays in the order of ts
-	order := make([]int, len(ts))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ts[a].Trigger, ts[b].Trigger) })
 	out := make([]TriggerPublished, len(ts))
 	err := p.inProject(ctx, ts[0].Project, "trigger.publish", func(q *db.Queries) (bool, error) {
 		clear(out)
-		// every head in one read: under the lock only this loop moves them
-		ids := make([]string, len(ts))
+		// written by trigger id in the database's collation (stable: a trigger named twice keeps
+		// its order), the order a claim takes schedule rows of one cursor, so the resets lock rows
+		// as a batch admit or initialisation does (claimOrder); out stays in the order of ts
+		projects, ids := make([]string, len(ts)), make([]string, len(ts))
 		for i, t := range ts {
-			ids[i] = t.Trigger
+			projects[i], ids[i] = t.Project, t.Trigger
 		}
+		order, err := claimOrder(ctx, q, projects, ids)
+		if err != nil {
+			return false, err
+		}
+		// every head in one read: under the lock only this loop moves them
 		read, err := readTriggerHeads(ctx, q, ts[0].Project, ids)
 		if err != nil {
 			return false, err
