@@ -1,12 +1,10 @@
 package admin
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -205,7 +203,11 @@ func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *s
 	// a trigger pins its task's head revision as a publish does; the tasks of a project come
 	// before its triggers in the plan, so their new revisions are read, not planned ones
 	pins := taskHeads{}
-	for _, i := range writeOrder(plan.Items) {
+	order, err := writeOrder(ctx, q, plan.Items)
+	if err != nil {
+		return err
+	}
+	for _, i := range order {
 		it := &plan.Items[i]
 		k := key{it.Project, it.ID}
 		switch {
@@ -256,25 +258,59 @@ func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *s
 }
 
 // writeOrder is the order execute writes the plan's items in: projects and tasks first, in plan
-// order, then the triggers by project and id, the order in which a claim takes schedule rows of
-// one cursor (ClaimDue, ClaimInit: next_fire_at_ms, project_id, trigger_id), so that the schedule
-// rows this transaction resets are locked in the order a batch admit or initialisation locks them
-// (a reset row's cursor is NULL, the claims' first). The reverse order is a lock cycle PostgreSQL
-// breaks by aborting one side (inTxRetrying retries the apply's, but an initialisation's is lost).
-func writeOrder(items []PlanItem) []int {
+// order, then the triggers in the order in which a claim takes schedule rows of one cursor
+// (ClaimDue, ClaimInit: next_fire_at_ms, project_id, trigger_id, in the database's collation:
+// claimOrder), so that the schedule rows this transaction resets are locked in the order a batch
+// admit or initialisation locks them (a reset row's cursor is NULL, the claims' first). The
+// reverse order is a lock cycle PostgreSQL breaks by aborting one side (both retry it,
+// inTxRetrying and Initialise, through pgretry).
+func writeOrder(ctx context.Context, q *db.Queries, items []PlanItem) ([]int, error) {
 	order := make([]int, 0, len(items))
 	var triggers []int
+	var projects, ids []string
 	for i, it := range items {
 		if it.Kind == KindTrigger {
 			triggers = append(triggers, i)
+			projects, ids = append(projects, it.Project), append(ids, it.ID)
 		} else {
 			order = append(order, i)
 		}
 	}
-	slices.SortStableFunc(triggers, func(a, b int) int {
-		return cmp.Or(strings.Compare(items[a].Project, items[b].Project), strings.Compare(items[a].ID, items[b].ID))
-	})
-	return append(order, triggers...)
+	sorted, err := claimOrder(ctx, q, projects, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range sorted {
+		order = append(order, triggers[k])
+	}
+	return order, nil
+}
+
+// claimOrder returns the indexes of the keys (projects[i], ids[i]) in the order a claim takes
+// schedule rows of one cursor: project_id, trigger_id in the database's collation, equal keys in
+// their order here. The database sorts them (ClaimKeyOrder): Go's byte order is that collation's
+// only under C, and a publish locking rows in another order than a batch claim makes a deadlock
+// cycle with it (en-US puts "a_1" before "a-1").
+func claimOrder(ctx context.Context, q *db.Queries, projects, ids []string) ([]int, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	ords, err := q.ClaimKeyOrder(ctx, db.ClaimKeyOrderParams{ProjectIds: projects, TriggerIds: ids})
+	if err != nil {
+		return nil, fmt.Errorf("order %d triggers as the claim does: %w", len(ids), err)
+	}
+	if len(ords) != len(ids) {
+		return nil, fmt.Errorf("order %d triggers as the claim does: %d positions returned", len(ids), len(ords))
+	}
+	order := make([]int, len(ords))
+	seen := make([]bool, len(ids))
+	for i, o := range ords {
+		if o < 1 || int(o) > len(ids) || seen[o-1] {
+			return nil, fmt.Errorf("order %d triggers as the claim does: position %d out of range or repeated", len(ids), o)
+		}
+		seen[o-1], order[i] = true, int(o-1)
+	}
+	return order, nil
 }
 
 // nextRevision is the revision a publish writes after head (nil: a new item).

@@ -21,6 +21,7 @@ import (
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 	"github.com/qlcontrol/controlcore/internal/base/limits"
+	"github.com/qlcontrol/controlcore/internal/base/pgretry"
 	"github.com/qlcontrol/controlcore/schedule"
 	"github.com/qlcontrol/controlcore/workerproto"
 )
@@ -43,7 +44,7 @@ func (p *Publisher) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 const publishRetries = 5
 
 // inTxRetrying runs fn as inTx does, and runs it again, up to publishRetries times with a short
-// growing pause, when the transaction failed with a deadlock (40P01) or a serialization failure
+// growing pause (pgretry.Do), when the transaction failed with a deadlock (40P01) or a serialization failure
 // (40001). A publish resets its triggers' schedule rows one by one in its own order while a batch
 // admit (--admit-batch) locks its rows in the claim's order, so the two can each hold a row the
 // other waits for, and PostgreSQL aborts one of them: the admit retries that (coordinator), and so
@@ -51,21 +52,8 @@ const publishRetries = 5
 // rolled the whole transaction back, so the retry is the same publish from the start; fn must not
 // carry anything from one call to the next (each caller rebuilds its result inside fn).
 func (p *Publisher) inTxRetrying(ctx context.Context, fn func(pgx.Tx) error) error {
-	for attempt := 0; ; attempt++ {
-		err := p.inTx(ctx, fn)
-		var pgErr *pgconn.PgError
-		if err == nil || attempt >= publishRetries || !errors.As(err, &pgErr) ||
-			(pgErr.Code != pgerrcode.DeadlockDetected && pgErr.Code != pgerrcode.SerializationFailure) {
-			return err
-		}
-		pause := time.NewTimer(time.Duration(10<<attempt) * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			pause.Stop()
-			return err
-		case <-pause.C:
-		}
-	}
+	return pgretry.Do(ctx, publishRetries, func(attempt int) time.Duration { return time.Duration(10<<attempt) * time.Millisecond },
+		func() error { return p.inTx(ctx, fn) })
 }
 
 // ProjectCreated says what CreateProject found: Created is false when the project already
@@ -522,22 +510,21 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 			return nil, fieldErrf(FieldProject, "trigger %s/%s: one project per call (%s first)", t.Project, t.Trigger, ts[0].Project)
 		}
 	}
-	// written by trigger id (stable: a trigger named twice keeps its order), the order a claim
-	// takes schedule rows of one cursor, so the resets lock rows as a batch admit or
-	// initialisation does (writeOrder); out stays in the order of ts
-	order := make([]int, len(ts))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ts[a].Trigger, ts[b].Trigger) })
 	out := make([]TriggerPublished, len(ts))
 	err := p.inProject(ctx, ts[0].Project, "trigger.publish", func(q *db.Queries) (bool, error) {
 		clear(out)
-		// every head in one read: under the lock only this loop moves them
-		ids := make([]string, len(ts))
+		// written by trigger id in the database's collation (stable: a trigger named twice keeps
+		// its order), the order a claim takes schedule rows of one cursor, so the resets lock rows
+		// as a batch admit or initialisation does (claimOrder); out stays in the order of ts
+		projects, ids := make([]string, len(ts)), make([]string, len(ts))
 		for i, t := range ts {
-			ids[i] = t.Trigger
+			projects[i], ids[i] = t.Project, t.Trigger
 		}
+		order, err := claimOrder(ctx, q, projects, ids)
+		if err != nil {
+			return false, err
+		}
+		// every head in one read: under the lock only this loop moves them
 		read, err := readTriggerHeads(ctx, q, ts[0].Project, ids)
 		if err != nil {
 			return false, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
+	"github.com/qlcontrol/controlcore/internal/base/pgretry"
 )
 
 // RecoveryReport says what startup recovery found and did.
@@ -91,7 +92,7 @@ func failClosed(ctx context.Context, h *dbconn.DB, r db.RecoveryCandidatesRow) (
 		written = err == nil
 		return err
 	})
-	if isSerializationFailure(err) {
+	if pgretry.Retryable(err) {
 		return false, nil // changed under us: the other writer wins
 	}
 	if err != nil {

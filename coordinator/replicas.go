@@ -10,7 +10,9 @@ import (
 )
 
 // ReplicaRow is an owner's registration in control_core.replicas (pg-0024) as replica_register
-// returns it: taken by this instance (Registered) or the holder's. Times are database ms.
+// returns it: taken by this instance (Registered) or the holder's. Times are database ms. A refused
+// register's InstanceID is uuid.Nil: the holder's id is what heartbeat and release take, and the
+// query blanks it so that a refused caller cannot evict the holder with it.
 type ReplicaRow struct {
 	Registered    bool
 	InstanceID    uuid.UUID

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/qlcontrol/controlcore/db"
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
+	"github.com/qlcontrol/controlcore/internal/base/pgretry"
 )
 
 // Outcome classifies how a fenced write ended.
@@ -121,11 +121,31 @@ type InitItem struct {
 	First int64
 }
 
+// initRetries bounds how many times Initialise runs its statement again after a deadlock or a
+// serialization failure (as many as an admit by default).
+const initRetries = DefaultAdmitRetries
+
 // Initialise ends claims of uninitialised rows with their first cursors in ONE statement
 // (committed alone), each row under its own fence. written[i] says whether items[i] was written;
 // false: its fence or its schedule changed since the claim (a race), and nothing was written for
-// it.
-func (s *Store) Initialise(ctx context.Context, items []InitItem) (written []bool, err error) {
+// it. A deadlock or serialization failure (a publish resetting the same rows in its own order)
+// rolled the statement back whole, so it runs again (pgretry, bounded, backoff, until ctx ends)
+// rather than leave every claim of the batch to expire with its lease.
+func (s *Store) Initialise(ctx context.Context, items []InitItem) ([]bool, error) {
+	var written []bool
+	err := pgretry.Do(ctx, initRetries, backoff, func() error {
+		var err error
+		written, err = s.initialiseOnce(ctx, items)
+		return err
+	})
+	if err != nil {
+		return make([]bool, len(items)), fmt.Errorf("initialise %d schedules: %w", len(items), err)
+	}
+	return written, nil
+}
+
+// initialiseOnce is one InitClaimed statement, committed alone; written counts only if err is nil.
+func (s *Store) initialiseOnce(ctx context.Context, items []InitItem) (written []bool, err error) {
 	written = make([]bool, len(items))
 	var p db.InitClaimedParams
 	for _, it := range items {
@@ -154,10 +174,7 @@ func (s *Store) Initialise(ctx context.Context, items []InitItem) (written []boo
 	if cerr := tx.commit(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return make([]bool, len(items)), fmt.Errorf("initialise %d schedules: %w", len(items), err)
-	}
-	return written, nil
+	return written, err
 }
 
 // Advance ends a claim without a Run: init (first cursor), skip (advance only) or release
@@ -244,7 +261,7 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 			}
 			return results
 		}
-		if isSerializationFailure(err) && attempt < retries {
+		if pgretry.Retryable(err) && attempt < retries {
 			retried++
 			if err := sleep(ctx, backoff(attempt)); err != nil {
 				return fill(results, retried, err)
@@ -659,11 +676,6 @@ func diagnosisParams(c *Claim) db.AdmitDiagnosisParams {
 		ProjectRevision: c.ProjectRevision, ProjectDigest: c.ProjectDigest, TriggerDigest: c.TriggerDigest,
 		TaskID: c.TaskID, TaskRevision: c.TaskRevision, TaskDigest: c.TaskDigest, ExecutionDigest: c.ExecutionDigest,
 	}
-}
-
-func isSerializationFailure(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.SerializationFailure || pgErr.Code == pgerrcode.DeadlockDetected)
 }
 
 // backoff grows 2, 4, 8 … ms, capped at 100 ms, with the low bits of the clock as jitter.

@@ -5,8 +5,12 @@
 
 -- name: RegisterReplica :one
 -- Takes the owner's row when it is absent, expired or already this instance's; otherwise returns
--- the holder's row with registered = false. now_ms is the database time of the decision.
-SELECT r.registered::boolean AS registered, r.instance_id::uuid AS instance_id, r.hostname::text AS hostname,
+-- the holder's row with registered = false, its instance_id blanked (the nil UUID): that id is
+-- what replica_heartbeat and replica_release take, and a refused caller must not learn it (it
+-- could delete a live replica's row). now_ms is the database time of the decision.
+SELECT r.registered::boolean AS registered,
+       coalesce(CASE WHEN r.registered THEN r.instance_id END, '00000000-0000-0000-0000-000000000000')::uuid AS instance_id,
+       r.hostname::text AS hostname,
        r.version::text AS version, r.started_at_ms::bigint AS started_at_ms,
        r.heartbeat_at_ms::bigint AS heartbeat_at_ms, r.expires_at_ms::bigint AS expires_at_ms,
        r.now_ms::bigint AS now_ms

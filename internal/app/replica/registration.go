@@ -32,19 +32,19 @@ type RegisterOptions struct {
 }
 
 // OwnerHeldError: another live replica holds the owner's registration (it heartbeated while this
-// one waited). Times are the database's.
+// one waited). Times are the database's. It names the holder by host, version and start, never by
+// its instance id, which a refused register does not learn (RegisterReplica).
 type OwnerHeldError struct {
-	Owner      string
-	InstanceID uuid.UUID
-	Hostname   string
-	Version    string
-	StartedAt  time.Time
-	ExpiresAt  time.Time
+	Owner     string
+	Hostname  string
+	Version   string
+	StartedAt time.Time
+	ExpiresAt time.Time
 }
 
 func (e *OwnerHeldError) Error() string {
-	return fmt.Sprintf("--owner %q is already registered by a live replica on host %q (instance %s, version %s, started %s, registration expires %s unless it heartbeats again); every replica needs its own --owner: leave the default (host name and process id) or pass one unique per replica, e.g. --owner \"$(hostname)-$$\"",
-		e.Owner, e.Hostname, e.InstanceID, e.Version, e.StartedAt.UTC().Format(time.RFC3339), e.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	return fmt.Sprintf("--owner %q is already registered by a live replica on host %q (version %s, started %s, registration expires %s unless it heartbeats again); every replica needs its own --owner: leave the default (host name and process id) or pass one unique per replica, e.g. --owner \"$(hostname)-$$\"",
+		e.Owner, e.Hostname, e.Version, e.StartedAt.UTC().Format(time.RFC3339), e.ExpiresAt.UTC().Format(time.RFC3339Nano))
 }
 
 // ErrRegistrationLost: a heartbeat found the owner's row no longer this instance's (it expired
@@ -103,11 +103,11 @@ func Register(ctx context.Context, h *dbconn.DB, o RegisterOptions) (*Registrati
 			r.StartedAt = ms(row.StartedAtMs)
 			if first != nil {
 				log.Info("replica registered: the previous registration of this owner expired", "instance", r.instance,
-					"previous_instance", first.InstanceID, "previous_host", first.Hostname)
+					"previous_host", first.Hostname, "previous_started", ms(first.StartedAtMs).UTC().Format(time.RFC3339))
 			}
 			break
 		}
-		held := &OwnerHeldError{Owner: o.Owner, InstanceID: row.InstanceID, Hostname: row.Hostname, Version: row.Version,
+		held := &OwnerHeldError{Owner: o.Owner, Hostname: row.Hostname, Version: row.Version,
 			StartedAt: ms(row.StartedAtMs), ExpiresAt: ms(row.ExpiresAtMs)}
 		switch {
 		case first == nil:
@@ -119,11 +119,13 @@ func Register(ctx context.Context, h *dbconn.DB, o RegisterOptions) (*Registrati
 				limit = min(remaining, MaxRegistrationTTL) + poll
 			}
 			waitUntil = time.Now().Add(limit)
-			log.Warn(fmt.Sprintf("--owner %q is registered by host %q (instance %s, started %s) until %s: waiting up to %s for that registration to expire (a crashed replica's) before taking it; if it heartbeats meanwhile it is live and this replica refuses to start",
-				o.Owner, row.Hostname, row.InstanceID, held.StartedAt.UTC().Format(time.RFC3339), held.ExpiresAt.UTC().Format(time.RFC3339Nano), limit),
+			log.Warn(fmt.Sprintf("--owner %q is registered by host %q (started %s) until %s: waiting up to %s for that registration to expire (a crashed replica's) before taking it; if it heartbeats meanwhile it is live and this replica refuses to start",
+				o.Owner, row.Hostname, held.StartedAt.UTC().Format(time.RFC3339), held.ExpiresAt.UTC().Format(time.RFC3339Nano), limit),
 				"instance", r.instance)
-		case row.InstanceID != first.InstanceID || row.HeartbeatAtMs != first.HeartbeatAtMs:
-			return nil, held // it heartbeated (or another replica took it): live
+		case row.StartedAtMs != first.StartedAtMs || row.HeartbeatAtMs != first.HeartbeatAtMs:
+			// it heartbeated, or another instance took it (a new start): live. A refused register
+			// sees no instance id (RegisterReplica), so the start and the heartbeat tell.
+			return nil, held
 		case time.Now().After(waitUntil):
 			return nil, held
 		}

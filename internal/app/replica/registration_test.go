@@ -38,8 +38,8 @@ func TestRegistrationFunctionsTakeOnlyAFreeRow(t *testing.T) {
 		t.Errorf("re-register by the same instance: %+v, %v; want taken, start kept", again, err)
 	}
 	refused, err := coordinator.RegisterReplica(ctx, h, "o1", b, "host-b", "v2", 60000)
-	if err != nil || refused.Registered || refused.InstanceID != a || refused.Hostname != "host-a" || refused.ExpiresAtMs <= refused.NowMs {
-		t.Errorf("register by another instance while live: %+v, %v; want refused, naming a on host-a", refused, err)
+	if err != nil || refused.Registered || refused.InstanceID != uuid.Nil || refused.Hostname != "host-a" || refused.ExpiresAtMs <= refused.NowMs {
+		t.Errorf("register by another instance while live: %+v, %v; want refused, naming host-a but not its instance", refused, err)
 	}
 	if exp, err := coordinator.HeartbeatReplica(ctx, h, "o1", b, 60000); err != nil || exp != 0 {
 		t.Errorf("heartbeat by another instance: %d, %v; want 0", exp, err)
@@ -97,7 +97,7 @@ func TestRegisterWaitsOutACrashedHolderOnly(t *testing.T) {
 	began := time.Now()
 	_, err = replica.Register(ctx, h, opts)
 	var held *replica.OwnerHeldError
-	if !errors.As(err, &held) || held.Owner != "o" || held.InstanceID != live.InstanceID || held.Hostname != "h" {
+	if !errors.As(err, &held) || held.Owner != "o" || held.Hostname != "h" || !held.StartedAt.Equal(live.StartedAt) {
 		t.Fatalf("second Register while the first heartbeats: %v; want *OwnerHeldError naming the first", err)
 	}
 	if waited := time.Since(began); waited > 2*replica.MinRegistrationTTL {
@@ -160,5 +160,33 @@ func TestReleaseDoesNotWaitForAHeartbeatStuckInAPartition(t *testing.T) {
 	}
 	if err == nil {
 		t.Errorf("Release during the partition: nil; want the release's error (it cannot reach the database)")
+	}
+}
+
+// A refused register names the holder by host, version and times, never by its instance id: the
+// id is what replica_heartbeat and replica_release take, so a runtime client that learned it could
+// keep a dead holder's row alive or delete a live one's (the live replica then loses its
+// registration and stops). The id the refused Register returns releases nothing.
+func TestARefusedRegisterCannotEvictTheHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := testpg.New(t)
+	h := d.Handle(t, "ql_runtime")
+	holder := uuid.New()
+	if row, err := coordinator.RegisterReplica(ctx, h, "o", holder, "host-a", "v1", 60000); err != nil || !row.Registered {
+		t.Fatalf("first register: %+v, %v", row, err)
+	}
+	refused, err := coordinator.RegisterReplica(ctx, h, "o", uuid.New(), "host-b", "v2", 60000)
+	if err != nil || refused.Registered || refused.Hostname != "host-a" {
+		t.Fatalf("second register: %+v, %v; want refused, naming host-a", refused, err)
+	}
+	if refused.InstanceID != uuid.Nil {
+		t.Errorf("the refused register returned the holder's instance id %s; want none (uuid.Nil)", refused.InstanceID)
+	}
+	if ok, err := coordinator.ReleaseReplica(ctx, h, "o", refused.InstanceID); err != nil || ok {
+		t.Errorf("release with the id a refused register returned: %v, %v; want nothing released (the holder evicted)", ok, err)
+	}
+	if exp, err := coordinator.HeartbeatReplica(ctx, h, "o", holder, 60000); err != nil || exp == 0 {
+		t.Errorf("the holder's heartbeat: %d, %v; want its registration kept", exp, err)
 	}
 }

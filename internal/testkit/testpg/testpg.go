@@ -235,7 +235,12 @@ func (s *Server) buildTemplate(ctx context.Context) error {
 	if err := s.Bootstrap(ctx, s.template); err != nil {
 		return err
 	}
-	cfg, err := dbconn.Resolve(s.URL(s.Names.Owner, s.template))
+	return s.migrate(ctx, s.template)
+}
+
+// migrate runs every migration on database as its owner role.
+func (s *Server) migrate(ctx context.Context, database string) error {
+	cfg, err := dbconn.Resolve(s.URL(s.Names.Owner, database))
 	if err != nil {
 		return err
 	}
@@ -437,7 +442,40 @@ func NewEmpty(t testing.TB) *DB {
 	return d
 }
 
+// NewCollated is New on a database whose default collation is the ICU locale icu (e.g.
+// "en-US") rather than the cluster's C: created from template0 and migrated on its own (seconds,
+// not a clone). It skips the test when the server cannot create such a database (no ICU, or a
+// server before PostgreSQL 15).
+func NewCollated(t testing.TB, icu string) *DB {
+	t.Helper()
+	s := Get(t)
+	if s.VersionNum < 150000 {
+		t.Skipf("database ICU locale %s: PostgreSQL %d has no LOCALE_PROVIDER", icu, s.Major())
+	}
+	d := s.createWith(t, "template0", " LOCALE_PROVIDER icu ICU_LOCALE "+quoteLiteral(icu)+" LOCALE 'C'", true)
+	if d == nil {
+		return nil // skipped
+	}
+	ctx := context.Background()
+	if err := s.Bootstrap(ctx, d.Name); err != nil {
+		t.Fatalf("roles create on %s: %v", d.Name, err)
+	}
+	if err := s.migrate(ctx, d.Name); err != nil {
+		t.Fatalf("migrate %s: %v", d.Name, err)
+	}
+	return s.grantDatabase(t, d)
+}
+
+func quoteLiteral(v string) string { return "'" + strings.ReplaceAll(v, "'", "''") + "'" }
+
 func (s *Server) create(t testing.TB, template string) *DB {
+	t.Helper()
+	return s.createWith(t, template, s.cloneStrategy(), false)
+}
+
+// createWith creates a database of the test's own from template with the CREATE DATABASE options
+// opts; skipUnsupported skips the test (and returns nil) when the server refuses opts.
+func (s *Server) createWith(t testing.TB, template, opts string, skipUnsupported bool) *DB {
 	t.Helper()
 	name := fmt.Sprintf("ql_t_%d_%d", os.Getpid(), s.seq.Add(1))
 	ctx := context.Background()
@@ -447,8 +485,12 @@ func (s *Server) create(t testing.TB, template string) *DB {
 	}
 	defer conn.Close(ctx)
 	s.mu.Lock()
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(template)+s.cloneStrategy())
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(template)+opts)
 	s.mu.Unlock()
+	if err != nil && skipUnsupported {
+		t.Skipf("create database %s from %s with%s: %v", name, template, opts, err)
+		return nil
+	}
 	if err != nil {
 		t.Fatalf("create database %s from %s: %v", name, template, err)
 	}
