@@ -213,13 +213,14 @@ func (p *Placer) loop(ctx context.Context) {
 		}
 		last = time.Now()
 		p.passes.Add(1)
-		p.pass(ctx, woken)
+		p.pass(ctx, woken, last)
 	}
 }
 
 // pass serves the waiting polls once, in arrival order; woken: a notification started it
-// (counted, before its first delivery, in WokenPlacements).
-func (p *Placer) pass(ctx context.Context, woken bool) {
+// (counted, before its first delivery, in WokenPlacements); start: when it started (logged at
+// Debug with each delivery: the loop bench's segments, docs/dispatch.md).
+func (p *Placer) pass(ctx context.Context, woken bool, start time.Time) {
 	delivered := 0
 	p.mu.Lock()
 	ws := append([]*waiter(nil), p.order...)
@@ -267,6 +268,14 @@ func (p *Placer) pass(ctx context.Context, woken bool) {
 			w.out <- offers
 		}
 		p.mu.Unlock()
+		if ok && p.log.Enabled(ctx, slog.LevelDebug) {
+			ids := make([]string, len(offers))
+			for i, o := range offers {
+				ids[i] = o.RunID.String()
+			}
+			p.log.Debug("dispatch offers delivered", "session_id", w.session, "run_ids", ids, "woken", woken,
+				"pass_ms", start.UnixMilli(), "answered_ms", time.Now().UnixMilli())
+		}
 		if !ok { // the poll ended meanwhile: nobody will ACK these
 			ids := make([]uuid.UUID, len(offers))
 			for i, o := range offers {
