@@ -130,8 +130,7 @@ func (p *Placer) Poll(ctx context.Context, cred Credential, sessionID uuid.UUID,
 		return nil, err
 	}
 	w := &waiter{cred: cred, session: sessionID, labels: sess.Labels, slots: min(maxOffers, sess.Capacity),
-		capacity: sess.Capacity,
-		out:      make(chan []Offer, 1), gone: make(chan error, 1)}
+		capacity: sess.Capacity, out: make(chan []Offer, 1), gone: make(chan error, 1)}
 	p.mu.Lock()
 	if p.stopping {
 		p.mu.Unlock()
