@@ -175,7 +175,7 @@ bench:
 # by the same processes); then River on a throwaway server from the same binaries, as many
 # periodic jobs every second worked by one client with as many slots, each job running `true`;
 # one table with the ratios. About 2½ minutes on the 2-core machine. Not run by make test or CI.
-.PHONY: bench-loop
+.PHONY: bench-loop bench-loop-segments
 LOOP_TRIGGERS ?= 20
 LOOP_DISPATCHERS ?= 2
 LOOP_WORKERS ?= 4
@@ -188,6 +188,13 @@ bench-loop:
 	  --capacity $(LOOP_CAPACITY) --duration $(LOOP_DURATION) --ceiling-runs $(LOOP_CEILING) --format json > bin/bench-loop.json
 	cd bench/river && go run . loop --jobs $(LOOP_TRIGGERS) --workers $(LOOP_WORKERS) --capacity $(LOOP_CAPACITY) \
 	  --duration $(LOOP_DURATION) --against ../../bin/bench-loop.json
+
+# The loop's admitted → running cut into segments (docs/dispatch.md, "Where admitted → running
+# goes"), without the ceiling or River: LOOP_TRIGGERS=5 LOOP_DURATION=65s gives ≥ 300 Runs.
+bench-loop-segments:
+	go build -o bin/ ./cmd/...
+	bin/qlbench --scenario loop --triggers $(LOOP_TRIGGERS) --dispatchers $(LOOP_DISPATCHERS) --workers $(LOOP_WORKERS) \
+	  --capacity $(LOOP_CAPACITY) --duration $(LOOP_DURATION) --ceiling-runs 0
 
 # Issue 20's bursts: N triggers sharing one minute-aligned spec, two minute boundaries each, N =
 # 10,000 and 50,000, one and four in-process replicas, single and batch admission, each burst's

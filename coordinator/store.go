@@ -206,7 +206,8 @@ func (s *Store) AdvanceMissed(ctx context.Context, c *Claim, next, missed, lastM
 type Admitted struct {
 	RunID, AttemptID uuid.UUID
 	AdmittedAtMs     int64
-	Retries          int // serialization failures retried before it committed
+	Retries          int   // serialization failures retried before it committed
+	CommittedAtMs    int64 // when the batch's commit returned here (unix ms, this host's clock); 0 when admitted alone after a failed batch
 }
 
 // Admit runs the atomic admission of ADR-0105 in one SERIALIZABLE transaction, retrying a
@@ -250,6 +251,12 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 	for attempt := 0; ; attempt++ {
 		written, err := s.admitOnce(ctx, items)
 		if err == nil {
+			committed := time.Now().UnixMilli()
+			for _, w := range written {
+				if w != nil {
+					w.CommittedAtMs = committed
+				}
+			}
 			s.wakeDispatchers(ctx, written)
 			for i := range items {
 				if written[i] != nil {

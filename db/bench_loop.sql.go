@@ -7,6 +7,8 @@ package db
 
 import (
 	"context"
+
+	"github.com/google/uuid"
 )
 
 const benchLoopCompletions = `-- name: BenchLoopCompletions :one
@@ -143,6 +145,59 @@ func (q *Queries) BenchLoopPhases(ctx context.Context, arg BenchLoopPhasesParams
 		&i.RanP99Ms,
 	)
 	return i, err
+}
+
+const benchLoopRunTimes = `-- name: BenchLoopRunTimes :many
+SELECT r.run_id, r.queued_at_ms::bigint AS queued_at_ms, o.offered_at_ms, a.started_at_ms::bigint AS started_at_ms
+FROM control_core.runs r
+JOIN control_core.attempts a ON a.run_id = r.run_id AND a.attempt_no = 1
+JOIN LATERAL (SELECT d.offered_at_ms FROM control_core.dispatch_offers d WHERE d.attempt_id = a.attempt_id
+              ORDER BY d.offered_at_ms LIMIT 1) o ON true
+WHERE r.project_id = $1::text AND r.queued_at_ms >= $2::bigint AND r.queued_at_ms < $3::bigint
+  AND a.started_at_ms IS NOT NULL
+ORDER BY r.queued_at_ms
+`
+
+type BenchLoopRunTimesParams struct {
+	ProjectID string `json:"project_id"`
+	FromMs    int64  `json:"from_ms"`
+	ToMs      int64  `json:"to_ms"`
+}
+
+type BenchLoopRunTimesRow struct {
+	RunID       uuid.UUID `json:"run_id"`
+	QueuedAtMs  int64     `json:"queued_at_ms"`
+	OfferedAtMs int64     `json:"offered_at_ms"`
+	StartedAtMs int64     `json:"started_at_ms"`
+}
+
+// The database times of each Run of a project admitted in [from_ms, to_ms) whose first Attempt
+// started: admitted (queued_at_ms, the admit's statement time), offered (its first offer's
+// offered_at_ms, the offer's statement time) and running (the Attempt's started_at_ms, the ACK's
+// statement time). The loop bench joins them with the dispatchers' Debug lines (segments).
+func (q *Queries) BenchLoopRunTimes(ctx context.Context, arg BenchLoopRunTimesParams) ([]BenchLoopRunTimesRow, error) {
+	rows, err := q.db.Query(ctx, benchLoopRunTimes, arg.ProjectID, arg.FromMs, arg.ToMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BenchLoopRunTimesRow{}
+	for rows.Next() {
+		var i BenchLoopRunTimesRow
+		if err := rows.Scan(
+			&i.RunID,
+			&i.QueuedAtMs,
+			&i.OfferedAtMs,
+			&i.StartedAtMs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const benchLoopSessions = `-- name: BenchLoopSessions :one

@@ -55,3 +55,11 @@ func (s *Store) OfferStatementByStatement(ctx context.Context, cred Credential, 
 	})
 	return len(rows), err
 }
+
+// PlaceFor runs the placement of one pass for a poll of slots by session s, without the loop;
+// afterRead, when not nil, runs after each candidate read, before its offer.
+func (p *Placer) PlaceFor(ctx context.Context, cred Credential, s Session, slots int, afterRead func(read int)) ([]Offer, error) {
+	p.afterRead = afterRead
+	w := &waiter{cred: cred, session: s.ID, labels: s.Labels, slots: min(slots, s.Capacity), capacity: s.Capacity}
+	return p.place(ctx, w)
+}

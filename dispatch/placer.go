@@ -33,15 +33,18 @@ type Placer struct {
 	passes atomic.Int64  // passes run (tests)
 	stop   context.CancelFunc
 	done   chan struct{}
+
+	afterRead func(read int) // tests: called after each candidate read of place, before its offer
 }
 
 type waiter struct {
-	cred    Credential
-	session uuid.UUID
-	labels  map[string]string
-	slots   int
-	out     chan []Offer // buffered 1: the loop never blocks on a poll
-	gone    chan error   // buffered 1: ErrStopping, or a session fence that failed at placement
+	cred     Credential
+	session  uuid.UUID
+	labels   map[string]string
+	slots    int
+	capacity int          // the session's: an Offer statement never offers more than it holds free
+	out      chan []Offer // buffered 1: the loop never blocks on a poll
+	gone     chan error   // buffered 1: ErrStopping, or a session fence that failed at placement
 }
 
 // NewPlacer makes a placer over store; log receives identifiers and outcomes only (never tokens).
@@ -127,7 +130,7 @@ func (p *Placer) Poll(ctx context.Context, cred Credential, sessionID uuid.UUID,
 		return nil, err
 	}
 	w := &waiter{cred: cred, session: sessionID, labels: sess.Labels, slots: min(maxOffers, sess.Capacity),
-		out: make(chan []Offer, 1), gone: make(chan error, 1)}
+		capacity: sess.Capacity, out: make(chan []Offer, 1), gone: make(chan error, 1)}
 	p.mu.Lock()
 	if p.stopping {
 		p.mu.Unlock()
@@ -213,13 +216,14 @@ func (p *Placer) loop(ctx context.Context) {
 		}
 		last = time.Now()
 		p.passes.Add(1)
-		p.pass(ctx, woken)
+		p.pass(ctx, woken, last)
 	}
 }
 
 // pass serves the waiting polls once, in arrival order; woken: a notification started it
-// (counted, before its first delivery, in WokenPlacements).
-func (p *Placer) pass(ctx context.Context, woken bool) {
+// (counted, before its first delivery, in WokenPlacements); start: when it started (logged at
+// Debug with each delivery: the loop bench's segments, docs/dispatch.md).
+func (p *Placer) pass(ctx context.Context, woken bool, start time.Time) {
 	delivered := 0
 	p.mu.Lock()
 	ws := append([]*waiter(nil), p.order...)
@@ -254,7 +258,7 @@ func (p *Placer) pass(ctx context.Context, woken bool) {
 			continue
 		}
 		if len(offers) == 0 {
-			continue // candidates raced away: the next tick tries again
+			continue // candidates raced away, twice (place read again at once): the next tick tries again
 		}
 		p.mu.Lock()
 		ok := p.waiting[w.session] == w
@@ -267,6 +271,14 @@ func (p *Placer) pass(ctx context.Context, woken bool) {
 			w.out <- offers
 		}
 		p.mu.Unlock()
+		if ok && p.log.Enabled(ctx, slog.LevelDebug) {
+			ids := make([]string, len(offers))
+			for i, o := range offers {
+				ids[i] = o.RunID.String()
+			}
+			p.log.Debug("dispatch offers delivered", "session_id", w.session, "run_ids", ids, "woken", woken,
+				"pass_ms", start.UnixMilli(), "answered_ms", time.Now().UnixMilli())
+		}
 		if !ok { // the poll ended meanwhile: nobody will ACK these
 			ids := make([]uuid.UUID, len(offers))
 			for i, o := range offers {
@@ -279,19 +291,56 @@ func (p *Placer) pass(ctx context.Context, woken bool) {
 	}
 }
 
-// place reads candidates from the cursor, wrapping to the first project once when the projects
-// after it gave fewer than wanted, and offers them; the cursor moves to the last one's project. nil: nothing to place
-// for these labels; empty: candidates existed but none was offered.
+// candidateSpare bounds the candidates place reads beyond a poll's slots (it reads 2 × slots, at
+// most slots + candidateSpare): another dispatcher reading the same queue reads the same oldest
+// Runs, and the Offer that loses the race to it skips them (locked or no longer queued); the
+// spare ones fill the poll in the same pass instead of its waiting for the next probe.
+const candidateSpare = 64
+
+// offerCalls bounds the Offer statements of one read when the poll asks for fewer than the
+// session's capacity (the statement caps at the free capacity, not at the poll's slots).
+const offerCalls = 3
+
+// place reads candidates and offers them; when candidates existed but every one raced away to
+// another dispatcher's offer, it reads once more at once (the next probe is a tick away). nil:
+// nothing to place for these labels; empty: candidates existed but none was offered.
 func (p *Placer) place(ctx context.Context, w *waiter) ([]Offer, error) {
+	for read := 1; ; read++ {
+		cands, err := p.candidates(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		if len(cands) == 0 {
+			return nil, nil
+		}
+		if p.afterRead != nil {
+			p.afterRead(read)
+		}
+		offers, err := p.offer(ctx, w, cands)
+		if err != nil {
+			return nil, err
+		}
+		if len(offers) > 0 || read == 2 {
+			return append([]Offer{}, offers...), nil
+		}
+	}
+}
+
+// candidates reads up to 2 × slots (at most slots + candidateSpare) Runs from the cursor,
+// wrapping to the first project once when the projects after it gave fewer than wanted. The
+// first slots of them are what a read of slots gives: the round robin orders every project's
+// oldest before any project's second.
+func (p *Placer) candidates(ctx context.Context, w *waiter) ([]Candidate, error) {
+	want := w.slots + min(w.slots, candidateSpare)
 	p.mu.Lock()
 	after := p.cursor
 	p.mu.Unlock()
-	q := CandidateQuery{SessionID: w.session, Labels: w.labels, After: after, Slots: w.slots}
-	cands, next, err := p.store.Candidates(ctx, q)
+	q := CandidateQuery{SessionID: w.session, Labels: w.labels, After: after, Slots: want}
+	cands, _, err := p.store.Candidates(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	if len(cands) < w.slots && after != "" {
+	if len(cands) < want && after != "" {
 		q.After = ""
 		more, _, err := p.store.Candidates(ctx, q)
 		if err != nil {
@@ -302,23 +351,53 @@ func (p *Placer) place(ctx context.Context, w *waiter) ([]Offer, error) {
 			seen[c.RunID] = true
 		}
 		for _, c := range more {
-			if !seen[c.RunID] && len(cands) < w.slots {
+			if !seen[c.RunID] && len(cands) < want {
 				cands = append(cands, c)
-				next = c.ProjectID
 			}
 		}
 	}
-	if len(cands) == 0 {
-		return nil, nil
+	return cands, nil
+}
+
+// offer offers cands for the poll, at most its slots: when the poll asks for the session's whole
+// capacity, one statement with every candidate (it caps at the free capacity, at most the slots);
+// otherwise the first slots, then as many of the next as are still wanted, at most offerCalls
+// statements. The cursor moves to the project of the last Run offered (of the last of the first
+// slots when none was).
+func (p *Placer) offer(ctx context.Context, w *waiter, cands []Candidate) ([]Offer, error) {
+	var got []Offer
+	i := 0
+	for calls := 0; i < len(cands) && len(got) < w.slots && calls < offerCalls; calls++ {
+		n := len(cands) - i
+		if w.slots < w.capacity {
+			n = min(n, w.slots-len(got))
+		}
+		offers, err := p.store.Offer(ctx, w.cred, w.session, cands[i:i+n])
+		i += n
+		if err != nil {
+			if len(got) == 0 {
+				return nil, err
+			}
+			// the offers made stand (the poll gets them); the next pass meets the error again
+			p.log.Warn("dispatch placement failed after offers", "session_id", w.session, "error", err)
+			break
+		}
+		got = append(got, offers...)
+	}
+	offered := make(map[uuid.UUID]bool, len(got))
+	for _, o := range got {
+		offered[o.RunID] = true
+	}
+	next := cands[min(w.slots, len(cands))-1].ProjectID
+	for _, c := range cands[:i] {
+		if offered[c.RunID] {
+			next = c.ProjectID
+		}
 	}
 	p.mu.Lock()
 	p.cursor = next
 	p.mu.Unlock()
-	offers, err := p.store.Offer(ctx, w.cred, w.session, cands)
-	if err != nil {
-		return nil, err
-	}
-	return append([]Offer{}, offers...), nil
+	return got, nil
 }
 
 func isFenceError(err error) bool {

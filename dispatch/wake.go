@@ -146,7 +146,11 @@ func (w *Waker) listen(ctx context.Context, up func()) error {
 			}
 			return err
 		}
+		at := time.Now()
 		w.notifications.Add(1)
 		w.placer.Wake()
+		if w.log.Enabled(ctx, slog.LevelDebug) { // the loop bench's segments (docs/dispatch.md)
+			w.log.Debug("dispatch wake notification", "at_ms", at.UnixMilli())
+		}
 	}
 }

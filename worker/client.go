@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -76,6 +77,11 @@ type ClientOptions struct {
 	// RetryMin and RetryMax bound the exponential backoff between retries of idempotent calls.
 	// Zero is 100 ms and 2 s.
 	RetryMin, RetryMax time.Duration
+	// Spread is a stable key of this worker (its name): the dispatcher its requests go to first
+	// is chosen by the key's hash, so workers named apart spread over the dispatchers instead of
+	// every one polling the first URL (a long poll waits on one dispatcher, whose placer alone
+	// can answer it). Empty: the first URL. Failover moves on from there as before.
+	Spread string
 	// AllowPlaintext lets an http:// URL name another host than this one's loopback: without it
 	// the token would cross the network in clear text, so such a URL is refused.
 	AllowPlaintext bool
@@ -126,6 +132,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		http:    &http.Client{Transport: opts.Transport},
 		timeout: opts.RequestTimeout, minWait: opts.RetryMin, maxWait: opts.RetryMax,
 	}
+	c.cur.Store(spreadStart(opts.Spread, len(urls)))
 	if c.timeout <= 0 {
 		c.timeout = 10 * time.Second
 	}
@@ -139,6 +146,17 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		c.maxWait = c.minWait
 	}
 	return c, nil
+}
+
+// spreadStart is the index of the first dispatcher for key among n: FNV-1a of key, modulo n
+// (names that differ in their last character, "w-0", "w-1", …, alternate over two URLs).
+func spreadStart(key string, n int) uint32 {
+	if key == "" || n < 2 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return h.Sum32() % uint32(n)
 }
 
 // Register opens a session (POST /v1/sessions). Not retried: a repeated register would leave an

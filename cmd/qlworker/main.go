@@ -50,7 +50,8 @@ spec {"command":["prog","arg",…],"env":{…},"dir":"…","timeout":"30s"} as a
 shell) in a process group of its own, under a small supervisor process that kills the job and all
 its descendants if qlworker dies (even by SIGKILL), renews its leases by heartbeat and stops a job before its
 lease could expire if the dispatchers become unreachable. Any replica serves any request: list
-them all, the worker moves to the next one when one fails.
+them all: each worker starts at the one its NAME hashes to (so workers spread over the
+replicas) and moves to the next one when one fails.
 
 SIGTERM or SIGINT drains: no new jobs, running jobs get --drain-grace to finish, then they are
 stopped and handed back (retried elsewhere); a second signal hands them back at once.
@@ -285,7 +286,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	client, err := worker.NewClient(worker.ClientOptions{Dispatchers: o.dispatchers, Token: o.token, Transport: o.transport,
-		AllowPlaintext: o.plaintext})
+		AllowPlaintext: o.plaintext, Spread: o.name})
 	if err != nil {
 		fmt.Fprintf(stderr, "qlworker: --dispatcher: %s\n", strings.TrimPrefix(err.Error(), "worker: "))
 		return exitUsage

@@ -51,3 +51,17 @@ SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY placed), 0)::float8 
        coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ran), 0)::float8 AS ran_p50_ms,
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ran), 0)::float8 AS ran_p99_ms
 FROM p;
+
+-- name: BenchLoopRunTimes :many
+-- The database times of each Run of a project admitted in [from_ms, to_ms) whose first Attempt
+-- started: admitted (queued_at_ms, the admit's statement time), offered (its first offer's
+-- offered_at_ms, the offer's statement time) and running (the Attempt's started_at_ms, the ACK's
+-- statement time). The loop bench joins them with the dispatchers' Debug lines (segments).
+SELECT r.run_id, r.queued_at_ms::bigint AS queued_at_ms, o.offered_at_ms, a.started_at_ms::bigint AS started_at_ms
+FROM control_core.runs r
+JOIN control_core.attempts a ON a.run_id = r.run_id AND a.attempt_no = 1
+JOIN LATERAL (SELECT d.offered_at_ms FROM control_core.dispatch_offers d WHERE d.attempt_id = a.attempt_id
+              ORDER BY d.offered_at_ms LIMIT 1) o ON true
+WHERE r.project_id = @project_id::text AND r.queued_at_ms >= @from_ms::bigint AND r.queued_at_ms < @to_ms::bigint
+  AND a.started_at_ms IS NOT NULL
+ORDER BY r.queued_at_ms;

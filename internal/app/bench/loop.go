@@ -81,11 +81,15 @@ type LoopReport struct {
 	CeilingPhases LoopPhases `json:"ceiling_phases"`
 	// the wake-up on admission over the window, per dispatcher (from its /metrics): whether the
 	// Runs were placed by the pass an admission's notification started
-	Wake                 []LoopWake `json:"wake"`
-	TargetP99Ms          float64    `json:"target_p99_ms"`
-	TargetRatio          float64    `json:"target_ratio"`
-	RunningP99WithinGoal bool       `json:"running_p99_within_target"`
-	RatioWithinGoal      bool       `json:"ratio_within_target"`
+	Wake []LoopWake `json:"wake"`
+	// admitted → running of the window's Runs cut into segments at the notification's arrival,
+	// the placement pass's start, the offer, the poll's answer and the ACK (segments.go)
+	Segments             []LoopSegment  `json:"segments"`
+	SegmentSummary       SegmentSummary `json:"segment_summary"`
+	TargetP99Ms          float64        `json:"target_p99_ms"`
+	TargetRatio          float64        `json:"target_ratio"`
+	RunningP99WithinGoal bool           `json:"running_p99_within_target"`
+	RatioWithinGoal      bool           `json:"ratio_within_target"`
 }
 
 // LoopWake is one dispatcher's wake-up on admission over the loop's window: Listening at its end,
@@ -230,9 +234,11 @@ func runLoop(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbconn.DB
 	}()
 	say("starting %d `qlsched dispatch` processes", cfg.Dispatchers)
 	var urls, healths []string
+	// Debug: each notification's arrival and each delivery (segments.go), a few lines per second
+	trace := newSegTrace(cfg.Dispatchers)
 	for i := range cfg.Dispatchers {
-		c, err := startLoopChild(fmt.Sprintf("dispatch-%d", i), cfg.Exe, env, "dispatch", "--owner", fmt.Sprintf("bench-dispatch-%d", i),
-			"--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
+		c, err := startLoopChildWith(fmt.Sprintf("dispatch-%d", i), cfg.Exe, env, trace.collect(i), "dispatch", "--owner", fmt.Sprintf("bench-dispatch-%d", i),
+			"--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
 		if err != nil {
 			return err
 		}
@@ -273,8 +279,9 @@ func runLoop(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbconn.DB
 		return err
 	}
 	say("starting one `qlsched run` process; warm-up %s, then a %s window", loopWarmup, cfg.Duration)
-	sched, err := startLoopChild("run", cfg.Exe, env, "run", "--owner", "bench-loop-run", "--http-addr", "127.0.0.1:0", "--budget", "256", "--cadence", "100ms", "--admit-batch", "128",
-		"--log-format", "json", "--log-level", "info")
+	// Debug: each Run's "admitted" line with its admit's commit (segments.go)
+	sched, err := startLoopChildWith("run", cfg.Exe, env, trace.collectAdmits, "run", "--owner", "bench-loop-run", "--http-addr", "127.0.0.1:0", "--budget", "256", "--cadence", "100ms", "--admit-batch", "128",
+		"--log-format", "json", "--log-level", "debug")
 	if err != nil {
 		return err
 	}
@@ -325,6 +332,11 @@ func runLoop(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbconn.DB
 	if rep.Phases, err = loopPhases(ctx, q, loopProject, from, to); err != nil {
 		return err
 	}
+	times, err := q.BenchLoopRunTimes(ctx, db.BenchLoopRunTimesParams{ProjectID: loopProject, FromMs: from, ToMs: to})
+	if err != nil {
+		return err
+	}
+	rep.Segments, rep.SegmentSummary = trace.segments(times)
 	say("loop: %d Runs admitted in %.1fs, admitted → running p50 %.0fms p99 %.0fms max %dms, %.1f completions/s",
 		rep.Runs, rep.WindowSeconds, rep.RunningP50Ms, rep.RunningP99Ms, rep.RunningMaxMs, rep.CompletionsPerSecond)
 
@@ -461,6 +473,9 @@ func (r *LoopReport) Text() string {
 	fmt.Fprintf(&b, "  admitted → running   p50 %.0fms  p99 %.0fms  max %dms  (target p99 ≤ %.0fms: %s)\n",
 		r.RunningP50Ms, r.RunningP99Ms, r.RunningMaxMs, r.TargetP99Ms, pass(r.RunningP99WithinGoal))
 	fmt.Fprintf(&b, "  phases               %s\n", r.Phases.text())
+	if len(r.Segments) > 0 {
+		fmt.Fprintf(&b, "  segments\n%s", segmentsText(r.Segments, r.SegmentSummary))
+	}
 	fmt.Fprintf(&b, "  completions          %d  (%.1f/s)\n", r.Completions, r.CompletionsPerSecond)
 	for i, w := range r.Wake {
 		fmt.Fprintf(&b, "  wake-up, dispatch-%d  listening %t, %d notifications, %d woken passes delivered offers\n",
@@ -486,18 +501,25 @@ func pass(ok bool) string {
 // loopChild is one process the loop bench started: qlsched dispatch, qlsched run or qlworker. Its
 // JSON log lines go to lines (dropped when nobody reads them), the last few to tail.
 type loopChild struct {
-	name   string
-	cmd    *exec.Cmd
-	lines  chan map[string]any
-	exited chan error
-	done   bool
-	tail   []string
-	tailMu chan struct{}
+	name    string
+	cmd     *exec.Cmd
+	lines   chan map[string]any
+	exited  chan error
+	done    bool
+	tail    []string
+	tailMu  chan struct{}
+	collect func(map[string]any)
 }
 
 func startLoopChild(name, exe string, env []string, args ...string) (*loopChild, error) {
+	return startLoopChildWith(name, exe, env, nil, args...)
+}
+
+// startLoopChildWith starts a loopChild whose every JSON log line is also given to collect (nil:
+// none), in the order logged, before lines may drop it.
+func startLoopChildWith(name, exe string, env []string, collect func(map[string]any), args ...string) (*loopChild, error) {
 	c := &loopChild{name: name, cmd: exec.Command(exe, args...), lines: make(chan map[string]any, 256),
-		exited: make(chan error, 1), tailMu: make(chan struct{}, 1)}
+		exited: make(chan error, 1), tailMu: make(chan struct{}, 1), collect: collect}
 	c.cmd.Env = env
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // the bench dies, its children too
 	stderr, err := c.cmd.StderrPipe()
@@ -524,6 +546,9 @@ func (c *loopChild) read(r io.Reader) {
 		<-c.tailMu
 		var l map[string]any
 		if json.Unmarshal([]byte(line), &l) == nil {
+			if c.collect != nil {
+				c.collect(l)
+			}
 			select {
 			case c.lines <- l:
 			default:
