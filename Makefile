@@ -249,8 +249,23 @@ bench-processes:
 
 # The bench through PgBouncer against direct, in one sitting (docs/performance.md, Through
 # PgBouncer): a throwaway server, PgBouncer in transaction and in session pooling in front of it,
-# and the same 10,000-trigger backlog three times with real replica processes, each run on a
+# and the same 30,000-trigger backlog three times with real replica processes, each run on a
 # database of its own. About 3 minutes; needs pgbouncer and psql (scripts/bench-pooler.sh says
 # what else it reads: BENCH_FLAGS, ORDER, TX_POOL, SESSION_POOL, QL_PG_BIN).
 bench-pooler: build
 	scripts/bench-pooler.sh
+
+# An A/B of two commits through bench-pooler, in one sitting: AB_BASE (another worktree, its bin/
+# built there with `go build -o bin/ ./cmd/...`) and this tree, alternating, AB_PAIRS times each,
+# the same AB_FLAGS and AB_ORDER for both (each tree's own scripts/bench-pooler.sh and bin/).
+# Compare each run's transaction admits/s against its own direct run's. About 7 minutes a pair.
+AB_PAIRS ?= 2
+AB_ORDER ?= direct transaction
+AB_FLAGS ?= --scenario backlog --triggers 30000 --replicas 4 --budget 256 --cadence 10ms --duration 30s
+.PHONY: bench-pooler-ab
+bench-pooler-ab: build
+	@[ -x "$(AB_BASE)/bin/qlbench" ] && [ -x "$(AB_BASE)/scripts/bench-pooler.sh" ] \
+	  || { echo "bench-pooler-ab: AB_BASE=<a worktree with bin/ built> is required" >&2; exit 2; }
+	for i in $$(seq $(AB_PAIRS)); do for w in "$(AB_BASE)" "$(CURDIR)"; do \
+	  echo "### $$w, pair $$i, $$(date -u +%T), $$(uptime)"; \
+	  ORDER="$(AB_ORDER)" BENCH_FLAGS="$(AB_FLAGS)" "$$w/scripts/bench-pooler.sh" || exit 1; done; done

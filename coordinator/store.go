@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -34,10 +36,18 @@ const (
 var ErrAdmitInvalid = errors.New("admit wrote nothing although its fence and revisions hold")
 
 // Store runs the scheduler's queries on a pool connected as the runtime role.
-type Store struct{ db *dbconn.DB }
+type Store struct {
+	db   *dbconn.DB
+	wake wakes // the dispatchers' wake-up after the admits that wrote (wakeDispatchers)
+}
 
-// NewStore wraps a handle connected as the runtime role.
-func NewStore(h *dbconn.DB) *Store { return &Store{db: h} }
+// NewStore wraps a handle connected as the runtime role. Close ends its wake-up sender; a Store
+// never closed leaks nothing (the sender runs only while a wake-up is pending).
+func NewStore(h *dbconn.DB) *Store {
+	s := &Store{db: h}
+	s.wake.ctx, s.wake.cancel = context.WithCancel(context.Background())
+	return s
+}
 
 // queries runs fn through the handle (dbconn.DB.Run): on a direct connection each statement
 // alone, as it is; behind a pooler in one transaction that runs the prologue first, so that no
@@ -257,7 +267,7 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 					w.CommittedAtMs = committed
 				}
 			}
-			s.wakeDispatchers(ctx, written)
+			s.wakeDispatchers(written)
 			for i := range items {
 				if written[i] != nil {
 					results[i].Outcome, results[i].Admitted = Written, *written[i]
@@ -389,14 +399,113 @@ type pipeline struct {
 // wakeDispatchers notifies the dispatchers listening (dispatch.Waker) that the admit that just
 // committed wrote a Run, so they place it at once (sql/queries/wake.sql: in a transaction of its
 // own, never in the admit's, whose durable commit it would serialize with every other admit's).
-// One round trip, behind a pooler too (the pipeline's implicit transaction). Its error is
-// dropped: a lost notification costs at most one --placement-interval probe.
-func (s *Store) wakeDispatchers(ctx context.Context, written []*Admitted) {
+// It only marks the wake-up pending and returns: the Store's sender sends it, off the round's
+// path, one notification at a time; the admits that commit while one is in flight are all
+// covered by the next, sent after it (never lost, never more than one in flight per Store).
+// A notification that fails is dropped and counted (WakeStats): a lost one costs at most one
+// --placement-interval probe.
+func (s *Store) wakeDispatchers(written []*Admitted) {
 	if slices.ContainsFunc(written, func(a *Admitted) bool { return a != nil }) {
-		tx := newPipeline(s.db, implicitTx, hotSettings)
-		_ = db.New(tx).WakeOnAdmit(ctx)
-		_ = tx.commit()
+		s.wake.mark(s.sendWake)
 	}
+}
+
+// sendWake sends one wake-up: one round trip, behind a pooler too (the pipeline's implicit
+// transaction).
+func (s *Store) sendWake(ctx context.Context) error {
+	tx := newPipeline(s.db, implicitTx, hotSettings)
+	err := db.New(tx).WakeOnAdmit(ctx)
+	if cerr := tx.commit(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// WakeStats counts the dispatchers' wake-ups: Marked admits that wrote (each asks for one),
+// Sent notifications committed, Failed notifications dropped. Marked - Sent - Failed admits were
+// coalesced into another's notification (or are pending).
+type WakeStats struct{ Marked, Sent, Failed int64 }
+
+// WakeStats reads the wake-up counters.
+func (s *Store) WakeStats() WakeStats {
+	return WakeStats{Marked: s.wake.marked.Load(), Sent: s.wake.sent.Load(), Failed: s.wake.failed.Load()}
+}
+
+// Close ends the wake-up sender: the admits after it wake no dispatcher; one pending is still
+// sent until ctx ends, then the one in flight is cancelled. It returns once the sender has ended.
+// The handle is not closed (the caller's).
+func (s *Store) Close(ctx context.Context) {
+	s.wake.close(ctx)
+}
+
+// wakes coalesces the wake-ups of one Store: at most one notification in flight, sent by a
+// goroutine started when a wake-up is marked and none runs, which ends once nothing is pending.
+type wakes struct {
+	mu      sync.Mutex
+	pending bool // an admit wrote since the sender last took the mark
+	running bool // the sender goroutine runs
+	closed  bool
+	sender  sync.WaitGroup
+	ctx     context.Context // the notifications' context, cancelled by close
+	cancel  context.CancelFunc
+	// beforeSend, when set (tests only), runs in the sender before each notification.
+	beforeSend func()
+
+	marked, sent, failed atomic.Int64
+}
+
+// mark asks for one wake-up after the admit that committed: it never blocks on the database.
+func (w *wakes) mark(send func(context.Context) error) {
+	w.marked.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.pending = true
+	if !w.running {
+		w.running = true
+		w.sender.Add(1)
+		go w.run(send)
+	}
+}
+
+// run sends one notification for every mark taken, until no mark is pending: a mark set while a
+// notification is in flight is sent after it (the mark is taken before the send).
+func (w *wakes) run(send func(context.Context) error) {
+	defer w.sender.Done()
+	for {
+		w.mu.Lock()
+		if !w.pending || w.ctx.Err() != nil {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.pending = false
+		w.mu.Unlock()
+		if w.beforeSend != nil {
+			w.beforeSend()
+		}
+		if err := send(w.ctx); err != nil {
+			w.failed.Add(1)
+		} else {
+			w.sent.Add(1)
+		}
+	}
+}
+
+func (w *wakes) close(ctx context.Context) {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() { w.sender.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	w.cancel()
+	<-done
 }
 
 // pooledSQL maps the claim's and the admit's generated statements (ClaimDue, Admit) to the calls

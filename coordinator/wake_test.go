@@ -2,10 +2,15 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 )
 
 // A committed admit notifies the dispatchers (qlsched_runs_queued, dispatch.WakeChannel) once
@@ -75,5 +80,197 @@ func TestAdmitDoesNotDependOnItsWakeUp(t *testing.T) {
 	}
 	if n := f.count(`SELECT count(*) FROM control_core.runs WHERE trigger_id = 'a'`); n != 1 {
 		t.Fatalf("%d Runs, want 1", n)
+	}
+}
+
+// listen connects as the runtime role and LISTENs on the dispatchers' channel; next waits for
+// the next notification's payload (failing the test after 10 s).
+func listen(t *testing.T, f *fixture) (next func() string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, f.d.URL("ql_runtime"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	if _, err := conn.Exec(ctx, "LISTEN qlsched_runs_queued"); err != nil {
+		t.Fatal(err)
+	}
+	return func() string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := conn.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("no notification: %v", err)
+		}
+		return n.Payload
+	}
+}
+
+// admitEach claims and admits every due row one admit at a time (each its own committed admit).
+func admitOneByOne(t *testing.T, s *Store, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		c := must(s.Claim(ctx, "one", 30*time.Second)).of(t)
+		if c == nil {
+			t.Fatalf("admit %d: nothing to claim", i)
+		}
+		if res := s.AdmitBatch(ctx, items([]*Claim{c}, 60_000), 3); res[0].Err != nil || res[0].Outcome != Written {
+			t.Fatalf("admit %d: %+v", i, res[0])
+		}
+	}
+}
+
+// The admits that commit while a wake-up is in flight share the one notification sent after it:
+// with the first notification held in the sender, eight admits that wrote produce two
+// notifications, the second sent after the last admit (the last wake-up is never lost), and the
+// admits return without waiting for either.
+func TestAdmitWakeUpsCoalesce(t *testing.T) {
+	t.Parallel()
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	f, s := dueFixture(t, time.Second, ids...)
+	next := listen(t, f)
+	held, release := make(chan struct{}), make(chan struct{})
+	var sends atomic.Int32
+	s.wake.beforeSend = func() {
+		if sends.Add(1) == 1 {
+			close(held)
+			<-release
+		}
+	}
+	admitOneByOne(t, s, 1)
+	<-held // the first notification is in flight (held before it is sent)
+	admitOneByOne(t, s, len(ids)-1)
+	if st := s.WakeStats(); st.Marked != int64(len(ids)) || st.Sent != 0 {
+		t.Fatalf("before the release: %+v, want %d marked and none sent", st, len(ids))
+	}
+	close(release)
+	for range 2 {
+		if p := next(); p != "" {
+			t.Fatalf("payload %q, want empty", p)
+		}
+	}
+	eventually.True(t, 10*time.Second, "the sender idle", func() bool {
+		s.wake.mu.Lock()
+		defer s.wake.mu.Unlock()
+		return !s.wake.running
+	})
+	if st := s.WakeStats(); st != (WakeStats{Marked: int64(len(ids)), Sent: 2}) {
+		t.Fatalf("%+v, want %d marked, 2 sent", st, len(ids))
+	}
+	f.exec(`SELECT pg_notify('qlsched_runs_queued', 'sentinel')`)
+	if p := next(); p != "sentinel" {
+		t.Fatalf("notification %q after the two, want the sentinel", p)
+	}
+}
+
+// Admits from several goroutines at once: never more notifications than admits that wrote, and
+// once the admits have returned a notification still follows (the sender ends idle with every
+// mark sent).
+func TestAdmitWakeUpsInABurst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const writers, each = 4, 6
+	ids := make([]string, writers*each)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%02d", i)
+	}
+	f, s := dueFixture(t, time.Second, ids...)
+	next := listen(t, f)
+	claims := must(s.ClaimBatch(ctx, "burst", 30*time.Second, len(ids))).of(t)
+	if len(claims) != len(ids) {
+		t.Fatalf("claimed %d rows, want %d", len(claims), len(ids))
+	}
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for _, c := range claims[w*each : (w+1)*each] {
+				if res := s.AdmitBatch(ctx, items([]*Claim{c}, 60_000), 10); res[0].Err != nil || res[0].Outcome != Written {
+					t.Errorf("admit %s: %+v", c.TriggerID, res[0])
+				}
+			}
+		})
+	}
+	wg.Wait()
+	afterAdmits := s.WakeStats().Sent
+	eventually.True(t, 10*time.Second, "the sender idle", func() bool {
+		s.wake.mu.Lock()
+		defer s.wake.mu.Unlock()
+		return !s.wake.running
+	})
+	st := s.WakeStats()
+	t.Logf("%d admits that wrote, %d notifications sent (%d by the time the admits returned)", st.Marked, st.Sent, afterAdmits)
+	if st.Marked != int64(len(ids)) || st.Sent < 1 || st.Sent > st.Marked || st.Failed != 0 {
+		t.Fatalf("%+v: want %d marked, 1 … %[2]d sent, none failed", st, len(ids))
+	}
+	for range st.Sent {
+		next()
+	}
+	f.exec(`SELECT pg_notify('qlsched_runs_queued', 'sentinel')`)
+	if p := next(); p != "sentinel" {
+		t.Fatalf("notification %q after the %d sent, want the sentinel", p, st.Sent)
+	}
+}
+
+// Close with a wake-up pending sends it, ends the sender, and a later admit wakes nobody; a
+// notification cut by Close's bound is dropped and counted, never left running.
+func TestStoreClosesWithAWakeUpPending(t *testing.T) {
+	t.Parallel()
+	f, s := dueFixture(t, time.Second, "a", "b", "c")
+	next := listen(t, f)
+	held, release := make(chan struct{}), make(chan struct{})
+	var sends atomic.Int32
+	s.wake.beforeSend = func() {
+		if sends.Add(1) == 1 {
+			close(held)
+			<-release
+		}
+	}
+	admitOneByOne(t, s, 1)
+	<-held
+	admitOneByOne(t, s, 1) // pending behind the one in flight
+	closed := make(chan struct{})
+	go func() { s.Close(context.Background()); close(closed) }()
+	eventually.True(t, 10*time.Second, "Close refusing new wake-ups", func() bool {
+		s.wake.mu.Lock()
+		defer s.wake.mu.Unlock()
+		return s.wake.closed
+	})
+	close(release)
+	<-closed
+	if st := s.WakeStats(); st != (WakeStats{Marked: 2, Sent: 2}) {
+		t.Fatalf("after Close: %+v, want 2 marked, 2 sent", st)
+	}
+	next()
+	next()
+	admitOneByOne(t, s, 1) // after Close: counted, not sent
+	s.wake.mu.Lock()
+	running := s.wake.running
+	s.wake.mu.Unlock()
+	if st := s.WakeStats(); running || st != (WakeStats{Marked: 3, Sent: 2}) {
+		t.Fatalf("an admit after Close: %+v, sender running %v", st, running)
+	}
+	f.exec(`SELECT pg_notify('qlsched_runs_queued', 'sentinel')`)
+	if p := next(); p != "sentinel" {
+		t.Fatalf("notification %q after Close, want the sentinel", p)
+	}
+
+	// a bound that ends while the notification is held: it is cancelled and counted as failed
+	_, s2 := dueFixture(t, time.Second, "x")
+	held2, release2 := make(chan struct{}), make(chan struct{})
+	s2.wake.beforeSend = func() { close(held2); <-release2 }
+	admitOneByOne(t, s2, 1)
+	<-held2
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	closed2 := make(chan struct{})
+	go func() { s2.Close(ctx); close(closed2) }()
+	eventually.True(t, 10*time.Second, "the store's context cancelled", func() bool { return s2.wake.ctx.Err() != nil })
+	close(release2)
+	<-closed2
+	if st := s2.WakeStats(); st != (WakeStats{Marked: 1, Failed: 1}) {
+		t.Fatalf("Close past its bound: %+v, want 1 marked, 1 failed", st)
 	}
 }

@@ -273,6 +273,9 @@ func (a *app) run(ctx context.Context, cfg coordinator.Config, opts runOptions) 
 	}
 	log.Info("draining", "drain_timeout", cfg.DrainTimeout.String())
 	stopErr := lc.Stop(context.Background())
+	wakeCtx, wakeCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	r.Store.Close(wakeCtx) // the dispatchers' last wake-up, then its sender ends
+	wakeCancel()
 	// the owner is free for a successor at once (a lost registration releases nothing: Release
 	// deletes only this instance's row)
 	relCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

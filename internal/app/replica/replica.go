@@ -31,7 +31,10 @@ type Options struct {
 type Replica struct {
 	Coordinator *coordinator.Coordinator
 	Lifecycle   *coordinator.Lifecycle
-	Recovery    coordinator.RecoveryReport
+	// Store is the coordinator's; the caller closes it (Store.Close) after stopping the lifecycle,
+	// which sends the dispatchers' last pending wake-up and ends its sender.
+	Store    *coordinator.Store
+	Recovery coordinator.RecoveryReport
 	// Registration is nil unless Options.Register was set; its Lost channel closes when another
 	// instance took the owner, and the caller releases it after stopping the lifecycle.
 	Registration *Registration
@@ -74,12 +77,13 @@ func Start(ctx context.Context, h *dbconn.DB, opts Options) (*Replica, error) {
 	}
 	log.Info("startup recovery done", "candidates", rep.Candidates, "failed_closed", rep.FailedClosed, "skipped", rep.Skipped,
 		"took_ms", time.Since(began).Milliseconds())
-	co := coordinator.New(opts.Config, coordinator.NewStore(h), coordinator.WithLogger(opts.Log),
+	store := coordinator.NewStore(h)
+	co := coordinator.New(opts.Config, store, coordinator.WithLogger(opts.Log),
 		coordinator.WithObserver(opts.Observer))
 	lc := coordinator.NewLifecycle(co, opts.Config)
 	if err := lc.Start(ctx); err != nil {
 		release()
 		return nil, err
 	}
-	return &Replica{Coordinator: co, Lifecycle: lc, Recovery: rep, Registration: reg}, nil
+	return &Replica{Coordinator: co, Lifecycle: lc, Store: store, Recovery: rep, Registration: reg}, nil
 }
