@@ -362,8 +362,12 @@ func (p *Placer) candidates(ctx context.Context, w *waiter) ([]Candidate, error)
 // offer offers cands for the poll, at most its slots: when the poll asks for the session's whole
 // capacity, one statement with every candidate (it caps at the free capacity, at most the slots);
 // otherwise the first slots, then as many of the next as are still wanted, at most offerCalls
-// statements. The cursor moves to the project of the last Run offered (of the last of the first
-// slots when none was).
+// statements. The cursor moves to the project of the last Run offered, and stays when none was:
+// a poll whose session has no free capacity offers nothing, and moving the cursor for it would
+// turn the rotation for the polls served in the same passes (with three projects, an idle
+// session's two reads and a working one's offer moved it a whole turn: the working session got
+// one project's Runs every pass). Candidates that raced away are no longer queued: the next read
+// from the same cursor does not meet them.
 func (p *Placer) offer(ctx context.Context, w *waiter, cands []Candidate) ([]Offer, error) {
 	var got []Offer
 	i := 0
@@ -384,11 +388,14 @@ func (p *Placer) offer(ctx context.Context, w *waiter, cands []Candidate) ([]Off
 		}
 		got = append(got, offers...)
 	}
+	if len(got) == 0 {
+		return got, nil
+	}
 	offered := make(map[uuid.UUID]bool, len(got))
 	for _, o := range got {
 		offered[o.RunID] = true
 	}
-	next := cands[min(w.slots, len(cands))-1].ProjectID
+	var next string
 	for _, c := range cands[:i] {
 		if offered[c.RunID] {
 			next = c.ProjectID
