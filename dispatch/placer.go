@@ -228,12 +228,12 @@ func (p *Placer) pass(ctx context.Context, woken bool, start time.Time) {
 	p.mu.Lock()
 	ws := append([]*waiter(nil), p.order...)
 	p.mu.Unlock()
-	var empty []map[string]string // label sets whose read came back empty this pass
+	var empty []*emptyRead // label sets whose read came back empty this pass
 	for _, w := range ws {
 		if ctx.Err() != nil {
 			return
 		}
-		if slicesContainsMap(empty, w.labels) {
+		if e := findEmpty(empty, w.labels); e != nil && p.emptyForAny(ctx, e, w) {
 			continue
 		}
 		offers, err := p.place(ctx, w)
@@ -254,7 +254,9 @@ func (p *Placer) pass(ctx context.Context, woken bool, start time.Time) {
 			continue
 		}
 		if offers == nil {
-			empty = append(empty, w.labels)
+			if findEmpty(empty, w.labels) == nil {
+				empty = append(empty, &emptyRead{labels: w.labels})
+			}
 			continue
 		}
 		if len(offers) == 0 {
@@ -416,11 +418,31 @@ func isFenceError(err error) bool {
 	return false
 }
 
-func slicesContainsMap(ms []map[string]string, m map[string]string) bool {
-	for _, x := range ms {
-		if maps.Equal(x, m) {
-			return true
+// emptyRead is a label set whose candidate read came back empty in this pass. The read depends
+// on the session too (a Run it rejected is never its candidate), so another session's poll with
+// the same labels is skipped only once a read as no session (nothing rejected) is empty as well.
+type emptyRead struct {
+	labels     map[string]string
+	checked    bool // the read as no session was made
+	anySession bool // it came back empty: empty for every session of these labels
+}
+
+func findEmpty(es []*emptyRead, labels map[string]string) *emptyRead {
+	for _, e := range es {
+		if maps.Equal(e.labels, labels) {
+			return e
 		}
 	}
-	return false
+	return nil
+}
+
+// emptyForAny tells whether e's labels have no candidate for any session, reading once per label
+// set and pass (as no session, from the cursor as w's read would); an error reads as not empty:
+// w's own placement meets it.
+func (p *Placer) emptyForAny(ctx context.Context, e *emptyRead, w *waiter) bool {
+	if !e.checked {
+		cands, err := p.candidates(ctx, &waiter{session: uuid.Nil, labels: w.labels, slots: 1})
+		e.checked, e.anySession = true, err == nil && len(cands) == 0
+	}
+	return e.anySession
 }
