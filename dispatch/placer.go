@@ -228,12 +228,12 @@ func (p *Placer) pass(ctx context.Context, woken bool, start time.Time) {
 	p.mu.Lock()
 	ws := append([]*waiter(nil), p.order...)
 	p.mu.Unlock()
-	var empty []map[string]string // label sets whose read came back empty this pass
+	var empty []*emptyRead // label sets whose read came back empty this pass
 	for _, w := range ws {
 		if ctx.Err() != nil {
 			return
 		}
-		if slicesContainsMap(empty, w.labels) {
+		if e := findEmpty(empty, w.labels); e != nil && p.emptyForAny(ctx, e, w) {
 			continue
 		}
 		offers, err := p.place(ctx, w)
@@ -254,7 +254,9 @@ func (p *Placer) pass(ctx context.Context, woken bool, start time.Time) {
 			continue
 		}
 		if offers == nil {
-			empty = append(empty, w.labels)
+			if findEmpty(empty, w.labels) == nil {
+				empty = append(empty, &emptyRead{labels: w.labels})
+			}
 			continue
 		}
 		if len(offers) == 0 {
@@ -362,8 +364,12 @@ func (p *Placer) candidates(ctx context.Context, w *waiter) ([]Candidate, error)
 // offer offers cands for the poll, at most its slots: when the poll asks for the session's whole
 // capacity, one statement with every candidate (it caps at the free capacity, at most the slots);
 // otherwise the first slots, then as many of the next as are still wanted, at most offerCalls
-// statements. The cursor moves to the project of the last Run offered (of the last of the first
-// slots when none was).
+// statements. The cursor moves to the project of the last Run offered, and stays when none was:
+// a poll whose session has no free capacity offers nothing, and moving the cursor for it would
+// turn the rotation for the polls served in the same passes (with three projects, an idle
+// session's two reads and a working one's offer moved it a whole turn: the working session got
+// one project's Runs every pass). Candidates that raced away are no longer queued: the next read
+// from the same cursor does not meet them.
 func (p *Placer) offer(ctx context.Context, w *waiter, cands []Candidate) ([]Offer, error) {
 	var got []Offer
 	i := 0
@@ -384,11 +390,14 @@ func (p *Placer) offer(ctx context.Context, w *waiter, cands []Candidate) ([]Off
 		}
 		got = append(got, offers...)
 	}
+	if len(got) == 0 {
+		return got, nil
+	}
 	offered := make(map[uuid.UUID]bool, len(got))
 	for _, o := range got {
 		offered[o.RunID] = true
 	}
-	next := cands[min(w.slots, len(cands))-1].ProjectID
+	var next string
 	for _, c := range cands[:i] {
 		if offered[c.RunID] {
 			next = c.ProjectID
@@ -409,11 +418,31 @@ func isFenceError(err error) bool {
 	return false
 }
 
-func slicesContainsMap(ms []map[string]string, m map[string]string) bool {
-	for _, x := range ms {
-		if maps.Equal(x, m) {
-			return true
+// emptyRead is a label set whose candidate read came back empty in this pass. The read depends
+// on the session too (a Run it rejected is never its candidate), so another session's poll with
+// the same labels is skipped only once a read as no session (nothing rejected) is empty as well.
+type emptyRead struct {
+	labels     map[string]string
+	checked    bool // the read as no session was made
+	anySession bool // it came back empty: empty for every session of these labels
+}
+
+func findEmpty(es []*emptyRead, labels map[string]string) *emptyRead {
+	for _, e := range es {
+		if maps.Equal(e.labels, labels) {
+			return e
 		}
 	}
-	return false
+	return nil
+}
+
+// emptyForAny tells whether e's labels have no candidate for any session, reading once per label
+// set and pass (as no session, from the cursor as w's read would); an error reads as not empty:
+// w's own placement meets it.
+func (p *Placer) emptyForAny(ctx context.Context, e *emptyRead, w *waiter) bool {
+	if !e.checked {
+		cands, err := p.candidates(ctx, &waiter{session: uuid.Nil, labels: w.labels, slots: 1})
+		e.checked, e.anySession = true, err == nil && len(cands) == 0
+	}
+	return e.anySession
 }
