@@ -174,7 +174,7 @@ func TestAFailedClaimEndsTheRound(t *testing.T) {
 }
 
 // A saturated batch-mode round under a Lifecycle sends the next round's first claim while it
-// admits its last batch (docs/performance.md, Real processes against in-process replicas: every
+// admits its last batch (docs/performance.md, The round boundary: every
 // other claim otherwise overlapped nothing, budget 256 and batch 128), and a Stop in between
 // finishes that claim instead of leaving its rows to expire. Fails without the claim ahead (no row
 // is claimed while the last admit is held) and without finishAhead (4 admits, 2 claims expiring).
