@@ -247,6 +247,18 @@ bench-processes:
 	  [ -n "$(PROC_PROFILE)" ] && mkdir -p $(PROC_PROFILE)/$$i-$$kind && flags="$$flags --cpu-profile $(PROC_PROFILE)/$$i-$$kind"; \
 	  echo "== pair $$i, $$kind"; bin/qlbench $$flags || exit 1; done; done
 
+# A/B of bench-processes in one sitting: the binaries of BASE_REF (git archive of that commit,
+# built in a temporary directory) against this tree's, alternately: per pair, processes base then
+# this tree, then in-process base then this tree, each against its own batch ceiling
+# (scripts/bench-processes-ab.sh prints the load before each run). About 6 minutes a pair.
+.PHONY: bench-processes-ab
+BASE_REF ?= main
+AB_PAIRS ?= 1
+bench-processes-ab:
+	go build -o bin/ ./cmd/...
+	base=$$(mktemp -d) && git archive $(BASE_REF) | tar -x -C $$base && (cd $$base && go build -o bin/ ./cmd/...) && \
+	  AB_PAIRS=$(AB_PAIRS) PROC_FLAGS="$(PROC_FLAGS)" scripts/bench-processes-ab.sh $$base/bin bin; rc=$$?; rm -rf $$base; exit $$rc
+
 # The bench through PgBouncer against direct, in one sitting (docs/performance.md, Through
 # PgBouncer): a throwaway server, PgBouncer in transaction and in session pooling in front of it,
 # and the same 30,000-trigger backlog three times with real replica processes, each run on a

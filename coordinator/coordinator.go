@@ -102,6 +102,10 @@ type Coordinator struct {
 
 	schedMu   sync.Mutex
 	schedules map[[2]string]*schedule.Schedule // parsed (spec, zone) pairs
+
+	// ahead is the next round's first claim, sent by a saturated round while its last batch was
+	// handled (lookAhead); nil: none. Only the Lifecycle's loop goroutine touches it.
+	ahead <-chan claimBatch
 }
 
 // RunIDs returns the source of the Run identities of one admission, single or batch: they share
@@ -183,7 +187,8 @@ func capacity(cfg Config) float64 { return float64(cfg.Budget) / cfg.Cadence.Sec
 // connection (if the pool has one; otherwise they take turns): a replica otherwise leaves the
 // database waiting for the claim's round trip and run after every admit. Batches are still
 // handled one after the other, so a replica has at most one claim and one admission in flight,
-// and the first claim of a round overlaps nothing (rounds never do). When stop closes during a
+// and the first claim of a round overlaps nothing (rounds never do), except under a Lifecycle,
+// whose saturated rounds send the next round's first claim ahead (roundAhead). When stop closes during a
 // handle, the batch already claimed ahead is handled too: up to two batches finish after a Stop.
 // Single mode (the ADR's one-row claim) stays one statement at a time: its admit is one short
 // transaction, and a row claimed ahead would be one more claim held by an admit that hangs (a
@@ -200,6 +205,19 @@ func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed 
 // counted either way): the Lifecycle logs when its rounds start and stop failing, not each one.
 // A claim cancelled by ctx (Stop's drain bound) is no failure.
 func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed int, err error) {
+	return c.roundAhead(ctx, stop, nil)
+}
+
+// roundAhead is round; in batch mode, when the round spends its budget on full claims and
+// lookAhead (nil: never) says the next round will start at once, it sends the next round's
+// first claim while its own last batch is handled, and keeps it in c.ahead, where the next round
+// takes it instead of sending its first claim then. A saturated replica (rounds longer than the
+// cadence, each claiming its whole budget) thus has a claim in flight during every admit, as
+// within a round, instead of leaving the database idle for one claim's round trip and run at
+// every round boundary: with budget 256 and batch 128 that was every other claim. Still at most
+// one claim and one admission in flight, each round at most its budget; the Lifecycle finishes a
+// claim sent ahead when it stops (finishAhead).
+func (c *Coordinator) roundAhead(ctx context.Context, stop <-chan struct{}, lookAhead func() bool) (claimed int, err error) {
 	c.Stats.Rounds.Add(1)
 	defer func() {
 		if claimed >= c.cfg.Budget {
@@ -215,7 +233,7 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 	initialised, past := false, false
 	// claim sends the next claim unless the budget is spent or the round is stopped; nil: none.
 	// overlapped: it runs while the batch before it is handled.
-	claim := func(n int, overlapped bool) <-chan claimBatch {
+	claimPast := func(n int, overlapped, past bool) <-chan claimBatch {
 		select {
 		case <-stop:
 			return nil
@@ -225,7 +243,6 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 			return nil
 		}
 		out := make(chan claimBatch, 1)
-		past := past // read here, on the round's goroutine
 		go func() {
 			start := time.Now()
 			defer func() { // off the round's goroutine, a panic would escape the Lifecycle's recover
@@ -240,6 +257,9 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		}()
 		return out
 	}
+	claim := func(n int, overlapped bool) <-chan claimBatch {
+		return claimPast(n, overlapped, past) // past read here, on the round's goroutine
+	}
 	var next <-chan claimBatch
 	defer func() {
 		// A handle that panicked (the Lifecycle recovers it) leaves the claim sent ahead: the
@@ -250,7 +270,11 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 			}
 		}
 	}()
-	for next = claim(min(c.cfg.batch(), c.cfg.Budget), false); next != nil; {
+	next, c.ahead = c.ahead, nil
+	if next == nil {
+		next = claim(min(c.cfg.batch(), c.cfg.Budget), false)
+	}
+	for next != nil {
 		got := <-next
 		next = nil // received: nothing in flight until the next claim is sent
 		if got.err != nil {
@@ -275,6 +299,10 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		full := len(got.claims) == got.asked
 		if full && c.cfg.batch() > 1 && !initNow {
 			next = claim(rest, true)
+			if next == nil && rest <= 0 && lookAhead != nil && lookAhead() {
+				// the next round's first claim: a fresh round claims from the ADR's order (not past)
+				c.ahead = claimPast(min(c.cfg.batch(), c.cfg.Budget), true, false)
+			}
 		}
 		c.handle(ctx, got.claims)
 		if initNow {
@@ -296,6 +324,22 @@ func (c *Coordinator) round(ctx context.Context, stop <-chan struct{}) (claimed 
 		}
 	}
 	return claimed, nil
+}
+
+// finishAhead handles the claim a round sent ahead for the next one (roundAhead), if any: the
+// Lifecycle calls it when its loop ends, so a Stop leaves no claim of it to expire.
+func (c *Coordinator) finishAhead(ctx context.Context) {
+	ahead := c.ahead
+	c.ahead = nil
+	if ahead == nil {
+		return
+	}
+	got := <-ahead
+	if got.err != nil {
+		return
+	}
+	c.Stats.Claims.Add(int64(len(got.claims)))
+	c.handle(ctx, got.claims)
 }
 
 // waiting counts the claimed rows waiting for initialisation.

@@ -173,6 +173,62 @@ func TestAFailedClaimEndsTheRound(t *testing.T) {
 	}
 }
 
+// A saturated batch-mode round under a Lifecycle sends the next round's first claim while it
+// admits its last batch (docs/performance.md, The round boundary: every
+// other claim otherwise overlapped nothing, budget 256 and batch 128), and a Stop in between
+// finishes that claim instead of leaving its rows to expire. Fails without the claim ahead (no row
+// is claimed while the last admit is held) and without finishAhead (4 admits, 2 claims expiring).
+func TestASaturatedRoundClaimsTheNextRoundsFirstBatchWhileAdmitting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.dueOnce("t0", "t1", "t2", "t3", "t4", "t5")
+	inLast, release := make(chan struct{}), make(chan struct{})
+	var admits atomic.Int32
+	co := f.coordinatorWith("r1", f.rt, []Option{WithObserver(Observer{AdmitCall: func(time.Duration) {
+		if admits.Add(1) == 2 { // the round's second and last batch (budget 4, batch 2), written
+			close(inLast)
+			<-release
+		}
+	}})}, func(c *Config) { c.Budget, c.AdmitBatch = 4, 2 })
+	lc := NewLifecycle(co, co.cfg)
+	var clock atomic.Int64 // every reading an hour later: each round has overrun the cadence
+	lc.now = func() time.Time { return time.Unix(clock.Add(3600), 0) }
+	if err := lc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inLast:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first round did not reach its second admit")
+	}
+	eventually.True(t, 10*time.Second, "the next round's first batch claimed while the last admit is held", func() bool {
+		return f.count(`SELECT count(*) FROM control_core.trigger_schedules WHERE claim_owner = 'r1'`) == 2
+	})
+	stopped := make(chan error, 1)
+	go func() { stopped <- lc.Stop(ctx) }()
+	// Stop closes its channel before it waits: the loop then starts no round, and the claim ahead
+	// is finished by finishAhead
+	eventually.True(t, 10*time.Second, "stop requested", func() bool {
+		lc.mu.Lock()
+		defer lc.mu.Unlock()
+		return lc.stop == nil
+	})
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if st := co.Stats.Snapshot(); st.Claims != 6 || st.Admits != 6 {
+		t.Errorf("%+v; want 6 claims and 6 admits (the claim ahead finished at the stop)", st)
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.trigger_schedules WHERE claim_owner IS NOT NULL`); n != 0 {
+		t.Errorf("%d claims left to expire after the stop", n)
+	}
+	if n := f.audit(); n != 6 {
+		t.Errorf("%d runs, want 6", n)
+	}
+}
+
 // A handle that panics (the Lifecycle recovers it) does not leave the claim sent ahead in flight:
 // the round waits for it and counts its rows, which are left to expire; nothing is admitted.
 func TestAPanickingHandleLeavesNoClaimInFlight(t *testing.T) {

@@ -15,7 +15,10 @@ import (
 var ErrDrainTimeout = errors.New("round did not drain in time; cancelled")
 
 // Lifecycle runs a Coordinator's rounds at a fixed cadence, one at a time. Rounds never overlap:
-// a round that overruns the cadence delays the next one. A round that fails (its claim statement
+// a round that overruns the cadence delays the next one (in batch mode a saturated round that
+// overran it sends the next round's first claim while it admits its last batch, as it does
+// between its own batches: one claim and one admission in flight, each round still at most its
+// budget). A round that fails (its claim statement
 // fails, or it panics) is followed by a backoff instead: the cadence, doubled with each failure
 // in a row, up to BackoffCap; after NotReadyAfter failures in a row Health reports the replica
 // not ready, until a round succeeds. The loop is owned by Start/Stop; it does not keep the process
@@ -122,10 +125,11 @@ func (l *Lifecycle) Start(ctx context.Context) error {
 
 func (l *Lifecycle) loop(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
+	defer l.c.finishAhead(ctx) // a claim sent ahead for a round that will not run: finished, not left to expire
 	var sat saturation
 	for delay := time.Duration(0); l.wait(delay, stop); {
 		started := l.now()
-		claimed, err := l.round(ctx, stop)
+		claimed, err := l.round(ctx, stop, started)
 		if l.afterRound != nil {
 			l.afterRound(claimed)
 		}
@@ -252,7 +256,11 @@ func (l *Lifecycle) nextDelay(ctx context.Context, started time.Time, claimed in
 
 // round runs one round, turning a panic into a counted, logged error (a failed round): the loop
 // never dies. It returns the failure of the round's claim statement, or the panic.
-func (l *Lifecycle) round(ctx context.Context, stop <-chan struct{}) (claimed int, err error) {
+//
+// The round may send the next round's first claim ahead (Coordinator.roundAhead) once it has
+// run for a cadence: a round that spends its budget is then followed at once (nextDelay), so
+// the claim would be sent the moment it ends anyway.
+func (l *Lifecycle) round(ctx context.Context, stop <-chan struct{}, started time.Time) (claimed int, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			l.c.Stats.Errors.Add(1)
@@ -263,7 +271,7 @@ func (l *Lifecycle) round(ctx context.Context, stop <-chan struct{}) (claimed in
 	if l.onRoundStart != nil {
 		l.onRoundStart()
 	}
-	return l.c.round(ctx, stop)
+	return l.c.roundAhead(ctx, stop, func() bool { return l.now().Sub(started) >= l.cadence })
 }
 
 // Stop withdraws the lifecycle: no new round starts, the current round finishes the claim in
