@@ -258,12 +258,13 @@ func execute(ctx context.Context, q *db.Queries, plan *Plan, s *Schedules, st *s
 }
 
 // writeOrder is the order execute writes the plan's items in: projects and tasks first, in plan
-// order, then the triggers in the order in which a claim takes schedule rows of one cursor
-// (ClaimDue, ClaimInit: next_fire_at_ms, project_id, trigger_id, in the database's collation:
-// claimOrder), so that the schedule rows this transaction resets are locked in the order a batch
-// admit or initialisation locks them (a reset row's cursor is NULL, the claims' first). The
-// reverse order is a lock cycle PostgreSQL breaks by aborting one side (both retry it,
-// inTxRetrying and Initialise, through pgretry).
+// order, then the triggers in the order in which a claim takes schedule rows (ClaimDue,
+// ClaimInit: coalesce(next_fire_at_ms, -1), project_id, trigger_id, in the database's collation,
+// each row's cursor as it is now: claimOrder), so that the schedule rows this transaction resets
+// are locked in the order a batch admit or initialisation locks them (their batches are in the
+// claim's order: due rows by their cursors, uninitialised ones, NULL, by key). The reverse order
+// is a lock cycle PostgreSQL breaks by aborting one side (both retry it, inTxRetrying and
+// Initialise, through pgretry).
 func writeOrder(ctx context.Context, q *db.Queries, items []PlanItem) ([]int, error) {
 	order := make([]int, 0, len(items))
 	var triggers []int
@@ -287,10 +288,13 @@ func writeOrder(ctx context.Context, q *db.Queries, items []PlanItem) ([]int, er
 }
 
 // claimOrder returns the indexes of the keys (projects[i], ids[i]) in the order a claim takes
-// schedule rows of one cursor: project_id, trigger_id in the database's collation, equal keys in
-// their order here. The database sorts them (ClaimKeyOrder): Go's byte order is that collation's
-// only under C, and a publish locking rows in another order than a batch claim makes a deadlock
-// cycle with it (en-US puts "a_1" before "a-1").
+// schedule rows: the row's cursor as it is now (coalesce(next_fire_at_ms, -1); no row: -1), then
+// project_id, trigger_id in the database's collation, equal keys in their order here. The
+// database sorts them (ClaimKeyOrder): Go's byte order is that collation's only under C, and a
+// publish locking rows in another order than a batch admit or initialisation makes a deadlock
+// cycle with it (en-US puts "a_1" before "a-1"; a due "b" whose cursor is before "a"'s comes
+// first). An admit committing between the read and the reset moves a cursor: the order is the
+// claim's as of the read.
 func claimOrder(ctx context.Context, q *db.Queries, projects, ids []string) ([]int, error) {
 	if len(ids) == 0 {
 		return nil, nil

@@ -513,9 +513,10 @@ func (p *Publisher) PublishTriggers(ctx context.Context, ts []TriggerSpec) ([]Tr
 	out := make([]TriggerPublished, len(ts))
 	err := p.inProject(ctx, ts[0].Project, "trigger.publish", func(q *db.Queries) (bool, error) {
 		clear(out)
-		// written by trigger id in the database's collation (stable: a trigger named twice keeps
-		// its order), the order a claim takes schedule rows of one cursor, so the resets lock rows
-		// as a batch admit or initialisation does (claimOrder); out stays in the order of ts
+		// written by the rows' cursors, then trigger id in the database's collation (stable: a
+		// trigger named twice keeps its order), the order a claim takes schedule rows, so the
+		// resets lock rows as a batch admit or initialisation does (claimOrder); out stays in the
+		// order of ts
 		projects, ids := make([]string, len(ts)), make([]string, len(ts))
 		for i, t := range ts {
 			projects[i], ids[i] = t.Project, t.Trigger

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -110,21 +111,39 @@ func (p *Publisher) RolloutTask(ctx context.Context, project, task string, check
 				moving[h.trigger] = h
 			}
 		}
+		// written in the claim's order (claimOrder: the rows' cursors, then trigger id in the
+		// database's collation), so the resets lock rows as a batch admit or initialisation does;
+		// reported in id order
+		written := map[string]int64{}
+		if !check && len(behind) > 0 {
+			order, err := claimOrder(ctx, q, slices.Repeat([]string{project}, len(behind)), behind)
+			if err != nil {
+				return false, err
+			}
+			for _, k := range order {
+				id := behind[k]
+				h := moving[id]
+				if h == nil {
+					continue
+				}
+				pub, err := publishTrigger(ctx, q, h.spec(project), head.revision, h, "rollout")
+				if err != nil {
+					return false, err
+				}
+				if pub.Unchanged || pub.TaskRevision != head.revision {
+					return false, fmt.Errorf("trigger %s/%s: rollout wrote task revision %d (unchanged %v), want %d",
+						project, id, pub.TaskRevision, pub.Unchanged, head.revision)
+				}
+				written[id] = pub.Revision
+			}
+		}
 		for _, pin := range pins {
 			rt := RolledTrigger{TriggerID: pin.TriggerID, FromTaskRevision: pin.TaskRevision, TaskRevision: pin.TaskRevision,
 				Revision: pin.Revision, Enabled: pin.Enabled}
 			if h := moving[pin.TriggerID]; h != nil {
 				rt.Moved, rt.TaskRevision, rt.Revision, rt.QueuedForInitialisation = true, head.revision, 0, h.enabled
 				if !check {
-					pub, err := publishTrigger(ctx, q, h.spec(project), head.revision, h, "rollout")
-					if err != nil {
-						return false, err
-					}
-					if pub.Unchanged || pub.TaskRevision != head.revision {
-						return false, fmt.Errorf("trigger %s/%s: rollout wrote task revision %d (unchanged %v), want %d",
-							project, pin.TriggerID, pub.TaskRevision, pub.Unchanged, head.revision)
-					}
-					rt.Revision = pub.Revision
+					rt.Revision = written[pin.TriggerID]
 				}
 				res.Moved++
 			} else {

@@ -35,9 +35,10 @@ func (e *AcceptError) Error() string { return e.Migration + ": cannot accept: " 
 // Accept records that the applied migration version now has the sha256 of the file in this
 // binary, when the edit changed comments or whitespace only (the same normal form): the ledger
 // row moves to the new sha256 and an audit row keeps the old one with who, when and why, in one
-// transaction. A statement edit, a migration that is not applied or a binary whose integrity
-// file does not match its migrations is an *AcceptError; a version the stream does not have a
-// *FieldError (field Version).
+// transaction. A statement edit, a released text (checksums.ReleasedTexts: nothing to
+// accept), a migration that is not applied or a binary whose integrity file does not match its
+// migrations is an *AcceptError; a version the stream does not have a *FieldError (field
+// Version).
 func (r *Runner) Accept(ctx context.Context, version int64, reason string) (*Acceptance, error) {
 	m, ok := r.byVersion[version]
 	if !ok {
@@ -77,6 +78,11 @@ func (r *Runner) Accept(ctx context.Context, version int64, reason string) (*Acc
 		case row.Sha256 == m.SHA256:
 			out = &Acceptance{Migration: m, OldSHA256: row.Sha256, NewSHA256: m.SHA256, Normal: m.Normal, Unchanged: true}
 			return nil
+		case row.Name == m.Name && isReleased(m.Version, row.Sha256):
+			rel, _ := checksums.ReleasedTextOf(m.Version, row.Sha256)
+			return &AcceptError{Migration: m.Name, Reason: fmt.Sprintf("it ran as an earlier released text, shipped by %s (ledger sha256 %s): "+
+				"not drift and not an edit, so there is nothing to accept (verify and status report it as released_text; checksums.ReleasedTexts documents it)",
+				rel.Release, row.Sha256[:12])}
 		case row.NormalizedSha256 != m.Normal:
 			return &AcceptError{Migration: m.Name, Reason: fmt.Sprintf("changed (statements): the file's normal form %s differs from the one that ran, %s; "+
 				"only a comment or whitespace edit can be accepted: restore %s as it was applied and put the change in a new migration",
