@@ -74,7 +74,7 @@ func TestStreamDriftAcceptsOnlyTheReleasedTexts(t *testing.T) {
 		want    []string
 	}{
 		{"pg-0023 as released by f1634fb", 23, released23, "released_text", true,
-			[]string{"ran as an earlier released text", "f1634fb", "pg-0028-contract-retry-at-ms brings its schema to the same state"}},
+			[]string{"ran as an earlier released text", "f1634fb", "pg-0028-retry-contract-register-refusal brings its schema to the same state"}},
 		{"pg-0020 as released by f1634fb", 20, checksums.ReleasedTexts[0].SHA256, "released_text", true,
 			[]string{"pg-0021-live-attempt-guard brings its schema to the same state"}},
 		{"pg-0021 as released by f1634fb", 21, checksums.ReleasedTexts[1].SHA256, "released_text", true,

@@ -35,7 +35,7 @@ func TestCIGates(t *testing.T) {
 		t.Fatalf("up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	st := run(t, nil, "status", "--exit-code", "--database-url", su)
-	if st.code != 0 || !regexp.MustCompile(`(?m)^28\s+pg-0028-contract-retry-at-ms\s+\S+\s+postgres\s+\S+\s+ok$`).MatchString(st.stdout) {
+	if st.code != 0 || !regexp.MustCompile(`(?m)^28\s+pg-0028-retry-contract-register-refusal\s+\S+\s+postgres\s+\S+\s+ok$`).MatchString(st.stdout) {
 		t.Errorf("status --exit-code after up: exit %d, want 0 and pg-0028 applied by postgres\n%s%s", st.code, st.stdout, st.stderr)
 	}
 	if r := run(t, nil, "status", "--format", "json", "--database-url", su); !strings.Contains(r.stdout, `"schema": "qlmigrate.status/v1"`) || !strings.Contains(r.stdout, `"applied_by": "postgres"`) {

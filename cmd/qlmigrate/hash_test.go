@@ -61,8 +61,8 @@ func TestHashCheckNamesEveryChangedFile(t *testing.T) {
 			rename(t, dir, "0007_attempts.sql", "0007_attempt_rows.sql")
 		}, []string{"renamed", "0007_attempts.sql was renamed to 0007_attempt_rows.sql"}},
 		{"reordered", func(t *testing.T, dir string) {
-			rename(t, dir, "0028_contract_retry_at_ms.sql", "0029_contract_retry_at_ms.sql")
-		}, []string{"0028_contract_retry_at_ms.sql was renamed to 0029_contract_retry_at_ms.sql"}},
+			rename(t, dir, "0028_retry_contract_register_refusal.sql", "0029_retry_contract_register_refusal.sql")
+		}, []string{"0028_retry_contract_register_refusal.sql was renamed to 0029_retry_contract_register_refusal.sql"}},
 		{"sum edited by hand", func(t *testing.T, dir string) {
 			b, err := os.ReadFile(filepath.Join(dir, "migrations.sum"))
 			if err != nil {

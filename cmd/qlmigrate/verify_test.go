@@ -83,7 +83,7 @@ func TestVerifyJSONReport(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
 	}
-	if rep.Schema != "qlmigrate.verify/v1" || rep.OK || rep.Expected.Capability != 27 || rep.Expected.Name != "contract_retry_at_ms" ||
+	if rep.Schema != "qlmigrate.verify/v1" || rep.OK || rep.Expected.Capability != 27 || rep.Expected.Name != "retry_contract_register_refusal" ||
 		rep.Summary.Drift != 1 || len(rep.Checks) != 8 || strings.Contains(rep.Target, testpg.Password) {
 		t.Fatalf("unexpected report: %+v", rep)
 	}
@@ -121,7 +121,7 @@ func TestVerifyFindsSchemaDrift(t *testing.T) {
 		{"unknown applied version in the ledger", "INSERT INTO control_core.migration_ledger (version, name, sha256, normalized_sha256, duration_ms) VALUES (29, 'pg-0029-from-the-future', repeat('a', 64), repeat('a', 64), 1)",
 			"unknown_versions", []string{"version 29", "pg-0029-from-the-future"}},
 		{"capability changed", "UPDATE control_core.capabilities SET version = 16, name = 'exact_grants' WHERE component = 'control-core'",
-			"capability", []string{"control-core is v16 / exact_grants", "expects v27 / contract_retry_at_ms"}},
+			"capability", []string{"control-core is v16 / exact_grants", "expects v27 / retry_contract_register_refusal"}},
 		{"dropped column", "ALTER TABLE control_core.runs DROP COLUMN cancel_requested_at_ms",
 			"readiness", []string{"control_core.runs.cancel_requested_at_ms", "is missing", "pg-0006-runs"}},
 		{"column type changed", "ALTER TABLE control_core.trigger_schedules ALTER COLUMN claim_version TYPE integer",

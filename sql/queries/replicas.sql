@@ -5,11 +5,11 @@
 
 -- name: RegisterReplica :one
 -- Takes the owner's row when it is absent, expired or already this instance's; otherwise returns
--- the holder's row with registered = false, its instance_id blanked (the nil UUID): that id is
--- what replica_heartbeat and replica_release take, and a refused caller must not learn it (it
--- could delete a live replica's row). now_ms is the database time of the decision.
+-- the holder's row with registered = false and no instance_id (pg-0028: that id is what
+-- replica_heartbeat and replica_release take, and a refused caller must not learn it), read here
+-- as the nil UUID. now_ms is the database time of the decision.
 SELECT r.registered::boolean AS registered,
-       coalesce(CASE WHEN r.registered THEN r.instance_id END, '00000000-0000-0000-0000-000000000000')::uuid AS instance_id,
+       coalesce(r.instance_id, '00000000-0000-0000-0000-000000000000')::uuid AS instance_id,
        r.hostname::text AS hostname,
        r.version::text AS version, r.started_at_ms::bigint AS started_at_ms,
        r.heartbeat_at_ms::bigint AS heartbeat_at_ms, r.expires_at_ms::bigint AS expires_at_ms,

@@ -59,12 +59,12 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if len(applied) != 28 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[27].Migration.Name != "pg-0028-contract-retry-at-ms" {
-		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0028-contract-retry-at-ms", len(applied), applied)
+	if len(applied) != 28 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[27].Migration.Name != "pg-0028-retry-contract-register-refusal" {
+		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0028-retry-contract-register-refusal", len(applied), applied)
 	}
 	capability, err := db.New(d.Pool(t, "")).Capability(ctx, "control-core")
-	if err != nil || capability.Version != 27 || capability.Name != "contract_retry_at_ms" {
-		t.Fatalf("capability = %+v, %v; want v27 contract_retry_at_ms", capability, err)
+	if err != nil || capability.Version != 27 || capability.Name != "retry_contract_register_refusal" {
+		t.Fatalf("capability = %+v, %v; want v27 retry_contract_register_refusal", capability, err)
 	}
 
 	su := d.Pool(t, "")

@@ -118,8 +118,8 @@ func TestAStop43DatabaseUpgradesToTheSameSchemaAsAFreshOne(t *testing.T) {
 	if err != nil {
 		t.Fatalf("today's up on the stop-43 database: %v", err)
 	}
-	if len(applied) != 1 || applied[0].Migration.Name != "pg-0028-contract-retry-at-ms" {
-		t.Fatalf("applied %v, want pg-0028-contract-retry-at-ms only", applied)
+	if len(applied) != 1 || applied[0].Migration.Name != "pg-0028-retry-contract-register-refusal" {
+		t.Fatalf("applied %v, want pg-0028-retry-contract-register-refusal only", applied)
 	}
 
 	rep := verifyAll(t, d)
@@ -137,7 +137,7 @@ func TestAStop43DatabaseUpgradesToTheSameSchemaAsAFreshOne(t *testing.T) {
 			}
 		}
 	}
-	if !rep.OK || len(notes) != 3 || !strings.Contains(notes["pg-0023-loop-integrity"], "pg-0028-contract-retry-at-ms brings its schema to the same state") {
+	if !rep.OK || len(notes) != 3 || !strings.Contains(notes["pg-0023-loop-integrity"], "pg-0028-retry-contract-register-refusal brings its schema to the same state") {
 		t.Errorf("verify: ok %v, released notes %v", rep.OK, notes)
 	}
 	var text bytes.Buffer

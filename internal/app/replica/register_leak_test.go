@@ -10,12 +10,9 @@ import (
 )
 
 // A runtime client refused by replica_register must not learn the holder's instance id from the
-// function itself, which the runtime role may call directly (RegisterReplica blanks the id in its
-// query, but that is the client's own SQL): with the id, replica_release deletes a live replica's
-// registration. Needs a migration (the function is pg-0024's): the SQL is in the review report of
-// branch r-a; unskip when it lands.
+// function itself, which the runtime role may call directly (not only through RegisterReplica):
+// with the id, replica_release deletes a live replica's registration. pg-0028 returns NULL.
 func TestARefusedRegisterCallerCannotLearnTheHoldersInstanceID(t *testing.T) {
-	t.Skip("needs a migration replacing pg-0024's control_core.replica_register (review r-a): the function returns the holder's instance_id to a refused caller")
 	t.Parallel()
 	ctx := context.Background()
 	d := testpg.New(t)
