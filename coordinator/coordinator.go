@@ -555,7 +555,7 @@ func (c *Coordinator) admitted(ctx context.Context, it AdmitItem, d schedule.Dec
 			c.observe.Admitted(lag)
 		}
 		if c.log.Enabled(ctx, slog.LevelDebug) {
-			log().Debug("admitted", "run_id", r.RunID, "lag_ms", lag.Milliseconds(), "committed_ms", r.CommittedAtMs, "catch_up", d.CatchUp, "missed", d.Missed)
+			log().Debug("admitted", "run_id", r.RunID, "lag_ms", lag.Milliseconds(), "catch_up", d.CatchUp, "missed", d.Missed, "committed_ms", r.CommittedAtMs)
 		}
 	case r.Outcome == Race:
 		c.Stats.Races.Add(1)
