@@ -932,7 +932,8 @@ type ProjectStateChanged struct {
 // PauseProject pauses an active project: in one transaction under the audited project lock it
 // sets the state to paused at the next project revision (with that content's digest) and writes
 // a project.pause audit row. Nothing of a paused project is claimed, and a claim taken before the
-// pause admits nothing (the admit re-checks the project's state, revision and digest). Schedule
+// pause admits nothing (the admit re-checks the project's state, revision and digest); an admit
+// in flight when it runs commits before it returns or not at all (LockProjectForStateChange). Schedule
 // rows, cursors and revisions are not touched. Pausing a paused project writes nothing and
 // reports Unchanged; an archived project is refused (ErrNotFound).
 func (p *Publisher) PauseProject(ctx context.Context, project string) (ProjectStateChanged, error) {
@@ -966,6 +967,9 @@ func (p *Publisher) setProjectState(ctx context.Context, project, action, from, 
 		case from:
 		default:
 			return &stateError{msg: fmt.Sprintf("project %s is %s: it cannot be %sd", project, proj.State, action)}
+		}
+		if err := q.LockProjectForStateChange(ctx, project); err != nil {
+			return fmt.Errorf("%s project %s: lock its row: %w", action, project, err)
 		}
 		row, err := q.SetProjectState(ctx, db.SetProjectStateParams{State: to, ProjectID: project})
 		if err != nil {

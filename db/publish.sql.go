@@ -675,6 +675,22 @@ func (q *Queries) LockProject(ctx context.Context, arg LockProjectParams) (int64
 	return revision, err
 }
 
+const lockProjectForStateChange = `-- name: LockProjectForStateChange :exec
+SELECT 1 FROM control_core.projects WHERE project_id = $1::text FOR UPDATE
+`
+
+// A pause or resume takes its project's row FOR UPDATE as well as the audited lock (lock_project,
+// FOR NO KEY UPDATE since pg-0026), so it cannot return while an admit that read the former state
+// may still commit: an admit's Run takes FOR KEY SHARE of the project row (its foreign key), which
+// FOR UPDATE conflicts with and NO KEY UPDATE does not. An admit holding that lock is waited for;
+// one that reaches it after the change committed fails its SERIALIZABLE transaction (40001) and
+// runs again against the new state. No cycle: a state change touches no schedule row (an admit
+// locks those first).
+func (q *Queries) LockProjectForStateChange(ctx context.Context, projectID string) error {
+	_, err := q.db.Exec(ctx, lockProjectForStateChange, projectID)
+	return err
+}
+
 const resetSchedule = `-- name: ResetSchedule :one
 SELECT s.state_version::bigint AS state_version, s.claim_version::bigint AS claim_version
 FROM control_core.reset_schedule($1::text, $2::text) s

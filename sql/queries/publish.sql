@@ -29,6 +29,16 @@ SET state          = @state::text,
 WHERE project_id = @project_id::text
 RETURNING project_id, state, revision, content_digest;
 
+-- name: LockProjectForStateChange :exec
+-- A pause or resume takes its project's row FOR UPDATE as well as the audited lock (lock_project,
+-- FOR NO KEY UPDATE since pg-0026), so it cannot return while an admit that read the former state
+-- may still commit: an admit's Run takes FOR KEY SHARE of the project row (its foreign key), which
+-- FOR UPDATE conflicts with and NO KEY UPDATE does not. An admit holding that lock is waited for;
+-- one that reaches it after the change committed fails its SERIALIZABLE transaction (40001) and
+-- runs again against the new state. No cycle: a state change touches no schedule row (an admit
+-- locks those first).
+SELECT 1 FROM control_core.projects WHERE project_id = @project_id::text FOR UPDATE;
+
 -- name: SetAuditReason :exec
 -- The reason the audit rows written by the rest of this transaction carry (pg-0019: the database
 -- writes them, by triggers; detail "by" of project.create, "change" of trigger.publish).
