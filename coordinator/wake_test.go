@@ -152,11 +152,7 @@ func TestAdmitWakeUpsCoalesce(t *testing.T) {
 			t.Fatalf("payload %q, want empty", p)
 		}
 	}
-	eventually.True(t, 10*time.Second, "the sender idle", func() bool {
-		s.wake.mu.Lock()
-		defer s.wake.mu.Unlock()
-		return !s.wake.running
-	})
+	waitSenderIdle(t, s)
 	if st := s.WakeStats(); st != (WakeStats{Marked: int64(len(ids)), Sent: 2}) {
 		t.Fatalf("%+v, want %d marked, 2 sent", st, len(ids))
 	}
@@ -195,11 +191,7 @@ func TestAdmitWakeUpsInABurst(t *testing.T) {
 	}
 	wg.Wait()
 	afterAdmits := s.WakeStats().Sent
-	eventually.True(t, 10*time.Second, "the sender idle", func() bool {
-		s.wake.mu.Lock()
-		defer s.wake.mu.Unlock()
-		return !s.wake.running
-	})
+	waitSenderIdle(t, s)
 	st := s.WakeStats()
 	t.Logf("%d admits that wrote, %d notifications sent (%d by the time the admits returned)", st.Marked, st.Sent, afterAdmits)
 	if st.Marked != int64(len(ids)) || st.Sent < 1 || st.Sent > st.Marked || st.Failed != 0 {
@@ -273,4 +265,14 @@ func TestStoreClosesWithAWakeUpPending(t *testing.T) {
 	if st := s2.WakeStats(); st != (WakeStats{Marked: 1, Failed: 1}) {
 		t.Fatalf("Close past its bound: %+v, want 1 marked, 1 failed", st)
 	}
+}
+
+// waitSenderIdle waits until the Store's wake-up sender has ended (nothing pending).
+func waitSenderIdle(t *testing.T, s *Store) {
+	t.Helper()
+	eventually.True(t, 10*time.Second, "the sender idle", func() bool {
+		s.wake.mu.Lock()
+		defer s.wake.mu.Unlock()
+		return !s.wake.running
+	})
 }
