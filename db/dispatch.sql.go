@@ -831,6 +831,7 @@ locked AS (
       AND coalesce(r.retry_at_ms, r.scheduled_for_ms, r.queued_at_ms) <= obs.now_ms
       AND EXISTS (SELECT 1 FROM sess)
     ORDER BY i.ord
+    LIMIT (SELECT greatest(sess.free, 0) FROM sess)
     FOR UPDATE OF r SKIP LOCKED
 ),
 checked AS (
@@ -952,7 +953,9 @@ type OfferRow struct {
 }
 
 // P and P′ (design §3.3): the session (T + S, locked, so placements for one session serialise and
-// its capacity holds), then the candidates' Runs in candidate order with SKIP LOCKED, each
+// its capacity holds), then the candidates' Runs in candidate order with SKIP LOCKED, no more of
+// them than the session has slots free (a spare candidate locked here and not offered would be
+// skipped by another dispatcher's offer, whose poll then waits for a probe), each
 // re-verified (queued, project active, ready, newest Attempt claimed in shape, labels ⊇ selector,
 // never rejected by this session: an offer that expired unanswered may come back to it) and its
 // task and execution digests recomputed. At most

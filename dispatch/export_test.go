@@ -2,6 +2,9 @@ package dispatch
 
 import (
 	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/google/uuid"
 
@@ -62,4 +65,58 @@ func (p *Placer) PlaceFor(ctx context.Context, cred Credential, s Session, slots
 	p.afterRead = afterRead
 	w := &waiter{cred: cred, session: s.ID, labels: s.Labels, slots: min(slots, s.Capacity), capacity: s.Capacity}
 	return p.place(ctx, w)
+}
+
+// PassOver runs one placement pass over polls of sessions (each asking for its capacity), in
+// that order, without the loop, and returns what each was answered and the candidate reads the
+// pass made.
+func (p *Placer) PassOver(ctx context.Context, cred Credential, sessions []Session) (map[uuid.UUID][]Offer, int64) {
+	ws := make([]*waiter, len(sessions))
+	p.mu.Lock()
+	for i, s := range sessions {
+		ws[i] = &waiter{cred: cred, session: s.ID, labels: s.Labels, slots: s.Capacity, capacity: s.Capacity,
+			out: make(chan []Offer, 1), gone: make(chan error, 1)}
+		p.waiting[s.ID] = ws[i]
+		p.order = append(p.order, ws[i])
+	}
+	p.mu.Unlock()
+	before := p.reads.Load()
+	p.pass(ctx, false, time.Now())
+	got := map[uuid.UUID][]Offer{}
+	for _, w := range ws {
+		select {
+		case o := <-w.out:
+			got[w.session] = o
+		default:
+		}
+	}
+	return got, p.reads.Load() - before
+}
+
+// OfferHeld makes an offer as Offer's statements do, in a transaction left open: it returns how
+// many offers it made and the transaction's end (commit).
+func (s *Store) OfferHeld(ctx context.Context, cred Credential, sessionID uuid.UUID, cands []Candidate) (int, func() error, error) {
+	p := db.OfferParams{OfferTtlMs: ms(s.cfg.OfferTTL), SessionID: sessionID, TokenHash: cred.TokenHash}
+	for _, c := range cands {
+		_, hash, err := NewCallbackToken()
+		if err != nil {
+			return 0, nil, err
+		}
+		p.RunIds, p.CallbackHashes = append(p.RunIds, c.RunID), append(p.CallbackHashes, hash)
+	}
+	tx, err := s.db.Begin(ctx, pgx.TxOptions{})
+	if err != nil {
+		return 0, nil, err
+	}
+	q := db.New(tx)
+	if _, err := q.LockSession(ctx, sessionID); err != nil {
+		_ = tx.Rollback(ctx)
+		return 0, nil, err
+	}
+	rows, err := q.Offer(ctx, p)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return 0, nil, err
+	}
+	return len(rows), func() error { return tx.Commit(ctx) }, nil
 }
