@@ -162,7 +162,7 @@ func runLoop(ctx context.Context, url string, jobs, slots int, command string, w
 	if url == "" {
 		fmt.Fprintln(os.Stderr, "river loop: starting a throwaway PostgreSQL (fsync on)")
 		cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true,
-			Settings: map[string]string{"max_connections": "300"}}) // qlbench's setting
+			Settings: pgcluster.BenchSettings(nil)}) // qlbench's settings
 		if err != nil {
 			return nil, err
 		}

@@ -183,6 +183,14 @@ func runBurst(ctx context.Context, cfg Config, rep *Report, adminPool *dbconn.DB
 }
 
 // burstText renders the per-burst lines.
+// measuredPhase names what the ceilings measured before and after bracket.
+func (r Report) measuredPhase() string {
+	if r.Scenario == Burst {
+		return "bursts"
+	}
+	return "replicas"
+}
+
 func (r Report) burstText(b *strings.Builder) {
 	for _, x := range r.Bursts {
 		drained := fmt.Sprintf("drained in %.2fs", x.DrainSeconds)

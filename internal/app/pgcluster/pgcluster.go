@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -130,6 +131,16 @@ func (c *Cluster) start(ctx context.Context, opts Options, cred *syscall.Credent
 		return fmt.Errorf("initdb: %w: %s", err, lastLines(out, 5))
 	}
 	return c.launch(ctx, data, serverSettings(c.dir, opts, nil), cred, opts.Log)
+}
+
+// BenchSettings are a benchmark server's settings, extra on top: the connections of qlbench's
+// phases, and checkpoints only when the bench asks for one (CHECKPOINT between its phases, in
+// settle), never timed or WAL-triggered within a phase, so no phase pays for the one before it.
+// River's loop server has the same, so the two systems are measured on one server setting.
+func BenchSettings(extra map[string]string) map[string]string {
+	s := map[string]string{"max_connections": "300", "max_wal_size": "16GB", "checkpoint_timeout": "1h"}
+	maps.Copy(s, extra)
+	return s
 }
 
 // serverSettings are the command-line settings of every server this package starts, primary or
