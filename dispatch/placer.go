@@ -320,6 +320,7 @@ func (p *Placer) offerAtOnce(ctx context.Context, g []*waiter, ps *passState) []
 		w      *waiter
 		cands  []Candidate
 		offers []Offer
+		failed bool // its offer failed: failed() ended the poll or logged it for the next pass
 	}
 	shares := make([]*share, 0, len(g))
 	for i := 0; len(shares) < len(g) && i < len(cands); {
@@ -338,6 +339,7 @@ func (p *Placer) offerAtOnce(ctx context.Context, g []*waiter, ps *passState) []
 			offers, err := p.store.Offer(ctx, s.w.cred, s.w.session, s.cands)
 			switch {
 			case err != nil:
+				s.failed = true
 				p.failed(ctx, s.w, err)
 			case len(offers) > 0:
 				s.offers = offers
@@ -374,7 +376,7 @@ func (p *Placer) offerAtOnce(ctx context.Context, g []*waiter, ps *passState) []
 		if complete || ctx.Err() != nil {
 			break
 		}
-		if i >= len(shares) || len(shares[i].offers) == 0 {
+		if i >= len(shares) || len(shares[i].offers) == 0 && !shares[i].failed {
 			left = append(left, w)
 		}
 	}
