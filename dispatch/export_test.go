@@ -71,6 +71,16 @@ func (p *Placer) PlaceFor(ctx context.Context, cred Credential, s Session, slots
 // that order, without the loop, and returns what each was answered and the candidate reads the
 // pass made.
 func (p *Placer) PassOver(ctx context.Context, cred Credential, sessions []Session) (map[uuid.UUID][]Offer, int64) {
+	return p.passOver(ctx, cred, sessions, false)
+}
+
+// PassPollByPoll is PassOver as a pass was before its polls were served together (offerAtOnce):
+// each poll its own read and offer, one after the other. Kept for BenchmarkPassAB only.
+func (p *Placer) PassPollByPoll(ctx context.Context, cred Credential, sessions []Session) (map[uuid.UUID][]Offer, int64) {
+	return p.passOver(ctx, cred, sessions, true)
+}
+
+func (p *Placer) passOver(ctx context.Context, cred Credential, sessions []Session, byPoll bool) (map[uuid.UUID][]Offer, int64) {
 	ws := make([]*waiter, len(sessions))
 	p.mu.Lock()
 	for i, s := range sessions {
@@ -81,7 +91,14 @@ func (p *Placer) PassOver(ctx context.Context, cred Credential, sessions []Sessi
 	}
 	p.mu.Unlock()
 	before := p.reads.Load()
-	p.pass(ctx, false, time.Now())
+	if byPoll {
+		ps := &passState{start: time.Now()}
+		for _, w := range ws {
+			p.serveOne(ctx, w, ps)
+		}
+	} else {
+		p.pass(ctx, false, time.Now())
+	}
 	got := map[uuid.UUID][]Offer{}
 	for _, w := range ws {
 		select {
