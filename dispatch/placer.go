@@ -290,7 +290,7 @@ func (p *Placer) serveOne(ctx context.Context, w *waiter, ps *passState) {
 // offerParallel is how many Offer statements offerAtOnce runs at a time: half the dispatcher's
 // pool (each holds a connection, and the workers' ACKs and reports need the others), at least one.
 func (p *Placer) offerParallel() int {
-	return max(1, int(p.store.db.Pool().Config().MaxConns)/2)
+	return max(1, p.store.db.MaxConns()/2)
 }
 
 // offerAtOnce serves polls with equal labels from one candidate read, made as no session (each
