@@ -190,11 +190,12 @@ bench-loop:
 	  --duration $(LOOP_DURATION) --against ../../bin/bench-loop.json
 
 # The loop's admitted → running cut into segments (docs/dispatch.md, "Where admitted → running
-# goes"), without the ceiling or River: LOOP_TRIGGERS=5 LOOP_DURATION=65s gives ≥ 300 Runs.
+# goes"), without the ceiling or River: LOOP_TRIGGERS=5 LOOP_DURATION=65s gives ≥ 300 Runs; each
+# Run's times go to bin/bench-loop-runs.tsv (--segments-file).
 bench-loop-segments:
 	go build -o bin/ ./cmd/...
 	bin/qlbench --scenario loop --triggers $(LOOP_TRIGGERS) --dispatchers $(LOOP_DISPATCHERS) --workers $(LOOP_WORKERS) \
-	  --capacity $(LOOP_CAPACITY) --duration $(LOOP_DURATION) --ceiling-runs 0
+	  --capacity $(LOOP_CAPACITY) --duration $(LOOP_DURATION) --ceiling-runs 0 --segments-file bin/bench-loop-runs.tsv
 
 # Issue 20's bursts: N triggers sharing one minute-aligned spec, two minute boundaries each, N =
 # 10,000 and 50,000, one and four in-process replicas, single and batch admission, each burst's

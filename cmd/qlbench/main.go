@@ -219,6 +219,7 @@ started), 3 cannot connect or the database failed, 130 interrupted.`,
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "loop: qlworker processes, 1 … 64")
 	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "loop: jobs each worker runs at once, 1 … 256")
 	f.IntVar(&cfg.CeilingRuns, "ceiling-runs", cfg.CeilingRuns, "loop: pre-admitted Runs the ceiling drains (0: no ceiling)")
+	f.StringVar(&cfg.SegmentsFile, "segments-file", "", "loop: write each window Run's times (admitted, committed, notified, pass, offered, answered, running; unix ms, tab-separated, a header line) to this file")
 	f.StringVar(&a.qlworker, "qlworker", "", "loop: the qlworker binary (default: qlworker beside qlbench, else on PATH)")
 	f.StringVar(&cfg.CPUProfileDir, "cpu-profile", "", "diagnosis, backlog and steady: write Go CPU profiles into this existing directory: in-process.pprof (the replicas' phase), or with --processes one <owner>.pprof per qlsched run process (its --cpu-profile)")
 	f.StringVar(&a.qlsched, "qlsched", "", "the qlsched binary --processes and scale run (default: qlsched beside qlbench, else on PATH)")

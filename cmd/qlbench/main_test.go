@@ -57,6 +57,9 @@ func TestBadInputExits2BeforeConnecting(t *testing.T) {
 		{[]string{"--scenario", "loop", "--qlworker", "/bin/true", "--qlsched", "/bin/true", "--workers", "0"}, nil, "--workers 0: want 1 … 64"},
 		{[]string{"--scenario", "loop", "--qlworker", "/bin/true", "--qlsched", "/bin/true", "--dispatchers", "17"}, nil, "--dispatchers 17: want 1 … 16"},
 		{[]string{"--scenario", "loop", "--qlworker", "/bin/true", "--qlsched", "/bin/true", "--duration", "2s"}, nil, "--duration 2s: want 5s … 1h"},
+		{[]string{"--segments-file", "/tmp/x.tsv"}, nil, "--segments-file with --scenario backlog: the loop scenario only"},
+		{[]string{"--scenario", "loop", "--qlworker", "/bin/true", "--qlsched", "/bin/true", "--runtime-url", "postgres://r@127.0.0.1/x",
+			"--segments-file", "/nonexistent-dir/x.tsv"}, nil, "--segments-file /nonexistent-dir/x.tsv: its directory does not exist"},
 		{[]string{"--scenario", "loop", "--qlworker", "/bin/true", "--qlsched", "/bin/true"}, nil, "--scenario loop with --database-url needs --runtime-url"},
 	}
 	for _, c := range cases {

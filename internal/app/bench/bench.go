@@ -84,10 +84,21 @@ type Config struct {
 	Capacity    int
 	CeilingRuns int
 	WorkerExe   string
+	// SegmentsFile, when set (loop only), receives each window Run's times, a line each
+	// (segRunsHeader): what the segments' percentiles are computed from.
+	SegmentsFile string
 }
 
 // Validate checks the bounds before anything starts.
 func (c Config) Validate() error {
+	if c.SegmentsFile != "" {
+		if c.Scenario != Loop {
+			return fmt.Errorf("--segments-file with --scenario %s: the loop scenario only", c.Scenario)
+		}
+		if st, err := os.Stat(filepath.Dir(c.SegmentsFile)); err != nil || !st.IsDir() {
+			return fmt.Errorf("--segments-file %s: its directory does not exist", c.SegmentsFile)
+		}
+	}
 	if c.CPUProfileDir != "" && c.Scenario != Backlog && c.Scenario != Steady {
 		return fmt.Errorf("--cpu-profile with --scenario %s: the backlog and steady scenarios only", c.Scenario)
 	}

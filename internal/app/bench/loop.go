@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -336,7 +337,16 @@ func runLoop(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbconn.DB
 	if err != nil {
 		return err
 	}
-	rep.Segments, rep.SegmentSummary = trace.segments(times)
+	var runs *bytes.Buffer
+	if cfg.SegmentsFile != "" {
+		runs = bytes.NewBufferString(segRunsHeader)
+	}
+	rep.Segments, rep.SegmentSummary = trace.segments(times, runs)
+	if runs != nil {
+		if err := os.WriteFile(cfg.SegmentsFile, runs.Bytes(), 0o644); err != nil {
+			return fmt.Errorf("--segments-file: %w", err)
+		}
+	}
 	say("loop: %d Runs admitted in %.1fs, admitted → running p50 %.0fms p99 %.0fms max %dms, %.1f completions/s",
 		rep.Runs, rep.WindowSeconds, rep.RunningP50Ms, rep.RunningP99Ms, rep.RunningMaxMs, rep.CompletionsPerSecond)
 

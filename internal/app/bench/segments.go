@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"
@@ -102,8 +103,13 @@ type SegmentSummary struct {
 	BeforeNotify int   `json:"placed_before_notified"`
 }
 
-// segments joins the Runs' database times with the trace.
-func (s *segTrace) segments(rows []db.BenchLoopRunTimesRow) ([]LoopSegment, SegmentSummary) {
+// segRunsHeader is the first line of the per-Run file (--segments-file): one line per window Run,
+// its times in unix ms (committed 0 when the replica's line was not seen), tab-separated.
+const segRunsHeader = "run_id\tqueued_ms\tcommitted_ms\tnotified_ms\tpass_ms\toffered_ms\tanswered_ms\tstarted_ms\tdispatcher\twoken\n"
+
+// segments joins the Runs' database times with the trace; runs, when not nil, receives each
+// traced Run's times (segRunsHeader).
+func (s *segTrace) segments(rows []db.BenchLoopRunTimesRow, runs io.Writer) ([]LoopSegment, SegmentSummary) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := SegmentSummary{PlacedBy: make([]int, len(s.notes))}
@@ -136,6 +142,10 @@ func (s *segTrace) segments(rows []db.BenchLoopRunTimesRow) ([]LoopSegment, Segm
 		if c, ok := s.committed[r.RunID.String()]; ok {
 			vals[0] = append(vals[0], c-r.QueuedAtMs)
 			vals[1] = append(vals[1], notified-c)
+		}
+		if runs != nil {
+			fmt.Fprintf(runs, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%t\n", r.RunID, r.QueuedAtMs, s.committed[r.RunID.String()],
+				notified, d.passMs, r.OfferedAtMs, d.answered, r.StartedAtMs, d.dispatcher, d.woken)
 		}
 		for i, v := range []int64{notifyPass, r.OfferedAtMs - d.passMs,
 			d.answered - r.OfferedAtMs, r.StartedAtMs - d.answered, r.StartedAtMs - r.QueuedAtMs} {

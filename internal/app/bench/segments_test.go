@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -44,7 +45,14 @@ func TestSegmentsJoinTheTraceWithTheRuns(t *testing.T) {
 		{RunID: r2, QueuedAtMs: 2000, OfferedAtMs: 2010, StartedAtMs: 2050},
 		{RunID: r3, QueuedAtMs: 3000, OfferedAtMs: 3010, StartedAtMs: 3050}, // no delivery line
 	}
-	segs, sum := tr.segments(rows)
+	var file strings.Builder
+	segs, sum := tr.segments(rows, &file)
+	if want := r1.String() + "\t1000\t1004\t1010\t1015\t1030\t1040\t1060\t0\ttrue\n"; !strings.HasPrefix(file.String(), want) {
+		t.Errorf("the per-Run file begins %q, want %q", file.String(), want)
+	}
+	if n := strings.Count(file.String(), "\n"); n != 2 {
+		t.Errorf("the per-Run file has %d lines, want 2 (the traced Runs)", n)
+	}
 	want := map[string][2]int64{ // name → Run 1's and Run 2's value
 		segAdmitCommit:   {4, 8},
 		segCommitNotify:  {6, 12},
