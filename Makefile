@@ -264,7 +264,7 @@ bench-processes-ab:
 # PgBouncer): a throwaway server, PgBouncer in transaction and in session pooling in front of it,
 # and the same 30,000-trigger backlog three times with real replica processes, each run on a
 # database of its own. About 3 minutes; needs pgbouncer and psql (scripts/bench-pooler.sh says
-# what else it reads: BENCH_FLAGS, ORDER, TX_POOL, SESSION_POOL, QL_PG_BIN).
+# what else it reads: BENCH_FLAGS, ORDER, ROUNDS, TX_POOL, SESSION_POOL, QL_PG_BIN).
 bench-pooler: build
 	scripts/bench-pooler.sh
 

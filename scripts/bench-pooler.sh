@@ -18,6 +18,11 @@
 #                 direct run admits in 30 s, ~470/s on a quiet 2 cores, so no run drains it and the
 #                 after-phase's ceiling still finds rows due; 10,000 drained before the end)
 #   ORDER         the runs, in order, each at most once (default "direct transaction session")
+#   ROUNDS        how many times the runs are made (default 1), in ORDER in odd rounds and in the
+#                 reverse order in even ones, each on a database of its own; then a summary: each
+#                 round's rates and ratios to its direct run, and the median ratio per path. A
+#                 single-mode run is commit-bound, and the server's slow WAL flushes fall in one run
+#                 or another: one round's ratio is that as much as the pooler
 #   TX_POOL       transaction pooling's default_pool_size (default 4)
 #   SESSION_POOL  session pooling's default_pool_size (default 20)
 #   QL_PG_BIN     the PostgreSQL server binaries (default as the bench finds them: pg_config
@@ -38,6 +43,8 @@ die() { echo "bench-pooler.sh: $*" >&2; exit 1; }
 flags=${BENCH_FLAGS:---scenario backlog --triggers 30000 --replicas 4 --budget 256 --cadence 10ms --duration 30s}
 read -r -a flag_words <<< "$flags"
 order=${ORDER:-direct transaction session}
+rounds=${ROUNDS:-1}
+[[ $rounds =~ ^[1-9]$ ]] || die "ROUNDS: \"$rounds\" is not a number of rounds (1 … 9)"
 tx_pool=${TX_POOL:-4}
 session_pool=${SESSION_POOL:-20}
 seen=" "
@@ -142,8 +149,11 @@ session_port=$bouncer_port
 server=postgres://postgres@127.0.0.1:$pg_port
 echo "PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on :$pg_port, $("$bouncer" --version | head -1) in transaction pooling on :$tx_port (pool $tx_pool) and session pooling on :$session_port (pool $session_pool)"
 echo "bench flags: $flags"
-for run in $order; do
-  db=bench_$run
+reversed=$(echo "$order" | tr ' ' '\n' | grep . | tac | tr '\n' ' ')
+declare -A rate # round:run → admits per second
+for round in $(seq "$rounds"); do
+for run in $([[ $((round % 2)) -eq 1 ]] && echo "$order" || echo "$reversed"); do
+  db=bench_${run}_$round
   case "$run" in
     direct) runtime=postgres://ql_runtime@127.0.0.1:$pg_port/$db ;;
     transaction) runtime=postgres://ql_runtime@127.0.0.1:$tx_port/$db ;;
@@ -153,7 +163,26 @@ for run in $order; do
   bin/qlmigrate roles create --database-url "$server/$db" >/dev/null
   bin/qlmigrate up --database-url "$server/$db" >/dev/null
   echo
-  echo "== $run: replicas connect to $runtime"
+  echo "== $run${ROUNDS:+, round $round}: replicas connect to $runtime"
   bin/qlbench "${flag_words[@]}" --processes --database-url "$server/$db" --runtime-url "$runtime" 2>>"$dir/bench.log" \
-    || { keep=1; tail -20 "$dir/bench.log" >&2; die "the $run run failed"; }
+    > "$dir/run.txt" || { keep=1; tail -20 "$dir/bench.log" >&2; die "the $run run failed"; }
+  cat "$dir/run.txt"
+  rate[$round:$run]=$(awk '$1 == "admits" { gsub(/[()\/s]/, "", $3); print $3; exit }' "$dir/run.txt")
 done
+done
+if [[ $rounds -gt 1 && $seen == *" direct "* ]]; then
+  echo
+  echo "== summary: admits/s per round (× its round's direct run), and the median ratio per path"
+  for run in $order; do
+    ratios=()
+    line="$run:"
+    for round in $(seq "$rounds"); do
+      r=${rate[$round:$run]} d=${rate[$round:direct]}
+      ratio=$(awk -v r="$r" -v d="$d" 'BEGIN { printf "%.2f", (d > 0 ? r / d : 0) }')
+      ratios+=("$ratio")
+      line+=" $r/s (${ratio})"
+    done
+    median=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
+    echo "  $line; median × direct $median"
+  done
+fi
