@@ -85,6 +85,10 @@ type ClientOptions struct {
 	// AllowPlaintext lets an http:// URL name another host than this one's loopback: without it
 	// the token would cross the network in clear text, so such a URL is refused.
 	AllowPlaintext bool
+	// HomeRetry is how long the polls stay at another dispatcher after a failover moved them off
+	// the first one (Spread's, or the first URL) before a poll tries that one again: a restarted
+	// dispatcher gets its workers back instead of the others keeping them for good. Zero is 30 s.
+	HomeRetry time.Duration
 }
 
 // Client speaks protocol v1 to a set of dispatcher replicas: one method per endpoint. The
@@ -99,6 +103,11 @@ type Client struct {
 	minWait time.Duration
 	maxWait time.Duration
 	cur     atomic.Uint32 // index of the dispatcher the next request goes to
+	home    uint32        // the first dispatcher's index (spreadStart)
+	// homeRetry and awaySince: a poll tries home again homeRetry after the polls were first seen
+	// elsewhere (awaySince, unix ns; 0 at home).
+	homeRetry time.Duration
+	awaySince atomic.Int64
 }
 
 // NewClient checks the options and returns a Client. It opens no connection.
@@ -132,7 +141,12 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		http:    &http.Client{Transport: opts.Transport},
 		timeout: opts.RequestTimeout, minWait: opts.RetryMin, maxWait: opts.RetryMax,
 	}
-	c.cur.Store(spreadStart(opts.Spread, len(urls)))
+	c.home = spreadStart(opts.Spread, len(urls))
+	c.cur.Store(c.home)
+	c.homeRetry = opts.HomeRetry
+	if c.homeRetry <= 0 {
+		c.homeRetry = 30 * time.Second
+	}
 	if c.timeout <= 0 {
 		c.timeout = 10 * time.Second
 	}
@@ -181,6 +195,7 @@ func (c *Client) Poll(ctx context.Context, sessionID string, req workerproto.Pol
 		return resp, fmt.Errorf("poll: %w", err)
 	}
 	timeout := time.Duration(req.WaitMs+workerproto.PollTimeoutSlackMs)*time.Millisecond + time.Second
+	c.homeward()
 	err := c.once(ctx, http.MethodPost, workerproto.PollPath(sessionID), req, &resp, http.StatusOK, timeout)
 	return resp, wrap("poll", err)
 }
@@ -255,6 +270,24 @@ func (c *Client) retry(ctx context.Context, method, path string, body, out any, 
 		case <-t.C:
 		}
 		wait = min(2*wait, c.maxWait)
+	}
+}
+
+// homeward sends the next request to the home dispatcher once the polls have been elsewhere for
+// homeRetry: if home is still down, that request fails over again (one failed poll per homeRetry).
+func (c *Client) homeward() {
+	i := c.cur.Load()
+	if i%uint32(len(c.urls)) == c.home {
+		c.awaySince.Store(0)
+		return
+	}
+	now := time.Now().UnixNano()
+	since := c.awaySince.Load()
+	switch {
+	case since == 0:
+		c.awaySince.CompareAndSwap(0, now)
+	case time.Duration(now-since) >= c.homeRetry && c.cur.CompareAndSwap(i, c.home):
+		c.awaySince.Store(0)
 	}
 }
 

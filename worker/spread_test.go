@@ -54,3 +54,34 @@ func TestSpreadWorkerFailsOver(t *testing.T) {
 		})
 	}
 }
+
+// A failover moves the polls off the worker's first dispatcher; once that one is back, a poll
+// HomeRetry later goes to it again, and the polls stay there (before, the worker kept polling the
+// dispatcher it had failed over to for good, so a restarted dispatcher never got its workers back).
+func TestPollsGoBackToTheFirstDispatcher(t *testing.T) {
+	home, other := newFakeDispatcher(t), newFakeDispatcher(t)
+	home.mu.Lock()
+	home.fail503["poll"] = 1 // the first poll fails over
+	home.mu.Unlock()
+	c, err := worker.NewClient(worker.ClientOptions{Dispatchers: []string{home.srv.URL, other.srv.URL}, Token: testToken,
+		RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, HomeRetry: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := worker.NewRunner(worker.Config{Client: c, Name: "w", Capacity: 1, Handler: newBlockingHandler().handle,
+		DrainGrace: time.Second, CallTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); r.HandBack(); <-done })
+	eventually.True(t, 10*time.Second, "the other dispatcher answers a poll", func() bool { return other.count("poll") > 0 })
+	eventually.True(t, 10*time.Second, "a poll goes back to the first dispatcher", func() bool { return home.count("poll") > 1 })
+	away := other.count("poll")
+	eventually.True(t, 10*time.Second, "the first dispatcher answers the polls after", func() bool { return home.count("poll") > 3 })
+	if n := other.count("poll"); n != away {
+		t.Errorf("the other dispatcher got %d more polls after the worker went back", n-away)
+	}
+}
