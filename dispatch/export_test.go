@@ -67,47 +67,48 @@ func (p *Placer) PlaceFor(ctx context.Context, cred Credential, s Session, slots
 	return p.place(ctx, w)
 }
 
-// PassOver runs one placement pass over polls of sessions (each asking for its capacity), in
-// that order, without the loop, and returns what each was answered and the candidate reads the
-// pass made.
-func (p *Placer) PassOver(ctx context.Context, cred Credential, sessions []Session) (map[uuid.UUID][]Offer, int64) {
-	return p.passOver(ctx, cred, sessions, false)
+// PassOver is PassOverPolls of polls by one credential, each asking for its session's capacity.
+func (p *Placer) PassOver(ctx context.Context, cred Credential, sessions []Session) map[uuid.UUID][]Offer {
+	creds := make([]Credential, len(sessions))
+	for i := range creds {
+		creds[i] = cred
+	}
+	got, _ := p.PassOverPolls(ctx, creds, sessions, nil)
+	return got
 }
 
-// PassPollByPoll is PassOver as a pass was before its polls were served together (offerAtOnce):
-// each poll its own read and offer, one after the other. Kept for BenchmarkPassAB only.
-func (p *Placer) PassPollByPoll(ctx context.Context, cred Credential, sessions []Session) (map[uuid.UUID][]Offer, int64) {
-	return p.passOver(ctx, cred, sessions, true)
-}
-
-func (p *Placer) passOver(ctx context.Context, cred Credential, sessions []Session, byPoll bool) (map[uuid.UUID][]Offer, int64) {
+// PassOverPolls runs one placement pass, without the loop, over polls of sessions in that order
+// (slots[i] for sessions[i], at most its capacity; 0 or missing: its capacity), and returns what
+// each poll was answered and what each was ended with (a session fence).
+func (p *Placer) PassOverPolls(ctx context.Context, creds []Credential, sessions []Session, slots []int) (map[uuid.UUID][]Offer, map[uuid.UUID]error) {
 	ws := make([]*waiter, len(sessions))
 	p.mu.Lock()
 	for i, s := range sessions {
-		ws[i] = &waiter{cred: cred, session: s.ID, labels: s.Labels, slots: s.Capacity, capacity: s.Capacity,
+		n := s.Capacity
+		if i < len(slots) && slots[i] > 0 {
+			n = min(slots[i], s.Capacity)
+		}
+		ws[i] = &waiter{cred: creds[i], session: s.ID, labels: s.Labels, slots: n, capacity: s.Capacity,
 			out: make(chan []Offer, 1), gone: make(chan error, 1)}
 		p.waiting[s.ID] = ws[i]
 		p.order = append(p.order, ws[i])
 	}
 	p.mu.Unlock()
-	before := p.reads.Load()
-	if byPoll {
-		ps := &passState{start: time.Now()}
-		for _, w := range ws {
-			p.serveOne(ctx, w, ps)
-		}
-	} else {
-		p.pass(ctx, false, time.Now())
-	}
-	got := map[uuid.UUID][]Offer{}
+	p.pass(ctx, false, time.Now())
+	got, ended := map[uuid.UUID][]Offer{}, map[uuid.UUID]error{}
 	for _, w := range ws {
 		select {
 		case o := <-w.out:
 			got[w.session] = o
 		default:
 		}
+		select {
+		case err := <-w.gone:
+			ended[w.session] = err
+		default:
+		}
 	}
-	return got, p.reads.Load() - before
+	return got, ended
 }
 
 // OfferHeld makes an offer as Offer's statements do, in a transaction left open: it returns how

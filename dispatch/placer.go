@@ -31,7 +31,6 @@ type Placer struct {
 	wake   chan struct{} // an admission's notification (Waker): counted apart from kick
 	woken  atomic.Int64  // passes started by a notification that delivered offers
 	passes atomic.Int64  // passes run (tests)
-	reads  atomic.Int64  // candidate reads (tests)
 	stop   context.CancelFunc
 	done   chan struct{}
 
@@ -221,215 +220,75 @@ func (p *Placer) loop(ctx context.Context) {
 	}
 }
 
-// pass serves the waiting polls once: polls whose labels are equal as one group (offerAtOnce),
-// the groups in the arrival order of their first poll, and what a group leaves one poll at a
-// time in arrival order (serveOne); woken: a notification started it (counted, before its first
-// delivery, in WokenPlacements); start: when it started (logged at Debug with each delivery: the
-// loop bench's segments, docs/dispatch.md).
+// pass serves the waiting polls once, in arrival order; woken: a notification started it
+// (counted, before its first delivery, in WokenPlacements); start: when it started (logged at
+// Debug with each delivery: the loop bench's segments, docs/dispatch.md).
 func (p *Placer) pass(ctx context.Context, woken bool, start time.Time) {
+	delivered := 0
 	p.mu.Lock()
 	ws := append([]*waiter(nil), p.order...)
 	p.mu.Unlock()
-	ps := &passState{woken: woken, start: start}
-	for _, g := range byLabels(ws) {
-		if len(g) > 1 {
-			g = p.offerAtOnce(ctx, g, ps)
+	var empty []*emptyRead // label sets whose read came back empty this pass
+	for _, w := range ws {
+		if ctx.Err() != nil {
+			return
 		}
-		for _, w := range g {
+		if e := findEmpty(empty, w.labels); e != nil && p.emptyForAny(ctx, e, w) {
+			continue
+		}
+		offers, err := p.place(ctx, w)
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			p.serveOne(ctx, w, ps)
-		}
-	}
-}
-
-// passState is what one pass's deliveries share.
-type passState struct {
-	woken     bool
-	start     time.Time
-	delivered int          // under Placer.mu
-	empty     []*emptyRead // label sets whose read came back empty this pass
-}
-
-// byLabels splits polls into groups of equal labels, each in arrival order, the groups in the
-// order of their first poll.
-func byLabels(ws []*waiter) [][]*waiter {
-	var gs [][]*waiter
-next:
-	for _, w := range ws {
-		for i, g := range gs {
-			if maps.Equal(g[0].labels, w.labels) {
-				gs[i] = append(g, w)
-				continue next
+			if isFenceError(err) {
+				p.mu.Lock()
+				if p.waiting[w.session] == w {
+					p.removeLocked(w)
+					w.gone <- err
+				}
+				p.mu.Unlock()
+				continue
 			}
+			p.log.Warn("dispatch placement failed", "session_id", w.session, "error", err)
+			continue
 		}
-		gs = append(gs, []*waiter{w})
-	}
-	return gs
-}
-
-// serveOne places for one poll (place: its own read and offer) and answers it.
-func (p *Placer) serveOne(ctx context.Context, w *waiter, ps *passState) {
-	if e := findEmpty(ps.empty, w.labels); e != nil && p.emptyForAny(ctx, e, w) {
-		return
-	}
-	offers, err := p.place(ctx, w)
-	switch {
-	case err != nil:
-		p.failed(ctx, w, err)
-	case offers == nil:
-		if findEmpty(ps.empty, w.labels) == nil {
-			ps.empty = append(ps.empty, &emptyRead{labels: w.labels})
-		}
-	case len(offers) > 0: // none: candidates raced away, twice (place read again at once): the next tick tries again
-		p.deliver(ctx, w, offers, ps)
-	}
-}
-
-// offerParallel is how many Offer statements offerAtOnce runs at a time: half the dispatcher's
-// pool (each holds a connection, and the workers' ACKs and reports need the others), at least one.
-func (p *Placer) offerParallel() int {
-	return max(1, p.store.db.MaxConns()/2)
-}
-
-// offerAtOnce serves polls with equal labels from one candidate read, made as no session (each
-// Offer re-checks its own session's rejections and free slots): each poll is offered its share of
-// the candidates (as many as its slots, in arrival order), the shares' Offers run concurrently
-// (at most offerParallel at a time) and each poll is answered as its Offer returns. A burst of
-// Runs so reaches every waiting poll after one read and one offer round trip, where one poll
-// after another waited for a read and an offer per poll before it (the second poll of a pass was
-// the tail of admitted → running, docs/dispatch.md). It returns the polls it answered nothing,
-// in arrival order, for serveOne (which reads again, as its session, with spare candidates):
-// their share raced away to another dispatcher or was rejected, their session had no slot free,
-// or there was no share left for them while the read may not have held every ready Run.
-func (p *Placer) offerAtOnce(ctx context.Context, g []*waiter, ps *passState) []*waiter {
-	slots := 0
-	for _, w := range g {
-		slots += w.slots
-	}
-	read := &waiter{session: uuid.Nil, labels: g[0].labels, slots: slots}
-	cands, err := p.candidates(ctx, read)
-	if err != nil {
-		return g // each poll's own read meets it
-	}
-	if len(cands) == 0 {
-		return nil // nothing ready for these labels, for any session
-	}
-	type share struct {
-		w      *waiter
-		cands  []Candidate
-		offers []Offer
-		failed bool // its offer failed: failed() ended the poll or logged it for the next pass
-	}
-	shares := make([]*share, 0, len(g))
-	for i := 0; len(shares) < len(g) && i < len(cands); {
-		w := g[len(shares)]
-		n := min(w.slots, len(cands)-i)
-		shares = append(shares, &share{w: w, cands: cands[i : i+n]})
-		i += n
-	}
-	sem := make(chan struct{}, p.offerParallel())
-	var wg sync.WaitGroup
-	for _, s := range shares {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			offers, err := p.store.Offer(ctx, s.w.cred, s.w.session, s.cands)
-			switch {
-			case err != nil:
-				s.failed = true
-				p.failed(ctx, s.w, err)
-			case len(offers) > 0:
-				s.offers = offers
-				p.deliver(ctx, s.w, offers, ps)
+		if offers == nil {
+			if findEmpty(empty, w.labels) == nil {
+				empty = append(empty, &emptyRead{labels: w.labels})
 			}
-		}()
-	}
-	wg.Wait()
-	// The cursor moves to the project of the last Run offered, in the read's order (offer).
-	offered, all := map[uuid.UUID]bool{}, true
-	for _, s := range shares {
-		for _, o := range s.offers {
-			offered[o.RunID] = true
+			continue
 		}
-	}
-	next := ""
-	for _, c := range cands {
-		if offered[c.RunID] {
-			next = c.ProjectID
-		} else {
-			all = false
+		if len(offers) == 0 {
+			continue // candidates raced away, twice (place read again at once): the next tick tries again
 		}
-	}
-	if next != "" {
 		p.mu.Lock()
-		p.cursor = next
-		p.mu.Unlock()
-	}
-	// The read held every ready Run and each was offered: the polls without one have nothing to
-	// read again.
-	complete := all && len(cands) < read.slots+min(read.slots, candidateSpare)
-	var left []*waiter
-	for i, w := range g {
-		if complete || ctx.Err() != nil {
-			break
-		}
-		if i >= len(shares) || len(shares[i].offers) == 0 && !shares[i].failed {
-			left = append(left, w)
-		}
-	}
-	return left
-}
-
-// failed ends a poll whose session fence failed at placement (its Poll returns the error); any
-// other error is logged and the poll waits for the next pass.
-func (p *Placer) failed(ctx context.Context, w *waiter, err error) {
-	if ctx.Err() != nil {
-		return
-	}
-	if isFenceError(err) {
-		p.mu.Lock()
-		if p.waiting[w.session] == w {
+		ok := p.waiting[w.session] == w
+		if ok {
 			p.removeLocked(w)
-			w.gone <- err
+			if woken && delivered == 0 {
+				p.woken.Add(1)
+			}
+			delivered++
+			w.out <- offers
 		}
 		p.mu.Unlock()
-		return
-	}
-	p.log.Warn("dispatch placement failed", "session_id", w.session, "error", err)
-}
-
-// deliver answers a poll with offers; when the poll ended meanwhile, nobody will ACK them and
-// they are withdrawn.
-func (p *Placer) deliver(ctx context.Context, w *waiter, offers []Offer, ps *passState) {
-	p.mu.Lock()
-	ok := p.waiting[w.session] == w
-	if ok {
-		p.removeLocked(w)
-		if ps.woken && ps.delivered == 0 {
-			p.woken.Add(1)
+		if ok && p.log.Enabled(ctx, slog.LevelDebug) {
+			ids := make([]string, len(offers))
+			for i, o := range offers {
+				ids[i] = o.RunID.String()
+			}
+			p.log.Debug("dispatch offers delivered", "session_id", w.session, "run_ids", ids, "woken", woken,
+				"pass_ms", start.UnixMilli(), "answered_ms", time.Now().UnixMilli())
 		}
-		ps.delivered++
-		w.out <- offers
-	}
-	p.mu.Unlock()
-	if ok && p.log.Enabled(ctx, slog.LevelDebug) {
-		ids := make([]string, len(offers))
-		for i, o := range offers {
-			ids[i] = o.RunID.String()
-		}
-		p.log.Debug("dispatch offers delivered", "session_id", w.session, "run_ids", ids, "woken", ps.woken,
-			"pass_ms", ps.start.UnixMilli(), "answered_ms", time.Now().UnixMilli())
-	}
-	if !ok {
-		ids := make([]uuid.UUID, len(offers))
-		for i, o := range offers {
-			ids[i] = o.OfferID
-		}
-		if _, err := p.store.Withdraw(context.WithoutCancel(ctx), ids); err != nil {
-			p.log.Warn("dispatch withdraw of undelivered offers failed", "session_id", w.session, "error", err)
+		if !ok { // the poll ended meanwhile: nobody will ACK these
+			ids := make([]uuid.UUID, len(offers))
+			for i, o := range offers {
+				ids[i] = o.OfferID
+			}
+			if _, err := p.store.Withdraw(context.WithoutCancel(ctx), ids); err != nil {
+				p.log.Warn("dispatch withdraw of undelivered offers failed", "session_id", w.session, "error", err)
+			}
 		}
 	}
 }
@@ -479,7 +338,6 @@ func (p *Placer) candidates(ctx context.Context, w *waiter) ([]Candidate, error)
 	after := p.cursor
 	p.mu.Unlock()
 	q := CandidateQuery{SessionID: w.session, Labels: w.labels, After: after, Slots: want}
-	p.reads.Add(1)
 	cands, _, err := p.store.Candidates(ctx, q)
 	if err != nil {
 		return nil, err
@@ -504,8 +362,9 @@ func (p *Placer) candidates(ctx context.Context, w *waiter) ([]Candidate, error)
 }
 
 // offer offers cands for the poll, at most its slots: when the poll asks for the session's whole
-// capacity, one statement with every candidate (it caps at the free capacity, at most the slots);
-// otherwise the first slots, then as many of the next as are still wanted, at most offerCalls
+// capacity, one statement with every candidate (it caps at the free capacity, at most the slots),
+// again while it offers some but fewer than the slots (a corrupt candidate took a slot);
+// otherwise the first slots, then as many of the next as are still wanted; at most offerCalls
 // statements. The cursor moves to the project of the last Run offered, and stays when none was:
 // a poll whose session has no free capacity offers nothing, and moving the cursor for it would
 // turn the rotation for the polls served in the same passes (with three projects, an idle
@@ -521,7 +380,6 @@ func (p *Placer) offer(ctx context.Context, w *waiter, cands []Candidate) ([]Off
 			n = min(n, w.slots-len(got))
 		}
 		offers, err := p.store.Offer(ctx, w.cred, w.session, cands[i:i+n])
-		i += n
 		if err != nil {
 			if len(got) == 0 {
 				return nil, err
@@ -531,6 +389,13 @@ func (p *Placer) offer(ctx context.Context, w *waiter, cands []Candidate) ([]Off
 			break
 		}
 		got = append(got, offers...)
+		// A statement given every candidate locks no more of them than the session has slots
+		// free, and one it failed closed (P′: its revision no longer recomputes) took one of
+		// those: when it offered some but fewer than the poll wants, the same candidates go again
+		// (the ones offered or failed are no longer queued: the statement passes over them).
+		if w.slots < w.capacity || len(offers) == 0 || len(got) >= w.slots {
+			i += n
+		}
 	}
 	if len(got) == 0 {
 		return got, nil
@@ -540,7 +405,7 @@ func (p *Placer) offer(ctx context.Context, w *waiter, cands []Candidate) ([]Off
 		offered[o.RunID] = true
 	}
 	var next string
-	for _, c := range cands[:i] {
+	for _, c := range cands {
 		if offered[c.RunID] {
 			next = c.ProjectID
 		}

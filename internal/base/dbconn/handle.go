@@ -210,9 +210,6 @@ func (d *DB) Describe() string { return d.target }
 // pooled mode before they acquire.
 func (d *DB) Acquire(ctx context.Context) (*pgxpool.Conn, error) { return d.pool.Acquire(ctx) }
 
-// MaxConns is the most connections the handle's pool opens (pool_max_conns, or pgx's default).
-func (d *DB) MaxConns() int { return int(d.pool.Config().MaxConns) }
-
 // Pool is the pool itself, for statements a test or a tool runs outside any transaction of its
 // own. Production packages begin through Begin, InTx, Run or Pipeline.
 func (d *DB) Pool() *pgxpool.Pool { return d.pool }
