@@ -337,13 +337,15 @@ func runLoop(ctx context.Context, cfg Config, conn *dbconn.Config, su *dbconn.DB
 	if err != nil {
 		return err
 	}
-	var runs *bytes.Buffer
+	var runs io.Writer // nil unless --segments-file (a nil *bytes.Buffer in it would not be nil)
+	var file bytes.Buffer
 	if cfg.SegmentsFile != "" {
-		runs = bytes.NewBufferString(segRunsHeader)
+		file.WriteString(segRunsHeader)
+		runs = &file
 	}
 	rep.Segments, rep.SegmentSummary = trace.segments(times, runs)
 	if runs != nil {
-		if err := os.WriteFile(cfg.SegmentsFile, runs.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(cfg.SegmentsFile, file.Bytes(), 0o644); err != nil {
 			return fmt.Errorf("--segments-file: %w", err)
 		}
 	}
