@@ -11,13 +11,28 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/qlcontrol/controlcore/admin"
+	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 	"github.com/qlcontrol/controlcore/internal/testkit/testpg"
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
 // bulkUninitialised adds n enabled every-minute triggers u1 … un to project p whose schedule rows
 // wait for initialisation, as a mass publish leaves them.
-func (f *fixture) bulkUninitialised(n int) { f.t.Helper(); f.bulk("u", n, "NULL") }
+// bulkUninitialised makes n every-minute triggers waiting for their first cursor, once the
+// database's minute has 20 s or more left: a round initialises them to the next minute, and one
+// that crossed the boundary found them due again (CI, under load: a single-mode round claimed 14
+// of them one by one, spending its budget, and the test's counts failed).
+func (f *fixture) bulkUninitialised(n int) {
+	f.t.Helper()
+	eventually.True(f.t, 30*time.Second, "20 s or more left of the database's minute", func() bool {
+		var ms int64
+		if err := f.su.QueryRow(context.Background(), `SELECT control_core.db_now_ms()`).Scan(&ms); err != nil {
+			f.t.Fatal(err)
+		}
+		return ms%60_000 <= 40_000
+	})
+	f.bulk("u", n, "NULL")
+}
 
 func (f *fixture) uninitialised() int {
 	f.t.Helper()
