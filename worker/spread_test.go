@@ -12,8 +12,15 @@ import (
 // startNamed runs a Runner named name over urls, its client spread by that name (as qlworker's).
 func startNamed(t *testing.T, name string, urls []string) {
 	t.Helper()
-	c, err := worker.NewClient(worker.ClientOptions{Dispatchers: urls, Token: testToken, Spread: name,
-		RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+	startWorker(t, name, worker.ClientOptions{Dispatchers: urls, Spread: name})
+}
+
+// startWorker runs a Runner named name (capacity 1) whose client has opts, with the test token
+// and short retries.
+func startWorker(t *testing.T, name string, opts worker.ClientOptions) {
+	t.Helper()
+	opts.Token, opts.RetryMin, opts.RetryMax = testToken, 10*time.Millisecond, 50*time.Millisecond
+	c, err := worker.NewClient(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,20 +70,7 @@ func TestPollsGoBackToTheFirstDispatcher(t *testing.T) {
 	home.mu.Lock()
 	home.fail503["poll"] = 1 // the first poll fails over
 	home.mu.Unlock()
-	c, err := worker.NewClient(worker.ClientOptions{Dispatchers: []string{home.srv.URL, other.srv.URL}, Token: testToken,
-		RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, HomeRetry: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := worker.NewRunner(worker.Config{Client: c, Name: "w", Capacity: 1, Handler: newBlockingHandler().handle,
-		DrainGrace: time.Second, CallTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); r.HandBack(); <-done })
+	startWorker(t, "w", worker.ClientOptions{Dispatchers: []string{home.srv.URL, other.srv.URL}, HomeRetry: 300 * time.Millisecond})
 	eventually.True(t, 10*time.Second, "the other dispatcher answers a poll", func() bool { return other.count("poll") > 0 })
 	eventually.True(t, 10*time.Second, "a poll goes back to the first dispatcher", func() bool { return home.count("poll") > 1 })
 	away := other.count("poll")
