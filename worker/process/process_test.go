@@ -296,6 +296,19 @@ func TestStrayChildrenDieWithTheJob(t *testing.T) {
 	eventually.True(t, 5*time.Second, "the stray child to be dead", func() bool { return !alive(pid) })
 }
 
+// A job that exits leaving behind a descendant outside its group (setsid), and that
+// descendant's own child, leaves neither running: the supervisor's sweep finds them as its
+// children (re-parented to it), not through the group kill.
+func TestStraysOutsideTheGroupDieWithTheJob(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	res := runSpec(t, context.Background(), map[string]any{"command": []string{"sh", "-c",
+		`setsid sh -c 'trap "" TERM; sleep 20 & echo $! > "$1"; wait' sh "$1" > /dev/null 2>&1 &
+		 while [ ! -s "$1" ]; do sleep 0.01; done`, "sh", pidFile}})
+	wantOutcome(t, res, workerproto.OutcomeSucceeded, "")
+	pid := readPid(t, pidFile)
+	eventually.True(t, 5*time.Second, "the stray's child in a session of its own to be dead", func() bool { return !alive(pid) })
+}
+
 // A descendant that left the job's process group (setsid) is still the job's: the supervisor,
 // its subreaper, kills it on timeout too.
 func TestTimeoutKillsDescendantsOutsideTheGroup(t *testing.T) {

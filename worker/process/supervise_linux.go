@@ -106,10 +106,25 @@ func killDescendants(pgid int) {
 	}
 }
 
-// sweep kills the job's group and every descendant, and reaps them all.
+// sweep kills the job's group and every descendant, and reaps them all. A job that left
+// nothing behind costs no /proc scan (children reads every process's stat: most of a short
+// job's cost on a busy host): the leader has been reaped, and its exit re-parented each of its
+// live children here before that wait returned, so no child at all (ECHILD) means no
+// descendant at all.
 func sweep(pgid int) {
-	killDescendants(pgid)
-	reapDescendants()
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR) || (err == nil && pid > 0):
+			continue // reaped one: its children, if any, are this process's now
+		case err != nil: // ECHILD: nothing left
+			return
+		}
+		reapDescendants() // children alive: a stray outside the group, or one still dying
+		return
+	}
 }
 
 // reapDescendants kills and reaps children until none is left: each death re-parents that
