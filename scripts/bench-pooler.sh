@@ -22,7 +22,10 @@
 #                 reverse order in even ones, each on a database of its own; then a summary: each
 #                 round's rates and ratios to its direct run, and the median ratio per path. A
 #                 single-mode run is commit-bound, and the server's slow WAL flushes fall in one run
-#                 or another: one round's ratio is that as much as the pooler
+#                 or another: one round's ratio is that as much as the pooler. The summary also
+#                 divides each run's admits by its own batch ceiling (measured before and after it,
+#                 on the same server) first: the server's capacity drifts between the runs of one
+#                 sitting (689–1,131/s in one), and that line compares the paths without it
 #   TX_POOL       transaction pooling's default_pool_size (default 4)
 #   SESSION_POOL  session pooling's default_pool_size (default 20)
 #   QL_PG_BIN     the PostgreSQL server binaries (default as the bench finds them: pg_config
@@ -150,7 +153,7 @@ server=postgres://postgres@127.0.0.1:$pg_port
 echo "PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on :$pg_port, $("$bouncer" --version | head -1) in transaction pooling on :$tx_port (pool $tx_pool) and session pooling on :$session_port (pool $session_pool)"
 echo "bench flags: $flags"
 reversed=$(echo "$order" | tr ' ' '\n' | grep . | tac | tr '\n' ' ')
-declare -A rate # round:run → admits per second
+declare -A rate share # round:run → admits per second, and that ÷ the run's own batch ceiling
 for round in $(seq "$rounds"); do
 for run in $([[ $((round % 2)) -eq 1 ]] && echo "$order" || echo "$reversed"); do
   db=bench_${run}_$round
@@ -168,21 +171,26 @@ for run in $([[ $((round % 2)) -eq 1 ]] && echo "$order" || echo "$reversed"); d
     > "$dir/run.txt" || { keep=1; tail -20 "$dir/bench.log" >&2; die "the $run run failed"; }
   cat "$dir/run.txt"
   rate[$round:$run]=$(awk '$1 == "admits" { gsub(/[()\/s]/, "", $3); print $3; exit }' "$dir/run.txt")
+  share[$round:$run]=$(awk '$1 == "ceiling" && $3 == "ratio" { print $4; exit }' "$dir/run.txt")
 done
 done
 if [[ $rounds -gt 1 && $seen == *" direct "* ]]; then
   echo
-  echo "== summary: admits/s per round (× its round's direct run), and the median ratio per path"
-  for run in $order; do
-    ratios=()
-    line="$run:"
-    for round in $(seq "$rounds"); do
-      r=${rate[$round:$run]} d=${rate[$round:direct]}
-      ratio=$(awk -v r="$r" -v d="$d" 'BEGIN { printf "%.2f", (d > 0 ? r / d : 0) }')
-      ratios+=("$ratio")
-      line+=" $r/s (${ratio})"
+  echo "== summary: admits/s per round (× its round's direct run), and the median ratio per path;"
+  echo "   then each run's admits ÷ its own ceiling (measured before and after it on the same server,"
+  echo "   which drifts between runs of one sitting), × its round's direct run's, and the median"
+  median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+  for kind in rate share; do
+    for run in $order; do
+      ratios=()
+      line="$run:"
+      for round in $(seq "$rounds"); do
+        if [[ $kind == rate ]]; then r=${rate[$round:$run]} d=${rate[$round:direct]}; else r=${share[$round:$run]} d=${share[$round:direct]}; fi
+        ratio=$(awk -v r="$r" -v d="$d" 'BEGIN { printf "%.2f", (d > 0 ? r / d : 0) }')
+        ratios+=("$ratio")
+        if [[ $kind == rate ]]; then line+=" $r/s (${ratio})"; else line+=" ${r} of its ceiling (${ratio})"; fi
+      done
+      echo "  $line; median × direct $(printf '%s\n' "${ratios[@]}" | median)"
     done
-    median=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
-    echo "  $line; median × direct $median"
   done
 fi
