@@ -1123,8 +1123,10 @@ ev AS (
                'detail', CASE WHEN $1::text = 'reject' THEN $7::text END))
     FROM run JOIN cur ON cur.run_id = run.run_id, obs
 )
-SELECT cur.offer_id::uuid AS offer_id, cur.run_id::uuid AS run_id
-FROM cur JOIN run ON run.run_id = cur.run_id JOIN off ON off.offer_id = cur.offer_id
+SELECT tg.offer_id::uuid AS offer_id, (done.offer_id IS NOT NULL)::boolean AS requeued
+FROM target tg
+LEFT JOIN (SELECT cur.offer_id FROM cur JOIN run ON run.run_id = cur.run_id JOIN off ON off.offer_id = cur.offer_id) done
+  ON done.offer_id = tg.offer_id
 `
 
 type RequeueOffersParams struct {
@@ -1138,15 +1140,18 @@ type RequeueOffersParams struct {
 }
 
 type RequeueOffersRow struct {
-	OfferID uuid.UUID `json:"offer_id"`
-	RunID   uuid.UUID `json:"run_id"`
+	OfferID  uuid.UUID `json:"offer_id"`
+	Requeued bool      `json:"requeued"`
 }
 
 // R (mode 'reject': T, S live, O, C), X (mode 'expire': offers past their expiry, up to
 // max_rows), W (mode 'withdraw': the listed offers) and the withdrawal of D (mode 'drain': the
 // session's offers). The offer ends (rejected or expired), the Attempt is claimed again with its
 // dispatch fields cleared, the Run is queued again; event run.queued with the reason. Runs are
-// locked SKIP LOCKED: an offer whose Run is busy is left to a later sweep (X).
+// locked SKIP LOCKED: the statement never waits, and an offer whose Run another transaction holds
+// is skipped. One row per offer it targeted (still offered in its snapshot), requeued or skipped:
+// X leaves a skipped offer to a later sweep; the store tries W's and D's skipped offers again, by
+// their ids in mode 'withdraw' (Store.withdraw), so a busy Run does not wait for X.
 func (q *Queries) RequeueOffers(ctx context.Context, arg RequeueOffersParams) ([]RequeueOffersRow, error) {
 	rows, err := q.db.Query(ctx, requeueOffers,
 		arg.Mode,
@@ -1164,7 +1169,7 @@ func (q *Queries) RequeueOffers(ctx context.Context, arg RequeueOffersParams) ([
 	items := []RequeueOffersRow{}
 	for rows.Next() {
 		var i RequeueOffersRow
-		if err := rows.Scan(&i.OfferID, &i.RunID); err != nil {
+		if err := rows.Scan(&i.OfferID, &i.Requeued); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

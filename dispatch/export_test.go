@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -138,3 +139,27 @@ func (s *Store) OfferHeld(ctx context.Context, cred Credential, sessionID uuid.U
 	}
 	return len(rows), func() error { return tx.Commit(ctx) }, nil
 }
+
+// OnWithdrawSkipped sets what runs after each statement of a withdrawal (Withdraw, Drain) that
+// skipped offers (their Run locked), before the store tries them again: the try's number and the
+// offers skipped.
+func (s *Store) OnWithdrawSkipped(fn func(try int, skipped []uuid.UUID)) { s.onSkipped = fn }
+
+// AckHeld runs the ACK's statement in a transaction left open, so it holds the Run's row lock as an
+// ACK in flight does: it returns whether the ACK granted a lease and the transaction's end (commit).
+func (s *Store) AckHeld(ctx context.Context, cred Credential, offerID, sessionID uuid.UUID, callbackToken string) (bool, func() error, error) {
+	tx, err := s.db.Begin(ctx, pgx.TxOptions{})
+	if err != nil {
+		return false, nil, err
+	}
+	_, err = db.New(tx).Ack(ctx, db.AckParams{OfferID: offerID, SessionID: sessionID, TokenHash: cred.TokenHash,
+		CallbackHash: HashToken(callbackToken), LeaseTtlMs: ms(s.cfg.LeaseTTL)})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		_ = tx.Rollback(ctx)
+		return false, nil, err
+	}
+	return err == nil, func() error { return tx.Commit(ctx) }, nil
+}
+
+// WithdrawTries is how many statements one withdrawal runs at most.
+const WithdrawTries = withdrawTries

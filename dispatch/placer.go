@@ -282,6 +282,9 @@ func (p *Placer) pass(ctx context.Context, woken bool, start time.Time) {
 				"pass_ms", start.UnixMilli(), "answered_ms", time.Now().UnixMilli())
 		}
 		if !ok { // the poll ended meanwhile: nobody will ACK these
+			// Withdraw tries an offer whose Run was locked again (at most withdrawTries statements,
+			// 150 ms of backoff in all, on this loop): its Run is placed again now, not after the
+			// offer TTL; an error says some were left to the offer sweep.
 			ids := make([]uuid.UUID, len(offers))
 			for i, o := range offers {
 				ids[i] = o.OfferID

@@ -26,6 +26,8 @@ import (
 type Store struct {
 	db  *dbconn.DB
 	cfg Config
+
+	onSkipped func(try int, skipped []uuid.UUID) // tests: after a withdrawal's statement that skipped offers
 }
 
 // NewStore wraps a runtime-role handle. cfg's zero fields take their defaults; NewStore does not
@@ -390,17 +392,12 @@ func offerError(d diagnosis) error {
 // the same Attempt. ErrOfferGone, ErrNotFound, ErrUnauthorized.
 func (s *Store) Reject(ctx context.Context, cred Credential, offerID, sessionID uuid.UUID, callbackToken, reason string) error {
 	cb := HashToken(callbackToken)
-	var rows []db.RequeueOffersRow
-	err := s.run(ctx, "reject", func(q *db.Queries) error {
-		var e error
-		rows, e = q.RequeueOffers(ctx, db.RequeueOffersParams{Mode: "reject", OfferIds: []uuid.UUID{offerID},
-			SessionID: sessionID, TokenHash: cred.TokenHash, CallbackHash: cb, Detail: reason})
-		return e
-	})
+	n, _, err := s.requeue(ctx, "reject", db.RequeueOffersParams{Mode: "reject", OfferIds: []uuid.UUID{offerID},
+		SessionID: sessionID, TokenHash: cred.TokenHash, CallbackHash: cb, Detail: reason})
 	if err != nil {
 		return err
 	}
-	if len(rows) == 1 {
+	if n == 1 {
 		return nil
 	}
 	d, err := s.diagnose(ctx, db.DispatchDiagnosisParams{SessionID: sessionID, TokenHash: cred.TokenHash, OfferID: offerID, CallbackHash: cb})
@@ -418,24 +415,74 @@ func (s *Store) Reject(ctx context.Context, cred Credential, offerID, sessionID 
 	return ErrOfferGone
 }
 
-func (s *Store) requeue(ctx context.Context, what string, p db.RequeueOffersParams) (int, error) {
+// requeue runs RequeueOffers once: how many offers it requeued, and the ones it targeted (still
+// offered in its snapshot) but skipped, their Run locked by another transaction (SKIP LOCKED).
+func (s *Store) requeue(ctx context.Context, what string, p db.RequeueOffersParams) (int, []uuid.UUID, error) {
 	var rows []db.RequeueOffersRow
 	err := s.run(ctx, what, func(q *db.Queries) error {
 		var e error
 		rows, e = q.RequeueOffers(ctx, p)
 		return e
 	})
-	return len(rows), err
+	n, skipped := 0, []uuid.UUID(nil)
+	for _, r := range rows {
+		if r.Requeued {
+			n++
+		} else {
+			skipped = append(skipped, r.OfferID)
+		}
+	}
+	return n, skipped, err
+}
+
+// withdrawTries bounds the statements of one withdrawal (W, D): an offer skipped because its Run
+// was locked (an ACK, a report, a cancel, another dispatcher's offer re-verifying it) is tried
+// again after 10, 20, 40 and 80 ms. Those transitions are one statement each, so the lock is
+// normally gone at the first retry; past the tries the offer is left to the offer sweep (X).
+const withdrawTries = 5
+
+// withdraw runs RequeueOffers in mode p.Mode ('withdraw' or 'drain') and tries the offers it
+// skipped again, exactly those (mode 'withdraw' with their ids), until none is skipped,
+// withdrawTries statements ran, or ctx ends. An offer answered or expired meanwhile is no longer
+// targeted, so it ends the tries too. It returns how many offers it withdrew and the ones still
+// skipped after the last try.
+func (s *Store) withdraw(ctx context.Context, what string, p db.RequeueOffersParams) (int, []uuid.UUID, error) {
+	withdrawn := 0
+	for try := 1; ; try++ {
+		n, skipped, err := s.requeue(ctx, what, p)
+		withdrawn += n
+		if err != nil {
+			return withdrawn, skipped, err
+		}
+		if len(skipped) > 0 && s.onSkipped != nil {
+			s.onSkipped(try, skipped)
+		}
+		if len(skipped) == 0 || try >= withdrawTries {
+			return withdrawn, skipped, nil
+		}
+		select {
+		case <-ctx.Done():
+			return withdrawn, skipped, ctx.Err()
+		case <-time.After(time.Duration(10<<(try-1)) * time.Millisecond):
+		}
+		p = db.RequeueOffersParams{Mode: "withdraw", OfferIds: skipped}
+	}
 }
 
 // Withdraw expires offers the dispatcher could not deliver (W: the poll's response could not be
-// written). Best effort: offers already answered or expired are skipped. Returns how many it
+// written), so their Runs are placed again at once. Offers already answered or expired are passed
+// over; one whose Run is locked is tried again (withdraw): an error wrapping ErrBusy says how many
+// were still locked after the last try (they expire after the offer TTL). Returns how many it
 // withdrew.
 func (s *Store) Withdraw(ctx context.Context, offerIDs []uuid.UUID) (int, error) {
 	if len(offerIDs) == 0 {
 		return 0, nil
 	}
-	return s.requeue(ctx, "withdraw", db.RequeueOffersParams{Mode: "withdraw", OfferIds: offerIDs})
+	n, skipped, err := s.withdraw(ctx, "withdraw", db.RequeueOffersParams{Mode: "withdraw", OfferIds: offerIDs})
+	if err == nil && len(skipped) > 0 {
+		err = fmt.Errorf("dispatch withdraw: %d offers left to the offer sweep: %w", len(skipped), ErrBusy)
+	}
+	return n, err
 }
 
 // Heartbeat renews the session and each listed lease that is still active, held by the session,
@@ -618,9 +665,9 @@ func (s *Store) finish(ctx context.Context, what string, p db.FinishAttemptsPara
 	return rows, err
 }
 
-// Drain moves the session to draining (D) and withdraws its offers; its leases continue.
-// Offers whose Runs are busy are left to the offer sweep (X). ErrUnauthorized, ErrNotFound,
-// ErrSessionGone.
+// Drain moves the session to draining (D) and withdraws its offers; its leases continue. An
+// offer whose Run is locked is tried again (withdraw); one still locked after the last try is left
+// to the offer sweep (X), or to a repeated drain. ErrUnauthorized, ErrNotFound, ErrSessionGone.
 func (s *Store) Drain(ctx context.Context, cred Credential, sessionID uuid.UUID) (DrainResult, error) {
 	var row db.DrainSessionRow
 	err := s.run(ctx, "drain", func(q *db.Queries) error {
@@ -641,7 +688,7 @@ func (s *Store) Drain(ctx context.Context, cred Credential, sessionID uuid.UUID)
 	if err != nil {
 		return DrainResult{}, err
 	}
-	n, err := s.requeue(ctx, "drain withdraw", db.RequeueOffersParams{Mode: "drain", SessionID: sessionID})
+	n, _, err := s.withdraw(ctx, "drain withdraw", db.RequeueOffersParams{Mode: "drain", SessionID: sessionID})
 	if err != nil {
 		return DrainResult{}, err
 	}
@@ -678,7 +725,8 @@ func (s *Store) Close(ctx context.Context, cred Credential, sessionID uuid.UUID)
 // ExpireOffers expires up to batch offers past their expiry (X), skipping locked Runs, and
 // returns how many it expired.
 func (s *Store) ExpireOffers(ctx context.Context, batch int) (int, error) {
-	return s.requeue(ctx, "expire offers", db.RequeueOffersParams{Mode: "expire", MaxRows: int32(batch)})
+	n, _, err := s.requeue(ctx, "expire offers", db.RequeueOffersParams{Mode: "expire", MaxRows: int32(batch)})
+	return n, err
 }
 
 // ExpireLeases expires up to batch leases past their expiry (E): the Attempt expires and the Run

@@ -209,7 +209,7 @@ type DrainRequest struct{}
 // DrainResponse is the 200 body of a drain: the offers this call withdrew, the session's active
 // leases now, and whether an earlier drain had already moved it to draining (a repeated drain:
 // nothing else changes, WithdrawnOffers is then 0 unless an earlier drain left an offer whose Run
-// was busy).
+// stayed locked past the store's tries).
 type DrainResponse struct {
 	WithdrawnOffers int  `json:"withdrawn_offers"`
 	ActiveLeases    int  `json:"active_leases"`

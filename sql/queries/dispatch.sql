@@ -323,7 +323,10 @@ WHERE o.offer_id = @offer_id::uuid AND o.state = 'acked' AND o.worker_session_id
 -- max_rows), W (mode 'withdraw': the listed offers) and the withdrawal of D (mode 'drain': the
 -- session's offers). The offer ends (rejected or expired), the Attempt is claimed again with its
 -- dispatch fields cleared, the Run is queued again; event run.queued with the reason. Runs are
--- locked SKIP LOCKED: an offer whose Run is busy is left to a later sweep (X).
+-- locked SKIP LOCKED: the statement never waits, and an offer whose Run another transaction holds
+-- is skipped. One row per offer it targeted (still offered in its snapshot), requeued or skipped:
+-- X leaves a skipped offer to a later sweep; the store tries W's and D's skipped offers again, by
+-- their ids in mode 'withdraw' (Store.withdraw), so a busy Run does not wait for X.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 target AS (
     (SELECT o.offer_id FROM control_core.dispatch_offers o, obs
@@ -395,8 +398,10 @@ ev AS (
                'detail', CASE WHEN @mode::text = 'reject' THEN @detail::text END))
     FROM run JOIN cur ON cur.run_id = run.run_id, obs
 )
-SELECT cur.offer_id::uuid AS offer_id, cur.run_id::uuid AS run_id
-FROM cur JOIN run ON run.run_id = cur.run_id JOIN off ON off.offer_id = cur.offer_id;
+SELECT tg.offer_id::uuid AS offer_id, (done.offer_id IS NOT NULL)::boolean AS requeued
+FROM target tg
+LEFT JOIN (SELECT cur.offer_id FROM cur JOIN run ON run.run_id = cur.run_id JOIN off ON off.offer_id = cur.offer_id) done
+  ON done.offer_id = tg.offer_id;
 
 -- name: Heartbeat :many
 -- H: T, S active or draining and unexpired; the session's expiry moves, and each listed lease that
