@@ -389,16 +389,20 @@ func offerError(d diagnosis) error {
 }
 
 // Reject declines an offer (R): the Run is queued again and never re-offered to this session for
-// the same Attempt. ErrOfferGone, ErrNotFound, ErrUnauthorized.
+// the same Attempt; a Run locked meanwhile is tried again (withdraw). ErrOfferGone, ErrNotFound,
+// ErrUnauthorized, ErrBusy (the Run stayed locked past the tries: retry).
 func (s *Store) Reject(ctx context.Context, cred Credential, offerID, sessionID uuid.UUID, callbackToken, reason string) error {
 	cb := HashToken(callbackToken)
-	n, _, err := s.requeue(ctx, "reject", db.RequeueOffersParams{Mode: "reject", OfferIds: []uuid.UUID{offerID},
+	n, skipped, err := s.withdraw(ctx, "reject", db.RequeueOffersParams{Mode: "reject", OfferIds: []uuid.UUID{offerID},
 		SessionID: sessionID, TokenHash: cred.TokenHash, CallbackHash: cb, Detail: reason})
 	if err != nil {
 		return err
 	}
 	if n == 1 {
 		return nil
+	}
+	if len(skipped) > 0 { // its Run stayed locked past the tries: not recorded, the worker asks again
+		return fmt.Errorf("dispatch reject: %w", ErrBusy)
 	}
 	d, err := s.diagnose(ctx, db.DispatchDiagnosisParams{SessionID: sessionID, TokenHash: cred.TokenHash, OfferID: offerID, CallbackHash: cb})
 	if err != nil {
@@ -435,17 +439,18 @@ func (s *Store) requeue(ctx context.Context, what string, p db.RequeueOffersPara
 	return n, skipped, err
 }
 
-// withdrawTries bounds the statements of one withdrawal (W, D): an offer skipped because its Run
-// was locked (an ACK, a report, a cancel, another dispatcher's offer re-verifying it) is tried
-// again after 10, 20, 40 and 80 ms. Those transitions are one statement each, so the lock is
-// normally gone at the first retry; past the tries the offer is left to the offer sweep (X).
+// withdrawTries bounds the statements of one withdrawal or rejection (W, D, R): an offer skipped
+// because its Run was locked (an ACK, a report, a cancel, another dispatcher's offer re-verifying
+// it) is tried again after 10, 20, 40 and 80 ms. Those transitions are one statement each, so the
+// lock is normally gone at the first retry; past the tries a withdrawn offer is left to the offer
+// sweep (X), a rejection is answered ErrBusy.
 const withdrawTries = 5
 
-// withdraw runs RequeueOffers in mode p.Mode ('withdraw' or 'drain') and tries the offers it
-// skipped again, exactly those (mode 'withdraw' with their ids), until none is skipped,
-// withdrawTries statements ran, or ctx ends. An offer answered or expired meanwhile is no longer
-// targeted, so it ends the tries too. It returns how many offers it withdrew and the ones still
-// skipped after the last try.
+// withdraw runs RequeueOffers in mode p.Mode ('withdraw', 'drain' or 'reject') and tries the
+// offers it skipped again, exactly those (a withdrawal's in mode 'withdraw' with their ids, a
+// rejection's as it was), until none is skipped, withdrawTries statements ran, or ctx ends. An
+// offer answered or expired meanwhile is no longer targeted, so it ends the tries too. It returns
+// how many offers it requeued and the ones still skipped after the last try.
 func (s *Store) withdraw(ctx context.Context, what string, p db.RequeueOffersParams) (int, []uuid.UUID, error) {
 	withdrawn := 0
 	for try := 1; ; try++ {
@@ -465,7 +470,9 @@ func (s *Store) withdraw(ctx context.Context, what string, p db.RequeueOffersPar
 			return withdrawn, skipped, ctx.Err()
 		case <-time.After(time.Duration(10<<(try-1)) * time.Millisecond):
 		}
-		p = db.RequeueOffersParams{Mode: "withdraw", OfferIds: skipped}
+		if p.Mode != "reject" {
+			p = db.RequeueOffersParams{Mode: "withdraw", OfferIds: skipped}
+		}
 	}
 }
 

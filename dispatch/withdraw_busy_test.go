@@ -210,3 +210,52 @@ func TestTheOfferSweepPassesOverALockedRun(t *testing.T) {
 		}
 	}
 }
+
+// A rejection (R) whose Run another transaction holds locked at that moment is tried again once
+// the lock is gone, and recorded: the Run is queued and never re-offered to this session. It was
+// once skipped and answered ErrOfferGone: the worker dropped the offer, which stayed 'offered'
+// until the offer TTL, and the rejection was never recorded. Locked past the tries, it is
+// ErrBusy (503: the worker asks again), the offer still offered.
+func TestARejectionTriesAgainWhenItsRunWasLocked(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		release bool // the lock goes after the first short statement
+		want    error
+		state   string
+	}{
+		{"lock released", true, nil, "queued/claimed/rejected/-/"},
+		{"locked throughout", false, dispatch.ErrBusy, "dispatching/dispatching/offered/-/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFx(t)
+			run := f.queue("p", 1)[0]
+			c := f.token("w")
+			s := f.session(c, 1, nil)
+			o := f.place(c, s, 1)[0]
+			release := f.lockRun(run)
+			tries := 0
+			f.store.OnWithdrawSkipped(func(int, []uuid.UUID) {
+				tries++
+				if tc.release {
+					release()
+				}
+			})
+			err := f.store.Reject(bg, c, o.OfferID, s.ID, o.CallbackToken, "no room")
+			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Fatalf("Reject of an offer whose Run was locked: %v; want %v", err, tc.want)
+			}
+			if want := map[bool]int{true: 1, false: dispatch.WithdrawTries}[tc.release]; tries != want {
+				t.Errorf("%d statements skipped the offer; want %d", tries, want)
+			}
+			release()
+			if got := f.state(run); !strings.HasPrefix(got, tc.state) {
+				t.Errorf("Run %s after the rejection; want %s…", got, tc.state)
+			}
+			if tc.release {
+				if got := f.place(c, s, 1); len(got) != 0 {
+					t.Errorf("the rejected Run was offered again to the session that rejected it: %d offers", len(got))
+				}
+			}
+		})
+	}
+}
