@@ -309,6 +309,27 @@ func TestStraysOutsideTheGroupDieWithTheJob(t *testing.T) {
 	eventually.True(t, 5*time.Second, "the stray's child in a session of its own to be dead", func() bool { return !alive(pid) })
 }
 
+// A zombie the supervisor holds when the job exits (an orphan re-parented to it that died) is
+// reaped first by the sweep; a stray outside the group must still be found after it, and be gone,
+// reaped, by the time the result is reported: the sweep does not end at the first child it reaps.
+func TestStrayBehindAZombieDiesWithTheJob(t *testing.T) {
+	dir := t.TempDir()
+	pidFile, zombieFile := filepath.Join(dir, "pid"), filepath.Join(dir, "zombie")
+	res := runSpec(t, context.Background(), map[string]any{"command": []string{"sh", "-c", `
+		( sh -c 'echo $$ > "$1"' sh "$2" & )
+		while [ ! -s "$2" ]; do sleep 0.01; done
+		z=$(cat "$2")
+		while [ "$(cut -d' ' -f3 /proc/$z/stat)" != Z ]; do sleep 0.01; done
+		[ "$(cut -d' ' -f4 /proc/$z/stat)" = "$PPID" ] || { echo "the zombie is not the supervisor's"; exit 3; }
+		setsid sh -c 'echo $$ > "$1"; exec sleep 20' sh "$1" > /dev/null 2>&1 &
+		while [ ! -s "$1" ]; do sleep 0.01; done`, "sh", pidFile, zombieFile}})
+	wantOutcome(t, res, workerproto.OutcomeSucceeded, "")
+	pid := readPid(t, pidFile)
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("the stray outside the group (pid %d) is still there after the job's result (kill 0: %v)", pid, err)
+	}
+}
+
 // A descendant that left the job's process group (setsid) is still the job's: the supervisor,
 // its subreaper, kills it on timeout too.
 func TestTimeoutKillsDescendantsOutsideTheGroup(t *testing.T) {
