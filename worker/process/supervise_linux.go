@@ -119,10 +119,10 @@ func sweep(pgid int) {
 		switch {
 		case errors.Is(err, syscall.EINTR) || (err == nil && pid > 0):
 			continue // reaped one: its children, if any, are this process's now
-		case err != nil: // ECHILD: nothing left
+		case errors.Is(err, syscall.ECHILD): // nothing left
 			return
 		}
-		reapDescendants() // children alive: a stray outside the group, or one still dying
+		reapDescendants() // children alive (a stray outside the group, or one still dying), or an error: the walk decides
 		return
 	}
 }
