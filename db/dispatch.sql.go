@@ -1123,8 +1123,13 @@ ev AS (
                'detail', CASE WHEN $1::text = 'reject' THEN $7::text END))
     FROM run JOIN cur ON cur.run_id = run.run_id, obs
 )
-SELECT tg.offer_id::uuid AS offer_id, (done.offer_id IS NOT NULL)::boolean AS requeued
+SELECT tg.offer_id::uuid AS offer_id, (done.offer_id IS NOT NULL)::boolean AS requeued,
+       (done.offer_id IS NULL AND r.state = 'dispatching'
+        AND r.run_id NOT IN (SELECT run_id FROM run_lock))::boolean AS busy
 FROM target tg
+JOIN control_core.dispatch_offers o ON o.offer_id = tg.offer_id
+JOIN control_core.attempts a ON a.attempt_id = o.attempt_id
+JOIN control_core.runs r ON r.run_id = a.run_id
 LEFT JOIN (SELECT cur.offer_id FROM cur JOIN run ON run.run_id = cur.run_id JOIN off ON off.offer_id = cur.offer_id) done
   ON done.offer_id = tg.offer_id
 `
@@ -1142,6 +1147,7 @@ type RequeueOffersParams struct {
 type RequeueOffersRow struct {
 	OfferID  uuid.UUID `json:"offer_id"`
 	Requeued bool      `json:"requeued"`
+	Busy     bool      `json:"busy"`
 }
 
 // R (mode 'reject': T, S live, O, C), X (mode 'expire': offers past their expiry, up to
@@ -1149,9 +1155,11 @@ type RequeueOffersRow struct {
 // session's offers). The offer ends (rejected or expired), the Attempt is claimed again with its
 // dispatch fields cleared, the Run is queued again; event run.queued with the reason. Runs are
 // locked SKIP LOCKED: the statement never waits, and an offer whose Run another transaction holds
-// is skipped. One row per offer it targeted (still offered in its snapshot), requeued or skipped:
-// X leaves a skipped offer to a later sweep; the store tries W's and D's skipped offers again, by
-// their ids in mode 'withdraw' (Store.withdraw), so a busy Run does not wait for X.
+// is skipped. One row per offer it targeted (still offered in its snapshot): requeued, or busy
+// (not requeued because its Run, dispatching in the snapshot, was locked by another transaction;
+// a reject whose callback token does not match is neither): X leaves a busy offer to a later
+// sweep; the store tries W's, D's and R's busy offers again (Store.withdraw), so a busy Run does
+// not wait for X.
 func (q *Queries) RequeueOffers(ctx context.Context, arg RequeueOffersParams) ([]RequeueOffersRow, error) {
 	rows, err := q.db.Query(ctx, requeueOffers,
 		arg.Mode,
@@ -1169,7 +1177,7 @@ func (q *Queries) RequeueOffers(ctx context.Context, arg RequeueOffersParams) ([
 	items := []RequeueOffersRow{}
 	for rows.Next() {
 		var i RequeueOffersRow
-		if err := rows.Scan(&i.OfferID, &i.Requeued); err != nil {
+		if err := rows.Scan(&i.OfferID, &i.Requeued, &i.Busy); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

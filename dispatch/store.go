@@ -430,9 +430,10 @@ func (s *Store) requeue(ctx context.Context, what string, p db.RequeueOffersPara
 	})
 	n, skipped := 0, []uuid.UUID(nil)
 	for _, r := range rows {
-		if r.Requeued {
+		switch {
+		case r.Requeued:
 			n++
-		} else {
+		case r.Busy:
 			skipped = append(skipped, r.OfferID)
 		}
 	}

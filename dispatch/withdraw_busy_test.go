@@ -259,3 +259,27 @@ func TestARejectionTriesAgainWhenItsRunWasLocked(t *testing.T) {
 		})
 	}
 }
+
+// A rejection that is refused (a callback token that is not the offer's) is answered at once by
+// its fence, never taken for a locked Run: no statement is tried again and it is not ErrBusy
+// (503, which the worker would send again and again). The offer stays offered, the Run with it.
+func TestARefusedRejectionIsNotTriedAgain(t *testing.T) {
+	f := newFx(t)
+	run := f.queue("p", 1)[0]
+	c := f.token("w")
+	s := f.session(c, 1, nil)
+	o := f.place(c, s, 1)[0]
+	tries := 0
+	f.store.OnWithdrawSkipped(func(int, []uuid.UUID) { tries++ })
+	wrong, _, err := dispatch.NewCallbackToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.store.Reject(bg, c, o.OfferID, s.ID, wrong, "no room")
+	if err == nil || errors.Is(err, dispatch.ErrBusy) || tries != 0 {
+		t.Fatalf("Reject with another callback token: %v after %d statements tried again; want its fence's error at once", err, tries)
+	}
+	if got := f.state(run); !strings.HasPrefix(got, "dispatching/dispatching/offered/-/") {
+		t.Errorf("Run %s after a refused rejection; want its offer as it was", got)
+	}
+}

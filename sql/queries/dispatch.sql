@@ -324,9 +324,11 @@ WHERE o.offer_id = @offer_id::uuid AND o.state = 'acked' AND o.worker_session_id
 -- session's offers). The offer ends (rejected or expired), the Attempt is claimed again with its
 -- dispatch fields cleared, the Run is queued again; event run.queued with the reason. Runs are
 -- locked SKIP LOCKED: the statement never waits, and an offer whose Run another transaction holds
--- is skipped. One row per offer it targeted (still offered in its snapshot), requeued or skipped:
--- X leaves a skipped offer to a later sweep; the store tries W's and D's skipped offers again, by
--- their ids in mode 'withdraw' (Store.withdraw), so a busy Run does not wait for X.
+-- is skipped. One row per offer it targeted (still offered in its snapshot): requeued, or busy
+-- (not requeued because its Run, dispatching in the snapshot, was locked by another transaction;
+-- a reject whose callback token does not match is neither): X leaves a busy offer to a later
+-- sweep; the store tries W's, D's and R's busy offers again (Store.withdraw), so a busy Run does
+-- not wait for X.
 WITH obs AS (SELECT control_core.db_now_ms() AS now_ms),
 target AS (
     (SELECT o.offer_id FROM control_core.dispatch_offers o, obs
@@ -398,8 +400,13 @@ ev AS (
                'detail', CASE WHEN @mode::text = 'reject' THEN @detail::text END))
     FROM run JOIN cur ON cur.run_id = run.run_id, obs
 )
-SELECT tg.offer_id::uuid AS offer_id, (done.offer_id IS NOT NULL)::boolean AS requeued
+SELECT tg.offer_id::uuid AS offer_id, (done.offer_id IS NOT NULL)::boolean AS requeued,
+       (done.offer_id IS NULL AND r.state = 'dispatching'
+        AND r.run_id NOT IN (SELECT run_id FROM run_lock))::boolean AS busy
 FROM target tg
+JOIN control_core.dispatch_offers o ON o.offer_id = tg.offer_id
+JOIN control_core.attempts a ON a.attempt_id = o.attempt_id
+JOIN control_core.runs r ON r.run_id = a.run_id
 LEFT JOIN (SELECT cur.offer_id FROM cur JOIN run ON run.run_id = cur.run_id JOIN off ON off.offer_id = cur.offer_id) done
   ON done.offer_id = tg.offer_id;
 
