@@ -1,17 +1,13 @@
 # The two set-up commands of the README: `make demo` and `make test`.
 SQLC := go tool -modfile=tools/go.mod sqlc
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
-# The binaries as deploy/Dockerfile ships them: static, no cgo (a job's per-Run supervisor is
-# this qlworker re-executed, so its start is on every Run's path: ~1 ms less without the dynamic
-# loader). The benches measure these.
-GOBUILD := CGO_ENABLED=0 go build
 
 .PHONY: all build generate check-generated lint test test-matrix demo
 
 all: lint test
 
 build:
-	$(GOBUILD) -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/...
 
 # Regenerate db/ from sql/ (sqlc v1.31.1, pinned in tools/go.mod).
 generate:
@@ -141,7 +137,7 @@ PEER_DURATION ?= 5m
 PEER_SEED ?= 0
 PEER_SYSTEMS ?= qlsched-default,qlsched-grace,qlsched,river
 peer-chaos:
-	$(GOBUILD) -o bin/qlsched ./cmd/qlsched
+	go build -o bin/qlsched ./cmd/qlsched
 	cd bench/river && go run . chaos --qlsched ../../bin/qlsched --jobs $(PEER_JOBS) --replicas $(PEER_REPLICAS) \
 	  --duration $(PEER_DURATION) --seed $(PEER_SEED) --systems $(PEER_SYSTEMS)
 
@@ -156,14 +152,14 @@ PEER_LOOP_JOBS ?= 10
 PEER_LOOP_DURATION ?= 45s
 PEER_LOOP_SEED ?= 22
 peer-chaos-loop:
-	$(GOBUILD) -o bin/qlsched ./cmd/qlsched
-	$(GOBUILD) -o bin/qlworker ./cmd/qlworker
+	go build -o bin/qlsched ./cmd/qlsched
+	go build -o bin/qlworker ./cmd/qlworker
 	cd bench/river && go run . chaos --qlsched ../../bin/qlsched --qlworker ../../bin/qlworker --jobs $(PEER_LOOP_JOBS) \
 	  --replicas $(PEER_REPLICAS) --duration $(PEER_LOOP_DURATION) --seed $(PEER_LOOP_SEED) --systems river-exec,qlsched-loop
 
 bench:
 	scripts/bench-pooler.sh --check # its last part, before the long runs
-	$(GOBUILD) -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/...
 	bin/qlbench --scenario backlog --triggers 10000 --replicas 4 --budget 256 --cadence 10ms --duration 30s
 	bin/qlbench --scenario steady --triggers 1000 --replicas 2 --budget 16 --cadence 1s --duration 65s
 	bin/qlbench --scenario backlog --every second --triggers 20000 --replicas 4 --budget 256 --cadence 10ms --admit-batch 128 --duration 20s
@@ -187,7 +183,7 @@ LOOP_CAPACITY ?= 4
 LOOP_DURATION ?= 40s
 LOOP_CEILING ?= 1000
 bench-loop:
-	$(GOBUILD) -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/...
 	bin/qlbench --scenario loop --triggers $(LOOP_TRIGGERS) --dispatchers $(LOOP_DISPATCHERS) --workers $(LOOP_WORKERS) \
 	  --capacity $(LOOP_CAPACITY) --duration $(LOOP_DURATION) --ceiling-runs $(LOOP_CEILING) --format json > bin/bench-loop.json
 	cd bench/river && go run . loop --jobs $(LOOP_TRIGGERS) --workers $(LOOP_WORKERS) --capacity $(LOOP_CAPACITY) \
@@ -197,7 +193,7 @@ bench-loop:
 # goes"), without the ceiling or River: LOOP_TRIGGERS=5 LOOP_DURATION=65s gives ≥ 300 Runs; each
 # Run's times go to bin/bench-loop-runs.tsv (--segments-file).
 bench-loop-segments:
-	$(GOBUILD) -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/...
 	bin/qlbench --scenario loop --triggers $(LOOP_TRIGGERS) --dispatchers $(LOOP_DISPATCHERS) --workers $(LOOP_WORKERS) \
 	  --capacity $(LOOP_CAPACITY) --duration $(LOOP_DURATION) --ceiling-runs 0 --segments-file bin/bench-loop-runs.tsv
 
@@ -208,7 +204,7 @@ bench-loop-segments:
 # burst (single mode at 50,000 takes longer than the minute between bursts here).
 BURST_FLAGS ?= --bursts 2 --budget 256 --cadence 10ms
 bench-burst:
-	$(GOBUILD) -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/...
 	bin/qlbench --scenario burst --triggers 10000 --replicas 1 $(BURST_FLAGS) --duration 1m
 	bin/qlbench --scenario burst --triggers 10000 --replicas 4 $(BURST_FLAGS) --duration 1m
 	bin/qlbench --scenario burst --triggers 10000 --replicas 1 $(BURST_FLAGS) --admit-batch 128 --duration 1m
@@ -227,13 +223,13 @@ bench-burst:
 # TestScaleReadsDoNotGrowWithHistory (internal/app/bench), which make test runs.
 SCALE_FLAGS ?= --samples 5 --init-wait 4m
 bench-scale:
-	$(GOBUILD) -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/...
 	bin/qlbench --scenario scale $(SCALE_FLAGS)
 
 # The replica-count curve of docs/operations.md (Sizing): the same backlog with 1, 2, 4 and 8
 # in-process replicas, single and batch admission, each against its ceiling of the same run.
 bench-replicas:
-	$(GOBUILD) -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/...
 	for r in 1 2 4 8; do bin/qlbench --scenario backlog --triggers 10000 --replicas $$r --budget 256 --cadence 10ms --duration 20s || exit 1; done
 	for r in 1 2 4 8; do bin/qlbench --scenario backlog --every second --triggers 20000 --replicas $$r --budget 256 --cadence 10ms --admit-batch 128 --duration 15s || exit 1; done
 
@@ -246,7 +242,7 @@ bench-replicas:
 PROC_PAIRS ?= 2
 PROC_FLAGS ?= --scenario backlog --every second --triggers 20000 --replicas 2 --budget 256 --cadence 10ms --admit-batch 128 --duration 20s
 bench-processes:
-	$(GOBUILD) -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/...
 	for i in $$(seq $(PROC_PAIRS)); do for kind in in-process processes; do \
 	  flags="$(PROC_FLAGS)"; [ $$kind = processes ] && flags="$$flags --processes"; \
 	  [ -n "$(PROC_PROFILE)" ] && mkdir -p $(PROC_PROFILE)/$$i-$$kind && flags="$$flags --cpu-profile $(PROC_PROFILE)/$$i-$$kind"; \
@@ -260,8 +256,8 @@ bench-processes:
 BASE_REF ?= main
 AB_PAIRS ?= 1
 bench-processes-ab:
-	$(GOBUILD) -o bin/ ./cmd/...
-	base=$$(mktemp -d) && git archive $(BASE_REF) | tar -x -C $$base && (cd $$base && $(GOBUILD) -o bin/ ./cmd/...) && \
+	go build -o bin/ ./cmd/...
+	base=$$(mktemp -d) && git archive $(BASE_REF) | tar -x -C $$base && (cd $$base && go build -o bin/ ./cmd/...) && \
 	  AB_PAIRS=$(AB_PAIRS) PROC_FLAGS="$(PROC_FLAGS)" scripts/bench-processes-ab.sh $$base/bin bin; rc=$$?; rm -rf $$base; exit $$rc
 
 # The bench through PgBouncer against direct, in one sitting (docs/performance.md, Through
