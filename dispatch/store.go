@@ -447,11 +447,11 @@ func (s *Store) requeue(ctx context.Context, what string, p db.RequeueOffersPara
 // sweep (X), a rejection is answered ErrBusy.
 const withdrawTries = 5
 
-// withdraw runs RequeueOffers in mode p.Mode ('withdraw', 'drain' or 'reject') and tries the
-// offers it skipped again, exactly those (a withdrawal's in mode 'withdraw' with their ids, a
-// rejection's as it was), until none is skipped, withdrawTries statements ran, or ctx ends. An
-// offer answered or expired meanwhile is no longer targeted, so it ends the tries too. It returns
-// how many offers it requeued and the ones still skipped after the last try.
+// withdraw runs RequeueOffers in mode p.Mode ('withdraw', 'drain' or 'reject') and runs it again,
+// as it was, while it skipped busy offers, until withdrawTries statements ran or ctx ends: an
+// offer requeued, answered or expired meanwhile is no longer targeted, so each try reaches only
+// what is still offered. It returns how many offers it requeued and the ones still skipped after
+// the last try.
 func (s *Store) withdraw(ctx context.Context, what string, p db.RequeueOffersParams) (int, []uuid.UUID, error) {
 	withdrawn := 0
 	for try := 1; ; try++ {
@@ -470,9 +470,6 @@ func (s *Store) withdraw(ctx context.Context, what string, p db.RequeueOffersPar
 		case <-ctx.Done():
 			return withdrawn, skipped, ctx.Err()
 		case <-time.After(time.Duration(10<<(try-1)) * time.Millisecond):
-		}
-		if p.Mode != "reject" {
-			p = db.RequeueOffersParams{Mode: "withdraw", OfferIds: skipped}
 		}
 	}
 }
