@@ -38,6 +38,15 @@ func (f *fx) lockRun(run uuid.UUID) (release func()) {
 	return release
 }
 
+// oneOffer queues one Run and offers it to a new session of one slot.
+func (f *fx) oneOffer() (uuid.UUID, dispatch.Credential, dispatch.Session, dispatch.Offer) {
+	f.t.Helper()
+	run := f.queue("p", 1)[0]
+	c := f.token("w")
+	s := f.session(c, 1, nil)
+	return run, c, s, f.place(c, s, 1)[0]
+}
+
 // A withdrawal of an undelivered offer whose Run another transaction holds locked at that moment
 // is tried again once the lock is gone: the offer is withdrawn and the Run queued at once. It
 // was once skipped for good (SKIP LOCKED, 0 withdrawn, and the placer ignored the count): the
@@ -56,10 +65,7 @@ func TestAWithdrawalTriesAgainTheOffersWhoseRunWasLocked(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFx(t)
-			run := f.queue("p", 1)[0]
-			c := f.token("w")
-			s := f.session(c, 1, nil)
-			o := f.place(c, s, 1)[0]
+			run, c, s, o := f.oneOffer()
 			var release func()
 			if tc.name == "row lock" {
 				release = f.lockRun(run)
@@ -141,10 +147,7 @@ func TestADrainTriesAgainTheOffersWhoseRunWasLocked(t *testing.T) {
 func TestAWithdrawalOfALockedRunGivesUpAfterItsTries(t *testing.T) {
 	t.Run("locked throughout", func(t *testing.T) {
 		f := newFx(t)
-		run := f.queue("p", 1)[0]
-		c := f.token("w")
-		s := f.session(c, 1, nil)
-		o := f.place(c, s, 1)[0]
+		run, _, _, o := f.oneOffer()
 		release := f.lockRun(run)
 		tries := 0
 		f.store.OnWithdrawSkipped(func(int, []uuid.UUID) { tries++ })
@@ -164,10 +167,7 @@ func TestAWithdrawalOfALockedRunGivesUpAfterItsTries(t *testing.T) {
 	})
 	t.Run("context ends", func(t *testing.T) {
 		f := newFx(t)
-		run := f.queue("p", 1)[0]
-		c := f.token("w")
-		s := f.session(c, 1, nil)
-		o := f.place(c, s, 1)[0]
+		run, _, _, o := f.oneOffer()
 		f.lockRun(run)
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()
@@ -228,10 +228,7 @@ func TestARejectionTriesAgainWhenItsRunWasLocked(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFx(t)
-			run := f.queue("p", 1)[0]
-			c := f.token("w")
-			s := f.session(c, 1, nil)
-			o := f.place(c, s, 1)[0]
+			run, c, s, o := f.oneOffer()
 			release := f.lockRun(run)
 			tries := 0
 			f.store.OnWithdrawSkipped(func(int, []uuid.UUID) {
@@ -265,10 +262,7 @@ func TestARejectionTriesAgainWhenItsRunWasLocked(t *testing.T) {
 // (503, which the worker would send again and again). The offer stays offered, the Run with it.
 func TestARefusedRejectionIsNotTriedAgain(t *testing.T) {
 	f := newFx(t)
-	run := f.queue("p", 1)[0]
-	c := f.token("w")
-	s := f.session(c, 1, nil)
-	o := f.place(c, s, 1)[0]
+	run, c, s, o := f.oneOffer()
 	tries := 0
 	f.store.OnWithdrawSkipped(func(int, []uuid.UUID) { tries++ })
 	wrong, _, err := dispatch.NewCallbackToken()
