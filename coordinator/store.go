@@ -410,25 +410,54 @@ func (s *Store) wakeDispatchers(written []*Admitted) {
 	}
 }
 
-// sendWake sends one wake-up: one round trip, behind a pooler too (the pipeline's implicit
-// transaction).
-func (s *Store) sendWake(ctx context.Context) error {
+// sendWake sends one wake-up, one round trip behind a pooler too (the pipeline's implicit
+// transaction), unless no worker session is active (wakeWanted): then it sends nothing and
+// returns false. In a deployment that admits with no dispatcher at work, that is a third of an
+// admission's transactions (claim, admit, wake-up) saved, which behind a transaction pooler
+// share its few server connections.
+func (s *Store) sendWake(ctx context.Context) (bool, error) {
+	if !s.wakeWanted(ctx) {
+		return false, nil
+	}
 	tx := newPipeline(s.db, implicitTx, hotSettings)
 	err := db.New(tx).WakeOnAdmit(ctx)
 	if cerr := tx.commit(); err == nil {
 		err = cerr
 	}
-	return err
+	return true, err
+}
+
+// wakeRecheck is how long the sender trusts its last reading of whether a worker session is
+// active. Skipping costs nothing a Run waits for: a session's first poll starts a placement pass
+// that finds every Run queued meanwhile, and the Runs admitted in the wakeRecheck after it are
+// found by the dispatchers' --placement-interval probe while their polls wait.
+const wakeRecheck = 5 * time.Second
+
+// wakeWanted reads WakeWanted at most once per wakeRecheck (in the sender goroutine only). A
+// reading that fails counts as wanted: a wake-up too many costs one round trip.
+func (s *Store) wakeWanted(ctx context.Context) bool {
+	w := &s.wake
+	if now := time.Now(); w.checkedAt.IsZero() || now.Sub(w.checkedAt) >= wakeRecheck {
+		tx := newPipeline(s.db, implicitTx, hotSettings)
+		wanted, err := db.New(tx).WakeWanted(ctx)
+		if cerr := tx.commit(); err == nil {
+			err = cerr
+		}
+		w.checkedAt, w.wanted = now, err != nil || wanted
+	}
+	return w.wanted
 }
 
 // WakeStats counts the dispatchers' wake-ups: Marked admits that wrote (each asks for one),
-// Sent notifications committed, Failed notifications dropped. Marked - Sent - Failed admits were
-// coalesced into another's notification (or are pending).
-type WakeStats struct{ Marked, Sent, Failed int64 }
+// Sent notifications committed, Failed notifications dropped, Skipped wake-ups not sent because
+// no worker session was active. Marked - Sent - Failed - Skipped admits were coalesced into
+// another's (or are pending).
+type WakeStats struct{ Marked, Sent, Failed, Skipped int64 }
 
 // WakeStats reads the wake-up counters.
 func (s *Store) WakeStats() WakeStats {
-	return WakeStats{Marked: s.wake.marked.Load(), Sent: s.wake.sent.Load(), Failed: s.wake.failed.Load()}
+	return WakeStats{Marked: s.wake.marked.Load(), Sent: s.wake.sent.Load(), Failed: s.wake.failed.Load(),
+		Skipped: s.wake.skipped.Load()}
 }
 
 // Close ends the wake-up sender: the admits after it wake no dispatcher; one pending is still
@@ -450,12 +479,15 @@ type wakes struct {
 	cancel  context.CancelFunc
 	// beforeSend, when set (tests only), runs in the sender before each notification.
 	beforeSend func()
+	// the sender's last reading of WakeWanted (sender goroutine only: one runs at a time)
+	checkedAt time.Time
+	wanted    bool
 
-	marked, sent, failed atomic.Int64
+	marked, sent, failed, skipped atomic.Int64
 }
 
 // mark asks for one wake-up after the admit that committed: it never blocks on the database.
-func (w *wakes) mark(send func(context.Context) error) {
+func (w *wakes) mark(send func(context.Context) (bool, error)) {
 	w.marked.Add(1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -472,7 +504,7 @@ func (w *wakes) mark(send func(context.Context) error) {
 
 // run sends one notification for every mark taken, until no mark is pending: a mark set while a
 // notification is in flight is sent after it (the mark is taken before the send).
-func (w *wakes) run(send func(context.Context) error) {
+func (w *wakes) run(send func(context.Context) (bool, error)) {
 	defer w.sender.Done()
 	for {
 		w.mu.Lock()
@@ -486,10 +518,13 @@ func (w *wakes) run(send func(context.Context) error) {
 		if w.beforeSend != nil {
 			w.beforeSend()
 		}
-		if err := send(w.ctx); err != nil {
+		switch sent, err := send(w.ctx); {
+		case err != nil:
 			w.failed.Add(1)
-		} else {
+		case sent:
 			w.sent.Add(1)
+		default:
+			w.skipped.Add(1)
 		}
 	}
 }

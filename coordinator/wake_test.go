@@ -20,6 +20,7 @@ func TestAdmitNotifiesTheDispatchersOnlyWhenItWrote(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f, s := dueFixture(t, time.Second, "a", "b")
+	f.d.WorkerSession(t, "active", 30_000)
 	conn, err := pgx.Connect(ctx, f.d.URL("ql_runtime"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +84,17 @@ func TestAdmitDoesNotDependOnItsWakeUp(t *testing.T) {
 	}
 }
 
-// listen connects as the runtime role and LISTENs on the dispatchers' channel; next waits for
-// the next notification's payload (failing the test after 10 s).
+// listen starts an active worker session (a dispatcher with somebody to place for: the sender
+// sends nothing without one) and listenOnly.
 func listen(t *testing.T, f *fixture) (next func() string) {
+	t.Helper()
+	f.d.WorkerSession(t, "active", 30_000)
+	return listenOnly(t, f)
+}
+
+// listenOnly connects as the runtime role and LISTENs on the dispatchers' channel; next waits
+// for the next notification's payload (failing the test after 10 s).
+func listenOnly(t *testing.T, f *fixture) (next func() string) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, f.d.URL("ql_runtime"))
@@ -275,4 +284,70 @@ func waitSenderIdle(t *testing.T, s *Store) {
 		defer s.wake.mu.Unlock()
 		return !s.wake.running
 	})
+}
+
+// The sender sends a wake-up only while a worker session is active and unexpired (WakeWanted):
+// with none, a placement pass would find no poll to answer, and a session's first poll starts
+// a pass of its own. It reads that at most once per wakeRecheck: a session that appears within
+// it is seen at the next reading.
+func TestWakeUpOnlyWhileAWorkerSessionIsActive(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		state   string // "": no session
+		expires int64  // ms after now
+		sent    bool
+	}{
+		{"no session", "", 0, false},
+		{"active", "active", 30_000, true},
+		{"active, expired", "active", -1, false},
+		{"draining", "draining", 30_000, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f, s := dueFixture(t, time.Second, "a", "b", "c")
+			if c.state != "" {
+				f.d.WorkerSession(t, c.state, c.expires)
+			}
+			next := listenOnly(t, f)
+			admitOneByOne(t, s, 1)
+			waitSenderIdle(t, s)
+			want := WakeStats{Marked: 1, Skipped: 1}
+			if c.sent {
+				want = WakeStats{Marked: 1, Sent: 1}
+				if p := next(); p != "" {
+					t.Fatalf("payload %q, want empty", p)
+				}
+			}
+			if st := s.WakeStats(); st != want {
+				t.Fatalf("%+v, want %+v", st, want)
+			}
+			f.exec(`SELECT pg_notify('qlsched_runs_queued', 'sentinel')`)
+			if p := next(); p != "sentinel" {
+				t.Fatalf("notification %q, want only the sentinel", p)
+			}
+			if c.sent {
+				return
+			}
+			// a session that appears is not seen before the reading is wakeRecheck old ...
+			f.d.WorkerSession(t, "active", 30_000)
+			admitOneByOne(t, s, 1)
+			waitSenderIdle(t, s)
+			if st := s.WakeStats(); st != (WakeStats{Marked: 2, Skipped: 2}) {
+				t.Fatalf("within wakeRecheck of the reading: %+v, want 2 marked, 2 skipped", st)
+			}
+			// ... and is seen once it is
+			s.wake.mu.Lock()
+			s.wake.checkedAt = s.wake.checkedAt.Add(-wakeRecheck)
+			s.wake.mu.Unlock()
+			admitOneByOne(t, s, 1)
+			if p := next(); p != "" {
+				t.Fatalf("payload %q, want empty", p)
+			}
+			waitSenderIdle(t, s)
+			if st := s.WakeStats(); st != (WakeStats{Marked: 3, Sent: 1, Skipped: 2}) {
+				t.Fatalf("after wakeRecheck: %+v, want 3 marked, 1 sent, 2 skipped", st)
+			}
+		})
+	}
 }

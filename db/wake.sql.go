@@ -32,3 +32,22 @@ func (q *Queries) WakeOnAdmit(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, wakeOnAdmit)
 	return err
 }
+
+const wakeWanted = `-- name: WakeWanted :one
+SELECT EXISTS (
+    SELECT 1 FROM control_core.worker_sessions s
+    WHERE s.state = 'active' AND s.expires_at_ms > control_core.db_now_ms()
+) AS wanted
+`
+
+// Whether a dispatcher has anybody to place for: an active, unexpired worker session (one range
+// of worker_sessions_live_expiry_idx). The coordinator.Store's sender reads it at most every
+// wakeRecheck and sends no wake-up while it is false: a placement pass with no poll waiting
+// does nothing, and a session's first poll starts a pass of its own, which finds every Run
+// admitted meanwhile (docs/dispatch.md, "Waking the placer").
+func (q *Queries) WakeWanted(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, wakeWanted)
+	var wanted bool
+	err := row.Scan(&wanted)
+	return wanted, err
+}

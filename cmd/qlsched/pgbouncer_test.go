@@ -35,7 +35,9 @@ func TestRunThroughPgBouncerAdmitsOnce(t *testing.T) {
 				[]string{"project", "create", "--project", "p"},
 				[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
 				[]string{"trigger", "publish", "--project", "p", "--trigger", "every-second", "--task", "k", "--cron", "* * * * * *"})
-			// the admits' wake-up reaches a dispatcher listening straight on PostgreSQL
+			// the admits' wake-up reaches a dispatcher listening straight on PostgreSQL (sent while
+			// a worker session is active)
+			d.WorkerSession(t, "active", 600_000)
 			listener, err := pgx.Connect(context.Background(), d.URL("ql_runtime"))
 			if err != nil {
 				t.Fatal(err)

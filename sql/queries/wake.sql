@@ -15,3 +15,14 @@
 -- notification lost to a crash costs at most one probe interval. One notification, empty
 -- payload; it works through PgBouncer transaction pooling (the LISTEN side does not).
 SELECT set_config('synchronous_commit', 'off', true), pg_notify('qlsched_runs_queued', '');
+
+-- name: WakeWanted :one
+-- Whether a dispatcher has anybody to place for: an active, unexpired worker session (one range
+-- of worker_sessions_live_expiry_idx). The coordinator.Store's sender reads it at most every
+-- wakeRecheck and sends no wake-up while it is false: a placement pass with no poll waiting
+-- does nothing, and a session's first poll starts a pass of its own, which finds every Run
+-- admitted meanwhile (docs/dispatch.md, "Waking the placer").
+SELECT EXISTS (
+    SELECT 1 FROM control_core.worker_sessions s
+    WHERE s.state = 'active' AND s.expires_at_ms > control_core.db_now_ms()
+) AS wanted;

@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -565,6 +566,23 @@ func (d *DB) Exec(t testing.TB, sql string, args ...any) {
 	if _, err := conn.Exec(ctx, sql, args...); err != nil {
 		t.Fatalf("exec %q: %v", firstLine(sql), err)
 	}
+}
+
+// WorkerSession inserts a worker token and a worker session in state (active, draining)
+// expiring expiresInMs after the database's now (negative: already expired), as a
+// dispatcher registers one: the scheduler wakes the dispatchers only while a session is active
+// (sql/queries/wake.sql, WakeWanted). It returns the session's id.
+func (d *DB) WorkerSession(t testing.TB, state string, expiresInMs int64) string {
+	t.Helper()
+	id := uuid.NewString()
+	d.Exec(t, `WITH tok AS (
+		INSERT INTO control_core.worker_tokens (worker_token_id, name, token_hash)
+		VALUES (gen_random_uuid(), 'w-'||$1::text, encode(sha256($1::text::bytea), 'hex')) RETURNING worker_token_id)
+	INSERT INTO control_core.worker_sessions (worker_session_id, worker_id, state, capacity, heartbeat_at_ms,
+		expires_at_ms, created_at_ms, worker_token_id, protocol)
+	SELECT $1::uuid, 'w-'||$1::text, $2, 4, control_core.db_now_ms() - 60000,
+		control_core.db_now_ms() + $3::bigint, control_core.db_now_ms() - 60000, worker_token_id, 1 FROM tok`, id, state, expiresInMs)
+	return id
 }
 
 func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
