@@ -389,9 +389,10 @@ func (h *Handler) Run(ctx context.Context, job worker.Job) worker.Result {
 }
 
 // handOver gives the job's message to a supervisor: an idle one of the pool, else one started
-// for it (also when the idle one is gone or refuses the message). It returns once the
-// supervisor accepted the message, or ctx ended, or the on-demand supervisor ended (its result
-// then tells why).
+// for it (also when the idle one is gone, refuses the message, or ends before it acknowledged
+// it: it started nothing). With an idle one it returns once that one acknowledged the message
+// ("spec" on its status pipe) or ctx ended; with one started for the job, once the message is
+// written (what that supervisor then does is the job's result, as before the pool).
 func (h *Handler) handOver(ctx context.Context, msg []byte) (*supProc, *statusReader, error) {
 	var p *supProc
 	pooled := false
