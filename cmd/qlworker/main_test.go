@@ -17,6 +17,7 @@ import (
 
 	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 	"github.com/qlcontrol/controlcore/internal/testkit/testbin"
+	"github.com/qlcontrol/controlcore/worker/process"
 	"github.com/qlcontrol/controlcore/workerproto"
 )
 
@@ -217,8 +218,8 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// fakeDispatcher serves protocol v1 minimally: one session, one offer of spec, leases renewed.
-// It returns its URL and the completions it received.
+// fakeDispatcher serves protocol v1 minimally: one session, one offer of spec (none if spec is
+// empty), leases renewed. It returns its URL and the completions it received.
 func fakeDispatcher(t *testing.T, spec string) (string, func() []workerproto.CompleteRequest) {
 	var (
 		mu        sync.Mutex
@@ -236,7 +237,7 @@ func fakeDispatcher(t *testing.T, spec string) (string, func() []workerproto.Com
 	})
 	mux.HandleFunc("POST /v1/sessions/s1/poll", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		first := !offered
+		first := !offered && spec != ""
 		offered = true
 		mu.Unlock()
 		resp := workerproto.PollResponse{Offers: []workerproto.Offer{}}
@@ -300,8 +301,8 @@ func treeSpec(t *testing.T, timeout string) (spec, childFile, grandchildFile str
 	return string(b), childFile, grandchildFile
 }
 
-func startWorker(t *testing.T, url string) (*exec.Cmd, func() string) {
-	cmd := exec.Command(testbin.Command(t, "qlworker"), "--dispatcher", url, "--token-file", tokenFile(t, token, 0o600), "--name", "w1")
+func startWorker(t *testing.T, url string, args ...string) (*exec.Cmd, func() string) {
+	cmd := exec.Command(testbin.Command(t, "qlworker"), append([]string{"--dispatcher", url, "--token-file", tokenFile(t, token, 0o600), "--name", "w1"}, args...)...)
 	var mu sync.Mutex
 	var stderr strings.Builder
 	cmd.Stderr = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return stderr.Write(p) })
@@ -382,4 +383,64 @@ func leakedPiece(text string) string {
 		}
 	}
 	return ""
+}
+
+// supervisorsOf are the pids of parent's children that run as job supervisors.
+func supervisorsOf(parent int) []int {
+	names, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, name := range names {
+		stat, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
+			continue
+		}
+		dir := filepath.Dir(name)
+		if argv, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil && strings.Contains(string(argv), process.SupervisorCommand) {
+			pid, _ := strconv.Atoi(filepath.Base(dir))
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// qlworker keeps min(capacity, 4) job supervisors started and idle; when it ends, by SIGKILL or
+// by a drain, none of them is left running (Pdeathsig; Close after the drain).
+func TestIdleSupervisorsEndWithTheWorker(t *testing.T) {
+	cases := []struct {
+		name string
+		sig  syscall.Signal
+	}{{"SIGKILL", syscall.SIGKILL}, {"SIGTERM (drain)", syscall.SIGTERM}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url, _ := fakeDispatcher(t, "")
+			cmd, logs := startWorker(t, url, "--capacity", "8")
+			var idle []int
+			eventually.True(t, 20*time.Second, "4 idle supervisors", func() bool {
+				idle = supervisorsOf(cmd.Process.Pid)
+				return len(idle) == 4
+			})
+			for _, pid := range idle {
+				t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // a failed test leaves nothing running
+			}
+			if err := cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.Wait()
+			if tc.sig == syscall.SIGTERM && err != nil {
+				t.Fatalf("qlworker after SIGTERM: %v\n%s", err, logs())
+			}
+			eventually.True(t, 10*time.Second, "the idle supervisors to die with qlworker", func() bool {
+				for _, pid := range idle {
+					if alive(pid) {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
 }

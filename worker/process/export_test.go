@@ -1,0 +1,36 @@
+package process
+
+import "time"
+
+// NewHandlerQuiet is NewHandler with another quiet period before a refill.
+func NewHandlerQuiet(opts Options, quiet time.Duration) *Handler { return newHandler(opts, quiet) }
+
+// PoolSize is how many idle supervisors the handler keeps (0: no pool).
+func (h *Handler) PoolSize() int {
+	if h.pool == nil {
+		return 0
+	}
+	return h.pool.size
+}
+
+// IdlePids are the pids of the pool's idle supervisors, a dead one not yet dropped included.
+func (h *Handler) IdlePids() []int {
+	if h.pool == nil {
+		return nil
+	}
+	h.pool.mu.Lock()
+	defer h.pool.mu.Unlock()
+	pids := make([]int, 0, len(h.pool.idle))
+	for _, s := range h.pool.idle {
+		pids = append(pids, s.cmd.Process.Pid)
+	}
+	return pids
+}
+
+// Served is how many jobs an idle supervisor of the pool ran, and how many one started for them.
+func (h *Handler) Served() (pooled, onDemand int64) {
+	if h.pool == nil {
+		return 0, 0
+	}
+	return h.pool.pooled.Load(), h.pool.onDemand.Load()
+}
