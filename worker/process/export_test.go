@@ -34,3 +34,13 @@ func (h *Handler) Served() (pooled, onDemand int64) {
 	}
 	return h.pool.pooled.Load(), h.pool.onDemand.Load()
 }
+
+// EndBeforeTheAck makes the handler wait, after it sent an idle supervisor its job, until that
+// supervisor has ended and its status pipe is read to its end, before it looks at the
+// acknowledgement: a short job is then over, "spec" and the pipe's end both seen.
+func (h *Handler) EndBeforeTheAck() {
+	h.beforeAck = func(p *supProc, st *statusReader) {
+		<-p.exited
+		<-st.done
+	}
+}

@@ -352,3 +352,26 @@ func readAll(f *os.File) (string, error) {
 	_, err := b.ReadFrom(f)
 	return b.String(), err
 }
+
+// An idle supervisor that accepted its job may run it to the end before the handler looks at its
+// acknowledgement: the acknowledgement and the end of its status pipe are then both there. It ran
+// the job, which must not start a second time on a supervisor started for it. Each round has the
+// same one-in-two chance to take the end first, so a handler that does runs the job twice in
+// one of the rounds.
+func TestAnIdleSupervisorThatRanItsJobBeforeTheAckRunsItOnce(t *testing.T) {
+	for round := range 12 {
+		h := pooledHandler(t, 1, never)
+		h.EndBeforeTheAck()
+		waitIdle(t, h, 1)
+		ran := filepath.Join(t.TempDir(), "ran")
+		res := h.Run(context.Background(), job(t, map[string]any{"command": []string{"sh", "-c", `echo ran >> "$1"`, "sh", ran}}))
+		wantOutcome(t, res, workerproto.OutcomeSucceeded, "")
+		if b, err := os.ReadFile(ran); err != nil || string(b) != "ran\n" {
+			t.Fatalf("round %d: the job ran %d times (%q, %v), want once", round, strings.Count(string(b), "ran"), b, err)
+		}
+		if pooled, onDemand := h.Served(); pooled != 1 || onDemand != 0 {
+			t.Fatalf("round %d: served %d by the idle supervisor, %d by one started for the job: want 1, 0", round, pooled, onDemand)
+		}
+		h.Close()
+	}
+}

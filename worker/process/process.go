@@ -83,6 +83,9 @@ func New(opts Options) worker.Handler {
 type Handler struct {
 	opts Options
 	pool *pool // nil: every supervisor is started for its job
+	// beforeAck, for tests, runs after an idle supervisor was sent its message and before the
+	// handler waits for its acknowledgement.
+	beforeAck func(*supProc, *statusReader)
 }
 
 // NewHandler returns the handler; with a pool, it starts filling it at once.
@@ -422,19 +425,25 @@ func (h *Handler) handOver(ctx context.Context, msg []byte) (*supProc, *statusRe
 			}
 			return p, st, nil
 		}
+		if h.beforeAck != nil {
+			h.beforeAck(p, st)
+		}
 		select {
 		case <-st.accepted:
-			h.pool.pooled.Add(1)
-			return p, st, nil
 		case <-ctx.Done(): // the stop goes to this supervisor, whatever it did with the message
-			h.pool.pooled.Add(1)
-			return p, st, nil
 		case <-st.done:
-			// An idle supervisor that ended without accepting the message (it died as the
-			// message reached it) started nothing: start one for this job.
+		}
+		// An idle supervisor that ended without accepting the message (it died as the message
+		// reached it) started nothing: start one for this job. One that accepted it may have
+		// started the job, even if it has ended already (a short job, over before the select
+		// above saw the acknowledgement): it stays the job's supervisor.
+		if st.endedWithoutAccepting() {
 			p.discard()
 			p, pooled = nil, false
+			continue
 		}
+		h.pool.pooled.Add(1)
+		return p, st, nil
 	}
 }
 

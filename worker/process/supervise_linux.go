@@ -339,6 +339,17 @@ func readStatus(f *os.File) *statusReader {
 	return r
 }
 
+// endedWithoutAccepting reports whether the supervisor has closed the pipe without having
+// accepted the job's message (it then started nothing).
+func (r *statusReader) endedWithoutAccepting() bool {
+	select {
+	case <-r.done:
+		return !r.st.accepted
+	default:
+		return false
+	}
+}
+
 // wait is the status once the supervisor has closed the pipe.
 func (r *statusReader) wait() supStatus {
 	<-r.done
