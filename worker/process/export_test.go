@@ -2,6 +2,12 @@ package process
 
 import "time"
 
+// EncodeJob and DecodeJob are the job's message to its supervisor, both ways.
+var (
+	EncodeJob = encodeJob
+	DecodeJob = decodeJob
+)
+
 // NewHandlerQuiet is NewHandler with another quiet period before a refill.
 func NewHandlerQuiet(opts Options, quiet time.Duration) *Handler { return newHandler(opts, quiet) }
 

@@ -140,9 +140,10 @@ func (p *supProc) send(msg []byte) error {
 	// not hold the job forever.
 	_ = spec.SetWriteDeadline(time.Now().Add(supervisorWedged))
 	_, err := spec.Write(msg)
-	if cerr := spec.Close(); err == nil {
-		err = cerr
-	}
+	// Once written, the message is in the pipe, whatever its close says: a send reports a failure
+	// only for a message the supervisor cannot have whole (it refuses a cut one), so a job whose
+	// send failed can start on another supervisor without running twice.
+	_ = spec.Close()
 	return err
 }
 

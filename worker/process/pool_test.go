@@ -309,41 +309,87 @@ func TestSupervisorWithoutAJob(t *testing.T) {
 	}{
 		{"EOF without a message", "", "", 0},
 		{"a cut message", "/bin/true\x00\x001\x00true", "usage\n", 125},
-		{"an argument count beyond the message", "/bin/true\x00\x005\x00true\x00", "usage\n", 125},
+		{"an argument count beyond the message", "/bin/true\x00\x005\x000\x00true\x00", "usage\n", 125},
+		{"an env count beyond the message", "/bin/true\x00\x001\x002\x00true\x00A=1\x00", "usage\n", 125},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			statusR, statusW, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
+			code, status, out := superviseMessage(t, tc.msg)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d", code, tc.code)
 			}
-			defer statusR.Close()
-			specR, specW, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			cmd := exec.Command(supervisor[0], supervisor[1], strconv.Itoa(os.Getpid()))
-			cmd.ExtraFiles = []*os.File{statusW, specR}
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			statusW.Close()
-			specR.Close()
-			if _, err := specW.WriteString(tc.msg); err != nil {
-				t.Fatal(err)
-			}
-			specW.Close()
-			err = cmd.Wait()
-			if code := cmd.ProcessState.ExitCode(); code != tc.code {
-				t.Fatalf("exit %d (%v), want %d", code, err, tc.code)
-			}
-			status, _ := readAll(statusR)
-			if status != tc.status || out.Len() != 0 {
-				t.Fatalf("status %q, output %q: want status %q and no output", status, out.String(), tc.status)
+			if status != tc.status || out != "" {
+				t.Fatalf("status %q, output %q: want status %q and no output", status, out, tc.status)
 			}
 		})
+	}
+}
+
+// superviseMessage runs a supervisor, as the worker starts one, with msg on its spec pipe; it
+// returns the supervisor's exit code, its status lines and its output.
+func superviseMessage(t *testing.T, msg string) (int, string, string) {
+	t.Helper()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer statusR.Close()
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(supervisor[0], supervisor[1], strconv.Itoa(os.Getpid()))
+	cmd.ExtraFiles = []*os.File{statusW, specR}
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	statusW.Close()
+	specR.Close()
+	if _, err := specW.WriteString(msg); err != nil {
+		t.Fatal(err)
+	}
+	specW.Close()
+	_ = cmd.Wait()
+	status, _ := readAll(statusR)
+	return cmd.ProcessState.ExitCode(), status, out.String()
+}
+
+// A job's message cut short (the worker died, or gave up on a supervisor that read too slowly,
+// in the middle of a message beyond the pipe's buffer) is refused wherever the cut falls, after a
+// NUL too: the job never runs with part of its argv or env, nor at all.
+func TestACutJobMessageStartsNothing(t *testing.T) {
+	ran := filepath.Join(t.TempDir(), "ran")
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := process.EncodeJob(sh, "/", []string{"sh", "-c", `echo "ran $A $B" > "$1"`, "sh", ran}, []string{"A=1", "B=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range len(msg) {
+		if _, _, _, _, err := process.DecodeJob(msg[:n]); err == nil {
+			t.Fatalf("the message cut to %d of its %d bytes (%q) decodes", n, len(msg), msg[:n])
+		}
+	}
+	for n := range len(msg) {
+		if msg[n] != 0 || n == len(msg)-1 {
+			continue
+		}
+		code, status, out := superviseMessage(t, string(msg[:n+1]))
+		if code != 125 || status != "usage\n" || out != "" {
+			t.Fatalf("the message cut after its NUL at %d: exit %d, status %q, output %q: want 125, usage, none", n, code, status, out)
+		}
+		if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
+			b, _ := os.ReadFile(ran)
+			t.Fatalf("the message cut after its NUL at %d ran the job (%q, %v)", n, b, err)
+		}
+	}
+	code, status, _ := superviseMessage(t, string(msg))
+	if b, err := os.ReadFile(ran); code != 0 || !strings.HasSuffix(status, "exit 0\n") || string(b) != "ran 1 2\n" {
+		t.Fatalf("the whole message: exit %d, status %q, the job wrote %q (%v): want it run with its env", code, status, b, err)
 	}
 }
 

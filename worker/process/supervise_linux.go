@@ -132,12 +132,14 @@ func Supervise(args []string) int {
 }
 
 // encodeJob is the job's message to its supervisor: the path, the dir, the number of arguments,
-// the argv and the env, each ended by a NUL byte (none of them may hold one: the kernel's
-// execve could not pass it either). Binary, not JSON: an env entry of the worker's own env need
-// not be UTF-8.
+// the number of env entries, the argv and the env, each ended by a NUL byte (none of them may
+// hold one: the kernel's execve could not pass it either). Binary, not JSON: an env entry of the
+// worker's own env need not be UTF-8. The counts make a message cut short detectable even where
+// the cut falls after a NUL (a worker that died or gave up in the middle of a message beyond the
+// pipe's buffer): such a message is refused, never run with part of its argv or env.
 func encodeJob(path, dir string, argv, env []string) ([]byte, error) {
-	n := len(path) + len(dir) + 8
-	fields := append(append([]string{path, dir, strconv.Itoa(len(argv))}, argv...), env...)
+	n := len(path) + len(dir) + 16
+	fields := append(append([]string{path, dir, strconv.Itoa(len(argv)), strconv.Itoa(len(env))}, argv...), env...)
 	for _, f := range fields {
 		if strings.IndexByte(f, 0) >= 0 {
 			return nil, syscall.EINVAL
@@ -151,20 +153,24 @@ func encodeJob(path, dir string, argv, env []string) ([]byte, error) {
 	return b, nil
 }
 
-// decodeJob reads encodeJob's message.
+// decodeJob reads encodeJob's message, and refuses one that is not exactly that.
 func decodeJob(b []byte) (path, dir string, argv, env []string, err error) {
 	if len(b) == 0 || b[len(b)-1] != 0 {
 		return "", "", nil, nil, errors.New("a cut message")
 	}
 	f := strings.Split(string(b[:len(b)-1]), "\x00")
-	if len(f) < 3 {
+	if len(f) < 4 {
 		return "", "", nil, nil, errors.New("a short message")
 	}
 	argc, err := strconv.Atoi(f[2])
-	if err != nil || argc < 1 || argc > len(f)-3 {
+	if err != nil || argc < 1 || argc > len(f)-4 {
 		return "", "", nil, nil, errors.New("a bad argument count")
 	}
-	return f[0], f[1], f[3 : 3+argc], f[3+argc:], nil
+	envc, err := strconv.Atoi(f[3])
+	if err != nil || envc != len(f)-4-argc {
+		return "", "", nil, nil, errors.New("a bad env count (a cut message)")
+	}
+	return f[0], f[1], f[4 : 4+argc], f[4+argc:], nil
 }
 
 func setChildSubreaper() error {
