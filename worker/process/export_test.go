@@ -50,3 +50,6 @@ func (h *Handler) EndBeforeTheAck() {
 		<-st.done
 	}
 }
+
+// SetAckWait sets how long an idle supervisor may take to acknowledge its job's message.
+func (h *Handler) SetAckWait(d time.Duration) { h.ackWait = d }

@@ -129,16 +129,16 @@ func baseEnv(opts Options) []string {
 // was closed: EPIPE).
 var errRefused = errors.New("the supervisor is gone")
 
-// send writes the job's message and closes the spec pipe: the supervisor reads it to EOF.
-func (p *supProc) send(msg []byte) error {
+// send writes the job's message and closes the spec pipe: the supervisor reads it to EOF. A
+// message beyond the pipe's buffer waits for the supervisor to read it, at most for wait.
+func (p *supProc) send(msg []byte, wait time.Duration) error {
 	if p.dead() {
 		return errRefused
 	}
 	spec := p.spec
 	p.spec = nil
-	// A message beyond the pipe's buffer waits for the supervisor to read it: a stuck one must
-	// not hold the job forever.
-	_ = spec.SetWriteDeadline(time.Now().Add(supervisorWedged))
+	// A stuck supervisor must not hold the job forever.
+	_ = spec.SetWriteDeadline(time.Now().Add(wait))
 	_, err := spec.Write(msg)
 	// Once written, the message is in the pipe, whatever its close says: a send reports a failure
 	// only for a message the supervisor cannot have whole (it refuses a cut one), so a job whose

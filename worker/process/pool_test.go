@@ -421,3 +421,63 @@ func TestAnIdleSupervisorThatRanItsJobBeforeTheAckRunsItOnce(t *testing.T) {
 		h.Close()
 	}
 }
+
+// procState is the state letter of pid (R, S, T, Z…), "" once it is gone.
+func procState(pid int) string {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// An idle supervisor that was stopped (SIGSTOP) does not hold its job, whose timeout has not
+// started yet: once it has not acknowledged the message for the acknowledgement's wait, it is
+// killed and reaped, and the job runs on a supervisor started for it; also with a message beyond
+// the pipe's buffer, whose write waits no longer than that.
+func TestAStoppedIdleSupervisorDoesNotHoldTheJob(t *testing.T) {
+	for _, envKiB := range []int{0, 4 * 30} {
+		t.Run("env of "+strconv.Itoa(envKiB)+" KiB", func(t *testing.T) {
+			h := pooledHandler(t, 1, never)
+			h.SetAckWait(time.Second)
+			sup := waitIdle(t, h, 1)[0]
+			t.Cleanup(func() { _ = syscall.Kill(sup, syscall.SIGKILL) }) // a failed test leaves nothing stopped
+			if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			eventually.True(t, 10*time.Second, "the idle supervisor stopped", func() bool { return procState(sup) == "T" })
+			env := map[string]string{}
+			for i := range envKiB / 30 {
+				env["BIG"+strconv.Itoa(i)] = strings.Repeat("x", 30<<10)
+			}
+			spec := map[string]any{"command": []string{"sh", "-c", `echo "ok $PPID ${#BIG0}"`}, "env": env, "timeout": "5s"}
+			done := make(chan worker.Result, 1)
+			go func() { done <- h.Run(context.Background(), job(t, spec)) }()
+			var res worker.Result
+			select {
+			case res = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the job still waits on its stopped idle supervisor")
+			}
+			wantOutcome(t, res, workerproto.OutcomeSucceeded, "")
+			want := 0
+			if envKiB > 0 {
+				want = 30 << 10
+			}
+			if !strings.HasPrefix(res.OutputTail, "ok ") || strings.HasPrefix(res.OutputTail, "ok "+strconv.Itoa(sup)+" ") ||
+				!strings.HasSuffix(res.OutputTail, " "+strconv.Itoa(want)+"\n") {
+				t.Fatalf("output %q: want ok from another supervisor than the stopped one (%d), with the env", res.OutputTail, sup)
+			}
+			if pooled, onDemand := h.Served(); pooled != 0 || onDemand != 1 {
+				t.Fatalf("served %d by an idle supervisor, %d by one started for the job: want 0, 1", pooled, onDemand)
+			}
+			if !gone(sup) {
+				t.Fatalf("the stopped idle supervisor (pid %d) is still there (%s)", sup, procState(sup))
+			}
+		})
+	}
+}

@@ -83,6 +83,9 @@ func New(opts Options) worker.Handler {
 type Handler struct {
 	opts Options
 	pool *pool // nil: every supervisor is started for its job
+	// ackWait bounds how long an idle supervisor may take to read its job's message and
+	// acknowledge it (supervisorWedged; tests shorten it).
+	ackWait time.Duration
 	// beforeAck, for tests, runs after an idle supervisor was sent its message and before the
 	// handler waits for its acknowledgement.
 	beforeAck func(*supProc, *statusReader)
@@ -95,7 +98,7 @@ func newHandler(opts Options, quiet time.Duration) *Handler {
 	if opts.KillGrace <= 0 {
 		opts.KillGrace = 2 * time.Second
 	}
-	h := &Handler{opts: opts}
+	h := &Handler{opts: opts, ackWait: supervisorWedged}
 	if n := min(opts.Capacity, maxIdle); n > 0 && len(opts.Supervisor) > 0 {
 		h.pool = newPool(opts, n, quiet)
 	}
@@ -394,8 +397,9 @@ func (h *Handler) Run(ctx context.Context, job worker.Job) worker.Result {
 // handOver gives the job's message to a supervisor: an idle one of the pool, else one started
 // for it (also when the idle one is gone, refuses the message, or ends before it acknowledged
 // it: it started nothing). With an idle one it returns once that one acknowledged the message
-// ("spec" on its status pipe) or ctx ended; with one started for the job, once the message is
-// written (what that supervisor then does is the job's result, as before the pool).
+// ("spec" on its status pipe) or ctx ended; an idle one that has not acknowledged it within
+// ackWait is killed, and judged as one that ended. With one started for the job, it returns once
+// the message is written (what that supervisor then does is the job's result, as before the pool).
 func (h *Handler) handOver(ctx context.Context, msg []byte) (*supProc, *statusReader, error) {
 	var p *supProc
 	pooled := false
@@ -410,7 +414,11 @@ func (h *Handler) handOver(ctx context.Context, msg []byte) (*supProc, *statusRe
 				return nil, nil, err
 			}
 		}
-		if err := p.send(msg); err != nil {
+		wait := supervisorWedged
+		if pooled {
+			wait = h.ackWait
+		}
+		if err := p.send(msg, wait); err != nil {
 			p.discard()
 			if pooled { // gone while idle (EPIPE, exited): start one for this job
 				p, pooled = nil, false
@@ -428,11 +436,18 @@ func (h *Handler) handOver(ctx context.Context, msg []byte) (*supProc, *statusRe
 		if h.beforeAck != nil {
 			h.beforeAck(p, st)
 		}
+		ack := time.NewTimer(h.ackWait)
 		select {
 		case <-st.accepted:
 		case <-ctx.Done(): // the stop goes to this supervisor, whatever it did with the message
 		case <-st.done:
+		case <-ack.C:
+			// Stopped (SIGSTOP) or wedged while idle: the job must not wait on it for ever (its
+			// timeout has not even started). Ended, it is judged as one that ended by itself.
+			_ = p.cmd.Process.Kill()
+			<-st.done
 		}
+		ack.Stop()
 		// An idle supervisor that ended without accepting the message (it died as the message
 		// reached it) started nothing: start one for this job. One that accepted it may have
 		// started the job, even if it has ended already (a short job, over before the select
