@@ -408,14 +408,30 @@ func supervisorsOf(parent int) []int {
 }
 
 // qlworker keeps min(capacity, 4) job supervisors started and idle; when it ends, by SIGKILL or
-// by a drain, none of them is left running (Pdeathsig; Close after the drain).
+// by a drain, none of them is left running (Pdeathsig; Close after the drain), nor stopped: one
+// stopped (SIGSTOP) while idle acts on no signal but SIGKILL. The kernel continues a stopped
+// process whose group the worker's death orphans (SIGHUP, SIGCONT), but not when it is
+// re-parented to a process of its own session, such as a container's init (tini) or any
+// subreaper there: the test process plays that one.
 func TestIdleSupervisorsEndWithTheWorker(t *testing.T) {
 	cases := []struct {
-		name string
-		sig  syscall.Signal
-	}{{"SIGKILL", syscall.SIGKILL}, {"SIGTERM (drain)", syscall.SIGTERM}}
+		name      string
+		sig       syscall.Signal
+		stop      bool // one idle supervisor is stopped before qlworker gets sig
+		subreaper bool // the test process is the subreaper the supervisors are re-parented to
+	}{
+		{"SIGKILL", syscall.SIGKILL, false, false},
+		{"SIGTERM (drain)", syscall.SIGTERM, false, false},
+		{"SIGKILL, one stopped", syscall.SIGKILL, true, false},
+		{"SIGTERM (drain), one stopped", syscall.SIGTERM, true, false},
+		{"SIGKILL, one stopped, under a subreaper of the session", syscall.SIGKILL, true, true},
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.subreaper {
+				setChildSubreaper(t, 1)
+				t.Cleanup(func() { setChildSubreaper(t, 0) })
+			}
 			url, _ := fakeDispatcher(t, "")
 			cmd, logs := startWorker(t, url, "--capacity", "8")
 			var idle []int
@@ -424,7 +440,19 @@ func TestIdleSupervisorsEndWithTheWorker(t *testing.T) {
 				return len(idle) == 4
 			})
 			for _, pid := range idle {
-				t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // a failed test leaves nothing running
+				t.Cleanup(func() {
+					_ = syscall.Kill(pid, syscall.SIGKILL) // a failed test leaves nothing running
+					if tc.subreaper {                      // re-parented here: reap it
+						var ws syscall.WaitStatus
+						_, _ = syscall.Wait4(pid, &ws, 0, nil)
+					}
+				})
+			}
+			if tc.stop {
+				if err := syscall.Kill(idle[0], syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+				eventually.True(t, 10*time.Second, "the idle supervisor stopped", func() bool { return procState(idle[0]) == "T" })
 			}
 			if err := cmd.Process.Signal(tc.sig); err != nil {
 				t.Fatal(err)
@@ -443,4 +471,26 @@ func TestIdleSupervisorsEndWithTheWorker(t *testing.T) {
 			})
 		})
 	}
+}
+
+// setChildSubreaper makes the test process the subreaper of its descendants (1), or no longer (0).
+func setChildSubreaper(t *testing.T, on uintptr) {
+	t.Helper()
+	const prSetChildSubreaper = 36
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, on, 0); e != 0 {
+		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER, %d): %v", on, e)
+	}
+}
+
+// procState is the state letter of pid (R, S, T, Z…), "" once it is gone.
+func procState(pid int) string {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }

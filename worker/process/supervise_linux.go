@@ -69,6 +69,12 @@ func Supervise(args []string) int {
 		report("spawn subreaper")
 		return 125
 	}
+	// Idle, it holds no job: the worker's death SIGKILLs it, which ends it even stopped (SIGSTOP),
+	// when no other signal would (a stopped idle supervisor would outlive the worker).
+	if err := setParentDeathSignal(syscall.SIGKILL); err != nil {
+		report("spawn pdeathsig")
+		return 125
+	}
 
 	// Idle until the job's message comes.
 	type message struct {
@@ -96,6 +102,11 @@ func Supervise(args []string) int {
 	}
 	if msg.err == nil && len(msg.b) == 0 {
 		return 0 // the worker closed the pipe without a job (it stopped): nothing to do
+	}
+	// With a job, the worker's death must reach the handler below, which kills the job's tree.
+	// Dead before that, it killed this process; dead already, it gets no job started.
+	if err := setParentDeathSignal(sigParentDied); err != nil || os.Getppid() != ppid {
+		return 125
 	}
 	path, dir, argv, env, err := decodeJob(msg.b)
 	if msg.err != nil || err != nil {
@@ -171,6 +182,17 @@ func decodeJob(b []byte) (path, dir string, argv, env []string, err error) {
 		return "", "", nil, nil, errors.New("a bad env count (a cut message)")
 	}
 	return f[0], f[1], f[4 : 4+argc], f[4+argc:], nil
+}
+
+// setParentDeathSignal sets the calling thread's parent-death signal: the kernel sends the
+// process each of its threads' one when the worker's forking thread dies (Supervise keeps its
+// thread locked, so both calls set the same thread's).
+func setParentDeathSignal(sig syscall.Signal) error {
+	const prSetPdeathsig = 1
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetPdeathsig, uintptr(sig), 0); e != 0 {
+		return e
+	}
+	return nil
 }
 
 func setChildSubreaper() error {
