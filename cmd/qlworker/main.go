@@ -1,6 +1,6 @@
 // Command qlworker is the reference worker of protocol v1: it registers with one or more
 // `qlsched dispatch` replicas and runs the commands of offered Runs (worker/process). See
-// `qlworker --help`. Wiring only: flags → worker.Runner with process.NewHandler.
+// `qlworker --help`. Wiring only: flags → worker.Runner with process.New.
 //
 // It links no database driver (archrules): a worker reaches the database only through a
 // dispatcher, so it uses the standard library's flag and slog, not internal/app/cli (which
@@ -291,13 +291,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "qlworker: --dispatcher: %s\n", strings.TrimPrefix(err.Error(), "worker: "))
 		return exitUsage
 	}
-	// Up to min(capacity, 4) job supervisors wait started (a job's start then costs no
-	// supervisor start-up); Close kills and reaps them once the Runner has ended.
-	handler := process.NewHandler(process.Options{Supervisor: supervisor, Capacity: o.capacity})
-	defer handler.Close()
 	runner, err := worker.NewRunner(worker.Config{
 		Client: client, Name: o.name, Capacity: o.capacity, Labels: o.labels,
-		Handler: handler.Run, DrainGrace: o.drainGrace, Logger: o.logger,
+		Handler: process.New(process.Options{Supervisor: supervisor}), DrainGrace: o.drainGrace, Logger: o.logger,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "qlworker: %v\n", err)

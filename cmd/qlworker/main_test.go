@@ -17,7 +17,6 @@ import (
 
 	"github.com/qlcontrol/controlcore/internal/testkit/eventually"
 	"github.com/qlcontrol/controlcore/internal/testkit/testbin"
-	"github.com/qlcontrol/controlcore/worker/process"
 	"github.com/qlcontrol/controlcore/workerproto"
 )
 
@@ -218,8 +217,8 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// fakeDispatcher serves protocol v1 minimally: one session, one offer of spec (none if spec is
-// empty), leases renewed. It returns its URL and the completions it received.
+// fakeDispatcher serves protocol v1 minimally: one session, one offer of spec, leases renewed.
+// It returns its URL and the completions it received.
 func fakeDispatcher(t *testing.T, spec string) (string, func() []workerproto.CompleteRequest) {
 	var (
 		mu        sync.Mutex
@@ -237,7 +236,7 @@ func fakeDispatcher(t *testing.T, spec string) (string, func() []workerproto.Com
 	})
 	mux.HandleFunc("POST /v1/sessions/s1/poll", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		first := !offered && spec != ""
+		first := !offered
 		offered = true
 		mu.Unlock()
 		resp := workerproto.PollResponse{Offers: []workerproto.Offer{}}
@@ -301,8 +300,8 @@ func treeSpec(t *testing.T, timeout string) (spec, childFile, grandchildFile str
 	return string(b), childFile, grandchildFile
 }
 
-func startWorker(t *testing.T, url string, args ...string) (*exec.Cmd, func() string) {
-	cmd := exec.Command(testbin.Command(t, "qlworker"), append([]string{"--dispatcher", url, "--token-file", tokenFile(t, token, 0o600), "--name", "w1"}, args...)...)
+func startWorker(t *testing.T, url string) (*exec.Cmd, func() string) {
+	cmd := exec.Command(testbin.Command(t, "qlworker"), "--dispatcher", url, "--token-file", tokenFile(t, token, 0o600), "--name", "w1")
 	var mu sync.Mutex
 	var stderr strings.Builder
 	cmd.Stderr = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return stderr.Write(p) })
@@ -383,114 +382,4 @@ func leakedPiece(text string) string {
 		}
 	}
 	return ""
-}
-
-// supervisorsOf are the pids of parent's children that run as job supervisors.
-func supervisorsOf(parent int) []int {
-	names, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var out []int
-	for _, name := range names {
-		stat, err := os.ReadFile(name)
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
-			continue
-		}
-		dir := filepath.Dir(name)
-		if argv, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil && strings.Contains(string(argv), process.SupervisorCommand) {
-			pid, _ := strconv.Atoi(filepath.Base(dir))
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// qlworker keeps min(capacity, 4) job supervisors started and idle; when it ends, by SIGKILL or
-// by a drain, none of them is left running (Pdeathsig; Close after the drain), nor stopped: one
-// stopped (SIGSTOP) while idle acts on no signal but SIGKILL. The kernel continues a stopped
-// process whose group the worker's death orphans (SIGHUP, SIGCONT), but not when it is
-// re-parented to a process of its own session, such as a container's init (tini) or any
-// subreaper there: the test process plays that one.
-func TestIdleSupervisorsEndWithTheWorker(t *testing.T) {
-	cases := []struct {
-		name      string
-		sig       syscall.Signal
-		stop      bool // one idle supervisor is stopped before qlworker gets sig
-		subreaper bool // the test process is the subreaper the supervisors are re-parented to
-	}{
-		{"SIGKILL", syscall.SIGKILL, false, false},
-		{"SIGTERM (drain)", syscall.SIGTERM, false, false},
-		{"SIGKILL, one stopped", syscall.SIGKILL, true, false},
-		{"SIGTERM (drain), one stopped", syscall.SIGTERM, true, false},
-		{"SIGKILL, one stopped, under a subreaper of the session", syscall.SIGKILL, true, true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.subreaper {
-				setChildSubreaper(t, 1)
-				t.Cleanup(func() { setChildSubreaper(t, 0) })
-			}
-			url, _ := fakeDispatcher(t, "")
-			cmd, logs := startWorker(t, url, "--capacity", "8")
-			var idle []int
-			eventually.True(t, 20*time.Second, "4 idle supervisors", func() bool {
-				idle = supervisorsOf(cmd.Process.Pid)
-				return len(idle) == 4
-			})
-			for _, pid := range idle {
-				t.Cleanup(func() {
-					_ = syscall.Kill(pid, syscall.SIGKILL) // a failed test leaves nothing running
-					if tc.subreaper {                      // re-parented here: reap it
-						var ws syscall.WaitStatus
-						_, _ = syscall.Wait4(pid, &ws, 0, nil)
-					}
-				})
-			}
-			if tc.stop {
-				if err := syscall.Kill(idle[0], syscall.SIGSTOP); err != nil {
-					t.Fatal(err)
-				}
-				eventually.True(t, 10*time.Second, "the idle supervisor stopped", func() bool { return procState(idle[0]) == "T" })
-			}
-			if err := cmd.Process.Signal(tc.sig); err != nil {
-				t.Fatal(err)
-			}
-			err := cmd.Wait()
-			if tc.sig == syscall.SIGTERM && err != nil {
-				t.Fatalf("qlworker after SIGTERM: %v\n%s", err, logs())
-			}
-			eventually.True(t, 10*time.Second, "the idle supervisors to die with qlworker", func() bool {
-				for _, pid := range idle {
-					if alive(pid) {
-						return false
-					}
-				}
-				return true
-			})
-		})
-	}
-}
-
-// setChildSubreaper makes the test process the subreaper of its descendants (1), or no longer (0).
-func setChildSubreaper(t *testing.T, on uintptr) {
-	t.Helper()
-	const prSetChildSubreaper = 36
-	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, on, 0); e != 0 {
-		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER, %d): %v", on, e)
-	}
-}
-
-// procState is the state letter of pid (R, S, T, Z…), "" once it is gone.
-func procState(pid int) string {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	if len(f) == 0 {
-		return ""
-	}
-	return f[0]
 }

@@ -9,16 +9,14 @@
 //
 // With Options.Supervisor, each job runs under a small supervisor process (Supervise) that dies
 // with the worker (Pdeathsig) and then kills the job's group and every descendant (it is their
-// child subreaper): a worker killed by SIGKILL leaves nothing running. Linux only. The worker
-// hands the job (path, argv, env, dir) to its supervisor over a pipe, so a supervisor can be
-// started before its job: NewHandler with Options.Capacity keeps a few started and idle, and a
-// job's start then costs no supervisor start-up (pool.go).
+// child subreaper): a worker killed by SIGKILL leaves nothing running. Linux only.
 //
 // Unknown spec fields are refused (bad_spec), as the protocol refuses unknown keys: a misspelt
 // "timeout" must not run a job without one. The spec may hold secrets: no message quotes it.
 package process
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -31,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -61,56 +60,17 @@ type Options struct {
 	// they run under would expire and the Run be retried elsewhere). Nil runs the job as a
 	// direct child: that child dies with the worker, its children do not.
 	Supervisor []string
-	// Capacity is the worker's capacity (its --capacity): with a Supervisor, NewHandler keeps up
-	// to min(Capacity, 4) supervisors started and idle, so a job's start costs no supervisor
-	// start-up. 0: none.
-	Capacity int
 }
 
 // TailBytes is how much of the output is kept: the protocol's output tail.
 const TailBytes = workerproto.OutputTailMaxBytes
 
-// New returns the handler without a pool of pre-started supervisors (Options.Capacity is
-// ignored): nothing to close. NewHandler keeps a pool.
+// New returns the handler.
 func New(opts Options) worker.Handler {
-	opts.Capacity = 0
-	return NewHandler(opts).Run
-}
-
-// Handler is the process handler: Run is the worker.Handler. With Options.Supervisor and
-// Options.Capacity it keeps up to min(Capacity, 4) supervisors started and idle (see pool.go);
-// Close kills and reaps them.
-type Handler struct {
-	opts Options
-	pool *pool // nil: every supervisor is started for its job
-	// ackWait bounds how long an idle supervisor may take to read its job's message and
-	// acknowledge it (supervisorWedged; tests shorten it).
-	ackWait time.Duration
-	// beforeAck, for tests, runs after an idle supervisor was sent its message and before the
-	// handler waits for its acknowledgement.
-	beforeAck func(*supProc, *statusReader)
-}
-
-// NewHandler returns the handler; with a pool, it starts filling it at once.
-func NewHandler(opts Options) *Handler { return newHandler(opts, refillQuiet) }
-
-func newHandler(opts Options, quiet time.Duration) *Handler {
 	if opts.KillGrace <= 0 {
 		opts.KillGrace = 2 * time.Second
 	}
-	h := &Handler{opts: opts, ackWait: supervisorWedged}
-	if n := min(opts.Capacity, maxIdle); n > 0 && len(opts.Supervisor) > 0 {
-		h.pool = newPool(opts, n, quiet)
-	}
-	return h
-}
-
-// Close kills and reaps the idle supervisors and stops the refills (a job started after it
-// starts its supervisor on demand). It does not touch running jobs: the Runner stops them.
-func (h *Handler) Close() {
-	if h.pool != nil {
-		h.pool.close()
-	}
+	return func(ctx context.Context, job worker.Job) worker.Result { return run(ctx, opts, job) }
 }
 
 // ParseSpec decodes and checks a spec; its error is the bad_spec message (it names the field,
@@ -183,14 +143,16 @@ func failed(kind, format string, args ...any) worker.Result {
 		Kind: kind, Message: workerproto.TruncateUTF8(fmt.Sprintf(format, args...), workerproto.MaxMessageBytes)}}
 }
 
-// Run runs one job (it is the worker.Handler).
-func (h *Handler) Run(ctx context.Context, job worker.Job) worker.Result {
-	opts := h.opts
+func run(ctx context.Context, opts Options, job worker.Job) worker.Result {
 	spec, timeout, err := ParseSpec(job.Spec)
 	if err != nil {
 		return failed(workerproto.KindBadSpec, "%s", err)
 	}
-	env := append(append([]string(nil), baseEnv(opts)...),
+	env := opts.BaseEnv
+	if env == nil {
+		env = os.Environ()
+	}
+	env = append(append([]string(nil), env...),
 		"QL_RUN_ID="+job.RunID, "QL_ATTEMPT_ID="+job.AttemptID, "QL_ATTEMPT_NO="+strconv.Itoa(job.AttemptNo),
 		"QL_PROJECT="+job.Project, "QL_TASK="+job.Task)
 	for k, v := range spec.Env {
@@ -203,58 +165,61 @@ func (h *Handler) Run(ctx context.Context, job worker.Job) worker.Result {
 	if cmd.Err != nil {
 		return failed(workerproto.KindSpawn, "cannot start the program: %s", spawnReason(spawnClass(cmd.Err)))
 	}
-	if h.pool != nil {
-		h.pool.jobStarted()
-	}
 	supervised := len(opts.Supervisor) > 0
-	var p *supProc
-	var st *statusReader
+	var statusR, statusW *os.File
 	if supervised {
-		// The supervisor gets the job's path, argv, env and dir through its spec pipe, never
-		// through its argv (every user can read it) or its env.
-		msg, err := encodeJob(cmd.Path, spec.Dir, cmd.Args, env)
-		if err != nil {
-			return failed(workerproto.KindSpawn, "cannot start the program: %s", spawnReason(spawnClass(err)))
+		// The supervisor gets the job's env and dir: it passes them on to the job.
+		args := append(append([]string(nil), opts.Supervisor...), strconv.Itoa(os.Getpid()), cmd.Path, "--")
+		cmd = &exec.Cmd{Path: opts.Supervisor[0], Args: append(args, spec.Command...)}
+		if statusR, statusW, err = os.Pipe(); err != nil {
+			return failed(workerproto.KindSpawn, "create the status pipe: %s", pathError(err))
 		}
-		if p, st, err = h.handOver(ctx, msg); err != nil {
-			var pe pipeError
-			if errors.As(err, &pe) {
-				return failed(workerproto.KindSpawn, "%s", pe)
-			}
-			return failed(workerproto.KindSpawn, "cannot start the job's supervisor: %s", spawnReason(spawnClass(err)))
-		}
-	} else {
-		cmd.Env, cmd.Dir = env, spec.Dir
-		// A group of its own, so a stop reaches the job's children; the kernel kills the child
-		// when the worker dies (its children do not die with it: that takes a supervisor).
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return failed(workerproto.KindSpawn, "create the output pipe: %s", pathError(err))
-		}
-		cmd.Stdout, cmd.Stderr = pw, pw // an *os.File: handed to the child, no copying goroutine in Wait
-		err = start(cmd)
-		pw.Close()
-		if err != nil {
-			pr.Close()
-			return failed(workerproto.KindSpawn, "cannot start the program: %s", spawnReason(spawnClass(err)))
-		}
-		p = &supProc{cmd: cmd, out: pr}
-		p.reap()
+		cmd.ExtraFiles = []*os.File{statusW}
+		defer statusR.Close()
 	}
-	cmd = p.cmd
-	pr := p.out
+	cmd.Env, cmd.Dir = env, spec.Dir
+	// A group of its own, so a stop reaches the job's children; the kernel signals the child when
+	// the worker dies: the supervisor then kills the job's tree; an unsupervised job dies alone.
+	deathSig := syscall.SIGKILL
+	if supervised {
+		deathSig = sigParentDied
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: deathSig}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		if statusW != nil {
+			statusW.Close()
+		}
+		return failed(workerproto.KindSpawn, "create the output pipe: %s", pathError(err))
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw // an *os.File: handed to the child, no copying goroutine in Wait
+	err = start(cmd)
+	pw.Close()
+	if statusW != nil {
+		statusW.Close()
+	}
+	if err != nil {
+		pr.Close()
+		what := "the program"
+		if supervised {
+			what = "the job's supervisor (or its dir)"
+		}
+		return failed(workerproto.KindSpawn, "cannot start %s: %s", what, spawnReason(spawnClass(err)))
+	}
 	started := time.Now()
 	ring := newRing(TailBytes)
 	copied := make(chan struct{})
 	go func() { _, _ = io.Copy(ring, pr); close(copied) }()
 
 	// The job's group: the direct child's, or the one the supervisor reports.
-	pgid := func() int64 {
-		if supervised {
-			return st.pgid.Load()
-		}
-		return int64(cmd.Process.Pid)
+	var jobPgid atomic.Int64
+	statusDone := make(chan supStatus, 1)
+	if supervised {
+		go func() {
+			statusDone <- readStatus(bufio.NewScanner(statusR), func(pid int) { jobPgid.Store(int64(pid)) })
+		}()
+	} else {
+		jobPgid.Store(int64(cmd.Process.Pid))
 	}
 	// killGroup SIGKILLs the job's whole tree: the supervisor kills the group and the descendants
 	// that left it; the worker also kills the group itself, in case the supervisor is stuck.
@@ -262,11 +227,11 @@ func (h *Handler) Run(ctx context.Context, job worker.Job) worker.Result {
 		if supervised {
 			_ = cmd.Process.Signal(sigKill)
 		}
-		if g := pgid(); g > 0 {
+		if g := jobPgid.Load(); g > 0 {
 			_ = syscall.Kill(-int(g), syscall.SIGKILL)
 		}
 	}
-	exited := p.exited
+	exited := make(chan struct{})
 	var stopMu sync.Mutex
 	var stopWhy error // set before the group is signalled
 	go func() {
@@ -311,8 +276,8 @@ func (h *Handler) Run(ctx context.Context, job worker.Job) worker.Result {
 		}
 	}()
 
-	<-exited
-	waitErr := p.err
+	waitErr := cmd.Wait()
+	close(exited)
 	// The leader is gone; what it left in its group must not outlive the attempt (it would run
 	// without a lease). The supervisor has done this already, and more. Then the pipe closes
 	// once the last writer is dead.
@@ -326,9 +291,6 @@ func (h *Handler) Run(ctx context.Context, job worker.Job) worker.Result {
 		<-copied
 	}
 	pr.Close()
-	if p.status != nil {
-		defer p.status.Close()
-	}
 
 	res := worker.Result{}
 	res.OutputTail, res.OutputTruncated = ring.tail()
@@ -343,14 +305,14 @@ func (h *Handler) Run(ctx context.Context, job worker.Job) worker.Result {
 	why := stopWhy
 	stopMu.Unlock()
 	if supervised {
-		st := st.wait()
+		st := <-statusDone
 		switch {
 		case st.spawn != "":
 			r := failed(workerproto.KindSpawn, "cannot start the program: %s", spawnReason(st.spawn))
 			r.OutputTail, r.OutputTruncated = res.OutputTail, res.OutputTruncated
 			return r
 		case !st.exit:
-			if g := pgid(); g > 0 {
+			if g := jobPgid.Load(); g > 0 {
 				_ = syscall.Kill(-int(g), syscall.SIGKILL)
 			}
 			if why == nil { // a stop may end a supervisor still starting: that is the stop's result
@@ -392,74 +354,6 @@ func (h *Handler) Run(ctx context.Context, job worker.Job) worker.Result {
 		res.Error = &workerproto.AttemptError{Kind: workerproto.KindExitStatus, Message: "killed by " + res.Signal}
 	}
 	return res
-}
-
-// handOver gives the job's message to a supervisor: an idle one of the pool, else one started
-// for it (also when the idle one is gone, refuses the message, or ends before it acknowledged
-// it: it started nothing). With an idle one it returns once that one acknowledged the message
-// ("spec" on its status pipe) or ctx ended; an idle one that has not acknowledged it within
-// ackWait is killed, and judged as one that ended. With one started for the job, it returns once
-// the message is written (what that supervisor then does is the job's result, as before the pool).
-func (h *Handler) handOver(ctx context.Context, msg []byte) (*supProc, *statusReader, error) {
-	var p *supProc
-	pooled := false
-	if h.pool != nil {
-		p = h.pool.take()
-		pooled = p != nil
-	}
-	for {
-		if p == nil {
-			var err error
-			if p, err = startSupervisor(h.opts); err != nil {
-				return nil, nil, err
-			}
-		}
-		wait := supervisorWedged
-		if pooled {
-			wait = h.ackWait
-		}
-		if err := p.send(msg, wait); err != nil {
-			p.discard()
-			if pooled { // gone while idle (EPIPE, exited): start one for this job
-				p, pooled = nil, false
-				continue
-			}
-			return nil, nil, err
-		}
-		st := readStatus(p.status)
-		if !pooled {
-			if h.pool != nil {
-				h.pool.onDemand.Add(1)
-			}
-			return p, st, nil
-		}
-		if h.beforeAck != nil {
-			h.beforeAck(p, st)
-		}
-		ack := time.NewTimer(h.ackWait)
-		select {
-		case <-st.accepted:
-		case <-ctx.Done(): // the stop goes to this supervisor, whatever it did with the message
-		case <-st.done:
-		case <-ack.C:
-			// Stopped (SIGSTOP) or wedged while idle: the job must not wait on it for ever (its
-			// timeout has not even started). Ended, it is judged as one that ended by itself.
-			_ = p.cmd.Process.Kill()
-			<-st.done
-		}
-		ack.Stop()
-		// An idle supervisor that ended without accepting the message (it died as the message
-		// reached it) started nothing: start one for this job. One that accepted it may have
-		// started the job, even if it has ended already (a short job, over before the select
-		// above saw the acknowledgement): it stays the job's supervisor.
-		if st.endedWithoutAccepting() {
-			p.discard()
-			p, pooled = nil, false
-			continue
-		}
-		h.pool.pooled.Add(1)
-		return p, st, nil
-	}
 }
 
 var errTimeout = errors.New("timeout")
