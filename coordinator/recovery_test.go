@@ -316,7 +316,7 @@ func TestClaimWalksItsIndexOverAScatteredBacklog(t *testing.T) {
 	conn := must(f.rt.Pool().Acquire(ctx)).of(t)
 	defer conn.Release()
 	for _, q := range []struct{ name, stmt, args string }{
-		{"ClaimDue", "claim_due", "(-1, %d, 'explain', 30000)"}, // from_key, max_rows, owner, lease_ms
+		{"ClaimDue", "claim_due", "(-1, %d, 'explain', 30000)"},  // from_key, max_rows, owner, lease_ms
 		{"ClaimInit", "claim_init", "(0, %d, 'explain', 30000)"}, // below_key, max_rows, owner, lease_ms
 	} {
 		if _, err := conn.Exec(ctx, "PREPARE "+q.stmt+" AS "+testpg.Query(t, q.name)); err != nil {
