@@ -155,8 +155,8 @@ func TestOfferPipelineRetriesARetryableError(t *testing.T) {
 }
 
 // The caller's context ending, or the connection lost, while the pipeline waits for the
-// session's lock ends the offer: the transaction is rolled back, the connection does not return
-// to the pool mid-transaction.
+// session's lock ends the offer: the transaction is rolled back (for a cancel, once pgx's cancel
+// request reaches the server), the connection does not return to the pool mid-transaction.
 func TestOfferPipelineCancelledWhileWaiting(t *testing.T) {
 	for _, how := range []string{"context cancelled", "backend terminated"} {
 		t.Run(how, func(t *testing.T) { offerInterruptedWhileWaiting(t, how) })
@@ -200,6 +200,16 @@ func offerInterruptedWhileWaiting(t *testing.T, how string) {
 	if r.err == nil || r.n != 0 {
 		t.Fatalf("%s: %d offers, err %v", how, r.n, r.err)
 	}
+	// pgx returns at the cancel and sends PostgreSQL its cancel request from a goroutine as it
+	// closes the connection: the offer's backend stops waiting once that request lands. Released
+	// before, the lock would let it run the rest of the pipeline it had read, COMMIT included (a
+	// CI run on a loaded machine: the next offer found the Run taken by the cancelled one).
+	eventually.True(t, 10*time.Second, "the cancelled offer's backend no longer waiting for the lock", func() bool {
+		var n int
+		_ = p.su.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE usename = 'ql_runtime'
+			AND datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return n == 0
+	})
 	if err := tx.Rollback(bg); err != nil {
 		t.Fatal(err)
 	}
