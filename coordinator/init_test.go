@@ -239,8 +239,9 @@ func TestTwoCoordinatorsInitialiseConcurrentlyEachRowOnce(t *testing.T) {
 	}
 }
 
-// ClaimInit, as the store runs it (its generic plan under the store's settings), walks the
-// claim's index in order and stops at its LIMIT, whether the statistics have seen the rows
+// ClaimInit's generic plan, with sorting allowed (hotSettings: the store's claimSettings also
+// rule the sort out, and the statement's own form must not need that), walks the claim's index in
+// order and stops at its LIMIT, whether the statistics have seen the rows
 // waiting for initialisation or not (right after a mass publish, before autoanalyze, they say
 // none wait). With the constant -1 instead of a parameter the planner chose a bitmap scan and a
 // sort of every waiting row, for every batch.

@@ -49,6 +49,18 @@ func NewStore(h *dbconn.DB) *Store {
 	return s
 }
 
+// implicit runs fn's one statement in a pipeline's implicit transaction under settings (one of
+// the *Settings statements), committed at its Sync: one round trip, behind a pooler too. fn's
+// error comes first, then the commit's.
+func (s *Store) implicit(ctx context.Context, settings string, fn func(*db.Queries) error) error {
+	tx := newPipeline(s.db, implicitTx, settings)
+	err := fn(db.New(tx))
+	if cerr := tx.commit(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // queries runs fn through the handle (dbconn.DB.Run): on a direct connection each statement
 // alone, as it is; behind a pooler in one transaction that runs the prologue first, so that no
 // statement runs without the bounds (BEGIN, prologue, the statement, COMMIT: the claim and the
@@ -78,23 +90,21 @@ func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duratio
 // (docs/scheduling.md, Initialisation).
 func (s *Store) claimDue(ctx context.Context, owner string, lease time.Duration, n int, pastUninitialised bool) ([]*Claim, error) {
 	var claims []*Claim
-	var err error
 	from := int64(-1) // the ADR's whole order
 	if pastUninitialised {
 		from = 0
 	}
-	tx := newPipeline(s.db, implicitTx, claimSettings) // the claim commits alone
-	br := db.New(tx).ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), FromKey: from, MaxRows: int32(n)}})
-	br.Query(func(_ int, rows []db.ClaimDueRow, qerr error) {
-		err = qerr
-		for _, r := range rows {
-			claims = append(claims, claimFromRow(r))
-		}
+	err := s.implicit(ctx, claimSettings, func(q *db.Queries) (err error) { // the claim commits alone
+		br := q.ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), FromKey: from, MaxRows: int32(n)}})
+		br.Query(func(_ int, rows []db.ClaimDueRow, qerr error) {
+			err = qerr
+			for _, r := range rows {
+				claims = append(claims, claimFromRow(r))
+			}
+		})
+		_ = br.Close()
+		return err
 	})
-	_ = br.Close()
-	if cerr := tx.commit(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -105,19 +115,17 @@ func (s *Store) claimDue(ctx context.Context, owner string, lease time.Duration,
 // statement committed alone, each stamped with its own full four-part fence like ClaimBatch's.
 func (s *Store) ClaimInit(ctx context.Context, owner string, lease time.Duration, n int) ([]*Claim, error) {
 	var claims []*Claim
-	var err error
-	tx := newPipeline(s.db, implicitTx, claimSettings) // the claim commits alone
-	br := db.New(tx).ClaimInit(ctx, []db.ClaimInitParams{{Owner: owner, LeaseMs: lease.Milliseconds(), BelowKey: 0, MaxRows: int32(n)}})
-	br.Query(func(_ int, rows []db.ClaimInitRow, qerr error) {
-		err = qerr
-		for _, r := range rows {
-			claims = append(claims, claimFromRow(db.ClaimDueRow(r))) // the same columns
-		}
+	err := s.implicit(ctx, claimSettings, func(q *db.Queries) (err error) { // the claim commits alone
+		br := q.ClaimInit(ctx, []db.ClaimInitParams{{Owner: owner, LeaseMs: lease.Milliseconds(), BelowKey: 0, MaxRows: int32(n)}})
+		br.Query(func(_ int, rows []db.ClaimInitRow, qerr error) {
+			err = qerr
+			for _, r := range rows {
+				claims = append(claims, claimFromRow(db.ClaimDueRow(r))) // the same columns
+			}
+		})
+		_ = br.Close()
+		return err
 	})
-	_ = br.Close()
-	if cerr := tx.commit(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return nil, fmt.Errorf("claim rows to initialise: %w", err)
 	}
@@ -165,25 +173,24 @@ func (s *Store) initialiseOnce(ctx context.Context, items []InitItem) (written [
 		p.TriggerRevisions, p.StateVersions = append(p.TriggerRevisions, c.TriggerRevision), append(p.StateVersions, c.StateVersion)
 		p.ClaimedAtMs, p.NextFireAtMs = append(p.ClaimedAtMs, c.ClaimedAtMs), append(p.NextFireAtMs, it.First)
 	}
-	tx := newPipeline(s.db, implicitTx, hotSettings)
-	br := db.New(tx).InitClaimed(ctx, []db.InitClaimedParams{p})
-	br.Query(func(_ int, ords []int32, qerr error) {
-		if qerr != nil {
-			err = qerr
-			return
-		}
-		for _, o := range ords {
-			if o < 1 || int(o) > len(items) || written[o-1] {
-				err = fmt.Errorf("result for item %d of %d is out of range or repeated", o, len(items))
+	err = s.implicit(ctx, hotSettings, func(q *db.Queries) (err error) {
+		br := q.InitClaimed(ctx, []db.InitClaimedParams{p})
+		br.Query(func(_ int, ords []int32, qerr error) {
+			if qerr != nil {
+				err = qerr
 				return
 			}
-			written[o-1] = true
-		}
+			for _, o := range ords {
+				if o < 1 || int(o) > len(items) || written[o-1] {
+					err = fmt.Errorf("result for item %d of %d is out of range or repeated", o, len(items))
+					return
+				}
+				written[o-1] = true
+			}
+		})
+		_ = br.Close()
+		return err
 	})
-	_ = br.Close()
-	if cerr := tx.commit(); err == nil {
-		err = cerr
-	}
 	return written, err
 }
 
@@ -427,12 +434,7 @@ func (s *Store) sendWake(ctx context.Context) (bool, error) {
 	if !s.wakeWanted(ctx) {
 		return false, nil
 	}
-	tx := newPipeline(s.db, implicitTx, hotSettings)
-	err := db.New(tx).WakeOnAdmit(ctx)
-	if cerr := tx.commit(); err == nil {
-		err = cerr
-	}
-	return true, err
+	return true, s.implicit(ctx, hotSettings, func(q *db.Queries) error { return q.WakeOnAdmit(ctx) })
 }
 
 // wakeRecheck is how long the sender trusts its last reading of whether a worker session is
@@ -446,11 +448,11 @@ const wakeRecheck = 5 * time.Second
 func (s *Store) wakeWanted(ctx context.Context) bool {
 	w := &s.wake
 	if now := time.Now(); w.checkedAt.IsZero() || now.Sub(w.checkedAt) >= wakeRecheck {
-		tx := newPipeline(s.db, implicitTx, hotSettings)
-		wanted, err := db.New(tx).WakeWanted(ctx)
-		if cerr := tx.commit(); err == nil {
-			err = cerr
-		}
+		var wanted bool
+		err := s.implicit(ctx, hotSettings, func(q *db.Queries) (err error) {
+			wanted, err = q.WakeWanted(ctx)
+			return err
+		})
 		w.checkedAt, w.wanted = now, err != nil || wanted
 	}
 	return w.wanted

@@ -183,12 +183,14 @@ func offerInterruptedWhileWaiting(t *testing.T, how string) {
 		offers, err := p.store.Offer(ctx, p.c, p.s.ID, p.cand)
 		done <- res{len(offers), err}
 	}()
-	eventually.True(t, 10*time.Second, "the offer waits for the session's lock", func() bool {
+	// lockWaits counts the ql_runtime backends waiting for a lock: the offer's
+	lockWaits := func() int {
 		var n int
 		_ = p.su.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE usename = 'ql_runtime'
 			AND datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return n == 1
-	})
+		return n
+	}
+	eventually.True(t, 10*time.Second, "the offer waits for the session's lock", func() bool { return lockWaits() == 1 })
 	if how == "context cancelled" {
 		cancel()
 	} else {
@@ -204,12 +206,7 @@ func offerInterruptedWhileWaiting(t *testing.T, how string) {
 	// closes the connection: the offer's backend stops waiting once that request lands. Released
 	// before, the lock would let it run the rest of the pipeline it had read, COMMIT included (a
 	// CI run on a loaded machine: the next offer found the Run taken by the cancelled one).
-	eventually.True(t, 10*time.Second, "the cancelled offer's backend no longer waiting for the lock", func() bool {
-		var n int
-		_ = p.su.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE usename = 'ql_runtime'
-			AND datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return n == 0
-	})
+	eventually.True(t, 10*time.Second, "the cancelled offer's backend no longer waiting for the lock", func() bool { return lockWaits() == 0 })
 	if err := tx.Rollback(bg); err != nil {
 		t.Fatal(err)
 	}
