@@ -269,7 +269,9 @@ func TestSkipAdvancesOnlyAndIsFenced(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("hourly", "0 * * * *", schedule.MisfireSkip)
+	// An hourly cron whose latest occurrence is half an hour old, never within the 60 s grace
+	// that would admit it: "0 * * * *" admitted in the first minute of an hour (CI, 22:00).
+	f.trigger("hourly", fmt.Sprintf("%d * * * *", (time.Now().Minute()+30)%60), schedule.MisfireSkip)
 	f.setCursor("hourly", -5*time.Hour) // a long outage
 	co := f.coordinator("r1", f.rt)
 	if n := co.Round(ctx, nil); n != 1 {
