@@ -233,13 +233,16 @@ func (c *Coordinator) roundAhead(ctx context.Context, stop <-chan struct{}, look
 	initialised, past := false, false
 	// claim sends the next claim unless the budget is spent or the round is stopped; nil: none.
 	// overlapped: it runs while the batch before it is handled.
-	claimPast := func(n int, overlapped, past bool) <-chan claimBatch {
+	mayClaim := func(n int) bool {
 		select {
 		case <-stop:
-			return nil
+			return false
 		default:
 		}
-		if n <= 0 || ctx.Err() != nil {
+		return n > 0 && ctx.Err() == nil
+	}
+	claimPast := func(n int, overlapped, past bool) <-chan claimBatch {
+		if !mayClaim(n) {
 			return nil
 		}
 		out := make(chan claimBatch, 1)
@@ -253,7 +256,7 @@ func (c *Coordinator) roundAhead(ctx context.Context, stop <-chan struct{}, look
 			// Past the rows waiting for initialisation when this round initialised its bound of
 			// them and some remain: the ADR's order would give every claim to them.
 			claims, err := c.store.claimDue(ctx, c.cfg.Owner, c.cfg.Lease, n, past)
-			out <- claimBatch{claims, n, overlapped, time.Since(start), err}
+			out <- claimBatch{claims: claims, asked: n, overlapped: overlapped, took: time.Since(start), err: err}
 		}()
 		return out
 	}
@@ -280,7 +283,7 @@ func (c *Coordinator) roundAhead(ctx context.Context, stop <-chan struct{}, look
 		if got.err != nil {
 			return claimed, c.claimFailed(got.err)
 		}
-		if c.observe.Claim != nil {
+		if c.observe.Claim != nil && !got.carried { // a carried claim's time is its admit call's
 			c.observe.Claim(got.took)
 		}
 		// The claim reached the rows waiting for initialisation (first in its order): they are
@@ -304,7 +307,19 @@ func (c *Coordinator) roundAhead(ctx context.Context, stop <-chan struct{}, look
 				c.ahead = claimPast(min(c.cfg.batch(), c.cfg.Budget), true, false)
 			}
 		}
-		c.handle(ctx, got.claims)
+		// The one-row mode sends the claim that follows a full claim behind the admit, in its
+		// round trip (Store.AdmitThenClaim), when the claimed row fires.
+		var carry *NextClaim
+		if full && c.cfg.batch() == 1 && !initNow && mayClaim(rest) {
+			carry = &NextClaim{Owner: c.cfg.Owner, Lease: c.cfg.Lease, N: rest, PastUninitialised: past}
+		}
+		carried := c.handleThen(ctx, got.claims, carry)
+		if carried != nil {
+			ready := make(chan claimBatch, 1)
+			ready <- *carried
+			next = ready
+			continue
+		}
 		if initNow {
 			initialised = true
 			drained, err := c.initialise(ctx, stop)
@@ -446,6 +461,7 @@ type claimBatch struct {
 	claims     []*Claim
 	asked      int
 	overlapped bool
+	carried    bool // sent behind an admit (Store.AdmitThenClaim); took is 0
 	took       time.Duration
 	err        error
 }
@@ -453,6 +469,13 @@ type claimBatch struct {
 // handle decides every claim, ends the ones without a Run on their own, and admits the fired
 // ones together.
 func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
+	c.handleThen(ctx, claims, nil)
+}
+
+// handleThen is handle; when then is not nil and the claims make exactly one admission, the admit
+// carries then, the round's next claim (Store.AdmitThenClaim), and handleThen returns that
+// claim's result if it ran; nil otherwise (the round claims on its own).
+func (c *Coordinator) handleThen(ctx context.Context, claims []*Claim, then *NextClaim) (carried *claimBatch) {
 	var (
 		fires     []AdmitItem
 		decisions []schedule.Decision
@@ -497,10 +520,19 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 		}
 	}
 	if len(fires) == 0 {
-		return
+		return nil
 	}
 	start := time.Now()
-	results := c.store.AdmitBatch(ctx, fires, c.cfg.AdmitRetries)
+	var results []AdmitResult
+	if then != nil && len(fires) == 1 {
+		res, claims, ran := c.store.AdmitThenClaim(ctx, fires[0], c.cfg.AdmitRetries, *then)
+		results = []AdmitResult{res}
+		if ran {
+			carried = &claimBatch{claims: claims, asked: then.N, carried: true}
+		}
+	} else {
+		results = c.store.AdmitBatch(ctx, fires, c.cfg.AdmitRetries)
+	}
 	if c.observe.AdmitCall != nil {
 		c.observe.AdmitCall(time.Since(start))
 	}
@@ -510,6 +542,7 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 		c.admitted(ctx, fires[i], decisions[i], r)
 	}
 	c.Stats.Retries.Add(int64(retries))
+	return carried
 }
 
 // claimLog is the logger of every line about a claim: it names the schedule, its revision, its

@@ -286,7 +286,7 @@ func TestEveryAdmittedKeyHasTheDocumentedFormat(t *testing.T) {
 			claims := claimAll(t, s, "replica", 30*time.Second, 3)
 			its := items(claims, 60_000)
 			if p.batch {
-				written, err := s.admitOnce(ctx, its) // the batch statement itself
+				written, err := s.admitOnce(ctx, its, nil) // the batch statement itself
 				if err != nil {
 					t.Fatalf("the batch admit statement: %v", err)
 				}

@@ -90,12 +90,34 @@ func (s *Store) ClaimBatch(ctx context.Context, owner string, lease time.Duratio
 // (docs/scheduling.md, Initialisation).
 func (s *Store) claimDue(ctx context.Context, owner string, lease time.Duration, n int, pastUninitialised bool) ([]*Claim, error) {
 	var claims []*Claim
+	err := s.implicit(ctx, claimSettings, func(q *db.Queries) (err error) { // the claim commits alone
+		claims, err = queueClaimDue(ctx, q, NextClaim{Owner: owner, Lease: lease, N: n, PastUninitialised: pastUninitialised})()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	return claims, nil
+}
+
+// NextClaim is a claim of up to N rows for Owner with Lease, as claimDue takes it, to send behind
+// an admit (AdmitThenClaim).
+type NextClaim struct {
+	Owner             string
+	Lease             time.Duration
+	N                 int
+	PastUninitialised bool
+}
+
+// queueClaimDue queues the claim on q; the function it returns reads the claimed rows, once the
+// pipeline that carries the claim was sent.
+func queueClaimDue(ctx context.Context, q *db.Queries, c NextClaim) func() ([]*Claim, error) {
 	from := int64(-1) // the ADR's whole order
-	if pastUninitialised {
+	if c.PastUninitialised {
 		from = 0
 	}
-	err := s.implicit(ctx, claimSettings, func(q *db.Queries) (err error) { // the claim commits alone
-		br := q.ClaimDue(ctx, []db.ClaimDueParams{{Owner: owner, LeaseMs: lease.Milliseconds(), FromKey: from, MaxRows: int32(n)}})
+	br := q.ClaimDue(ctx, []db.ClaimDueParams{{Owner: c.Owner, LeaseMs: c.Lease.Milliseconds(), FromKey: from, MaxRows: int32(c.N)}})
+	return func() (claims []*Claim, err error) {
 		br.Query(func(_ int, rows []db.ClaimDueRow, qerr error) {
 			err = qerr
 			for _, r := range rows {
@@ -103,12 +125,8 @@ func (s *Store) claimDue(ctx context.Context, owner string, lease time.Duration,
 			}
 		})
 		_ = br.Close()
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return claims, err
 	}
-	return claims, nil
 }
 
 // ClaimInit takes up to n rows waiting for initialisation, in the claim's order, with one
@@ -263,10 +281,35 @@ type AdmitResult struct {
 // failure that outlasts the retries, aborts the transaction, so the items are then admitted one
 // by one to isolate the failing one.
 func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) []AdmitResult {
+	return s.admitBatch(ctx, items, retries, nil)
+}
+
+// AdmitThenClaim is Admit of it, with next sent behind the admit's COMMIT in the same round trip
+// (dbconn.DB.PipelineThen): the claim still commits alone, in the transaction after the admit's,
+// so ADR-0105's two transactions stay two, but the one-row mode pays one round trip per
+// admission instead of two. The claim runs after the admit committed, so it sees the row the
+// admit advanced as a claim sent after it would. carried reports whether the claim ran and
+// committed (claims are then its rows, maybe none): it did not when the admit failed (the server
+// skipped it; a retry of the admit carries it again) or the claim failed, and the caller claims
+// on its own.
+func (s *Store) AdmitThenClaim(ctx context.Context, it AdmitItem, retries int, next NextClaim) (res AdmitResult, claims []*Claim, carried bool) {
+	then := &claimThen{NextClaim: next}
+	res = s.admitBatch(ctx, []AdmitItem{it}, retries, then)[0]
+	return res, then.claims, then.ran
+}
+
+// claimThen is the claim an admit carries (AdmitThenClaim), and what became of it.
+type claimThen struct {
+	NextClaim
+	claims []*Claim
+	ran    bool // it committed: claims are its rows
+}
+
+func (s *Store) admitBatch(ctx context.Context, items []AdmitItem, retries int, then *claimThen) []AdmitResult {
 	results := make([]AdmitResult, len(items))
 	retried := 0
 	for attempt := 0; ; attempt++ {
-		written, err := s.admitOnce(ctx, items)
+		written, err := s.admitOnce(ctx, items, then)
 		if err == nil {
 			committed := time.Now().UnixMilli()
 			for _, w := range written {
@@ -319,9 +362,20 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 // (Admit, one element per item: one item is the ADR's single admit) and returns, per item, what
 // was written, or nil where the item's verification wrote nothing. Results count only if the
 // transaction committed (err == nil).
-func (s *Store) admitOnce(ctx context.Context, items []AdmitItem) (written []*Admitted, err error) {
+func (s *Store) admitOnce(ctx context.Context, items []AdmitItem, then *claimThen) (written []*Admitted, err error) {
 	written = make([]*Admitted, len(items))
 	tx := newPipeline(s.db, serializableTx, admitSettings)
+	if then != nil { // queued first, sent behind the admit's COMMIT
+		tx.then = &pipeline{db: s.db, tx: implicitTx, settings: claimSettings, follows: true}
+		read := queueClaimDue(ctx, db.New(tx.then), then.NextClaim)
+		defer func() {
+			claims, cerr := read()
+			if err := tx.then.commit(); cerr == nil { // the Sync, read in every case: it ends the round trip
+				cerr = err
+			}
+			then.claims, then.ran = claims, cerr == nil
+		}()
+	}
 	br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams(items)})
 	br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
 		if rerr != nil {
@@ -409,6 +463,12 @@ type pipeline struct {
 	tx       txKind
 	settings string // the transaction-local planner settings statement (hotSettings or admitSettings)
 	results  *pipelineResults
+	// then is the transaction sent behind this one's COMMIT in the same round trip
+	// (dbconn.DB.PipelineThen), queued on it before this one sends; follows marks such a
+	// pipeline, whose own call only queues (held) and which this one sends.
+	then    *pipeline
+	follows bool
+	held    *pgx.Batch
 }
 
 // wakeDispatchers notifies the dispatchers listening (dispatch.Waker) that the admit that just
@@ -599,6 +659,10 @@ func newPipeline(h *dbconn.DB, tx txKind, settings string) *pipeline {
 
 var errPipelineSent = errors.New("pipeline: a pipelined transaction sends one round trip, and it was sent")
 
+// errPipelineHeld: a transaction queued to follow another (pipeline.then) reads nothing until
+// that one sent it.
+var errPipelineHeld = errors.New("pipeline: the transaction this one follows was not sent")
+
 // send queues the settings and b's statements and sends them in the pipeline's transaction.
 func (p *pipeline) send(ctx context.Context, b *pgx.Batch) *pipelineResults {
 	if p.results != nil {
@@ -612,11 +676,21 @@ func (p *pipeline) send(ctx context.Context, b *pgx.Batch) *pipelineResults {
 		}
 		wire.QueuedQueries = append(wire.QueuedQueries, q)
 	}
+	if p.follows {
+		p.held, p.results = wire, &pipelineResults{err: errPipelineHeld}
+		return p.results
+	}
 	begin := ""
 	if p.tx == serializableTx {
 		begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
 	}
-	p.results = &pipelineResults{pr: p.db.Pipeline(ctx, begin, wire)}
+	p.results = &pipelineResults{}
+	if p.then == nil || p.then.held == nil || begin == "" {
+		p.results.pr = p.db.Pipeline(ctx, begin, wire)
+		return p.results
+	}
+	p.results.pr, p.then.results.pr = p.db.PipelineThen(ctx, begin, wire, p.then.held)
+	p.then.results.err = nil
 	return p.results
 }
 

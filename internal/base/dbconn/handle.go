@@ -95,6 +95,32 @@ func (d *DB) Run(ctx context.Context, fn func(Querier) error) error {
 // transaction, which the pool discards.
 func (d *DB) Pipeline(ctx context.Context, begin string, b *pgx.Batch) *PipelineResults {
 	wire := &pgx.Batch{}
+	first := d.queueTx(wire, begin, b)
+	first.br = d.pool.SendBatch(ctx, wire)
+	return first
+}
+
+// PipelineThen is Pipeline followed, in the same round trip, by then: a second transaction,
+// PostgreSQL's implicit one after the first's COMMIT (begin must not be ""), which runs the
+// prologue first as well and commits at the Sync. Read first's results and Commit it, then
+// second's, whose Commit reads the Sync and says whether then committed. When the first fails,
+// the server skips the rest up to the Sync: then did not run, and second's results and Commit
+// return the first's error.
+func (d *DB) PipelineThen(ctx context.Context, begin string, b, then *pgx.Batch) (first, second *PipelineResults) {
+	if begin == "" {
+		panic("dbconn: PipelineThen needs an explicit first transaction")
+	}
+	wire := &pgx.Batch{}
+	first = d.queueTx(wire, begin, b)
+	second = d.queueTx(wire, "", then)
+	first.br = d.pool.SendBatch(ctx, wire)
+	first.then, second.br = second, first.br
+	return first, second
+}
+
+// queueTx queues one transaction of a pipeline on wire: begin (if any), the prologue, b's
+// statements, and COMMIT when begin is not "".
+func (d *DB) queueTx(wire *pgx.Batch, begin string, b *pgx.Batch) *PipelineResults {
 	if begin != "" {
 		wire.Queue(begin)
 	}
@@ -109,14 +135,15 @@ func (d *DB) Pipeline(ctx context.Context, begin string, b *pgx.Batch) *Pipeline
 	if begin != "" {
 		skip++
 	}
-	return &PipelineResults{br: d.pool.SendBatch(ctx, wire), skip: skip, explicit: begin != ""}
+	return &PipelineResults{skip: skip, explicit: begin != ""}
 }
 
 // PipelineResults are the results of a Pipeline's own statements, in order.
 type PipelineResults struct {
 	br        pgx.BatchResults
-	skip      int  // the BEGIN and the prologue, read before the first own result
-	explicit  bool // a COMMIT follows the own statements
+	skip      int              // the BEGIN and the prologue, read before the first own result
+	explicit  bool             // a COMMIT follows the own statements
+	then      *PipelineResults // the transaction that follows in the same round trip (PipelineThen), which reads the Sync
 	begun     bool
 	committed bool
 	err       error
@@ -174,6 +201,9 @@ func (r *PipelineResults) Commit() error {
 		if _, err := r.br.Exec(); err != nil {
 			r.err = err
 		}
+	}
+	if r.then != nil {
+		return r.err // the Sync is the next transaction's to read
 	}
 	if err := r.br.Close(); r.err == nil {
 		r.err = err
