@@ -82,7 +82,7 @@ func NewMeasurements(owner string) *Measurements {
 	m.roundSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_round_duration_seconds", ConstLabels: constLabels,
 		Help: "Duration of a coordinator round.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
 	m.claimSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qlsched_claim_duration_seconds", ConstLabels: constLabels,
-		Help: "Duration of one claim statement.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)})
+		Help: "Duration of one claim statement sent on its own round trip (in single mode the claims sent behind an admit are not observed: their round trip is the admit's).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)})
 	m.missed = &missedCounter{seen: map[string]bool{}, vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qlsched_missed_occurrences_total", ConstLabels: constLabels,
 		Help: "Occurrences the misfire decision passed over without a Run (older than the trigger's misfire grace): under skip all of them, under fire_once all but the one fired; one decision counts at most 10,000 (then a lower bound); counted when the cursor advance or admission that ends them is written. project is bounded (the first 100 projects, later ones as _other)."},
