@@ -136,9 +136,10 @@ func TestBatchModeReplicasAdmitEachOccurrenceOnce(t *testing.T) {
 	f := newFixture(t)
 	const n = 40
 	for i := range n {
-		// yearly: an admitted row's next occurrence cannot come due while the test runs, so
-		// "every row claimed once" is exact even across a minute boundary
-		f.trigger(fmt.Sprintf("t%02d", i), "@yearly", schedule.MisfireFireOnce)
+		// yearly, months away (farYearly): an admitted row's next occurrence cannot come due
+		// while the test runs, so "every row claimed once" is exact even across a minute boundary
+		// (and across New Year's midnight, which made @yearly rows due again)
+		f.trigger(fmt.Sprintf("t%02d", i), farYearly(), schedule.MisfireFireOnce)
 	}
 	batch := func(c *Config) { c.Budget, c.AdmitBatch = 16, 8 }
 	var allocated sync.Map

@@ -260,12 +260,16 @@ func TestRunIdentityOnlyForAnAdmit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	// @yearly: no later occurrence becomes due during the round, so each row is claimed once;
-	// the cursors an hour back are beyond the misfire grace (60 s), the one a second back within it
-	f.trigger("init", "@yearly", schedule.MisfireSkip)
-	f.trigger("due", "@yearly", schedule.MisfireFireOnce)
-	f.trigger("skipped", "@yearly", schedule.MisfireSkip)
-	f.trigger("catchup", "@yearly", schedule.MisfireFireOnce)
+	// yearly, months away (farYearly): no later occurrence becomes due during the round, so each
+	// row is claimed once; the cursors an hour back are beyond the misfire grace (60 s), the one a
+	// second back within it, and no occurrence lies between them and now (with @yearly, during the
+	// first minute of a year 1 January 00:00 UTC did, on time: "skipped" was admitted, "catchup"
+	// admitted twice)
+	yearly := farYearly()
+	f.trigger("init", yearly, schedule.MisfireSkip)
+	f.trigger("due", yearly, schedule.MisfireFireOnce)
+	f.trigger("skipped", yearly, schedule.MisfireSkip)
+	f.trigger("catchup", yearly, schedule.MisfireFireOnce)
 	f.setCursor("due", -time.Second)
 	f.setCursor("skipped", -time.Hour)
 	f.setCursor("catchup", -time.Hour)
@@ -350,10 +354,10 @@ func TestRacesAreCounted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	// @yearly: the admitted row's next occurrence cannot come due within fast's round (with every
-	// minute, a minute boundary during the round made it due again: a second claim and Run, seen on
-	// CI under PostgreSQL 18)
-	f.trigger("a", "@yearly", schedule.MisfireFireOnce)
+	// yearly, months away (farYearly): the admitted row's next occurrence cannot come due within
+	// fast's round (with every minute, a minute boundary during the round made it due again: a
+	// second claim and Run, seen on CI under PostgreSQL 18; with @yearly, New Year's midnight did)
+	f.trigger("a", farYearly(), schedule.MisfireFireOnce)
 	f.setCursor("a", -time.Second)
 	slow := f.coordinator("slow", f.rt)
 	claim := must(slow.store.Claim(ctx, "slow", 30*time.Second)).of(t)
@@ -377,9 +381,9 @@ func TestTwoPoolsSingleClaimAndExactlyOneRun(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	// never due by the clock while the test runs (with every minute, a minute boundary between the
-	// two replicas' rounds made the initialised row due again: a second claim); the cursor set
-	// below makes the one occurrence due
-	f.trigger("a", "0 0 1 1 *", schedule.MisfireFireOnce)
+	// two replicas' rounds made the initialised row due again: a second claim; with "0 0 1 1 *",
+	// New Year's midnight did); the cursor set below makes the one occurrence due
+	f.trigger("a", farYearly(), schedule.MisfireFireOnce)
 	poolA, poolB := f.d.Handle(t, "ql_runtime"), f.d.Handle(t, "ql_runtime")
 	var pidA, pidB int
 	must(0, poolA.Pool().QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA)).of(t)
@@ -446,8 +450,8 @@ func TestLifecycleStartStopDoubleStop(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	// never due while the test runs: only its initialisation is claimed (with every minute, a
-	// minute boundary during the rounds made it due again)
-	f.trigger("a", "0 0 1 1 *", schedule.MisfireSkip)
+	// minute boundary during the rounds made it due again; with "0 0 1 1 *", New Year's midnight)
+	f.trigger("a", farYearly(), schedule.MisfireSkip)
 	co := f.coordinator("r1", f.rt, func(c *Config) { c.Cadence = 10 * time.Millisecond })
 	rounds := make(chan int, 100)
 	lc := NewLifecycle(co, DefaultConfig("r1"), AfterRound(func(n int) {

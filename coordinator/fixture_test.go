@@ -55,12 +55,23 @@ func (f *fixture) trigger(id, cron string, misfire schedule.MisfirePolicy) admin
 	return pub
 }
 
-// dueOnce publishes @yearly fire_once triggers with their cursors a second back: each due once,
-// its next occurrence never due while a test runs, so a round's claims can be counted exactly.
+// farYearly is a yearly cron, "0 0 1 M *", whose occurrences lie five months or more from now,
+// before and after: never due by the clock while a test runs, and never within the misfire grace
+// of a cursor a test puts up to months in the past. @yearly ("0 0 1 1 *") is not that: during the
+// first minute of a year (UTC) its latest occurrence is within the grace of now (a cursor an hour
+// back is then followed by an on-time occurrence: admitted, not skipped), and a test running
+// across New Year's midnight finds a row it admitted due again.
+func farYearly() string {
+	return fmt.Sprintf("0 0 1 %d *", (int(time.Now().UTC().Month())+5)%12+1)
+}
+
+// dueOnce publishes yearly fire_once triggers (farYearly) with their cursors a second back: each
+// due once, its next occurrence never due while a test runs, so a round's claims can be counted
+// exactly.
 func (f *fixture) dueOnce(ids ...string) {
 	f.t.Helper()
 	for _, id := range ids {
-		f.trigger(id, "@yearly", schedule.MisfireFireOnce)
+		f.trigger(id, farYearly(), schedule.MisfireFireOnce)
 		f.setCursor(id, -time.Second)
 	}
 }

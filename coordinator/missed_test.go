@@ -18,24 +18,31 @@ func TestMissedOccurrencesAreCounted(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		policy schedule.MisfirePolicy
-		// the occurrences passed over and the latest of them, for a cursor at 1 January 2020 and
-		// a database time in year y (every 1 January from 2020 to y is missed)
-		missed   func(y int) int64
-		lastYear func(y int) int
+		// of the yearly occurrences from the cursor to now (all missed, the cursor the first),
+		// how many are passed over without a Run, and the latest of those
+		admitted int // 0 under skip, 1 (the latest) under fire_once
 		admits   int64
 		stalls   int64 // fire_once's second stall would admit its catch-up occurrence again: one
 	}{
-		{schedule.MisfireSkip, func(y int) int64 { return int64(y - 2020 + 1) }, func(y int) int { return y }, 0, 2},
-		{schedule.MisfireFireOnce, func(y int) int64 { return int64(y - 2020) }, func(y int) int { return y - 1 }, 1, 1},
+		{schedule.MisfireSkip, 0, 0, 2},
+		{schedule.MisfireFireOnce, 1, 1, 1},
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			f := newFixture(t)
-			f.trigger("yearly", "0 0 1 1 *", tc.policy)
+			// 1 January ("0 0 1 1 *") was on time, not missed, during the first minute of a year
+			// (UTC), and the counts were one short: a yearly cron months away (farYearly) instead
+			yearly := farYearly()
+			f.trigger("yearly", yearly, tc.policy)
+			sched, err := schedule.ParseSchedule(yearly, "UTC")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cursor := sched.Next(time.Date(2019, 12, 31, 0, 0, 0, 0, time.UTC).UnixMilli()) // the first in 2020
 			stall := func() {
 				f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = $1::bigint, state_version = state_version + 1
-					WHERE project_id = 'p' AND trigger_id = 'yearly'`, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+					WHERE project_id = 'p' AND trigger_id = 'yearly'`, cursor)
 			}
 			var (
 				mu       sync.Mutex
@@ -50,9 +57,12 @@ func TestMissedOccurrencesAreCounted(t *testing.T) {
 			if err := f.su.QueryRow(ctx, `SELECT control_core.db_now_ms()`).Scan(&nowMs); err != nil {
 				t.Fatal(err)
 			}
-			y := time.UnixMilli(nowMs).UTC().Year()
-			want := tc.missed(y)
-			wantLast := time.Date(tc.lastYear(y), 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+			var occurrences []int64 // from the cursor to now, months from the latest
+			for at := cursor; at <= nowMs; at = sched.Next(at) {
+				occurrences = append(occurrences, at)
+			}
+			want := int64(len(occurrences) - tc.admitted)
+			wantLast := occurrences[want-1]
 			for round := int64(1); round <= tc.stalls; round++ {
 				stall()
 				co.Round(ctx, nil)
@@ -105,7 +115,10 @@ func TestRepublishWhilePausedCountsNothingMissed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.trigger("yearly", "0 0 1 1 *", schedule.MisfireSkip)
+	// a yearly cron months away (farYearly): with "0 0 1 1 *" a New Year's midnight between the
+	// initialisation and the check left a cursor behind now
+	yearly := farYearly()
+	f.trigger("yearly", yearly, schedule.MisfireSkip)
 	co := f.coordinatorWith("r1", f.rt, []Option{WithObserver(Observer{Missed: func(string, string, int64) {
 		t.Error("a republished trigger's pause was counted as missed")
 	}})})
@@ -116,7 +129,7 @@ func TestRepublishWhilePausedCountsNothingMissed(t *testing.T) {
 	// the pause lasts years: the cursor 1 January 2020
 	f.exec(`UPDATE control_core.trigger_schedules SET next_fire_at_ms = $1::bigint, state_version = state_version + 1
 		WHERE project_id = 'p' AND trigger_id = 'yearly'`, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
-	f.trigger("yearly", "0 0 1 1 *", schedule.MisfireFireOnce) // republished while paused
+	f.trigger("yearly", yearly, schedule.MisfireFireOnce) // republished while paused
 	if _, err := f.admin.ResumeProject(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,20 @@ import (
 
 // openThrough opens the runtime role's handle through a PgBouncer of pool_mode mode in front of
 // f's database, with query (a connection-string query, ql_pooler=… say) added to its URL.
+//
+// Transaction pooling gets one server session, so the plans are kept on it. Session pooling
+// gives each client connection a server session of its own for the connection's life, so one
+// server session served one of the handle's connections only: a second one (the store's
+// wake-up sender reads WakeWanted on its own connection after the first admit, while the test
+// claims again) waited for a server that never came free, until its response timeout, and the
+// test failed when the sender took the idle connection first (once, under load).
 func (f *fixture) openThrough(mode, query string) *dbconn.DB {
 	f.t.Helper()
-	b := f.d.StartPgBouncer(f.t, mode, "default_pool_size = 1") // one server session: plans kept on it
+	size := "default_pool_size = 1"
+	if mode == "session" {
+		size = "default_pool_size = 20" // PgBouncer's default: a server session for every client connection the test makes
+	}
+	b := f.d.StartPgBouncer(f.t, mode, size)
 	u := b.URL("ql_runtime")
 	if query != "" {
 		u += "&" + query

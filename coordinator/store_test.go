@@ -270,8 +270,10 @@ func TestSkipAdvancesOnlyAndIsFenced(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	// An hourly cron whose latest occurrence is half an hour old, never within the 60 s grace
-	// that would admit it: "0 * * * *" admitted in the first minute of an hour (CI, 22:00).
-	f.trigger("hourly", fmt.Sprintf("%d * * * *", (time.Now().Minute()+30)%60), schedule.MisfireSkip)
+	// that would admit it: "0 * * * *" admitted in the first minute of an hour (CI, 22:00). The
+	// minute is UTC's, the trigger's zone: the host's local minute is half an hour off it in
+	// zones such as Asia/Kolkata, and made the cron fire at the current minute.
+	f.trigger("hourly", fmt.Sprintf("%d * * * *", (time.Now().UTC().Minute()+30)%60), schedule.MisfireSkip)
 	f.setCursor("hourly", -5*time.Hour) // a long outage
 	co := f.coordinator("r1", f.rt)
 	if n := co.Round(ctx, nil); n != 1 {

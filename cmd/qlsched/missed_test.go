@@ -12,7 +12,7 @@ import (
 	"github.com/qlcontrol/controlcore/schedule"
 )
 
-// A skip trigger stalled for years (its cursor moved back to 1 January 2020 while a replica runs)
+// A skip trigger stalled for years (its cursor moved back to an occurrence in 2020 while a replica runs)
 // loses every yearly occurrence since: the replica counts them on /metrics
 // (qlsched_missed_occurrences_total) and in the schedule row, and trigger show prints the count and
 // the last one, in text and JSON.
@@ -20,10 +20,14 @@ func TestStalledSkipTriggerShowsItsMissedOccurrences(t *testing.T) {
 	t.Parallel()
 	d := testpg.New(t)
 	db := []string{"--database-url", d.URL("ql_admin")}
+	// yearly on the first of a month half a year away: with "0 0 1 1 *", during the first minute
+	// of a year (UTC) that year's occurrence was within the grace, admitted instead of counted
+	month := (int(time.Now().UTC().Month())+5)%12 + 1
+	yearly := fmt.Sprintf("0 0 1 %d *", month)
 	publish(t, db,
 		[]string{"project", "create", "--project", "p"},
 		[]string{"task", "publish", "--project", "p", "--task", "k", "--executor-spec", `{"image":"x"}`},
-		[]string{"trigger", "publish", "--project", "p", "--trigger", "yearly", "--task", "k", "--cron", "0 0 1 1 *", "--misfire", "skip"})
+		[]string{"trigger", "publish", "--project", "p", "--trigger", "yearly", "--task", "k", "--cron", yearly, "--misfire", "skip"})
 	show := []string{"trigger", "show", "--project", "p", "--trigger", "yearly"}
 	if doc := jsonDoc(t, "qlsched.trigger-show/v1", append(show, db...)...); doc["missed_total"] != float64(0) || doc["last_missed_for_ms"] != nil {
 		t.Errorf("a new trigger: missed_total %v, last_missed_for_ms %v; want 0 and null", doc["missed_total"], doc["last_missed_for_ms"])
@@ -36,14 +40,17 @@ func TestStalledSkipTriggerShowsItsMissedOccurrences(t *testing.T) {
 		return jsonDoc(t, "qlsched.trigger-show/v1", append(show, db...)...)["next_fire_at_ms"] != nil
 	})
 	// the stall: the cursor years back, as after a long outage (arranged as the owner)
-	var year int
-	d.Exec(t, `UPDATE control_core.trigger_schedules SET next_fire_at_ms = 1577836800000, state_version = state_version + 1
-		WHERE project_id = 'p' AND trigger_id = 'yearly'`)
-	if err := d.Pool(t, "").QueryRow(t.Context(), `SELECT extract(year FROM to_timestamp(control_core.db_now_ms() / 1000.0) AT TIME ZONE 'UTC')::int`).Scan(&year); err != nil {
+	var nowMs int64
+	d.Exec(t, `UPDATE control_core.trigger_schedules SET next_fire_at_ms = $1::bigint, state_version = state_version + 1
+		WHERE project_id = 'p' AND trigger_id = 'yearly'`, time.Date(2020, time.Month(month), 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	if err := d.Pool(t, "").QueryRow(t.Context(), `SELECT control_core.db_now_ms()`).Scan(&nowMs); err != nil {
 		t.Fatal(err)
 	}
-	want := year - 2020 + 1 // every 1 January from 2020 on: older than the grace, skipped
-	last := time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC)
+	// every first of the month from 2020 on, all months from now: older than the grace, skipped
+	want, last := 0, time.Time{}
+	for y := 2020; !time.Date(y, time.Month(month), 1, 0, 0, 0, 0, time.UTC).After(time.UnixMilli(nowMs)); y++ {
+		want, last = want+1, time.Date(y, time.Month(month), 1, 0, 0, 0, 0, time.UTC)
+	}
 
 	var doc map[string]any
 	eventually.True(t, 20*time.Second, "the replica skipped the missed occurrences", func() bool {
