@@ -364,37 +364,60 @@ func fill(results []AdmitResult, retried int, err error) []AdmitResult {
 // transaction committed (err == nil).
 func (s *Store) admitOnce(ctx context.Context, items []AdmitItem, then *claimThen) (written []*Admitted, err error) {
 	written = make([]*Admitted, len(items))
-	tx := newPipeline(s.db, serializableTx, admitSettings)
-	if then != nil { // queued first, sent behind the admit's COMMIT
-		tx.then = &pipeline{db: s.db, tx: implicitTx, settings: claimSettings, follows: true}
-		read := queueClaimDue(ctx, db.New(tx.then), then.NextClaim)
-		defer func() {
-			claims, cerr := read()
-			if err := tx.then.commit(); cerr == nil { // the Sync, read in every case: it ends the round trip
-				cerr = err
-			}
-			then.claims, then.ran = claims, cerr == nil
-		}()
-	}
-	br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams(items)})
-	br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
-		if rerr != nil {
-			err = rerr
-			return
-		}
-		for _, r := range rows {
-			if r.Ord < 1 || int(r.Ord) > len(items) || written[r.Ord-1] != nil {
-				err = fmt.Errorf("admit: result for item %d of %d is out of range or repeated", r.Ord, len(items))
+	err = s.explicitThen(ctx, serializableTx, admitSettings, then, func(q *db.Queries) (err error) {
+		br := q.Admit(ctx, []db.AdmitParams{admitParams(items)})
+		br.Query(func(_ int, rows []db.AdmitRow, rerr error) {
+			if rerr != nil {
+				err = rerr
 				return
 			}
-			written[r.Ord-1] = &Admitted{RunID: r.RunID, AttemptID: r.AttemptID, AdmittedAtMs: r.AdmittedAtMs}
-		}
+			for _, r := range rows {
+				if r.Ord < 1 || int(r.Ord) > len(items) || written[r.Ord-1] != nil {
+					err = fmt.Errorf("admit: result for item %d of %d is out of range or repeated", r.Ord, len(items))
+					return
+				}
+				written[r.Ord-1] = &Admitted{RunID: r.RunID, AttemptID: r.AttemptID, AdmittedAtMs: r.AdmittedAtMs}
+			}
+		})
+		_ = br.Close()
+		return err
 	})
-	_ = br.Close()
-	if cerr := tx.commit(); err == nil { // the results count only if this is nil
+	return written, err // the results count only if err is nil
+}
+
+// explicitThen runs fn's statement in an explicit transaction of kind tx under settings, sent as
+// one pipeline; with then, the claim then goes behind its COMMIT in the same round trip and
+// commits alone (dbconn.DB.PipelineThen), and then says whether it ran. fn's error comes first,
+// then the commit's; nil means fn's transaction committed.
+func (s *Store) explicitThen(ctx context.Context, tx txKind, settings string, then *claimThen, fn func(*db.Queries) error) error {
+	p := newPipeline(s.db, tx, settings)
+	var read func() ([]*Claim, error)
+	if then != nil { // queued first, sent behind the COMMIT
+		p.then = &pipeline{db: s.db, tx: implicitTx, settings: claimSettings, follows: true}
+		read = queueClaimDue(ctx, db.New(p.then), then.NextClaim)
+	}
+	err := fn(db.New(p))
+	if cerr := p.commit(); err == nil {
 		err = cerr
 	}
-	return written, err
+	if then != nil {
+		claims, cerr := read()
+		if err := p.then.commit(); cerr == nil { // the Sync, read in every case: it ends the round trip
+			cerr = err
+		}
+		then.claims, then.ran = claims, cerr == nil
+	}
+	return err
+}
+
+// WriteThenClaim runs write's statement in a READ COMMITTED transaction under the hot settings
+// and sends next behind its COMMIT in the same round trip, as AdmitThenClaim does behind the
+// admit: the bench's ceiling writes the admission's rows with it, so that in single mode it pays
+// the round trips a replica pays. carried is as AdmitThenClaim's.
+func (s *Store) WriteThenClaim(ctx context.Context, write func(*db.Queries) error, next NextClaim) (claims []*Claim, carried bool, err error) {
+	then := &claimThen{NextClaim: next}
+	err = s.explicitThen(ctx, readCommittedTx, hotSettings, then, write)
+	return then.claims, then.ran, err
 }
 
 // HotSettings are the planner settings of the hot statements (claim, admit), which the store sets
@@ -446,8 +469,9 @@ var claimSettings = hotSettings + ", set_config('enable_sort', 'off', true)"
 type txKind int
 
 const (
-	implicitTx     txKind = iota // committed at the pipeline's Sync; a failed statement rolls it back
-	serializableTx               // BEGIN ISOLATION LEVEL SERIALIZABLE … COMMIT, read by commit
+	implicitTx      txKind = iota // committed at the pipeline's Sync; a failed statement rolls it back
+	serializableTx                // BEGIN ISOLATION LEVEL SERIALIZABLE … COMMIT, read by commit
+	readCommittedTx               // BEGIN ISOLATION LEVEL READ COMMITTED … COMMIT (the bench's ceiling)
 )
 
 // pipeline is a db.DBTX that sends what it is given, inside its transaction and after the
@@ -681,8 +705,11 @@ func (p *pipeline) send(ctx context.Context, b *pgx.Batch) *pipelineResults {
 		return p.results
 	}
 	begin := ""
-	if p.tx == serializableTx {
+	switch p.tx {
+	case serializableTx:
 		begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
+	case readCommittedTx:
+		begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
 	}
 	p.results = &pipelineResults{}
 	if p.then == nil || p.then.held == nil || begin == "" {

@@ -65,7 +65,9 @@ final log line, claim latency from their /metrics histograms, CPU and RSS from /
 
   backlog  every trigger is due at once. First the ceiling: the same write set (claim statement,
            then one READ COMMITTED statement inserting run, attempt, 2 events and advancing the
-           schedule, no fence checks) at the same concurrency; then the real replicas; then, in
+           schedule, no fence checks; the next claim behind its COMMIT in the same round trip,
+           as a single-mode replica sends it behind its admit) at the same concurrency; then the
+           real replicas; then, in
            single mode, the ceiling once more, on a fresh backlog: the reported ceiling is the
            mean of the two, so a drift of the disk's flush latency does not land on one side
            only. Reports admits/s, ceiling/s and their ratio from one run on one server. With

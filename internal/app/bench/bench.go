@@ -621,8 +621,10 @@ const ceilingEpochMs int64 = 10_000_000_000_000
 // and no initialisation (setDue gave every row a cursor), it ends at the first empty claim where
 // a round ends at a short one, and it writes CeilingAdmit (no decision, no fence, no SERIALIZABLE)
 // where a round decides and admits. Running it through Round would take a write hook on the
-// coordinator, bench machinery in the production scheduler. Keep in step with Round the one rule
-// that moves the figure: only in batch mode is the next claim sent while a batch is written.
+// coordinator, bench machinery in the production scheduler. Keep in step with Round the rules
+// that move the figure: in batch mode the next claim is sent while a batch is written, and in
+// single mode it goes behind the write's COMMIT in the same round trip (Store.WriteThenClaim, as
+// the replica's Store.AdmitThenClaim), so both sides pay one round trip per occurrence.
 func ceiling(ctx context.Context, pools []*dbconn.DB, project string, period, limit time.Duration, batch int, offset, upTo int64) (int64, float64, error) {
 	var n atomic.Int64
 	var firstErr error
@@ -662,7 +664,21 @@ func ceiling(ctx context.Context, pools []*dbconn.DB, project string, period, li
 						next = claim() // ahead, as a batch-mode round does
 					}
 					var written int64
-					written, err = ceilingWrite(ctx, q, got.claims, period, offset)
+					if more && batch == 1 { // the next claim behind the write, as a single-mode round's
+						var carried []*coordinator.Claim
+						var ran bool
+						carried, ran, err = store.WriteThenClaim(ctx, func(q *db.Queries) (err error) {
+							written, err = ceilingWrite(ctx, q, got.claims, period, offset)
+							return err
+						}, coordinator.NextClaim{Owner: owner, Lease: 30 * time.Second, N: batch})
+						if ran {
+							ready := make(chan claimed, 1)
+							ready <- claimed{carried, nil}
+							next = ready
+						}
+					} else {
+						written, err = ceilingWrite(ctx, q, got.claims, period, offset)
+					}
 					n.Add(written)
 					if err == nil && more && next == nil {
 						next = claim()
