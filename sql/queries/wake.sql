@@ -17,8 +17,10 @@
 SELECT set_config('synchronous_commit', 'off', true), pg_notify('qlsched_runs_queued', '');
 
 -- name: WakeWanted :one
--- Whether a dispatcher has anybody to place for: an active, unexpired worker session (one range
--- of worker_sessions_live_expiry_idx). The coordinator.Store's sender reads it at most every
+-- Whether a dispatcher has anybody to place for: an active, unexpired worker session (through a
+-- partial index of live sessions: the planner takes the range of worker_sessions_live_expiry_idx
+-- or all of worker_sessions_worker_idx, active only, as ANALYZE's sample goes; never the closed
+-- and expired history, coordinator.TestWakeWantedReadsOnlyTheLiveSessions). The coordinator.Store's sender reads it at most every
 -- wakeRecheck and sends no wake-up while it is false: a placement pass with no poll waiting
 -- does nothing, and a session's first poll starts a pass of its own, which finds every Run
 -- admitted meanwhile (docs/dispatch.md, "Waking the placer").
