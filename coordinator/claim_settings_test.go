@@ -80,6 +80,7 @@ func TestPooledClaimWalksItsIndexOverAScatteredBacklog(t *testing.T) {
 		_ = conn.Close(ctx)
 	}
 }
+
 // claimSettings are transaction-local: after the claims, the next transaction on the same server
 // session plans with the session's own settings (enable_sort, plan_cache_mode and jit as before
 // the claims). Behind a transaction pooler with one server session, where every client's
