@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,15 +31,16 @@ func TestTheCarriedClaimRunsOnceAcrossRetriesAndNotAfterACancel(t *testing.T) {
 		}
 		actx, stop := context.WithCancel(ctx)
 		type result struct {
-			res     AdmitResult
-			claims  []*Claim
-			carried bool
+			res      AdmitResult
+			claims   []*Claim
+			carried  bool
+			claimErr error
 		}
 		done := make(chan result, 1)
 		go func() {
-			res, claims, carried := s.AdmitThenClaim(actx, AdmitItem{Claim: c, ScheduledFor: *c.CursorMs, Next: c.ClaimedAtMs + 60_000, RunID: uuid.New()}, 2,
+			res, claims, carried, claimErr := s.AdmitThenClaim(actx, AdmitItem{Claim: c, ScheduledFor: *c.CursorMs, Next: c.ClaimedAtMs + 60_000, RunID: uuid.New()}, 2,
 				NextClaim{Owner: "r1", Lease: 30 * time.Second, N: 1})
-			done <- result{res, claims, carried}
+			done <- result{res, claims, carried, claimErr}
 		}()
 		for f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND usename = 'ql_runtime'`) == 0 {
 			select {
@@ -66,6 +68,9 @@ func TestTheCarriedClaimRunsOnceAcrossRetriesAndNotAfterACancel(t *testing.T) {
 			if r.res.Err != nil || r.res.Outcome != Race || r.res.Retries != 1 || !r.carried || len(r.claims) != 1 || r.claims[0].TriggerID != "b" {
 				t.Errorf("retried: %+v, carried %v, %d claims; want a race after 1 retry and b carried", r.res, r.carried, len(r.claims))
 			}
+		}
+		if r.claimErr != nil {
+			t.Errorf("cancel %v: the claim's own error %v; want none (it ran and committed, or did not run)", cancel, r.claimErr)
 		}
 		stop()
 		want := 1
@@ -163,5 +168,51 @@ func TestACarriedClaimOfAnUninitialisedRowInitialisesIt(t *testing.T) {
 	}
 	if n := f.count(`SELECT count(*) FROM control_core.trigger_schedules WHERE claim_token IS NOT NULL OR next_fire_at_ms IS NULL`); n != 0 {
 		t.Errorf("%d rows left claimed or uninitialised", n)
+	}
+}
+
+// A claim statement that fails is counted (Stats.Errors, the observer's "claim" class), as a claim
+// sent on its own always was, and ends the round as one. Here the claim of b fails once (an
+// injected fault: a trigger that raises on the first claim of b), sent behind a's admit: before
+// AdmitThenClaim returned the claim's own error its failure was dropped and the round claimed
+// again on its own, so nothing counted it (errors 0). The store reports it too.
+func TestACarriedClaimThatFailsIsCounted(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.dueOnce("a", "b")
+	f.exec(`CREATE SEQUENCE public.claim_b_faults`)
+	f.exec(`CREATE FUNCTION public.fail_claim_of_b_once() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+		BEGIN
+			IF NEW.trigger_id = 'b' AND NEW.claim_token IS DISTINCT FROM OLD.claim_token AND NEW.claim_token IS NOT NULL
+				AND nextval('public.claim_b_faults') = 1 THEN
+				RAISE EXCEPTION 'injected claim fault';
+			END IF;
+			RETURN NEW;
+		END $$`)
+	f.exec(`CREATE TRIGGER fail_claim_of_b_once BEFORE UPDATE ON control_core.trigger_schedules FOR EACH ROW EXECUTE FUNCTION public.fail_claim_of_b_once()`)
+	var claimErrors atomic.Int64
+	co := f.coordinatorWith("r1", f.rt, []Option{WithObserver(Observer{Error: func(class string) {
+		if class == "claim" {
+			claimErrors.Add(1)
+		}
+	}})})
+	if n := co.Round(context.Background(), nil); n != 1 {
+		t.Errorf("round claimed %d; want 1, ended by the failed claim", n)
+	}
+	if st := co.Stats.Snapshot(); st.Errors != 1 || claimErrors.Load() != 1 || st.Admits != 1 {
+		t.Errorf("a failed claim: errors %d, observed as claim errors %d; want 1 and 1, a admitted (stats %+v)", st.Errors, claimErrors.Load(), st)
+	}
+	f.exec(`ALTER SEQUENCE public.claim_b_faults RESTART`) // the next claim of b fails again
+	f.setCursor("a", -time.Hour)                           // due again, before b
+	s := NewStore(f.rt)
+	ctx := context.Background()
+	c := must(s.Claim(ctx, "r1", 30*time.Second)).of(t)
+	if c == nil || c.TriggerID != "a" {
+		t.Fatalf("claimed %+v; want a", c)
+	}
+	res, claims, carried, claimErr := s.AdmitThenClaim(ctx, AdmitItem{Claim: c, ScheduledFor: *c.CursorMs, Next: c.ClaimedAtMs + 60_000, RunID: uuid.New()}, 3,
+		NextClaim{Owner: "r1", Lease: 30 * time.Second, N: 1})
+	if res.Err != nil || res.Outcome != Written || carried || len(claims) != 0 || claimErr == nil || !strings.Contains(claimErr.Error(), "injected claim fault") {
+		t.Errorf("admit %s %v, carried %v with %d claims, claim error %v; want a written, the injected fault reported", res.Outcome, res.Err, carried, len(claims), claimErr)
 	}
 }

@@ -474,7 +474,8 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 
 // handleThen is handle; when then is not nil and the claims make exactly one admission, the admit
 // carries then, the round's next claim (Store.AdmitThenClaim), and handleThen returns that
-// claim's result if it ran; nil otherwise (the round claims on its own).
+// claim's result if it ran, or its error if it failed after the admit committed; nil otherwise
+// (the admit failed and the server skipped the claim: the round claims on its own).
 func (c *Coordinator) handleThen(ctx context.Context, claims []*Claim, then *NextClaim) (carried *claimBatch) {
 	var (
 		fires     []AdmitItem
@@ -525,10 +526,13 @@ func (c *Coordinator) handleThen(ctx context.Context, claims []*Claim, then *Nex
 	start := time.Now()
 	var results []AdmitResult
 	if then != nil && len(fires) == 1 {
-		res, claims, ran := c.store.AdmitThenClaim(ctx, fires[0], c.cfg.AdmitRetries, *then)
+		res, claims, ran, claimErr := c.store.AdmitThenClaim(ctx, fires[0], c.cfg.AdmitRetries, *then)
 		results = []AdmitResult{res}
-		if ran {
+		switch {
+		case ran:
 			carried = &claimBatch{claims: claims, asked: then.N, carried: true}
+		case claimErr != nil: // the claim's own failure ends the round as that of a claim sent alone
+			carried = &claimBatch{asked: then.N, carried: true, err: fmt.Errorf("claim: %w", claimErr)}
 		}
 	} else {
 		results = c.store.AdmitBatch(ctx, fires, c.cfg.AdmitRetries)

@@ -291,18 +291,21 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 // admit advanced as a claim sent after it would. carried reports whether the claim ran and
 // committed (claims are then its rows, maybe none): it did not when the admit failed (the server
 // skipped it; a retry of the admit carries it again) or the claim failed, and the caller claims
-// on its own.
-func (s *Store) AdmitThenClaim(ctx context.Context, it AdmitItem, retries int, next NextClaim) (res AdmitResult, claims []*Claim, carried bool) {
+// on its own. claimErr is the claim's own failure, after the admit committed (carried is then
+// false): the caller counts it as that of a claim sent on its own, which it is in every other
+// respect.
+func (s *Store) AdmitThenClaim(ctx context.Context, it AdmitItem, retries int, next NextClaim) (res AdmitResult, claims []*Claim, carried bool, claimErr error) {
 	then := &claimThen{NextClaim: next}
 	res = s.admitBatch(ctx, []AdmitItem{it}, retries, then)[0]
-	return res, then.claims, then.ran
+	return res, then.claims, then.ran, then.err
 }
 
 // claimThen is the claim an admit carries (AdmitThenClaim), and what became of it.
 type claimThen struct {
 	NextClaim
 	claims []*Claim
-	ran    bool // it committed: claims are its rows
+	ran    bool  // it committed: claims are its rows
+	err    error // its own failure, after the admit committed (nil when the admit failed: it did not run)
 }
 
 func (s *Store) admitBatch(ctx context.Context, items []AdmitItem, retries int, then *claimThen) []AdmitResult {
@@ -374,6 +377,10 @@ func (s *Store) admitOnce(ctx context.Context, items []AdmitItem, then *claimThe
 				cerr = err
 			}
 			then.claims, then.ran = claims, cerr == nil
+			then.err = nil
+			if err == nil { // the admit committed (admitOnce's result): cerr is the claim's own
+				then.err = cerr
+			}
 		}()
 	}
 	br := db.New(tx).Admit(ctx, []db.AdmitParams{admitParams(items)})
