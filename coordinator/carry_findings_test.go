@@ -55,3 +55,54 @@ func TestStopDuringASingleModeAdmitClaimsNothingMore(t *testing.T) {
 		t.Errorf("b claimed %d times after the Stop; want 0", n)
 	}
 }
+
+// An admit that committed is reported when it committed, whatever follows it: its Run's
+// wake-up, its outcome and its lag do not wait for a statement of another transaction. Here the
+// claim behind a's admit waits on a lock (an injected trigger that takes an advisory lock the
+// test holds, standing in for any lock queue or slow claim); a's Run is committed, but the round
+// has not learnt it until the claim ends (up to the statement timeout).
+func TestACommittedAdmitIsNotHeldBehindTheCarriedClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.dueOnce("a", "b")
+	f.exec(`CREATE FUNCTION public.wait_claim_of_b() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+		BEGIN
+			IF NEW.trigger_id = 'b' AND NEW.claim_token IS DISTINCT FROM OLD.claim_token AND NEW.claim_token IS NOT NULL THEN
+				PERFORM pg_advisory_xact_lock(4242);
+			END IF;
+			RETURN NEW;
+		END $$`)
+	f.exec(`CREATE TRIGGER wait_claim_of_b BEFORE UPDATE ON control_core.trigger_schedules FOR EACH ROW EXECUTE FUNCTION public.wait_claim_of_b()`)
+	tx := must(f.su.Begin(ctx)).of(t)
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(4242)`); err != nil {
+		t.Fatal(err)
+	}
+	admitted := make(chan struct{}, 2)
+	co := f.coordinatorWith("r1", f.rt, []Option{WithObserver(Observer{Admitted: func(time.Duration) { admitted <- struct{}{} }})})
+	done := make(chan int, 1)
+	go func() { done <- co.Round(ctx, nil) }()
+	// the claim of b waits on the lock: a's admit committed before it
+	for f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND usename = 'ql_runtime'`) == 0 {
+		select {
+		case n := <-done:
+			t.Fatalf("round ended (%d claimed) before the claim of b waited", n)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.runs WHERE trigger_id = 'a'`); n != 1 {
+		t.Fatalf("%d Runs of a while the claim of b waits; want its admit committed", n)
+	}
+	select {
+	case <-admitted:
+	default:
+		t.Error("a's admit committed, but the round has not seen it: its outcome waits for the claim of b behind it")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-done; n != 2 {
+		t.Errorf("round claimed %d, want 2", n)
+	}
+}
