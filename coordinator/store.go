@@ -289,11 +289,10 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 // so ADR-0105's two transactions stay two, but the one-row mode pays one round trip per
 // admission instead of two. The claim runs after the admit committed, so it sees the row the
 // admit advanced as a claim sent after it would. carried reports whether the claim ran and
-// committed (claims are then its rows, maybe none): it did not when the admit failed (the server
-// skipped it; a retry of the admit carries it again) or the claim failed, and the caller claims
-// on its own. claimErr is the claim's own failure, after the admit committed (carried is then
-// false): the caller counts it as that of a claim sent on its own, which it is in every other
-// respect.
+// committed (claims are then its rows, maybe none). It did not when the admit failed (the server
+// skipped it; a retry of the admit carries it again), and the caller claims on its own; nor when
+// the claim itself failed after the admit committed: claimErr is then that failure, which the
+// caller counts and ends its round on, as for a claim sent on its own.
 func (s *Store) AdmitThenClaim(ctx context.Context, it AdmitItem, retries int, next NextClaim) (res AdmitResult, claims []*Claim, carried bool, claimErr error) {
 	then := &claimThen{NextClaim: next}
 	res = s.admitBatch(ctx, []AdmitItem{it}, retries, then)[0]
