@@ -4,8 +4,12 @@ package faults
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/qlcontrol/controlcore/coordinator"
+	"github.com/qlcontrol/controlcore/internal/testkit/faultproxy"
 )
 
 // A finding of the review of the single mode's carried claim (c72ac13), not fixed: fails on the
@@ -36,6 +40,37 @@ func TestGateCommitResponseLossCarriedClaim(t *testing.T) {
 		t.Errorf("b is left claimed after the round (schedule %+v): its occurrence waits for the lease to expire", s)
 	}
 	if n := tg.runsOf("b", occB); n != 1 {
+		t.Errorf("%d runs for b after the round; want 1 (the round goes on past a lost admit)", n)
+	}
+}
+
+// The same through PgBouncer (transaction pooling): the COMMIT response is lost between the
+// replica and PgBouncer, whose server session had run the whole pipeline, the carried claim
+// included.
+func TestGatePoolerCommitResponseLossCarriedClaim(t *testing.T) {
+	ctx := context.Background()
+	pt := newPooledTarget(t, "transaction")
+	proxy, err := faultproxy.Start(net.JoinHostPort("127.0.0.1", pt.bouncer.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	pool := pt.open("pooled-1", proxy)
+	occA, occB := pt.due("a"), pt.due("b")
+	dropped := proxy.DropNextCommit()
+	cc := coordinator.DefaultConfig("pooled-1")
+	cc.Cadence = 100 * time.Millisecond
+	co := coordinator.New(cc, coordinator.NewStore(pool), coordinator.WithLogger(testLogger("pooled-1")))
+	co.Round(ctx, nil)
+	receive(t, dropped)
+	t.Logf("replica after the round: %+v", co.Stats.Snapshot())
+	if n := pt.runsOf("a", occA); n != 1 {
+		t.Errorf("%d runs for a; the admit committed, want 1", n)
+	}
+	if s := pt.schedule("b"); s.Claimed {
+		t.Errorf("b is left claimed after the round (schedule %+v): its occurrence waits for the lease to expire", s)
+	}
+	if n := pt.runsOf("b", occB); n != 1 {
 		t.Errorf("%d runs for b after the round; want 1 (the round goes on past a lost admit)", n)
 	}
 }
