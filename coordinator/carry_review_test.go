@@ -216,3 +216,24 @@ func TestACarriedClaimThatFailsIsCounted(t *testing.T) {
 		t.Errorf("admit %s %v, carried %v with %d claims, claim error %v; want a written, the injected fault reported", res.Outcome, res.Err, carried, len(claims), claimErr)
 	}
 }
+
+// The carried claims spend the round's budget as claims sent on their own: a budget of 3 over 5
+// due rows claims and admits 3, and the last admit carries no claim (the rows after stay
+// untouched).
+func TestTheCarriedClaimsSpendTheBudget(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.dueOnce("a", "b", "c", "d", "e")
+	var solo atomic.Int64
+	co := f.coordinatorWith("r1", f.rt, []Option{WithObserver(Observer{Claim: func(time.Duration) { solo.Add(1) }})},
+		func(c *Config) { c.Budget = 3 })
+	if n := co.Round(context.Background(), nil); n != 3 {
+		t.Errorf("round claimed %d, want 3", n)
+	}
+	if st := co.Stats.Snapshot(); st.Admits != 3 || st.Claims != 3 || solo.Load() != 1 {
+		t.Errorf("stats %+v, claims sent alone %d; want 3 claimed and admitted, 1 claim sent alone", st, solo.Load())
+	}
+	if n := f.count(`SELECT count(*) FROM control_core.trigger_schedules WHERE trigger_id IN ('d', 'e') AND claim_version = 0`); n != 2 {
+		t.Errorf("%d of d and e never claimed; want 2", n)
+	}
+}
