@@ -190,9 +190,15 @@ func capacity(cfg Config) float64 { return float64(cfg.Budget) / cfg.Cadence.Sec
 // and the first claim of a round overlaps nothing (rounds never do), except under a Lifecycle,
 // whose saturated rounds send the next round's first claim ahead (roundAhead). When stop closes during a
 // handle, the batch already claimed ahead is handled too: up to two batches finish after a Stop.
-// Single mode (the ADR's one-row claim) stays one statement at a time: its admit is one short
+// Single mode (the ADR's one-row claim) claims nothing ahead: its admit is one short
 // transaction, and a row claimed ahead would be one more claim held by an admit that hangs (a
-// partition, a lost pooler), to expire uncounted by the round that ran into it.
+// partition, a lost pooler), to expire uncounted by the round that ran into it. Its next claim
+// instead goes behind the admit's COMMIT in the same round trip (Store.AdmitThenClaim) and runs
+// only once the admit committed, so an admit that hangs or fails holds no claim of it; what a lost
+// response of that round trip leaves held until the lease expires is the one row it claimed, as
+// a lost response of a claim sent alone always did (taken over after the lease, admitted late).
+// The admit's outcome is read after the claim ran and committed, one more commit before the
+// replica sees it (the Run itself is committed before the claim runs).
 func (c *Coordinator) Round(ctx context.Context, stop <-chan struct{}) (claimed int) {
 	claimed, err := c.round(ctx, stop)
 	if err != nil {
@@ -474,7 +480,8 @@ func (c *Coordinator) handle(ctx context.Context, claims []*Claim) {
 
 // handleThen is handle; when then is not nil and the claims make exactly one admission, the admit
 // carries then, the round's next claim (Store.AdmitThenClaim), and handleThen returns that
-// claim's result if it ran; nil otherwise (the round claims on its own).
+// claim's result if it ran, or its error if it failed after the admit committed; nil otherwise
+// (the admit failed and the server skipped the claim: the round claims on its own).
 func (c *Coordinator) handleThen(ctx context.Context, claims []*Claim, then *NextClaim) (carried *claimBatch) {
 	var (
 		fires     []AdmitItem
@@ -525,10 +532,13 @@ func (c *Coordinator) handleThen(ctx context.Context, claims []*Claim, then *Nex
 	start := time.Now()
 	var results []AdmitResult
 	if then != nil && len(fires) == 1 {
-		res, claims, ran := c.store.AdmitThenClaim(ctx, fires[0], c.cfg.AdmitRetries, *then)
+		res, claims, ran, claimErr := c.store.AdmitThenClaim(ctx, fires[0], c.cfg.AdmitRetries, *then)
 		results = []AdmitResult{res}
-		if ran {
+		switch {
+		case ran:
 			carried = &claimBatch{claims: claims, asked: then.N, carried: true}
+		case claimErr != nil: // the claim's own failure ends the round as that of a claim sent alone
+			carried = &claimBatch{asked: then.N, carried: true, err: fmt.Errorf("claim: %w", claimErr)}
 		}
 	} else {
 		results = c.store.AdmitBatch(ctx, fires, c.cfg.AdmitRetries)

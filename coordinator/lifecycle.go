@@ -275,7 +275,8 @@ func (l *Lifecycle) round(ctx context.Context, stop <-chan struct{}, started tim
 }
 
 // Stop withdraws the lifecycle: no new round starts, the current round finishes the claim in
-// hand and stops claiming. Stop waits at most the drain timeout, then cancels the round's
+// hand and stops claiming (in single mode the claim already sent behind the admit in flight is
+// in hand too: at most one more row is admitted after Stop). Stop waits at most the drain timeout, then cancels the round's
 // queries and returns ErrDrainTimeout. Calling Stop again, or before Start, returns nil.
 func (l *Lifecycle) Stop(ctx context.Context) error {
 	l.mu.Lock()

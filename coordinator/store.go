@@ -289,20 +289,22 @@ func (s *Store) AdmitBatch(ctx context.Context, items []AdmitItem, retries int) 
 // so ADR-0105's two transactions stay two, but the one-row mode pays one round trip per
 // admission instead of two. The claim runs after the admit committed, so it sees the row the
 // admit advanced as a claim sent after it would. carried reports whether the claim ran and
-// committed (claims are then its rows, maybe none): it did not when the admit failed (the server
-// skipped it; a retry of the admit carries it again) or the claim failed, and the caller claims
-// on its own.
-func (s *Store) AdmitThenClaim(ctx context.Context, it AdmitItem, retries int, next NextClaim) (res AdmitResult, claims []*Claim, carried bool) {
+// committed (claims are then its rows, maybe none). It did not when the admit failed (the server
+// skipped it; a retry of the admit carries it again), and the caller claims on its own; nor when
+// the claim itself failed after the admit committed: claimErr is then that failure, which the
+// caller counts and ends its round on, as for a claim sent on its own.
+func (s *Store) AdmitThenClaim(ctx context.Context, it AdmitItem, retries int, next NextClaim) (res AdmitResult, claims []*Claim, carried bool, claimErr error) {
 	then := &claimThen{NextClaim: next}
 	res = s.admitBatch(ctx, []AdmitItem{it}, retries, then)[0]
-	return res, then.claims, then.ran
+	return res, then.claims, then.ran, then.err
 }
 
 // claimThen is the claim an admit carries (AdmitThenClaim), and what became of it.
 type claimThen struct {
 	NextClaim
 	claims []*Claim
-	ran    bool // it committed: claims are its rows
+	ran    bool  // it committed: claims are its rows
+	err    error // its own failure, after the admit committed (nil when the admit failed: it did not run)
 }
 
 func (s *Store) admitBatch(ctx context.Context, items []AdmitItem, retries int, then *claimThen) []AdmitResult {
@@ -406,6 +408,10 @@ func (s *Store) explicitThen(ctx context.Context, tx txKind, settings string, th
 			cerr = err
 		}
 		then.claims, then.ran = claims, cerr == nil
+		then.err = nil
+		if err == nil { // fn's transaction committed: cerr is the claim's own
+			then.err = cerr
+		}
 	}
 	return err
 }
