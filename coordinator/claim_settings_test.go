@@ -81,6 +81,33 @@ func TestPooledClaimWalksItsIndexOverAScatteredBacklog(t *testing.T) {
 	}
 }
 
+// Review 48's finding, fixed by pg-0029: the pooled claim's plan is the one made by the first call
+// of control_core.claim_due on a server session after each invalidation (an ANALYZE of a table it
+// reads, autoanalyze included), and it is kept for every later call on that server session
+// whatever their settings. Behind a transaction pooler server sessions are shared and outlive
+// clients: during a rolling upgrade across 56c05d4 (or with any replica of an older build, or a
+// DBA's call, on the same pool) a server session whose claim_due was planned without enable_sort
+// off kept the scan and sort of the whole due range (120,617 pages and ~160-180 ms a claim here,
+// 300-630 ms in bench-pooler) for the new replicas' claims too. pg-0029 gives the function its
+// own settings (claimSettings'), which apply while its statement is planned, whoever calls: an
+// older replica's claim (hotSettings only) first, then the store's, both walk the index.
+func TestPooledClaimPlanDoesNotDependOnTheServerSessionsFirstCaller(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	scatteredBacklog(f)
+	conn := must(pgx.Connect(ctx, f.d.URL("ql_runtime"))).of(t)
+	defer func() { _ = conn.Close(ctx) }()
+	if pages := pooledClaimPages(t, conn, hotSettings, -1, 1); pages > claimPagesBound { // an older replica's claim on this server session
+		t.Errorf("pooled claim under hotSettings only (an older replica's) as the server session's first: %.0f pages, want at most %d",
+			pages, claimPagesBound)
+	}
+	if pages := pooledClaimPages(t, conn, claimSettings, -1, 1); pages > claimPagesBound {
+		t.Fatalf("pooled claim under claimSettings after an older replica's claim on the server session: %.0f pages, want at most %d",
+			pages, claimPagesBound)
+	}
+}
+
 // claimSettings are transaction-local: after the claims, the next transaction on the same server
 // session plans with the session's own settings (enable_sort, plan_cache_mode and jit as before
 // the claims). Behind a transaction pooler with one server session, where every client's

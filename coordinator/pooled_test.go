@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"maps"
 	"regexp"
 	"strings"
 	"testing"
@@ -146,6 +147,44 @@ func TestPooledFunctionsAreTheGeneratedStatements(t *testing.T) {
 		}
 		if want := strings.TrimSpace(name.ReplaceAllString(stmt, "")); m[1] != want {
 			t.Errorf("control_core.%s runs another statement than the generated one:\n--- function\n%s\n--- generated\n%s", fn[1], m[1], want)
+		}
+	}
+}
+
+// pg-0029 gives pg-0027's functions the store's planner settings of their statements as their
+// own (ALTER FUNCTION … SET), so that a statement's plan, made by the first call on a server
+// session, is made under them whoever calls (TestPooledClaimPlanDoesNotDependOnTheServerSessionsFirstCaller):
+// claim_due carries claimSettings, admit admitSettings, each exactly (beside pg-0027's
+// search_path). A setting added to or changed in the store needs a migration that gives it to
+// the function too.
+func TestPooledFunctionsCarryTheStoresSettings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	setConfig := regexp.MustCompile(`set_config\('(\w+)', '([^']*)', true\)`)
+	for fn, settings := range map[string]string{
+		"control_core.claim_due(text, bigint, bigint, integer)": claimSettings,
+		"control_core.admit(text[], text[], text[], text[], uuid[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], text[], text[], text[], uuid[], text[], text[], bigint[], uuid[], bigint[], bigint[])": admitSettings,
+	} {
+		calls := setConfig.FindAllStringSubmatch(settings, -1)
+		if len(calls) == 0 || len(calls) != strings.Count(settings, "set_config(") {
+			t.Fatalf("the store's settings for %s: %q, read %d of them", fn, settings, len(calls))
+		}
+		want := map[string]string{"search_path": "pg_catalog"}
+		for _, c := range calls {
+			want[c[1]] = c[2]
+		}
+		var config []string
+		if err := f.su.QueryRow(ctx, `SELECT coalesce(proconfig, '{}') FROM pg_proc WHERE oid = $1::regprocedure`, fn).Scan(&config); err != nil {
+			t.Fatalf("%s: %v", fn, err)
+		}
+		got := map[string]string{}
+		for _, c := range config {
+			name, value, _ := strings.Cut(c, "=")
+			got[name] = value
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s carries %v, want the store's settings %v and search_path", fn, config, want)
 		}
 	}
 }

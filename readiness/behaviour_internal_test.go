@@ -77,7 +77,8 @@ func TestIdentQuotesWhatNeedsIt(t *testing.T) {
 // it, found by the SQL scanner (a StatementBegin block or not), with OR REPLACE added; a later
 // CREATE OR REPLACE with the same arguments redefines it; a later statement that alters the
 // function, or a second definition of other arguments (an overload), leaves it without one; a
-// statement that names another overload's arguments leaves it alone.
+// statement that names another overload's arguments leaves it alone; a later ALTER FUNCTION that
+// only sets or resets its settings follows the statement (CREATE OR REPLACE resets them).
 func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 	contract, err := Contract()
 	if err != nil {
@@ -90,12 +91,21 @@ func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 			"CREATE FUNCTION control_core.k(a int) RETURNS int LANGUAGE sql AS $$ SELECT 4 $$;\n" +
 			"CREATE FUNCTION control_core.m(a int) RETURNS int LANGUAGE sql AS $$ SELECT 6 $$;\n" +
 			"CREATE FUNCTION control_core.m(a int, b numeric(10, 2)) RETURNS int LANGUAGE sql AS $$ SELECT 7 $$;\n" +
-			"CREATE FUNCTION control_core.o(a int, OUT b int, OUT c int) LANGUAGE sql AS $$ SELECT 8, 9 $$;\n")},
+			"CREATE FUNCTION control_core.o(a int, OUT b int, OUT c int) LANGUAGE sql AS $$ SELECT 8, 9 $$;\n" +
+			"CREATE FUNCTION control_core.p(a int) RETURNS int LANGUAGE sql SET search_path = pg_catalog AS $$ SELECT 10 $$;\n" +
+			"CREATE FUNCTION control_core.q(a int) RETURNS int LANGUAGE sql AS $$ SELECT 11 $$;\n" +
+			"CREATE FUNCTION control_core.r(a int) RETURNS int LANGUAGE sql AS $$ SELECT 12 $$;\n" +
+			"CREATE FUNCTION control_core.u(a int) RETURNS int LANGUAGE sql AS $$ SELECT 13 $$;\n")},
 		"0002_b.sql": {Data: []byte("-- +goose Up\nALTER FUNCTION control_core.h() STABLE;\n" +
 			"DROP FUNCTION IF EXISTS control_core.f(int);\nCREATE FUNCTION control_core.f(a int) RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;\n" +
 			"CREATE OR REPLACE FUNCTION control_core.\"G\"() RETURNS int LANGUAGE sql AS 'select 3';\n" +
 			"CREATE OR REPLACE FUNCTION control_core.k(a text) RETURNS int LANGUAGE sql AS $$ SELECT 5 $$;\n" +
-			"DROP FUNCTION control_core.m(int, numeric);\n")},
+			"DROP FUNCTION control_core.m(int, numeric);\n" +
+			"ALTER FUNCTION control_core.p(int)\n    SET plan_cache_mode = force_generic_plan\n    SET jit TO off;\n" +
+			"ALTER FUNCTION control_core.p(integer) SET work_mem = '64kB' RESET jit;\n" +
+			"ALTER FUNCTION control_core.q(int) SET search_path = pg_catalog, pg_temp SECURITY DEFINER;\n" +
+			"ALTER FUNCTION control_core.r(int) SET SCHEMA public;\n" +
+			"ALTER FUNCTION control_core.u SET jit = off;\n")},
 	}
 	stream, err := checksums.Load(fsys)
 	if err != nil {
@@ -112,9 +122,16 @@ func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 		"function control_core.o(integer)":          "CREATE OR REPLACE FUNCTION control_core.o(a int, OUT b int, OUT c int) LANGUAGE sql AS $$ SELECT 8, 9 $$;",
 		"function control_core.h()":                 "",
 		"function control_core.nope()":              "",
+		// settings of its own follow the statement, as written; other changes leave it without one
+		"function control_core.p(integer)": "CREATE OR REPLACE FUNCTION control_core.p(a int) RETURNS int LANGUAGE sql SET search_path = pg_catalog AS $$ SELECT 10 $$;\n" +
+			"ALTER FUNCTION control_core.p(int)\n    SET plan_cache_mode = force_generic_plan\n    SET jit TO off;\n" +
+			"ALTER FUNCTION control_core.p(integer) SET work_mem = '64kB' RESET jit;",
+		"function control_core.q(integer)": "", // SECURITY DEFINER beside its settings
+		"function control_core.r(integer)": "", // moved to another schema
+		"function control_core.u(integer)": "", // no argument list: not told from another overload
 	} {
-		got, ok := loc.recreate(object)
-		if got != want || ok != (want != "") {
+		stmts, ok := loc.recreate(object)
+		if got := strings.Join(stmts, "\n"); got != want || ok != (want != "") {
 			t.Errorf("recreate(%s) = %q, %v; want %q", object, got, ok, want)
 		}
 	}
@@ -129,9 +146,18 @@ func TestRecreateFindsEachFunctionsMigrationStatement(t *testing.T) {
 			continue
 		}
 		name, _ := functionName(f.Object)
-		stmt, ok := loc.recreate(f.Object)
-		if !ok || !strings.HasPrefix(stmt, "CREATE OR REPLACE FUNCTION control_core."+name+"(") || !strings.HasSuffix(stmt, "$$;") {
-			t.Errorf("recreate(%s) = %q, %v", f.Object, stmt, ok)
+		stmts, ok := loc.recreate(f.Object)
+		if !ok || !strings.HasPrefix(stmts[0], "CREATE OR REPLACE FUNCTION control_core."+name+"(") || !strings.HasSuffix(stmts[0], "$$;") {
+			t.Errorf("recreate(%s) = %q, %v", f.Object, stmts, ok)
+			continue
+		}
+		for _, alter := range stmts[1:] { // pg-0029's settings of claim_due and admit
+			if !strings.HasPrefix(alter, "ALTER FUNCTION control_core."+name+"(") || !strings.HasSuffix(alter, ";") {
+				t.Errorf("recreate(%s): %q after the CREATE", f.Object, alter)
+			}
+		}
+		if configured := len(stmts) > 1; configured != (name == "claim_due" || name == "admit") {
+			t.Errorf("recreate(%s) = %q: want pg-0029's ALTER FUNCTION … SET after the CREATE for claim_due and admit only", f.Object, stmts)
 		}
 	}
 }

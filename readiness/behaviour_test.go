@@ -264,7 +264,7 @@ func TestReadinessReadsAsTheRuntimeRole(t *testing.T) {
 }
 
 // BenchmarkReadReadiness is the readiness part of verify (and of qlsched run's readiness) on a
-// clean v27 database: one read-only transaction, every catalog read, the comparison.
+// clean v28 database: one read-only transaction, every catalog read, the comparison.
 func BenchmarkReadReadiness(b *testing.B) {
 	d := testpg.New(b)
 	pool := d.Pool(b, "")

@@ -1,4 +1,4 @@
-// Package readiness holds the readiness contract of control-core v27 (readiness_contract.txt)
+// Package readiness holds the readiness contract of control-core v28 (readiness_contract.txt)
 // and its comparison against the catalogs: the schema's shape and everything that changes what a
 // statement on it does (triggers and their enabled state, row-level security, rules, persistence,
 // function attributes and owners, the database's event triggers, subscriptions that write into

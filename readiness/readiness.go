@@ -15,7 +15,7 @@ import (
 	"github.com/qlcontrol/controlcore/internal/base/dbconn"
 )
 
-// The readiness contract is what control-core v27 must have in schema control_core, and
+// The readiness contract is what control-core v28 must have in schema control_core, and
 // everything in the catalogs that decides what a statement on its tables does or who may do it:
 // every table with its kind, persistence, row-level security and replica identity; every column
 // with its type, collation, nullability, default, identity and generation; every primary/unique/
@@ -90,7 +90,7 @@ var named = map[string]bool{
 	"internal_trigger_definitions": true, "constraint_index": true,
 }
 
-// Contract returns the committed readiness contract of control-core v27.
+// Contract returns the committed readiness contract of control-core v28.
 func Contract() ([]Fact, error) { return ParseContract(contractText) }
 
 // ParseContract reads a contract file.
@@ -134,7 +134,7 @@ func ParseContract(b []byte) ([]Fact, error) {
 // (event triggers) are left out: the contract allows none, and has no header for them.
 func RenderContract(facts []Fact) []byte {
 	var b bytes.Buffer
-	b.WriteString(`# control-core v27 readiness contract: what schema control_core must have.
+	b.WriteString(`# control-core v28 readiness contract: what schema control_core must have.
 # Generated from the catalogs of a freshly migrated database and reviewed against sql/migrations:
 #   go test ./readiness -run TestReadinessContractMatchesAFreshMigration -update
 # qlmigrate verify reads the same catalogs; a missing or different line is drift naming the object.
@@ -693,8 +693,8 @@ func changedDrift(want, got Fact, loc Locator, reshaped bool) Drift {
 	case "relkind", "inherits", "inherited_by", "rule":
 		// no statement turns them back safely: the object is recreated from its migration
 	case "body", "language":
-		if stmt, ok := loc.recreate(want.Object); ok && !reshaped {
-			d.SQL = []string{stmt}
+		if stmts, ok := loc.recreate(want.Object); ok && !reshaped {
+			d.SQL = stmts
 		}
 	case "volatility", "parallel", "security", "null_input":
 		attr := strings.ToUpper(want.Def)
@@ -707,8 +707,8 @@ func changedDrift(want, got Fact, loc Locator, reshaped bool) Drift {
 		d.SQL = []string{fmt.Sprintf("ALTER FUNCTION %s %s;", fn, attr)}
 	case "config":
 		d.SQL = configSQL(fn, want.Def)
-		if stmt, ok := loc.recreate(want.Object); ok && d.SQL == nil && !reshaped {
-			d.SQL = []string{stmt}
+		if stmts, ok := loc.recreate(want.Object); ok && d.SQL == nil && !reshaped {
+			d.SQL = stmts
 		}
 	case "owner":
 		if want.Def == "schema owner" && got.ref != "" {
@@ -730,6 +730,10 @@ func changedDrift(want, got Fact, loc Locator, reshaped bool) Drift {
 	case len(d.SQL) == 1 && strings.HasPrefix(d.SQL[0], "CREATE "):
 		d.Fix = "recreate the function as " + origin + " defines it: its CREATE FUNCTION statement run as CREATE OR REPLACE FUNCTION " +
 			"(the statement in sql), which keeps its owner, its grants and what depends on it, and loses no data"
+	case len(d.SQL) > 1 && strings.HasPrefix(d.SQL[0], "CREATE "):
+		d.Fix = "recreate the function as " + origin + " defines it: its CREATE FUNCTION statement run as CREATE OR REPLACE FUNCTION, " +
+			"then the later migrations' ALTER FUNCTION … SET statements that give it settings of its own (the statements in sql), " +
+			"which keeps its owner, its grants and what depends on it, and loses no data"
 	case len(d.SQL) > 0:
 		d.Fix = strings.Join(d.SQL, " ")
 	case reshaped || want.Kind == "arguments" || want.Kind == "returns":

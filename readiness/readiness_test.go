@@ -66,7 +66,7 @@ func TestReadinessContractMatchesAFreshMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	if drift := readiness.Compare(contract, readFacts(t, testpg.New(t)), readiness.Locator{}); len(drift) != 0 {
-		t.Fatalf("a fresh v27 database drifts from the contract: %+v", drift)
+		t.Fatalf("a fresh v28 database drifts from the contract: %+v", drift)
 	}
 }
 
@@ -110,7 +110,7 @@ func TestReadinessContractHoldsTheHotPathObjects(t *testing.T) {
 		}
 	}
 	if tables != 24 {
-		t.Errorf("the contract lists %d tables, want the 23 of control-core v27 and goose's version table", tables)
+		t.Errorf("the contract lists %d tables, want the 23 of control-core v28 and goose's version table", tables)
 	}
 }
 

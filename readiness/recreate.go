@@ -16,22 +16,26 @@ import (
 // recreate returns the CREATE OR REPLACE FUNCTION statement of the migration that defines the
 // function of object ("function control_core.lock_project(text, text)"): the last statement of
 // the stream that creates a function of that name in control_core, exactly as written there (its
-// leading comments left out). A later CREATE OR REPLACE FUNCTION with the same argument list
+// leading comments left out), followed by the ALTER FUNCTION … SET/RESET statements of later
+// migrations that give it settings of its own (pg-0029's planner settings of claim_due and
+// admit), as written there: CREATE OR REPLACE resets every setting it does not name, so they
+// follow it. A later CREATE OR REPLACE FUNCTION with the same argument list
 // redefines it (pg-0019 makes lock_project SECURITY DEFINER so) and is the statement from then on.
 // Only statements with the object's number of arguments count, so overloads by arity (pg-0022's
 // 7-argument task_digest beside pg-0004's 4-argument one) are told apart.
 // ok is false where no migration creates it, where its name is created more than once with
 // different text otherwise (an overload of the same arity, or a plain CREATE this would not tell
 // apart), or where a
-// statement after it alters, renames or drops it: then running the one statement again would not
-// give the function the migrations leave.
-func (l Locator) recreate(object string) (stmt string, ok bool) {
+// statement after it alters it otherwise than its settings, renames or drops it: then running the
+// statements again would not give the function the migrations leave.
+func (l Locator) recreate(object string) (stmts []string, ok bool) {
 	name, ok := functionName(object)
 	if !ok {
-		return "", false
+		return nil, false
 	}
 	arity := objectArity(object)
-	altered, args := false, ""
+	altered, args, stmt := false, "", ""
+	var settings []string
 	for _, m := range l.migrations {
 		body, found := l.bodies[m.File]
 		if !found {
@@ -39,7 +43,7 @@ func (l Locator) recreate(object string) (stmt string, ok bool) {
 		}
 		file, err := sqlfile.Parse(body)
 		if err != nil {
-			return "", false
+			return nil, false
 		}
 		for _, st := range file.Up {
 			for _, toks := range statements(st.Tokens) {
@@ -47,19 +51,83 @@ func (l Locator) recreate(object string) (stmt string, ok bool) {
 				case createsFunction(toks, name) && argumentCount(toks) == arity:
 					text, a := createOrReplace(body, toks), argumentList(toks)
 					if stmt != "" && text != stmt && (!replaces(toks) || a != args) {
-						return "", false
+						return nil, false
 					}
-					stmt, args, altered = text, a, false
+					stmt, args, altered, settings = text, a, false, nil
+				case altersFunction(toks, name, arity) && stmt != "" && configures(toks):
+					settings = append(settings, body[toks[0].Start:toks[len(toks)-1].End])
 				case altersFunction(toks, name, arity):
 					altered = true
 				}
 			}
 		}
 	}
-	if altered {
-		return "", false
+	if altered || stmt == "" {
+		return nil, false
 	}
-	return stmt, stmt != ""
+	return append([]string{stmt}, settings...), true
+}
+
+// configures says whether toks, an ALTER FUNCTION statement that altersFunction matched, name the
+// function's argument list and then only set or reset its settings (ALTER FUNCTION f(…) SET a = b
+// SET c = d, or RESET …): what running it again after the CREATE OR REPLACE gives back.
+func configures(toks []sqlfile.Token) bool {
+	rest, ok := leading(toks, "alter", "function")
+	if !ok {
+		return false
+	}
+	if len(rest) < 4 || rest[3].Text != "(" {
+		return false
+	}
+	depth, i := 0, 3
+	for ; i < len(rest); i++ {
+		if rest[i].Kind != sqlfile.Punct {
+			continue
+		}
+		if rest[i].Text == "(" {
+			depth++
+		} else if rest[i].Text == ")" {
+			if depth--; depth == 0 {
+				break
+			}
+		}
+	}
+	actions := rest[i+1:]
+	if len(actions) > 0 && actions[len(actions)-1].Text == ";" {
+		actions = actions[:len(actions)-1]
+	}
+	if len(actions) == 0 {
+		return false
+	}
+	// each action: SET name { = | TO } value, or RESET name | RESET ALL; nothing else (SET SCHEMA,
+	// OWNER TO, RENAME TO, SECURITY DEFINER, … change what the CREATE statement gives)
+	for len(actions) > 0 {
+		switch {
+		case isWord(actions[0], "set"):
+			if len(actions) < 4 || isWord(actions[1], "schema") || actions[1].Kind != sqlfile.Ident ||
+				!(actions[2].Text == "=" || isWord(actions[2], "to")) || isWord(actions[3], "set") || isWord(actions[3], "reset") {
+				return false
+			}
+			actions = actions[4:]
+			// a list value (SET search_path = a, b)
+			for len(actions) >= 2 && actions[0].Text == "," {
+				actions = actions[2:]
+			}
+		case isWord(actions[0], "reset"):
+			if len(actions) < 2 || actions[1].Kind != sqlfile.Ident {
+				return false
+			}
+			actions = actions[2:]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isWord says whether t is the unquoted word w, case-insensitively.
+func isWord(t sqlfile.Token, w string) bool {
+	return t.Kind == sqlfile.Ident && strings.EqualFold(t.Text, w)
 }
 
 // functionName reads the unquoted name out of a function object of schema control_core.

@@ -112,7 +112,7 @@ const (
 )
 
 // RolesOnly is the audit of the roles themselves (missing roles, attributes, memberships), which
-// hold at every version of the stream, without the object privileges, which are v27's.
+// hold at every version of the stream, without the object privileges, which are v28's.
 func (a *Audit) RolesOnly() *Audit {
 	out := &Audit{}
 	for _, d := range a.Drift {

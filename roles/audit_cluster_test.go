@@ -13,7 +13,7 @@ import (
 	"github.com/qlcontrol/controlcore/roles"
 )
 
-// privateV17 is a database of the test's own, migrated to v27 under role names of its own
+// privateV17 is a database of the test's own, migrated to v28 under role names of its own
 // (role settings, memberships and attributes are cluster-wide). The database and every role
 // named with the prefix (the four, and those a case creates as {p}name) are dropped when the
 // test ends.
@@ -209,14 +209,14 @@ func TestRoleAndDatabaseDriftIsFoundAndFixed(t *testing.T) {
 }
 
 // The catalogs the audit reads are readable by any role: connected as the runtime or the owner
-// role, a clean v27 database has no drift, and drift is seen exactly as a superuser sees it.
+// role, a clean v28 database has no drift, and drift is seen exactly as a superuser sees it.
 func TestAuditAsRuntimeAndOwnerRole(t *testing.T) {
 	t.Parallel()
 	clean := testpg.New(t)
 	for _, role := range []string{clean.Names.Runtime, clean.Names.Owner} {
 		a := testpg.ReadAudit(t, clean.URL(role), clean.Names, roles.AuditOptions{})
 		if notes := notesExcept(a, "other_database"); !a.OK() || len(notes) != 0 {
-			t.Errorf("connected as %s, a clean v27 database: drift %+v, notes %+v", role, a.Drift, notes)
+			t.Errorf("connected as %s, a clean v28 database: drift %+v, notes %+v", role, a.Drift, notes)
 		}
 	}
 

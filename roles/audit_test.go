@@ -45,7 +45,7 @@ func TestFreshV17DatabaseMatchesTheModelExactly(t *testing.T) {
 	d := testpg.New(t)
 	a := testpg.ReadAudit(t, d.URL(""), d.Names, roles.AuditOptions{})
 	if notes := notesExcept(a, "other_database"); !a.OK() || len(notes) != 0 {
-		t.Fatalf("a fresh v27 database drifts from the model: %+v\nnotes: %+v", a.Drift, notes)
+		t.Fatalf("a fresh v28 database drifts from the model: %+v\nnotes: %+v", a.Drift, notes)
 	}
 	if len(a.SQL()) != 0 {
 		t.Errorf("SQL() on no drift = %v", a.SQL())

@@ -2,7 +2,7 @@
 // worker ingress) and holds three things about them, each in files of its own:
 //
 //   - the model (model.go, names.go): the roles' names and attributes and the exact privilege
-//     model of v27, as data;
+//     model of v28, as data;
 //   - creation (create.go: Create, GrantDatabase, CreateReport), which `qlmigrate roles create`
 //     runs: it makes the roles if they are missing and never alters an existing one;
 //   - the audit (audit*.go: ReadAudit, ReadAuditIn, Audit, AuditOptions), which `qlmigrate

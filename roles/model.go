@@ -2,10 +2,10 @@ package roles
 
 import "github.com/qlcontrol/controlcore/db"
 
-// The expected privilege model of control-core v27, as data a DBA can read against
+// The expected privilege model of control-core v28, as data a DBA can read against
 // sql/migrations/0013_role_baseline.sql, 0017_exact_grants.sql, 0018_plugin_packages.sql,
 // 0019_audit_by_database.sql, 0022_dispatch_loop.sql, 0023_loop_integrity.sql,
-// 0024_replicas.sql, 0025_definition_lifecycle.sql, 0026_lock_order.sql, 0027_pooled_hot_path.sql, 0028_retry_contract_register_refusal.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
+// 0024_replicas.sql, 0025_definition_lifecycle.sql, 0026_lock_order.sql, 0027_pooled_hot_path.sql, 0028_retry_contract_register_refusal.sql, 0029_pooled_plan_settings.sql and `qlmigrate roles create` (Create and GrantDatabase in create.go). `qlmigrate verify` and
 // `qlmigrate grants` compare the catalogs with it exactly: a privilege the model does not list is
 // drift as much as one it lists and the database lacks.
 //
@@ -93,7 +93,7 @@ var (
 	si  = []string{"SELECT", "INSERT"}
 )
 
-// Tables is every table of control_core (v27, 24 with goose's version table).
+// Tables is every table of control_core (v28, 24 with goose's version table).
 var Tables = []TableGrant{
 	// pg-0001: capability ladder (read by readiness) and the checksum ledger (owner only).
 	{Table: "capabilities", Admin: sel, Runtime: sel, Source: "pg-0017"},

@@ -24,19 +24,19 @@ func TestCIGates(t *testing.T) {
 	if r := run(t, nil, "up", "--to", "14", "--database-url", su); r.code != 0 {
 		t.Fatalf("up --to 14: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := run(t, nil, "status", "--exit-code", "--database-url", su); r.code != 1 || !strings.Contains(r.stderr, "14 migration(s) pending") {
-		t.Errorf("status --exit-code with 14 pending: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
+	if r := run(t, nil, "status", "--exit-code", "--database-url", su); r.code != 1 || !strings.Contains(r.stderr, "15 migration(s) pending") {
+		t.Errorf("status --exit-code with 15 pending: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	dry := run(t, nil, "up", "--dry-run", "--database-url", su)
-	if dry.code != 0 || strings.Count(dry.stdout, "\n"+migrate.BeginSQL+"\n") != 14 || !strings.Contains(dry.stdout, "-- pg-0015-database-time") {
-		t.Errorf("up --dry-run: exit %d, want 14 transactions from pg-0015\n%s%s", dry.code, dry.stdout, dry.stderr)
+	if dry.code != 0 || strings.Count(dry.stdout, "\n"+migrate.BeginSQL+"\n") != 15 || !strings.Contains(dry.stdout, "-- pg-0015-database-time") {
+		t.Errorf("up --dry-run: exit %d, want 15 transactions from pg-0015\n%s%s", dry.code, dry.stdout, dry.stderr)
 	}
-	if r := run(t, nil, "up", "--database-url", su); r.code != 0 || strings.Count(r.stdout, "applied pg-") != 14 {
+	if r := run(t, nil, "up", "--database-url", su); r.code != 0 || strings.Count(r.stdout, "applied pg-") != 15 {
 		t.Fatalf("up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	st := run(t, nil, "status", "--exit-code", "--database-url", su)
-	if st.code != 0 || !regexp.MustCompile(`(?m)^28\s+pg-0028-retry-contract-register-refusal\s+\S+\s+postgres\s+\S+\s+ok$`).MatchString(st.stdout) {
-		t.Errorf("status --exit-code after up: exit %d, want 0 and pg-0028 applied by postgres\n%s%s", st.code, st.stdout, st.stderr)
+	if st.code != 0 || !regexp.MustCompile(`(?m)^29\s+pg-0029-pooled-plan-settings\s+\S+\s+postgres\s+\S+\s+ok$`).MatchString(st.stdout) {
+		t.Errorf("status --exit-code after up: exit %d, want 0 and pg-0029 applied by postgres\n%s%s", st.code, st.stdout, st.stderr)
 	}
 	if r := run(t, nil, "status", "--format", "json", "--database-url", su); !strings.Contains(r.stdout, `"schema": "qlmigrate.status/v1"`) || !strings.Contains(r.stdout, `"applied_by": "postgres"`) {
 		t.Errorf("status --format json: no schema or applied_by\n%s", r.stdout)
@@ -53,7 +53,7 @@ func TestCIGates(t *testing.T) {
 		t.Errorf("accept of a statement change: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	d.Exec(t, "UPDATE control_core.capabilities SET version = 16 WHERE component = 'control-core'")
-	if r := run(t, nil, "probe", "--database-url", d.URL(d.Names.Runtime)); r.code != 1 || !strings.Contains(r.stdout, "capability_changed") && !strings.Contains(r.stdout, "expects v27") {
+	if r := run(t, nil, "probe", "--database-url", d.URL(d.Names.Runtime)); r.code != 1 || !strings.Contains(r.stdout, "capability_changed") && !strings.Contains(r.stdout, "expects v28") {
 		t.Errorf("probe on capability v16: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
@@ -111,7 +111,7 @@ func TestConcurrentUpThroughPgBouncerAppliesOnce(t *testing.T) {
 		applied += strings.Count(p.res.stdout, "applied pg-")
 		t.Logf("up #%d through PgBouncer:\n%s%s", i, p.res.stdout, p.res.stderr)
 	}
-	if applied != 28 {
+	if applied != 29 {
 		t.Errorf("the two runs applied %d migrations between them, want 25", applied)
 	}
 	conn, err := pgx.Connect(ctx, d.URL(""))
@@ -122,7 +122,7 @@ func TestConcurrentUpThroughPgBouncerAppliesOnce(t *testing.T) {
 	var versions, rows, ledger int
 	err = conn.QueryRow(ctx, `SELECT count(DISTINCT version_id), count(*),
 		(SELECT count(*) FROM control_core.migration_ledger) FROM control_core.goose_db_version WHERE version_id > 0`).Scan(&versions, &rows, &ledger)
-	if err != nil || versions != 28 || rows != 28 || ledger != 28 {
+	if err != nil || versions != 29 || rows != 29 || ledger != 29 {
 		t.Errorf("goose versions %d, version rows %d, ledger rows %d (%v); want 25 each", versions, rows, ledger, err)
 	}
 	for _, args := range [][]string{{"status", "--exit-code"}, {"probe"}, {"up", "--dry-run"}} {

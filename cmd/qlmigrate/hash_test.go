@@ -50,8 +50,8 @@ func TestHashCheckNamesEveryChangedFile(t *testing.T) {
 			appendTo(t, filepath.Join(dir, "0005_triggers.sql"), "-- a late edit\n")
 		}, []string{"edited", "0005_triggers.sql was edited"}},
 		{"added", func(t *testing.T, dir string) {
-			write(t, filepath.Join(dir, "0029_more.sql"), "-- +goose Up\nSELECT 1;\n")
-		}, []string{"added", "0029_more.sql was added"}},
+			write(t, filepath.Join(dir, "0030_more.sql"), "-- +goose Up\nSELECT 1;\n")
+		}, []string{"added", "0030_more.sql was added"}},
 		{"removed", func(t *testing.T, dir string) {
 			if err := os.Remove(filepath.Join(dir, "0007_attempts.sql")); err != nil {
 				t.Fatal(err)
@@ -61,8 +61,8 @@ func TestHashCheckNamesEveryChangedFile(t *testing.T) {
 			rename(t, dir, "0007_attempts.sql", "0007_attempt_rows.sql")
 		}, []string{"renamed", "0007_attempts.sql was renamed to 0007_attempt_rows.sql"}},
 		{"reordered", func(t *testing.T, dir string) {
-			rename(t, dir, "0028_retry_contract_register_refusal.sql", "0029_retry_contract_register_refusal.sql")
-		}, []string{"0028_retry_contract_register_refusal.sql was renamed to 0029_retry_contract_register_refusal.sql"}},
+			rename(t, dir, "0029_pooled_plan_settings.sql", "0030_pooled_plan_settings.sql")
+		}, []string{"0029_pooled_plan_settings.sql was renamed to 0030_pooled_plan_settings.sql"}},
 		{"sum edited by hand", func(t *testing.T, dir string) {
 			b, err := os.ReadFile(filepath.Join(dir, "migrations.sum"))
 			if err != nil {
@@ -105,8 +105,8 @@ func TestHashCheckNamesEveryChangedFile(t *testing.T) {
 func TestHashRewritesAndThenChecksClean(t *testing.T) {
 	t.Parallel()
 	dir := copyMigrations(t)
-	write(t, filepath.Join(dir, "0029_more.sql"), "-- +goose Up\nSELECT 1;\n")
-	if r := run(t, nil, "hash", "--dir", dir); r.code != 0 || !strings.Contains(r.stdout, "29 migrations") {
+	write(t, filepath.Join(dir, "0030_more.sql"), "-- +goose Up\nSELECT 1;\n")
+	if r := run(t, nil, "hash", "--dir", dir); r.code != 0 || !strings.Contains(r.stdout, "30 migrations") {
 		t.Fatalf("hash: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := run(t, nil, "hash", "--check", "--dir", dir, "--format", "json")

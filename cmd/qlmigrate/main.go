@@ -23,7 +23,7 @@ func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "qlmigrate",
 		Short: "Apply, audit and verify the control-core PostgreSQL migration stream",
-		Long: `qlmigrate applies the hand-written control-core migrations pg-0001 … pg-0028 (embedded in
+		Long: `qlmigrate applies the hand-written control-core migrations pg-0001 … pg-0029 (embedded in
 this binary) and checks a database against them.
 
 Connection: --database-url, else QL_DATABASE_URL, else the standard PG* variables, used only

@@ -64,11 +64,11 @@ func TestUsageErrorsExit2WithoutConnecting(t *testing.T) {
 		{"unknown flag", []string{"up", "--frobnicate"}, "unknown flag: --frobnicate"},
 		{"bad format", []string{"status", "--format", "yaml"}, `invalid argument "yaml" for "--format" flag: want text or json`},
 		{"negative --to", []string{"up", "--to", "-3"}, "--to -3"},
-		{"--to beyond the last migration", []string{"up", "--to", "29"}, "--to 29: the stream has versions 1 … 28"},
-		{"--to beyond the last migration, dry run", []string{"up", "--dry-run", "--to", "29"}, "--to 29: the stream has versions 1 … 28"},
+		{"--to beyond the last migration", []string{"up", "--to", "30"}, "--to 30: the stream has versions 1 … 29"},
+		{"--to beyond the last migration, dry run", []string{"up", "--dry-run", "--to", "30"}, "--to 30: the stream has versions 1 … 29"},
 		{"--lock-timeout too short", []string{"up", "--lock-timeout", "10ms"}, "--lock-timeout 10ms: want 100ms … 24h0m0s"},
 		{"accept --version 0", []string{"accept", "--version", "0", "--reason", "x"}, "--version 0: want a migration version, 1 or more"},
-		{"accept --version beyond the last migration", []string{"accept", "--version", "29", "--reason", "x"}, "--version 29: the stream has versions 1 … 28"},
+		{"accept --version beyond the last migration", []string{"accept", "--version", "30", "--reason", "x"}, "--version 30: the stream has versions 1 … 29"},
 		{"bad role prefix", []string{"up", "--role-prefix", "Robert'); DROP"}, `--role-prefix "Robert'); DROP": want a lower-case identifier prefix`},
 		{"extra argument", []string{"status", "now"}, "unknown command"},
 		{"unparseable URL", []string{"status", "--database-url", "postgres://u:hunter2@127.0.0.1:1/x%zz"}, "cannot parse"},
@@ -166,7 +166,7 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 	}
 
 	r = run(t, nil, append([]string{"--database-url", owner, "up"}, prefix...)...)
-	if r.code != 0 || !strings.Contains(r.stdout, "28 applied; control-core is at v27") || strings.Count(r.stdout, "applied pg-") != 28 {
+	if r.code != 0 || !strings.Contains(r.stdout, "29 applied; control-core is at v28") || strings.Count(r.stdout, "applied pg-") != 29 {
 		t.Fatalf("up as %s: exit %d\n%s%s", names.Owner, r.code, r.stdout, r.stderr)
 	}
 
@@ -175,7 +175,7 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 		t.Fatalf("status: exit %d\n%s", r.code, r.stderr)
 	}
 	stream, err := checksums.Load(migrations.FS)
-	if err != nil || len(stream) != 28 {
+	if err != nil || len(stream) != 29 {
 		t.Fatalf("embedded stream: %d migrations, %v; want 25", len(stream), err)
 	}
 	for _, m := range stream {
@@ -185,8 +185,8 @@ func TestRolesCreateUpStatusEndToEnd(t *testing.T) {
 			t.Errorf("status has no line for %s with an applied time and checksum ok:\n%s", m.Name, r.stdout)
 		}
 	}
-	if !strings.Contains(r.stdout, "capability v27") || !strings.Contains(r.stdout, "28 of 28 applied") || strings.Contains(r.stdout, "pending") {
-		t.Errorf("status does not show all 28 applied at v27:\n%s", r.stdout)
+	if !strings.Contains(r.stdout, "capability v28") || !strings.Contains(r.stdout, "29 of 29 applied") || strings.Contains(r.stdout, "pending") {
+		t.Errorf("status does not show all 29 applied at v28:\n%s", r.stdout)
 	}
 
 	if r = run(t, nil, append([]string{"--database-url", owner, "verify"}, prefix...)...); r.code != 0 || !strings.Contains(r.stdout, "OK: no drift") {
@@ -342,7 +342,7 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 		}
 		applied += strings.Count(p.res.stdout, "applied pg-")
 	}
-	if applied != 28 {
+	if applied != 29 {
 		t.Errorf("the two runs applied %d migrations between them, want 25", applied)
 	}
 	var versions, rows, ledger int
@@ -351,7 +351,7 @@ func concurrentUpAppliesOnce(t *testing.T, d *testpg.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if versions != 28 || rows != 28 || ledger != 28 {
+	if versions != 29 || rows != 29 || ledger != 29 {
 		t.Errorf("goose versions %d, version rows %d, ledger rows %d; want 25 each", versions, rows, ledger)
 	}
 }

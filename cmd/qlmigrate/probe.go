@@ -18,7 +18,7 @@ func (a *app) probeCmd() *cobra.Command {
 		Short: "Lock-free, read-only readiness probe: integrity file and capability only",
 		Long: `probe checks, in one read-only transaction and without any lock, that this binary's migrations
 match its integrity file and that control-core is at the capability the last migration sets
-(v27 / retry_contract_register_refusal): what an init container or a startup probe needs to know before a
+(v28 / pooled_plan_settings): what an init container or a startup probe needs to know before a
 replica starts. It reads only control_core.capabilities, which the runtime and admin roles may
 read, so it runs with the runtime role's credentials. Everything else is verify's.
 

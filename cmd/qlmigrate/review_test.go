@@ -140,7 +140,7 @@ func TestDryRunCommentsCannotInjectAMetaCommand(t *testing.T) {
 	}
 	u.Path = "/" + name
 	r, _ := runWithin(t, 60*time.Second, nil, "up", "--dry-run", "--database-url", u.String())
-	if r.code != 0 || !strings.Contains(r.stdout, "-- qlmigrate up --dry-run: 28 pending migration(s) on ") {
+	if r.code != 0 || !strings.Contains(r.stdout, "-- qlmigrate up --dry-run: 29 pending migration(s) on ") {
 		t.Fatalf("up --dry-run on database %q: exit %d\n%s%s", name, r.code, r.stdout, r.stderr)
 	}
 	for i, line := range strings.Split(r.stdout, "\n") {

@@ -26,7 +26,7 @@ models, and reports every finding grouped by check, naming the object and the fi
   pending           every migration is applied (--allow-pending: pending ones are notes, the
                     capability must match the last applied migration, and readiness and
                     privileges, defined for the complete stream, are skipped)
-  capability        control-core is at the capability the last migration sets (v27 / retry_contract_register_refusal)
+  capability        control-core is at the capability the last migration sets (v28 / pooled_plan_settings)
   readiness         everything of readiness/readiness_contract.txt exists as written there:
                     tables (persistence, row-level security, replica identity, inheritance),
                     columns (type, nullability, default, collation, identity, generation), keys

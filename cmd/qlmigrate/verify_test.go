@@ -83,7 +83,7 @@ func TestVerifyJSONReport(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
 	}
-	if rep.Schema != "qlmigrate.verify/v1" || rep.OK || rep.Expected.Capability != 27 || rep.Expected.Name != "retry_contract_register_refusal" ||
+	if rep.Schema != "qlmigrate.verify/v1" || rep.OK || rep.Expected.Capability != 28 || rep.Expected.Name != "pooled_plan_settings" ||
 		rep.Summary.Drift != 1 || len(rep.Checks) != 8 || strings.Contains(rep.Target, testpg.Password) {
 		t.Fatalf("unexpected report: %+v", rep)
 	}
@@ -114,14 +114,14 @@ func TestVerifyFindsSchemaDrift(t *testing.T) {
 			"ledger", []string{"pg-0014-cluster-scheduler-admission: changed (statements)", "the file was edited after it was applied"}},
 		{"cosmetic edit of the file", "UPDATE control_core.migration_ledger SET sha256 = repeat('0', 64) WHERE version = 14",
 			"ledger", []string{"pg-0014-cluster-scheduler-admission: changed (comments/whitespace only)", "qlmigrate accept --version 14"}},
-		{"unknown applied version in goose's table", "INSERT INTO control_core.goose_db_version (version_id, is_applied) VALUES (29, true)",
-			"unknown_versions", []string{"version 29: applied (in goose's table)", "does not know it"}},
+		{"unknown applied version in goose's table", "INSERT INTO control_core.goose_db_version (version_id, is_applied) VALUES (30, true)",
+			"unknown_versions", []string{"version 30: applied (in goose's table)", "does not know it"}},
 		{"negative applied version in goose's table", "INSERT INTO control_core.goose_db_version (version_id, is_applied) VALUES (-1, true)",
 			"unknown_versions", []string{"version -1: applied (in goose's table)", "does not know it"}},
-		{"unknown applied version in the ledger", "INSERT INTO control_core.migration_ledger (version, name, sha256, normalized_sha256, duration_ms) VALUES (29, 'pg-0029-from-the-future', repeat('a', 64), repeat('a', 64), 1)",
-			"unknown_versions", []string{"version 29", "pg-0029-from-the-future"}},
+		{"unknown applied version in the ledger", "INSERT INTO control_core.migration_ledger (version, name, sha256, normalized_sha256, duration_ms) VALUES (30, 'pg-0030-from-the-future', repeat('a', 64), repeat('a', 64), 1)",
+			"unknown_versions", []string{"version 30", "pg-0030-from-the-future"}},
 		{"capability changed", "UPDATE control_core.capabilities SET version = 16, name = 'exact_grants' WHERE component = 'control-core'",
-			"capability", []string{"control-core is v16 / exact_grants", "expects v27 / retry_contract_register_refusal"}},
+			"capability", []string{"control-core is v16 / exact_grants", "expects v28 / pooled_plan_settings"}},
 		{"dropped column", "ALTER TABLE control_core.runs DROP COLUMN cancel_requested_at_ms",
 			"readiness", []string{"control_core.runs.cancel_requested_at_ms", "is missing", "pg-0006-runs"}},
 		{"column type changed", "ALTER TABLE control_core.trigger_schedules ALTER COLUMN claim_version TYPE integer",

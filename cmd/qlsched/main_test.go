@@ -501,7 +501,7 @@ func TestRunRefusesAHalfMigratedDatabase(t *testing.T) {
 	}
 }
 
-// A v27 database whose schema drifted from the readiness contract under what the hot queries rely
+// A v28 database whose schema drifted from the readiness contract under what the hot queries rely
 // on: the replica refuses to start (exit 1), names the object, and claims nothing.
 func TestRunRefusesADriftedSchema(t *testing.T) {
 	t.Parallel()

@@ -38,8 +38,8 @@ func TestDemoOnAServerRunsTheClosedLoop(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	text := out.String()
-	for _, want := range []string{"demo-replica-1: ready; startup recovery: 0 candidates", "pg-0001-bootstrap … pg-0028-retry-contract-register-refusal",
-		"control-core is at v27 / retry_contract_register_refusal", "every occurrence admitted exactly once",
+	for _, want := range []string{"demo-replica-1: ready; startup recovery: 0 candidates", "pg-0001-bootstrap … pg-0029-pooled-plan-settings",
+		"control-core is at v28 / pooled_plan_settings", "every occurrence admitted exactly once",
 		"dispatcher demo-dispatcher (as ql_runtime): readiness ok", "demo-worker-1: 2 slots", "demo-worker-2: 2 slots",
 		"cancelled (was running)", "every invariant holds",
 		"  admits    Runs admitted", "  skips     claims ended by the skip misfire policy"} { // the legend

@@ -225,8 +225,8 @@ func TestDryRunReadsOnlyTakesNoLockWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dry run while another session holds the migration lock: %v", err)
 	}
-	if len(plan.Pending) != 18 || len(plan.Txs) != 18 {
-		t.Fatalf("plan: %d pending, %d transactions; want 18 and 18", len(plan.Pending), len(plan.Txs))
+	if len(plan.Pending) != 19 || len(plan.Txs) != 19 {
+		t.Fatalf("plan: %d pending, %d transactions; want 19 and 19", len(plan.Pending), len(plan.Txs))
 	}
 	var locks int
 	if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database db ON db.oid = l.database

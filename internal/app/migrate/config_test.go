@@ -17,7 +17,7 @@ func TestFieldErrorsNameTheFieldNotAFlag(t *testing.T) {
 		err   error
 		field string
 	}{
-		{"target beyond the stream", migrate.CheckTarget(nil, 29), "To"},
+		{"target beyond the stream", migrate.CheckTarget(nil, 30), "To"},
 		{"negative target", migrate.CheckTarget(nil, -3), "To"},
 		{"version 0", migrate.CheckVersion(nil, 0), "Version"},
 		{"version beyond the stream", migrate.CheckVersion(nil, 99), "Version"},
@@ -35,7 +35,7 @@ func TestFieldErrorsNameTheFieldNotAFlag(t *testing.T) {
 			}
 		})
 	}
-	for _, ok := range []error{migrate.CheckTarget(nil, 0), migrate.CheckTarget(nil, 28), migrate.CheckVersion(nil, 1),
+	for _, ok := range []error{migrate.CheckTarget(nil, 0), migrate.CheckTarget(nil, 29), migrate.CheckVersion(nil, 1),
 		migrate.Options{}.Validate(), migrate.Options{LockTimeout: time.Minute}.Validate()} {
 		if ok != nil {
 			t.Errorf("refused a valid value: %v", ok)

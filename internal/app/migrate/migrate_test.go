@@ -59,12 +59,12 @@ func TestUpAsSuperuserOwnsEverythingAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if len(applied) != 28 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[27].Migration.Name != "pg-0028-retry-contract-register-refusal" {
-		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0028-retry-contract-register-refusal", len(applied), applied)
+	if len(applied) != 29 || applied[0].Migration.Name != "pg-0001-bootstrap" || applied[28].Migration.Name != "pg-0029-pooled-plan-settings" {
+		t.Fatalf("applied %d migrations (%v …), want pg-0001-bootstrap … pg-0029-pooled-plan-settings", len(applied), applied)
 	}
 	capability, err := db.New(d.Pool(t, "")).Capability(ctx, "control-core")
-	if err != nil || capability.Version != 27 || capability.Name != "retry_contract_register_refusal" {
-		t.Fatalf("capability = %+v, %v; want v27 retry_contract_register_refusal", capability, err)
+	if err != nil || capability.Version != 28 || capability.Name != "pooled_plan_settings" {
+		t.Fatalf("capability = %+v, %v; want v28 pooled_plan_settings", capability, err)
 	}
 
 	su := d.Pool(t, "")
@@ -119,7 +119,7 @@ func TestUpToStopsThereAndStatusShowsPending(t *testing.T) {
 		}
 	}
 	var field *migrate.FieldError
-	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 28") {
+	if _, err := r.Up(ctx, 99); !errors.As(err, &field) || field.Field != "To" || !strings.Contains(err.Error(), "the stream has versions 1 … 29") {
 		t.Errorf("Up(ctx, 99): err %v, want a *FieldError of field To saying which versions exist", err)
 	}
 }

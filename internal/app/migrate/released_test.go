@@ -22,7 +22,7 @@ import (
 
 // stop43Stream is the stream as a database first migrated by the stop-43 release (f1634fb) ran
 // it: pg-0001 … pg-0027 with the released texts of pg-0020, pg-0021 and pg-0023 (kept byte for
-// byte in checksums/testdata/f1634fb) in place of today's; today's pg-0028 not yet there.
+// byte in checksums/testdata/f1634fb) in place of today's; today's pg-0028 and pg-0029 not yet there.
 func stop43Stream(t *testing.T) fstest.MapFS {
 	t.Helper()
 	stream := fstest.MapFS{}
@@ -92,7 +92,7 @@ func verifyAll(t *testing.T, d *testpg.DB) *verify.Report {
 	return rep
 }
 
-// A database first migrated by the stop-43 release: today's up applies pg-0028 only, verify
+// A database first migrated by the stop-43 release: today's up applies pg-0028 and pg-0029, verify
 // passes with one released_text note per released text (readiness and privileges included), and
 // the schema is a fresh migration's. A ledger sha256 that is neither text is still drift.
 func TestAStop43DatabaseUpgradesToTheSameSchemaAsAFreshOne(t *testing.T) {
@@ -118,8 +118,9 @@ func TestAStop43DatabaseUpgradesToTheSameSchemaAsAFreshOne(t *testing.T) {
 	if err != nil {
 		t.Fatalf("today's up on the stop-43 database: %v", err)
 	}
-	if len(applied) != 1 || applied[0].Migration.Name != "pg-0028-retry-contract-register-refusal" {
-		t.Fatalf("applied %v, want pg-0028-retry-contract-register-refusal only", applied)
+	if len(applied) != 2 || applied[0].Migration.Name != "pg-0028-retry-contract-register-refusal" ||
+		applied[1].Migration.Name != "pg-0029-pooled-plan-settings" {
+		t.Fatalf("applied %v, want pg-0028-retry-contract-register-refusal and pg-0029-pooled-plan-settings", applied)
 	}
 
 	rep := verifyAll(t, d)

@@ -271,7 +271,7 @@ func Run(ctx context.Context, conn Beginner, opts Options) (*Report, error) {
 		}
 	}
 
-	// Capability: v27 for the complete stream; with --allow-pending, the one the last applied
+	// Capability: v28 for the complete stream; with --allow-pending, the one the last applied
 	// migration set.
 	want := r.Expected
 	if opts.AllowPending && len(pending) > 0 {

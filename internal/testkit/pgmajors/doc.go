@@ -21,7 +21,7 @@
 //
 //   - PostgreSQL 18 also lists NOT NULL constraints in pg_constraint (contype 'n'); the readiness
 //     contract keeps nullability on the columns, so ReadinessConstraints (sql/queries/verify.sql)
-//     reads only primary, unique, foreign key, CHECK and exclusion constraints, and a clean v27
+//     reads only primary, unique, foreign key, CHECK and exclusion constraints, and a clean v28
 //     database on 18 has no extra constraints to report (TestRunOnACleanV17DatabaseFindsNothing in
 //     internal/app/verify, run on 18 by make test-matrix).
 //

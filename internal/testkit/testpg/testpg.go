@@ -357,7 +357,7 @@ type DB struct {
 	Names  roles.Names
 }
 
-// New returns a database of the test's own, cloned from the migrated template (control-core v27,
+// New returns a database of the test's own, cloned from the migrated template (control-core v28,
 // the four roles with exactly the modelled privileges). It is dropped when the test ends.
 func New(t testing.TB) *DB {
 	t.Helper()
@@ -612,7 +612,7 @@ func (d *DB) PrivatePrefix(t testing.TB, tag string) string {
 	return prefix
 }
 
-// NewPrivate returns a migrated v27 database whose four roles have a prefix of their own
+// NewPrivate returns a migrated v28 database whose four roles have a prefix of their own
 // (qlp<pid>_<n>_), for a test that changes a role: settings, attributes, memberships. Roles are
 // cluster-wide and the ql_ roles are shared by every other test. The database, the prefix's
 // roles and any other role whose name starts with the prefix are dropped when the test ends.
