@@ -92,6 +92,9 @@ func configures(toks []sqlfile.Token) bool {
 			}
 		}
 	}
+	if i >= len(rest) {
+		return false // no end to the argument list
+	}
 	actions := rest[i+1:]
 	if len(actions) > 0 && actions[len(actions)-1].Text == ";" {
 		actions = actions[:len(actions)-1]
