@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -138,7 +140,7 @@ func TestDispatchBadInputGate(t *testing.T) {
 		t.Errorf("%d Runs with more than one succeeded Attempt", n)
 	}
 	raw, err := os.ReadFile(execLog)
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) { // none: the hostile client took ok's one Run
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
