@@ -191,6 +191,17 @@ func testPartitionNoticedWithinBounds(t *testing.T) {
 	}
 	s.takeOver(t, "a", occ, held.ClaimExpires)
 	s.heal()
+	// The heal delivers A's held pipeline: its admit (a race now) and, in single mode, the claim
+	// behind its COMMIT, which would take b for a connection A gave up long ago (held until the
+	// lease expires, as a claim sent alone and delivered late would be). b exists only once that
+	// backend has run it and gone.
+	eventually.True(t, 30*time.Second, "A's partitioned backend to end after the heal", func() bool {
+		var n int
+		if err := s.tg.su.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'gate4-bounds'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
 	occB := s.tg.due("b")
 	wait(t, s.round(), 10*time.Second, "A's round after the heal")
 	st := s.a.Stats.Snapshot()
