@@ -23,9 +23,7 @@ func TestWakeUpReadingThroughATransactionPooler(t *testing.T) {
 		t.Fatalf("no session, behind the pooler: %+v, want 1 marked, 1 skipped", st)
 	}
 	f.d.WorkerSession(t, "active", 30_000)
-	s.wake.mu.Lock()
-	s.wake.checkedAt = s.wake.checkedAt.Add(-wakeRecheck)
-	s.wake.mu.Unlock()
+	ageWakeReading(s)
 	admitOneByOne(t, s, 1)
 	if p := next(); p != "" {
 		t.Fatalf("payload %q, want empty", p)

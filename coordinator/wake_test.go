@@ -337,9 +337,7 @@ func TestWakeUpOnlyWhileAWorkerSessionIsActive(t *testing.T) {
 				t.Fatalf("within wakeRecheck of the reading: %+v, want 2 marked, 2 skipped", st)
 			}
 			// ... and is seen once it is
-			s.wake.mu.Lock()
-			s.wake.checkedAt = s.wake.checkedAt.Add(-wakeRecheck)
-			s.wake.mu.Unlock()
+			ageWakeReading(s)
 			admitOneByOne(t, s, 1)
 			if p := next(); p != "" {
 				t.Fatalf("payload %q, want empty", p)
@@ -350,4 +348,11 @@ func TestWakeUpOnlyWhileAWorkerSessionIsActive(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ageWakeReading makes s's last WakeWanted reading wakeRecheck old, so the next wake-up reads again.
+func ageWakeReading(s *Store) {
+	s.wake.mu.Lock()
+	s.wake.checkedAt = s.wake.checkedAt.Add(-wakeRecheck)
+	s.wake.mu.Unlock()
 }
